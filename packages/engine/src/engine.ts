@@ -1,0 +1,384 @@
+import { engineConfig } from './config.js';
+import type { EngineConfig, PresetName } from './config.js';
+import { SequenceHeap } from './heap.js';
+import { KvPool } from './kv.js';
+import { Rng } from './rng.js';
+import { Sequence, SequenceList } from './sequence.js';
+import type { EngineRequest, RejectReason } from './sequence.js';
+
+/**
+ * Event callbacks. They run inside `advance`/`submit`/`cancel`, after the engine's state is
+ * consistent, so they may call `submit` and `cancel` again (a closed-loop client does).
+ */
+export interface EngineListener<R extends EngineRequest> {
+  /** An output token; `seq.generated` is its 1-based index, `seq.lastItlMs` the gap before it. */
+  onToken?(seq: Sequence<R>, at: number): void;
+  /** The last token was emitted (onToken for it has already run); the request's blocks are freed. */
+  onFinish?(seq: Sequence<R>, at: number): void;
+  /** Put back at the head of the waiting queue because decode ran out of KV blocks. */
+  onPreempt?(seq: Sequence<R>, at: number): void;
+}
+
+/** The gauges and counters vLLM exports, plus the engine's own bookkeeping. */
+export interface EngineStats {
+  waiting: number;
+  running: number;
+  /** Used blocks / all blocks; evictable cached blocks count as free, as in vLLM. */
+  kvUsage: number;
+  usedBlocks: number;
+  cachedBlocks: number;
+  numBlocks: number;
+  blockSize: number;
+  /** Prompt tokens found in the prefix cache, and prompt tokens looked up, at each admission. */
+  prefixHitTokens: number;
+  prefixQueryTokens: number;
+  preemptions: number;
+  submitted: number;
+  finished: number;
+  rejected: number;
+  cancelled: number;
+  promptTokens: number;
+  generationTokens: number;
+}
+
+export interface LoraInfo {
+  running: string[];
+  waiting: string[];
+  max: number;
+}
+
+export interface EngineOptions extends Partial<EngineConfig> {
+  preset?: PresetName;
+}
+
+/**
+ * One model-server replica (landscape.md §(d)): waiting FIFO, a running batch of at most
+ * maxNumSeqs, KV blocks with a prefix cache, LoRA slots, preemption, closed-form timing.
+ *
+ * Time is whatever the caller says it is (milliseconds): call `advance(now)` to process every event
+ * up to `now`, and `nextEventAt()` to learn when the next one is due. Events are processed at their
+ * own timestamps, so admissions triggered by a finish happen at the finish time, not at `now`.
+ */
+export class Engine<R extends EngineRequest = EngineRequest> {
+  readonly config: EngineConfig;
+  private readonly kv: KvPool;
+  private readonly rng: Rng;
+  private readonly heap = new SequenceHeap<R>();
+  private readonly waiting = new SequenceList<R>();
+  private readonly running = new SequenceList<R>();
+  private readonly loraRunning = new Map<string, number>();
+  private readonly loraWaiting = new Map<string, number>();
+  private clock = Number.NEGATIVE_INFINITY;
+  private inAdvance = false;
+  private order = 0;
+
+  private prefixHits = 0;
+  private prefixQueries = 0;
+  private preemptions = 0;
+  private submitted = 0;
+  private finished = 0;
+  private rejected = 0;
+  private cancelled = 0;
+  private promptTokens = 0;
+  private generationTokens = 0;
+
+  constructor(
+    options: EngineOptions | EngineConfig = {},
+    private readonly listener: EngineListener<R> = {},
+  ) {
+    const { preset, ...overrides } = options as EngineOptions;
+    this.config = engineConfig(preset, overrides);
+    this.kv = new KvPool(this.config.numBlocks);
+    this.rng = new Rng(this.config.seed);
+  }
+
+  /**
+   * Queue a request at `now`. The returned sequence is already rejected (see `state` and
+   * `rejectReason`) if it can never run or the waiting queue is full.
+   */
+  submit(request: R, now: number): Sequence<R> {
+    this.advance(now);
+    const at = Math.max(now, this.clock);
+    const seq = new Sequence(request, at);
+    this.submitted++;
+    const reason = this.validate(request);
+    if (reason) return this.reject(seq, reason);
+    this.waiting.pushBack(seq);
+    this.bump(this.loraWaiting, request.lora, 1);
+    this.tryAdmit(at);
+    // Queue length is checked after admission so that maxWaiting = 0 means "no queue", not "no requests".
+    if (seq.state === 'waiting' && this.waiting.size > this.config.maxWaiting) {
+      this.unlinkWaiting(seq);
+      return this.reject(seq, 'queue-full');
+    }
+    return seq;
+  }
+
+  /** Drop a waiting or running request (client went away); its blocks are freed. */
+  cancel(seq: Sequence<R>, now: number): boolean {
+    this.advance(now);
+    const at = Math.max(now, this.clock);
+    if (seq.state === 'waiting') {
+      this.unlinkWaiting(seq);
+    } else if (seq.state === 'running') {
+      this.heap.remove(seq);
+      this.unlinkRunning(seq);
+      this.tryAdmit(at);
+    } else {
+      return false;
+    }
+    seq.state = 'cancelled';
+    seq.finishedAt = at;
+    this.cancelled++;
+    return true;
+  }
+
+  /** Process every event due at or before `now`. Returns how many token events ran. */
+  advance(now: number): number {
+    // A listener calling submit/cancel re-enters here; the outer loop is already processing.
+    if (this.inAdvance) return 0;
+    this.inAdvance = true;
+    let n = 0;
+    try {
+      for (let s = this.heap.peek(); s !== undefined && s._nextAt <= now; s = this.heap.peek()) {
+        this.heap.pop();
+        this.clock = s._nextAt;
+        this.emitToken(s, s._nextAt);
+        n++;
+      }
+      if (now > this.clock) this.clock = now;
+    } finally {
+      this.inAdvance = false;
+    }
+    return n;
+  }
+
+  /** When the next token is due (Infinity when nothing is running). */
+  nextEventAt(): number {
+    return this.heap.peek()?._nextAt ?? Number.POSITIVE_INFINITY;
+  }
+
+  get waitingCount(): number {
+    return this.waiting.size;
+  }
+
+  get runningCount(): number {
+    return this.running.size;
+  }
+
+  get kvUsage(): number {
+    return this.kv.usedBlocks / this.kv.numBlocks;
+  }
+
+  /** Nothing waiting or running. */
+  get idle(): boolean {
+    return this.waiting.size === 0 && this.running.size === 0;
+  }
+
+  stats(): EngineStats {
+    return {
+      waiting: this.waiting.size,
+      running: this.running.size,
+      kvUsage: this.kvUsage,
+      usedBlocks: this.kv.usedBlocks,
+      cachedBlocks: this.kv.cachedBlocks,
+      numBlocks: this.config.numBlocks,
+      blockSize: this.config.blockSize,
+      prefixHitTokens: this.prefixHits,
+      prefixQueryTokens: this.prefixQueries,
+      preemptions: this.preemptions,
+      submitted: this.submitted,
+      finished: this.finished,
+      rejected: this.rejected,
+      cancelled: this.cancelled,
+      promptTokens: this.promptTokens,
+      generationTokens: this.generationTokens,
+    };
+  }
+
+  loraInfo(): LoraInfo {
+    return { running: [...this.loraRunning.keys()], waiting: [...this.loraWaiting.keys()], max: this.config.maxLoras };
+  }
+
+  private validate(r: R): RejectReason | undefined {
+    const { blockSize, numBlocks, maxLoras } = this.config;
+    if (!Number.isInteger(r.promptTokens) || r.promptTokens < 1) return 'invalid';
+    if (!Number.isInteger(r.outputTokens) || r.outputTokens < 1) return 'invalid';
+    // A sequence that cannot fit alone in the whole pool would preempt itself forever.
+    if (Math.ceil((r.promptTokens + r.outputTokens) / blockSize) > numBlocks) return 'too-long';
+    if (r.lora !== undefined && maxLoras === 0) return 'lora-disabled';
+    return undefined;
+  }
+
+  private reject(seq: Sequence<R>, reason: RejectReason): Sequence<R> {
+    seq.state = 'rejected';
+    seq.rejectReason = reason;
+    seq.finishedAt = seq.submittedAt;
+    this.rejected++;
+    return seq;
+  }
+
+  private tryAdmit(at: number): void {
+    const { maxNumSeqs, maxLoras } = this.config;
+    let s = this.waiting.head;
+    while (s !== null && this.running.size < maxNumSeqs) {
+      const lora = s.request.lora;
+      // Like vLLM, a request whose adapter cannot get a slot is skipped, not blocking the queue...
+      if (lora !== undefined && !this.loraRunning.has(lora) && this.loraRunning.size >= maxLoras) {
+        s = s._next;
+        continue;
+      }
+      // ...but a request that does not fit in KV blocks the queue (FCFS).
+      if (!this.allocate(s)) break;
+      const next = s._next;
+      this.unlinkWaiting(s);
+      this.start(s, at);
+      s = next;
+    }
+  }
+
+  /** Reserve KV blocks for a waiting sequence's (re)prefill; false if they are not free. */
+  private allocate(s: Sequence<R>): boolean {
+    const { blockSize } = this.config;
+    const r = s.request;
+    const tokens = r.promptTokens + s.generated;
+    const hashes = r.blockHashes;
+    const fullPromptBlocks = hashes ? Math.min(hashes.length, Math.floor(r.promptTokens / blockSize)) : 0;
+    // At least one token must be computed to produce logits, so a fully cached prompt recomputes its last block.
+    const limit = Math.min(fullPromptBlocks, Math.floor((tokens - 1) / blockSize));
+    const hits = this.kv.match(hashes, limit);
+    const fresh = Math.ceil(tokens / blockSize) - hits;
+    if (fresh > this.kv.freeBlocks - this.kv.lastEvictableHits) return false;
+    if (hashes) this.kv.acquire(hashes, hits, s._blocks);
+    this.kv.allocate(fresh);
+    s._anonBlocks = fresh;
+    s._publishFrom = hits;
+    s._publishTo = fullPromptBlocks;
+    const cached = hits * blockSize;
+    this.prefixHits += cached;
+    this.prefixQueries += tokens;
+    if (Number.isNaN(s.admittedAt)) {
+      s.cachedTokens = cached;
+      this.promptTokens += r.promptTokens;
+    }
+    return true;
+  }
+
+  private start(s: Sequence<R>, at: number): void {
+    const cfg = this.config;
+    s.state = 'running';
+    if (Number.isNaN(s.admittedAt)) s.admittedAt = at;
+    s._order = this.order++;
+    this.running.pushBack(s);
+    this.bump(this.loraRunning, s.request.lora, 1);
+    const uncached = s.request.promptTokens + s.generated - s._publishFrom * cfg.blockSize;
+    const prefill = (cfg.prefillOverheadMs + uncached * cfg.prefillPerTokenMs) * this.loadFactor() * this.jitter();
+    s._prefilling = true;
+    s._nextAt = at + prefill;
+    this.heap.push(s);
+  }
+
+  private emitToken(s: Sequence<R>, at: number): void {
+    if (s._prefilling) {
+      s._prefilling = false;
+      this.publishPrompt(s);
+    }
+    s.generated++;
+    this.generationTokens++;
+    if (s.generated === 1) {
+      s.firstTokenAt = at;
+      s.lastItlMs = Number.NaN;
+    } else {
+      s.lastItlMs = at - s.lastTokenAt;
+    }
+    s.lastTokenAt = at;
+
+    if (s.generated >= s.request.outputTokens) {
+      this.unlinkRunning(s);
+      s.state = 'finished';
+      s.finishedAt = at;
+      this.finished++;
+      this.listener.onToken?.(s, at);
+      this.listener.onFinish?.(s, at);
+      this.tryAdmit(at);
+      return;
+    }
+
+    // The KV of prompt + generated tokens must fit before the next decode step.
+    const needed = Math.ceil((s.request.promptTokens + s.generated) / this.config.blockSize);
+    let preempted = false;
+    if (needed > s.heldBlocks) {
+      while (!this.kv.allocate(1)) {
+        const victim = this.running.tail as Sequence<R>;
+        this.preempt(victim, at);
+        preempted = true;
+        if (victim === s) break;
+      }
+      if (s.state === 'running') s._anonBlocks++;
+    }
+    if (s.state === 'running') {
+      s._nextAt = at + this.config.interTokenMs * this.loadFactor() * this.jitter();
+      this.heap.push(s);
+    }
+    this.listener.onToken?.(s, at);
+    if (preempted) this.tryAdmit(at);
+  }
+
+  /** The prompt's full blocks are computed now, so later requests may hit them. */
+  private publishPrompt(s: Sequence<R>): void {
+    const hashes = s.request.blockHashes;
+    if (!hashes) return;
+    for (let i = s._publishFrom; i < s._publishTo; i++) {
+      const b = this.kv.publish(hashes[i] as number);
+      if (b === null) continue;
+      s._blocks.push(b);
+      s._anonBlocks--;
+    }
+  }
+
+  private preempt(s: Sequence<R>, at: number): void {
+    this.heap.remove(s);
+    this.unlinkRunning(s);
+    s.state = 'waiting';
+    s._prefilling = false;
+    s.preemptions++;
+    this.preemptions++;
+    this.waiting.pushFront(s);
+    this.bump(this.loraWaiting, s.request.lora, 1);
+    this.listener.onPreempt?.(s, at);
+  }
+
+  private unlinkRunning(s: Sequence<R>): void {
+    this.running.remove(s);
+    this.bump(this.loraRunning, s.request.lora, -1);
+    this.kv.release(s._blocks);
+    this.kv.releaseAnonymous(s._anonBlocks);
+    s._anonBlocks = 0;
+  }
+
+  private unlinkWaiting(s: Sequence<R>): void {
+    this.waiting.remove(s);
+    this.bump(this.loraWaiting, s.request.lora, -1);
+  }
+
+  private loadFactor(): number {
+    const { maxNumSeqs, loadFactor } = this.config;
+    if (maxNumSeqs <= 1) return 1;
+    return 1 + ((loadFactor - 1) * (this.running.size - 1)) / (maxNumSeqs - 1);
+  }
+
+  /** Multiplicative gaussian jitter, clamped to ±70% so a sample is never negative. */
+  private jitter(): number {
+    const sd = this.config.jitter;
+    if (sd === 0) return 1;
+    const g = this.rng.gaussian() * sd;
+    return 1 + (g > 0.7 ? 0.7 : g < -0.7 ? -0.7 : g);
+  }
+
+  private bump(m: Map<string, number>, key: string | undefined, d: number): void {
+    if (key === undefined) return;
+    const v = (m.get(key) ?? 0) + d;
+    if (v <= 0) m.delete(key);
+    else m.set(key, v);
+  }
+}

@@ -1,0 +1,14 @@
+export { parseEndpointAddress, parseAddressPattern } from './address.js';
+export type { EndpointAddress, AddressPattern } from './address.js';
+export { escapeToken, unescapeToken } from './token.js';
+export {
+  readinessEventSchema,
+  metricsEventSchema,
+  spillwayEventSchema,
+  ENGINES,
+} from './schema.js';
+export type { ReadinessEvent, MetricsEvent, SpillwayEvent, EventKind, Engine } from './schema.js';
+export { SUBJECT_ROOT, ALL_SUBJECTS, subjectFor, subjectOf, poolFilter, zoneFilter, parseSubject } from './subject.js';
+export type { SubjectParts } from './subject.js';
+export { encodeEvent, decodeEvent, MAX_EVENT_BYTES } from './codec.js';
+export type { DecodeResult, DecodeError, DecodeErrorReason } from './codec.js';

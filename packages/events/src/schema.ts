@@ -1,0 +1,58 @@
+import { z } from 'zod';
+import { parseEndpointAddress } from './address.js';
+
+/**
+ * The v1 event contract (DESIGN §3). Unknown fields are stripped (forward compatible); every
+ * field present is range-checked, and one bad field rejects the whole event.
+ */
+const name = z.string().min(1).max(253);
+const count = z.number().int().nonnegative().max(Number.MAX_SAFE_INTEGER);
+const epochMs = z.number().finite().nonnegative().max(8.64e15);
+const address = z.string().refine((text) => parseEndpointAddress(text) !== undefined, {
+  message: 'must be ip:port, or [ipv6]:port, with a port in 1..65535',
+});
+
+export const ENGINES = ['vllm', 'sglang', 'trtllm', 'triton'] as const;
+
+export const readinessEventSchema = z.object({
+  v: z.literal(1),
+  kind: z.literal('readiness'),
+  pool: name,
+  zone: name,
+  region: name.optional(),
+  pod: name,
+  address,
+  ready: z.boolean(),
+  deleted: z.boolean().optional(),
+  engine: z.enum(ENGINES).optional(),
+  labels: z.record(z.string().max(253), z.string().max(1024)).optional(),
+  observedAt: epochMs,
+});
+
+export const metricsEventSchema = z.object({
+  v: z.literal(1),
+  kind: z.literal('metrics'),
+  pool: name,
+  zone: name,
+  pod: name,
+  observedAt: epochMs,
+  waitingRequests: count,
+  runningRequests: count,
+  kvCacheUsage: z.number().min(0).max(1),
+  lora: z
+    .object({
+      running: z.array(name).max(1024),
+      waiting: z.array(name).max(1024),
+      max: count,
+    })
+    .optional(),
+  cache: z.object({ blockSize: count.min(1), numBlocks: count }).optional(),
+});
+
+export const spillwayEventSchema = z.discriminatedUnion('kind', [readinessEventSchema, metricsEventSchema]);
+
+export type ReadinessEvent = z.infer<typeof readinessEventSchema>;
+export type MetricsEvent = z.infer<typeof metricsEventSchema>;
+export type SpillwayEvent = z.infer<typeof spillwayEventSchema>;
+export type EventKind = SpillwayEvent['kind'];
+export type Engine = (typeof ENGINES)[number];

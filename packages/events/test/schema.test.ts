@@ -1,0 +1,123 @@
+import { describe, expect, it } from 'vitest';
+import { decodeEvent, encodeEvent, MAX_EVENT_BYTES, type SpillwayEvent } from '@spillway/events';
+
+const readiness = {
+  v: 1,
+  kind: 'readiness',
+  pool: 'llama',
+  zone: 'zone-a',
+  region: 'r1',
+  pod: 'vllm-a-0',
+  address: '10.0.1.5:8000',
+  ready: true,
+  deleted: false,
+  engine: 'vllm',
+  labels: { app: 'llama' },
+  observedAt: 1764420000000,
+};
+const metrics = {
+  v: 1,
+  kind: 'metrics',
+  pool: 'llama',
+  zone: 'zone-a',
+  pod: 'vllm-a-0',
+  observedAt: 1764420000050,
+  waitingRequests: 2,
+  runningRequests: 7,
+  kvCacheUsage: 0.43,
+  lora: { running: ['sql-lora'], waiting: [], max: 4 },
+  cache: { blockSize: 16, numBlocks: 29000 },
+};
+
+function decode(value: unknown, subject?: string) {
+  return decodeEvent(JSON.stringify(value), subject);
+}
+
+describe('v1 events', () => {
+  it('accepts the DESIGN §3 examples of both kinds', () => {
+    expect(decode(readiness)).toEqual({ ok: true, event: readiness });
+    expect(decode(metrics)).toEqual({ ok: true, event: metrics });
+  });
+
+  it('accepts the minimal forms (optional fields absent) and IPv6 addresses', () => {
+    const { region: _r, deleted: _d, engine: _e, labels: _l, ...minimal } = readiness;
+    expect(decode({ ...minimal, address: '[fd00::5]:8000' }).ok).toBe(true);
+    const { lora: _lo, cache: _c, ...bare } = metrics;
+    expect(decode(bare).ok).toBe(true);
+  });
+
+  it('ignores unknown fields, and drops them from the decoded event', () => {
+    const result = decode({ ...metrics, futureField: { nested: true } });
+    expect(result.ok).toBe(true);
+    if (result.ok) expect(result.event).not.toHaveProperty('futureField');
+  });
+
+  it('round-trips through encode and decode', () => {
+    for (const event of [readiness, metrics] as SpillwayEvent[]) {
+      expect(decodeEvent(encodeEvent(event))).toEqual({ ok: true, event });
+    }
+  });
+
+  const invalid: [string, object, string][] = [
+    ['kvCacheUsage above 1', { ...metrics, kvCacheUsage: 1.2 }, 'kvCacheUsage'],
+    ['kvCacheUsage negative', { ...metrics, kvCacheUsage: -0.1 }, 'kvCacheUsage'],
+    ['fractional waitingRequests', { ...metrics, waitingRequests: 1.5 }, 'waitingRequests'],
+    ['negative runningRequests', { ...metrics, runningRequests: -1 }, 'runningRequests'],
+    ['string count', { ...metrics, waitingRequests: '3' }, 'waitingRequests'],
+    ['lora.max negative', { ...metrics, lora: { running: [], waiting: [], max: -1 } }, 'lora.max'],
+    ['lora.running not a list', { ...metrics, lora: { running: 'a', waiting: [], max: 1 } }, 'lora.running'],
+    ['cache.blockSize zero', { ...metrics, cache: { blockSize: 0, numBlocks: 10 } }, 'cache.blockSize'],
+    ['address without port', { ...readiness, address: '10.0.1.5' }, 'address'],
+    ['address port out of range', { ...readiness, address: '10.0.1.5:70000' }, 'address'],
+    ['address hostname', { ...readiness, address: 'vllm-0.svc:8000' }, 'address'],
+    ['IPv6 without brackets', { ...readiness, address: 'fd00::5:8000' }, 'address'],
+    ['bad IPv4 octet', { ...readiness, address: '10.0.1.256:80' }, 'address'],
+    ['ready not boolean', { ...readiness, ready: 'yes' }, 'ready'],
+    ['unknown engine', { ...readiness, engine: 'llamacpp' }, 'engine'],
+    ['empty pod', { ...readiness, pod: '' }, 'pod'],
+    ['missing zone', { ...readiness, zone: undefined }, 'zone'],
+    ['negative observedAt', { ...readiness, observedAt: -5 }, 'observedAt'],
+    ['label value not a string', { ...readiness, labels: { a: 1 } }, 'labels.a'],
+    ['unknown kind', { ...readiness, kind: 'spec' }, 'kind'],
+  ];
+  it.each(invalid)('rejects %s with a message naming the field', (_name, value, field) => {
+    const result = decode(value);
+    expect(result.ok).toBe(false);
+    if (!result.ok) {
+      expect(result.error.reason).toBe('invalid');
+      expect(result.error.message).toContain(field);
+    }
+  });
+
+  it('returns typed errors for payloads that are not events, and never throws', () => {
+    const reason = (payload: Uint8Array | string) => {
+      const result = decodeEvent(payload);
+      return result.ok ? 'ok' : result.error.reason;
+    };
+    expect(reason('{not json')).toBe('not-json');
+    expect(reason('[1,2]')).toBe('not-object');
+    expect(reason('null')).toBe('not-object');
+    expect(reason('"text"')).toBe('not-object');
+    expect(reason(JSON.stringify({ ...metrics, v: 99 }))).toBe('unsupported-version');
+    expect(reason(JSON.stringify({ ...metrics, v: undefined }))).toBe('unsupported-version');
+    expect(reason(new Uint8Array([0x7b, 0xff, 0xfe, 0x7d]))).toBe('not-utf8');
+    expect(reason('x'.repeat(MAX_EVENT_BYTES + 1))).toBe('oversized');
+    expect(reason(new Uint8Array(0))).toBe('not-json');
+  });
+
+  it('requires the payload to name the same pool, zone, pod and kind as its subject', () => {
+    expect(decode(metrics, 'spillway.v1.llama.zone-a.vllm-a-0.metrics').ok).toBe(true);
+    const wrong = [
+      'spillway.v1.llama.zone-b.vllm-a-0.metrics',
+      'spillway.v1.llama.zone-a.vllm-a-1.metrics',
+      'spillway.v1.llama.zone-a.vllm-a-0.readiness',
+      'spillway.v1.other.zone-a.vllm-a-0.metrics',
+      'spillway.v2.llama.zone-a.vllm-a-0.metrics',
+      'garbage',
+    ];
+    for (const subject of wrong) {
+      const result = decode(metrics, subject);
+      expect(result.ok ? 'ok' : result.error.reason).toBe('subject-mismatch');
+    }
+  });
+});

@@ -1,0 +1,88 @@
+import type { Engine, MetricsEvent, ReadinessEvent } from '@spillway/events';
+
+/** The last metrics sample of a pod, with when this EPP received it (its clock, or the stream time on replay). */
+export interface MetricsSample {
+  readonly observedAt: number;
+  readonly receivedAt: number;
+  readonly waitingRequests: number;
+  readonly runningRequests: number;
+  readonly kvCacheUsage: number;
+  readonly lora: MetricsEvent['lora'];
+  readonly cache: MetricsEvent['cache'];
+}
+
+/**
+ * One pod of a pool as this EPP sees it. Read-only to everyone but the fleet. The scheduler holds
+ * these objects directly (no copies on the hot path) and keys its own per-endpoint state by them.
+ */
+export interface Endpoint {
+  readonly pool: string;
+  readonly pod: string;
+  /** From the latest readiness event; undefined while only metrics have been seen. */
+  readonly zone: string | undefined;
+  readonly region: string | undefined;
+  /** Canonical `ip:port` (IPv6 bracketed); undefined while only metrics have been seen. */
+  readonly address: string | undefined;
+  readonly ip: string | undefined;
+  readonly ready: boolean;
+  readonly deleted: boolean;
+  readonly engine: Engine | undefined;
+  readonly labels: Readonly<Record<string, string>> | undefined;
+  readonly metrics: MetricsSample | undefined;
+  /** Requests this EPP sent here that have not completed. */
+  readonly inFlight: number;
+  /**
+   * Requests this EPP sent here that the latest metrics sample cannot have seen yet: the load the
+   * sample under-reports. The scheduler adds it to the sample so a burst spreads between samples.
+   */
+  readonly unsampledPicks: number;
+}
+
+/** Internal mutable record behind an Endpoint. */
+export class EndpointRecord implements Endpoint {
+  zone: string | undefined = undefined;
+  region: string | undefined = undefined;
+  address: string | undefined = undefined;
+  ip: string | undefined = undefined;
+  ready = false;
+  deleted = false;
+  engine: Engine | undefined = undefined;
+  labels: Readonly<Record<string, string>> | undefined = undefined;
+  metrics: MetricsSample | undefined = undefined;
+  inFlight = 0;
+
+  /** observedAt and canonical payload of the applied event per kind, for ordering and tie-breaks. */
+  readinessAt = -1;
+  readinessTie = '';
+  metricsAt = -1;
+  metricsTie = '';
+
+  /** Pick times (EPP clock) not yet covered by a metrics sample, oldest first; a deque over an array. */
+  pickTimes: number[] = [];
+  pickHead = 0;
+
+  constructor(
+    readonly pool: string,
+    readonly pod: string,
+  ) {}
+
+  get unsampledPicks(): number {
+    return this.pickTimes.length - this.pickHead;
+  }
+
+  /** True when the pod may receive traffic by the view alone (passive health is the scheduler's). */
+  get routable(): boolean {
+    return this.ready && !this.deleted && this.address !== undefined;
+  }
+
+  applyReadiness(event: ReadinessEvent, address: { ip: string; key: string }): void {
+    this.zone = event.zone;
+    this.region = event.region;
+    this.address = address.key;
+    this.ip = address.ip;
+    this.deleted = event.deleted === true;
+    this.ready = event.ready && !this.deleted;
+    this.engine = event.engine;
+    this.labels = event.labels;
+  }
+}

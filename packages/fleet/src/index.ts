@@ -1,0 +1,6 @@
+export { Fleet } from './fleet.js';
+export type { FleetOptions, FleetCounters, ApplyOutcome } from './fleet.js';
+export type { Endpoint, MetricsSample } from './endpoint.js';
+export type { PoolView } from './pool.js';
+export { snapshotPool } from './snapshot.js';
+export type { EndpointSnapshot } from './snapshot.js';

@@ -1,0 +1,128 @@
+import type { Endpoint } from './endpoint.js';
+import type { EndpointRecord } from './endpoint.js';
+
+/** Read-side queries over one pool, shaped for the scheduler: every lookup is O(1) or O(answer). */
+export interface PoolView {
+  readonly name: string;
+  /** Every pod ever seen and not yet pruned, including not-ready, deleted and metrics-only ones. */
+  endpoints(): IterableIterator<Endpoint>;
+  /** Routable pods (ready, not deleted, with an address) of one zone. */
+  readyInZone(zone: string): ReadonlySet<Endpoint>;
+  /** Zones that have at least one routable pod. */
+  readyZones(): IterableIterator<string>;
+  /** Region of a zone, from its pods' readiness events. */
+  regionOf(zone: string): string | undefined;
+  /** Routable pods at an exact canonical `ip:port` (normally zero or one). */
+  routableAt(addressKey: string): readonly Endpoint[];
+  /** Routable pods on an IP, any port (a bare-IP subset entry). */
+  routableOnIp(ip: string): readonly Endpoint[];
+  readonly readyCount: number;
+}
+
+const NONE: readonly Endpoint[] = Object.freeze([]);
+const EMPTY_SET: ReadonlySet<Endpoint> = new Set();
+
+function addTo<K, V>(index: Map<K, V[]>, key: K, value: V): void {
+  const list = index.get(key);
+  if (list) list.push(value);
+  else index.set(key, [value]);
+}
+
+function removeFrom<K, V>(index: Map<K, V[]>, key: K, value: V): void {
+  const list = index.get(key);
+  if (!list) return;
+  const at = list.indexOf(value);
+  if (at >= 0) list.splice(at, 1);
+  if (list.length === 0) index.delete(key);
+}
+
+/** The indexes of one pool. Only the fleet mutates them, around each readiness change. */
+export class PoolState implements PoolView {
+  readonly pods = new Map<string, EndpointRecord>();
+  private readonly readyByZone = new Map<string, Set<EndpointRecord>>();
+  private readonly byAddress = new Map<string, EndpointRecord[]>();
+  private readonly byIp = new Map<string, EndpointRecord[]>();
+  /** Per zone, how many live pods name each region; a zone's region is the most named one. */
+  private readonly zoneRegions = new Map<string, Map<string, number>>();
+  readyCount = 0;
+
+  constructor(readonly name: string) {}
+
+  /** Takes a pod out of the routing indexes before its readiness changes. */
+  unindex(record: EndpointRecord): void {
+    if (record.zone !== undefined && record.region !== undefined && !record.deleted) this.countRegion(record.zone, record.region, -1);
+    if (!record.routable || record.zone === undefined) return;
+    const zoneSet = this.readyByZone.get(record.zone);
+    if (zoneSet?.delete(record)) {
+      this.readyCount--;
+      if (zoneSet.size === 0) this.readyByZone.delete(record.zone);
+    }
+    if (record.address !== undefined) removeFrom(this.byAddress, record.address, record);
+    if (record.ip !== undefined) removeFrom(this.byIp, record.ip, record);
+  }
+
+  /** Puts a pod back into the routing indexes after its readiness changed. */
+  index(record: EndpointRecord): void {
+    if (record.zone !== undefined && record.region !== undefined && !record.deleted) this.countRegion(record.zone, record.region, 1);
+    if (!record.routable || record.zone === undefined || record.address === undefined || record.ip === undefined) return;
+    let zoneSet = this.readyByZone.get(record.zone);
+    if (!zoneSet) {
+      zoneSet = new Set();
+      this.readyByZone.set(record.zone, zoneSet);
+    }
+    zoneSet.add(record);
+    this.readyCount++;
+    addTo(this.byAddress, record.address, record);
+    addTo(this.byIp, record.ip, record);
+  }
+
+  endpoints(): IterableIterator<Endpoint> {
+    return this.pods.values();
+  }
+
+  readyInZone(zone: string): ReadonlySet<Endpoint> {
+    return this.readyByZone.get(zone) ?? EMPTY_SET;
+  }
+
+  readyZones(): IterableIterator<string> {
+    return this.readyByZone.keys();
+  }
+
+  /**
+   * Pods of one zone should agree on its region; if they do not, the most named region wins
+   * (ties to the smallest name), so the answer does not depend on the order events arrived in.
+   */
+  regionOf(zone: string): string | undefined {
+    const counts = this.zoneRegions.get(zone);
+    if (!counts) return undefined;
+    let best: string | undefined;
+    let bestCount = 0;
+    for (const [region, count] of counts) {
+      if (count > bestCount || (count === bestCount && best !== undefined && region < best)) {
+        best = region;
+        bestCount = count;
+      }
+    }
+    return best;
+  }
+
+  private countRegion(zone: string, region: string, delta: number): void {
+    let counts = this.zoneRegions.get(zone);
+    if (!counts) {
+      counts = new Map();
+      this.zoneRegions.set(zone, counts);
+    }
+    const next = (counts.get(region) ?? 0) + delta;
+    if (next > 0) counts.set(region, next);
+    else counts.delete(region);
+    if (counts.size === 0) this.zoneRegions.delete(zone);
+  }
+
+  routableAt(addressKey: string): readonly Endpoint[] {
+    return this.byAddress.get(addressKey) ?? NONE;
+  }
+
+  routableOnIp(ip: string): readonly Endpoint[] {
+    return this.byIp.get(ip) ?? NONE;
+  }
+}

@@ -1,0 +1,222 @@
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import type { MetricsEvent, ReadinessEvent, SpillwayEvent } from '@spillway/events';
+import { Fleet, snapshotPool } from '@spillway/fleet';
+
+const T0 = 1_764_420_000_000;
+
+function readiness(pod: string, overrides: Partial<ReadinessEvent> = {}): ReadinessEvent {
+  return { v: 1, kind: 'readiness', pool: 'llama', zone: 'zone-a', region: 'r1', pod, address: '10.0.0.1:8000', ready: true, observedAt: T0, ...overrides };
+}
+
+function metrics(pod: string, overrides: Partial<MetricsEvent> = {}): MetricsEvent {
+  return { v: 1, kind: 'metrics', pool: 'llama', zone: 'zone-a', pod, observedAt: T0, waitingRequests: 0, runningRequests: 0, kvCacheUsage: 0, ...overrides };
+}
+
+describe('Fleet', () => {
+  it('indexes ready pods by pool, zone, address and IP', () => {
+    const fleet = new Fleet();
+    fleet.apply(readiness('a0', { address: '10.0.0.1:8000' }), T0);
+    fleet.apply(readiness('a1', { address: '10.0.0.1:8001' }), T0);
+    fleet.apply(readiness('b0', { zone: 'zone-b', address: '[fd00::2]:8000', region: 'r2' }), T0);
+    fleet.apply(readiness('b1', { zone: 'zone-b', address: '10.0.0.9:8000', ready: false, region: 'r2' }), T0);
+    const pool = fleet.pool('llama');
+    expect(pool).toBeDefined();
+    if (!pool) return;
+    expect([...pool.readyInZone('zone-a')].map((e) => e.pod).sort()).toEqual(['a0', 'a1']);
+    expect([...pool.readyInZone('zone-b')].map((e) => e.pod)).toEqual(['b0']);
+    expect(pool.readyCount).toBe(3);
+    expect([...pool.readyZones()].sort()).toEqual(['zone-a', 'zone-b']);
+    expect(pool.regionOf('zone-b')).toBe('r2');
+    expect(pool.routableAt('10.0.0.1:8001').map((e) => e.pod)).toEqual(['a1']);
+    expect(pool.routableAt('[fd00::2]:8000').map((e) => e.pod)).toEqual(['b0']);
+    expect(pool.routableOnIp('10.0.0.1').map((e) => e.pod).sort()).toEqual(['a0', 'a1']);
+    expect(pool.routableAt('10.0.0.9:8000')).toEqual([]);
+    expect(fleet.pool('other')).toBeUndefined();
+    expect(fleet.counters).toEqual({ applied: 4, ignored: 0, rejected: 0 });
+  });
+
+  it('moves a pod between zones and addresses when its readiness says so', () => {
+    const fleet = new Fleet();
+    fleet.apply(readiness('p', { zone: 'zone-a', address: '10.0.0.1:80' }), T0);
+    fleet.apply(readiness('p', { zone: 'zone-b', address: '10.0.0.2:80', observedAt: T0 + 1 }), T0);
+    const pool = fleet.pool('llama');
+    expect(pool?.readyInZone('zone-a').size).toBe(0);
+    expect(pool?.routableAt('10.0.0.1:80')).toEqual([]);
+    expect(pool?.routableAt('10.0.0.2:80').map((e) => e.pod)).toEqual(['p']);
+    expect(pool?.readyCount).toBe(1);
+  });
+
+  it('ignores events older than the applied one per (pod, kind), and duplicates', () => {
+    const fleet = new Fleet();
+    expect(fleet.apply(readiness('p', { observedAt: T0 + 10 }), T0)).toBe('applied');
+    expect(fleet.apply(readiness('p', { observedAt: T0 + 5, ready: false }), T0)).toBe('ignored');
+    expect(fleet.apply(readiness('p', { observedAt: T0 + 10 }), T0)).toBe('ignored');
+    expect(fleet.get('llama', 'p')?.ready).toBe(true);
+    // Metrics order independently of readiness.
+    expect(fleet.apply(metrics('p', { observedAt: T0 + 1, waitingRequests: 3 }), T0)).toBe('applied');
+    expect(fleet.apply(metrics('p', { observedAt: T0, waitingRequests: 9 }), T0)).toBe('ignored');
+    expect(fleet.get('llama', 'p')?.metrics?.waitingRequests).toBe(3);
+    expect(fleet.counters).toEqual({ applied: 2, ignored: 3, rejected: 0 });
+  });
+
+  it('keeps metrics that arrive before readiness, without making the pod routable', () => {
+    const fleet = new Fleet();
+    fleet.apply(metrics('p', { waitingRequests: 4 }), T0);
+    const pod = fleet.get('llama', 'p');
+    expect(pod?.metrics?.waitingRequests).toBe(4);
+    expect(pod?.zone).toBeUndefined();
+    expect(fleet.pool('llama')?.readyCount).toBe(0);
+    fleet.apply(readiness('p'), T0);
+    expect(fleet.pool('llama')?.readyCount).toBe(1);
+    expect(fleet.get('llama', 'p')?.metrics?.waitingRequests).toBe(4);
+  });
+
+  it('removes a pod on a tombstone, and an older readiness cannot bring it back', () => {
+    const fleet = new Fleet();
+    fleet.apply(readiness('p', { observedAt: T0 }), T0);
+    fleet.apply(readiness('p', { observedAt: T0 + 100, ready: false, deleted: true }), T0);
+    expect(fleet.pool('llama')?.readyCount).toBe(0);
+    expect(fleet.get('llama', 'p')?.deleted).toBe(true);
+    expect(fleet.apply(readiness('p', { observedAt: T0 + 50 }), T0)).toBe('ignored');
+    expect(fleet.pool('llama')?.readyCount).toBe(0);
+    // A newer readiness (the pod re-created under the same name) is a live pod again.
+    fleet.apply(readiness('p', { observedAt: T0 + 200 }), T0);
+    expect(fleet.pool('llama')?.readyCount).toBe(1);
+  });
+
+  it('treats a tombstone that says ready: true as not ready', () => {
+    const fleet = new Fleet();
+    fleet.apply(readiness('p', { deleted: true, ready: true }), T0);
+    expect(fleet.get('llama', 'p')?.ready).toBe(false);
+    expect(fleet.pool('llama')?.readyCount).toBe(0);
+  });
+
+  it('reports staleness at a given now, from when the sample was received', () => {
+    const fleet = new Fleet({ staleAfterMs: 1000 });
+    fleet.apply(readiness('p'), T0);
+    const pod = fleet.get('llama', 'p');
+    if (!pod) throw new Error('pod missing');
+    expect(fleet.isFresh(pod, T0)).toBe(false); // no metrics is never fresh
+    expect(fleet.metricsAge(pod, T0)).toBeUndefined();
+    fleet.apply(metrics('p', { observedAt: T0 - 5000 }), T0 + 100);
+    expect(fleet.metricsAge(pod, T0 + 600)).toBe(500);
+    expect(fleet.isFresh(pod, T0 + 1100)).toBe(true);
+    expect(fleet.isFresh(pod, T0 + 1101)).toBe(false);
+  });
+
+  it('counts rejected messages without touching the view', () => {
+    const fleet = new Fleet();
+    fleet.recordRejected();
+    fleet.recordRejected();
+    expect(fleet.counters).toEqual({ applied: 0, ignored: 0, rejected: 2 });
+    expect([...fleet.poolNames()]).toEqual([]);
+  });
+});
+
+describe('in-flight accounting', () => {
+  it('counts picks until they complete, and on top of samples that cannot have seen them', () => {
+    const fleet = new Fleet({ pickTransitMs: 2, maxSampleLagMs: 500 });
+    fleet.apply(readiness('p'), T0);
+    fleet.apply(metrics('p', { observedAt: T0 }), T0);
+    const pod = fleet.get('llama', 'p');
+    if (!pod) throw new Error('pod missing');
+    fleet.recordPick(pod, T0 + 10);
+    fleet.recordPick(pod, T0 + 20);
+    fleet.recordPick(pod, T0 + 30);
+    expect(pod.inFlight).toBe(3);
+    expect(pod.unsampledPicks).toBe(3);
+    // A sample observed at T0+25 saw the picks made up to T0+23 (2 ms transit).
+    fleet.apply(metrics('p', { observedAt: T0 + 25, runningRequests: 2 }), T0 + 26);
+    expect(pod.unsampledPicks).toBe(1);
+    expect(pod.inFlight).toBe(3);
+    // Completing the unsampled pick removes it from both counts; a sampled one only from in-flight.
+    fleet.releasePick(pod, T0 + 30);
+    expect(pod.unsampledPicks).toBe(0);
+    fleet.releasePick(pod, T0 + 10);
+    expect(pod.inFlight).toBe(1);
+    fleet.releasePick(pod, T0 + 20);
+    fleet.releasePick(pod, T0 + 20); // a double release never goes negative
+    expect(pod.inFlight).toBe(0);
+  });
+
+  it('absorbs picks by receive time when the source clock runs behind', () => {
+    const fleet = new Fleet({ pickTransitMs: 2, maxSampleLagMs: 500 });
+    fleet.apply(readiness('p'), T0);
+    const pod = fleet.get('llama', 'p');
+    if (!pod) throw new Error('pod missing');
+    fleet.recordPick(pod, T0 + 100);
+    // The source stamps samples 10 s in the past, but a sample received 1 s after the pick saw it.
+    fleet.apply(metrics('p', { observedAt: T0 - 10_000 }), T0 + 1100);
+    expect(pod.unsampledPicks).toBe(0);
+  });
+
+  it('keeps the pick deque bounded under long bursts', () => {
+    const fleet = new Fleet();
+    fleet.apply(readiness('p'), T0);
+    const pod = fleet.get('llama', 'p');
+    if (!pod) throw new Error('pod missing');
+    for (let i = 0; i < 10_000; i++) {
+      fleet.recordPick(pod, T0 + i);
+      if (i % 10 === 9) fleet.apply(metrics('p', { observedAt: T0 + i - 5 }), T0 + i);
+    }
+    expect(pod.unsampledPicks).toBeLessThan(10);
+    expect(pod.inFlight).toBe(10_000);
+  });
+});
+
+describe('order independence (property)', () => {
+  const pods = ['p0', 'p1', 'p2', 'p.3'];
+  const zones = ['zone-a', 'zone-b'];
+  const eventArb: fc.Arbitrary<SpillwayEvent> = fc.oneof(
+    fc.record({
+      v: fc.constant(1 as const),
+      kind: fc.constant('readiness' as const),
+      pool: fc.constantFrom('llama', 'mistral'),
+      zone: fc.constantFrom(...zones),
+      region: fc.option(fc.constantFrom('r1', 'r2'), { nil: undefined }),
+      pod: fc.constantFrom(...pods),
+      address: fc.constantFrom('10.0.0.1:8000', '10.0.0.2:8000', '[fd00::1]:80'),
+      ready: fc.boolean(),
+      deleted: fc.option(fc.boolean(), { nil: undefined }),
+      observedAt: fc.integer({ min: T0, max: T0 + 20 }),
+    }),
+    fc.record({
+      v: fc.constant(1 as const),
+      kind: fc.constant('metrics' as const),
+      pool: fc.constantFrom('llama', 'mistral'),
+      zone: fc.constantFrom(...zones),
+      pod: fc.constantFrom(...pods),
+      observedAt: fc.integer({ min: T0, max: T0 + 20 }),
+      waitingRequests: fc.nat(20),
+      runningRequests: fc.nat(20),
+      kvCacheUsage: fc.double({ min: 0, max: 1, noNaN: true }),
+    }),
+  );
+
+  function viewOf(events: SpillwayEvent[]) {
+    const fleet = new Fleet();
+    for (const event of events) fleet.apply(event, T0);
+    const pools = ['llama', 'mistral'].map((name) => {
+      const view = fleet.pool(name);
+      return {
+        pods: snapshotPool(fleet, name),
+        zones: view ? zones.map((z) => [...view.readyInZone(z)].map((e) => e.pod).sort()) : [],
+        addresses: view ? ['10.0.0.1:8000', '10.0.0.2:8000', '[fd00::1]:80'].map((a) => view.routableAt(a).map((e) => e.pod).sort()) : [],
+        readyCount: view?.readyCount ?? 0,
+        regions: view ? zones.map((z) => view.regionOf(z)) : [],
+      };
+    });
+    return pools;
+  }
+
+  it('any permutation of a set of events gives the view of applying them in observedAt order', () => {
+    fc.assert(
+      fc.property(fc.array(eventArb, { maxLength: 40 }).chain((events) => fc.tuple(fc.constant(events), fc.shuffledSubarray(events, { minLength: events.length }))), ([events, shuffled]) => {
+        const ordered = [...events].sort((a, b) => a.observedAt - b.observedAt);
+        expect(viewOf(shuffled)).toEqual(viewOf(ordered));
+      }),
+      { numRuns: 500 },
+    );
+  });
+});

@@ -1,0 +1,22 @@
+/** Names and limits fixed by the Endpoint Picker Protocol and Envoy (DESIGN §4, envoy.md §2). */
+
+/** Header and metadata key that carries the picked endpoint list. */
+export const DESTINATION_KEY = 'x-gateway-destination-endpoint';
+/** Prefix of every protocol-owned header; a client must never be able to supply one. */
+export const DESTINATION_HEADER_PREFIX = 'x-gateway-destination-endpoint';
+export const SUBSET_NAMESPACE = 'envoy.lb.subset_hint';
+export const SUBSET_KEY = 'x-gateway-destination-endpoint-subset';
+export const LB_NAMESPACE = 'envoy.lb';
+export const SERVED_KEY = 'x-gateway-destination-endpoint-served';
+
+export const OBJECTIVE_HEADER = 'x-gateway-inference-objective';
+export const MODEL_REWRITE_HEADER = 'x-gateway-model-name-rewrite';
+
+/** Envoy caps a streamed body message at 64 KiB; the reference EPP uses 62,000 bytes. */
+export const BODY_CHUNK_BYTES = 62_000;
+
+/**
+ * Default largest request body the EPP buffers. Large enough for a 1M-token prompt as text
+ * (~4 MB), small enough that a few concurrent oversize requests cannot exhaust the heap.
+ */
+export const DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024;

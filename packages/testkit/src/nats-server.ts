@@ -1,0 +1,128 @@
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { connect as netConnect } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { freePort } from './ports.js';
+
+/**
+ * A private nats-server for one test file (DESIGN §7): its own port and temporary JetStream store,
+ * so tests are isolated and may kill and restart it. `NATS_URL` points tests at an existing server
+ * instead; then kill/restart are unavailable and say so.
+ */
+export interface NatsServerHandle {
+  readonly url: string;
+  readonly port: number;
+  /** True when this handle owns the process (false when NATS_URL was used). */
+  readonly owned: boolean;
+  /** SIGKILL the server, as a crash would. The store directory is kept. */
+  kill(): Promise<void>;
+  /** Start the server again on the same port with the same store. */
+  restart(): Promise<void>;
+  /** Stop the server and remove its store. */
+  stop(): Promise<void>;
+}
+
+export interface NatsServerOptions {
+  /** Extra lines for the server's config file (for example accounts or leaf nodes). */
+  extraConfig?: string;
+  /** Use this port instead of a free one. */
+  port?: number;
+  /** Ignore NATS_URL and always start a private server (fault tests need their own). */
+  forcePrivate?: boolean;
+}
+
+export const INSTALL_HINT =
+  'nats-server is not on PATH. Install it (Debian/Ubuntu: `apt-get install nats-server`) ' +
+  'or set NATS_URL to a running server with JetStream enabled.';
+
+export function natsServerAvailable(): boolean {
+  const probe = spawnSync('nats-server', ['--version'], { encoding: 'utf8' });
+  return probe.status === 0;
+}
+
+export async function startNatsServer(options: NatsServerOptions = {}): Promise<NatsServerHandle> {
+  const external = process.env['NATS_URL'];
+  if (external && !options.forcePrivate) return externalHandle(external);
+  if (!natsServerAvailable()) throw new Error(INSTALL_HINT);
+
+  const port = options.port ?? (await freePort());
+  const storeDir = mkdtempSync(join(tmpdir(), 'spillway-nats-'));
+  const configPath = join(storeDir, 'server.conf');
+  writeFileSync(
+    configPath,
+    [
+      `listen: "127.0.0.1:${port}"`,
+      `jetstream { store_dir: "${join(storeDir, 'js')}" }`,
+      options.extraConfig ?? '',
+    ].join('\n'),
+  );
+
+  let child: ChildProcess | undefined;
+  const launch = async (): Promise<void> => {
+    child = spawn('nats-server', ['-c', configPath], { stdio: ['ignore', 'ignore', 'pipe'] });
+    let stderr = '';
+    child.stderr?.on('data', (chunk: Buffer) => {
+      stderr = (stderr + chunk.toString()).slice(-4000);
+    });
+    const exited = new Promise<never>((_, reject) =>
+      child?.once('exit', (code) => reject(new Error(`nats-server exited with ${code}: ${stderr}`))),
+    );
+    exited.catch(() => undefined);
+    await Promise.race([waitForPort(port, 10_000), exited]);
+  };
+  const halt = async (signal: NodeJS.Signals): Promise<void> => {
+    const running = child;
+    child = undefined;
+    if (!running || running.exitCode !== null || running.signalCode !== null) return;
+    const gone = new Promise<void>((resolve) => running.once('exit', () => resolve()));
+    running.kill(signal);
+    await gone;
+  };
+
+  await launch();
+  return {
+    url: `nats://127.0.0.1:${port}`,
+    port,
+    owned: true,
+    kill: () => halt('SIGKILL'),
+    restart: async () => {
+      await halt('SIGTERM');
+      await launch();
+    },
+    stop: async () => {
+      await halt('SIGTERM');
+      rmSync(storeDir, { recursive: true, force: true });
+    },
+  };
+}
+
+function externalHandle(url: string): NatsServerHandle {
+  const unsupported = (): Promise<void> =>
+    Promise.reject(new Error('kill/restart need a private nats-server; unset NATS_URL'));
+  return {
+    url,
+    port: Number(new URL(url.replace(/^nats:/, 'http:')).port || 4222),
+    owned: false,
+    kill: unsupported,
+    restart: unsupported,
+    stop: () => Promise.resolve(),
+  };
+}
+
+/** Resolves once something accepts TCP connections on the port (the server is ready for clients). */
+export async function waitForPort(port: number, timeoutMs: number, host = '127.0.0.1'): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const ok = await new Promise<boolean>((resolve) => {
+      const socket = netConnect({ port, host }, () => {
+        socket.destroy();
+        resolve(true);
+      });
+      socket.on('error', () => resolve(false));
+    });
+    if (ok) return;
+    if (Date.now() > deadline) throw new Error(`nothing listening on ${host}:${port} after ${timeoutMs} ms`);
+    await new Promise((r) => setTimeout(r, 25));
+  }
+}

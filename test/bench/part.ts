@@ -1,0 +1,30 @@
+/**
+ * One part of `npm run bench`. A part measures Spillway against a baseline measured in the same run
+ * and returns its section of BENCHMARKS.md (markdown, starting with a `## ` heading).
+ */
+export interface BenchContext {
+  /** `--quick`: a short version; the whole quick run must finish within two minutes. */
+  quick: boolean;
+  /** The exact command a reader can run to reproduce this part. */
+  command: string;
+  log(message: string): void;
+}
+
+export interface BenchPart {
+  /** The name used on the command line: `npm run bench -- <name>`. */
+  name: string;
+  title: string;
+  run(context: BenchContext): Promise<string>;
+}
+
+/** Percentile of an ascending-sorted array (nearest rank). */
+export function percentile(sorted: ArrayLike<number>, p: number): number {
+  if (sorted.length === 0) return Number.NaN;
+  const rank = Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1));
+  return sorted[rank] as number;
+}
+
+export function markdownTable(header: string[], rows: (string | number)[][]): string {
+  const line = (cells: (string | number)[]) => `| ${cells.join(' | ')} |`;
+  return [line(header), line(header.map(() => '---')), ...rows.map(line)].join('\n');
+}
