@@ -1,0 +1,105 @@
+import { parseArgs } from 'node:util';
+import type { z } from 'zod';
+
+/**
+ * One flag of a binary. Values arrive as strings (flags, environment) and the zod schema turns them
+ * into typed values, so `--port abc` and `SPILLWAY_PORT=abc` fail the same way, naming the flag.
+ */
+export interface FlagSpec<S extends z.ZodType = z.ZodType> {
+  description: string;
+  schema: S;
+  /** A flag without a value (`--once`); its environment form accepts true/false/1/0. */
+  boolean?: boolean;
+  /** Shown in help, e.g. `URL` or `N`. */
+  placeholder?: string;
+}
+
+export type FlagSpecs = Record<string, FlagSpec>;
+export type FlagValues<F extends FlagSpecs> = { [K in keyof F]: z.output<F[K]['schema']> };
+
+export class CliError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'CliError';
+  }
+}
+
+/** `grpcPort` -> `grpc-port`: flags are kebab-case, the code's keys camelCase. */
+export function flagName(key: string): string {
+  return key.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`);
+}
+
+/** `grpcPort` -> `SPILLWAY_GRPC_PORT` (DESIGN §6: every flag also as an environment variable). */
+export function envName(key: string): string {
+  return `SPILLWAY_${flagName(key).replace(/-/g, '_').toUpperCase()}`;
+}
+
+export interface ParsedCommandLine<F extends FlagSpecs> {
+  values: FlagValues<F>;
+  help: boolean;
+  /** Keys given explicitly on the command line or in the environment (not defaulted). */
+  explicit: Set<keyof F>;
+}
+
+/**
+ * Reads flags, then `SPILLWAY_*` environment variables for flags not given, then `base` (for
+ * example a config file's values) for the rest, and validates everything with the flag schemas.
+ * Throws CliError naming the first bad flag.
+ */
+export function parseCommandLine<F extends FlagSpecs>(
+  specs: F,
+  argv: readonly string[],
+  env: NodeJS.ProcessEnv = {},
+  base: Partial<Record<keyof F, unknown>> = {},
+): ParsedCommandLine<F> {
+  const options: Record<string, { type: 'string' | 'boolean' }> = { help: { type: 'boolean' } };
+  for (const [key, spec] of Object.entries(specs)) options[flagName(key)] = { type: spec.boolean ? 'boolean' : 'string' };
+  let parsed: ReturnType<typeof parseArgs>;
+  try {
+    parsed = parseArgs({ args: [...argv], options, strict: true, allowPositionals: false });
+  } catch (error) {
+    throw new CliError((error as Error).message.replace(/^TypeError \[\w+\]: /, ''));
+  }
+  const explicit = new Set<keyof F>();
+  const values: Record<string, unknown> = {};
+  for (const [key, spec] of Object.entries(specs)) {
+    const fromFlag = parsed.values[flagName(key)];
+    const fromEnv = env[envName(key)];
+    let raw: unknown;
+    let source: string;
+    if (fromFlag !== undefined) {
+      raw = fromFlag;
+      source = `--${flagName(key)}`;
+      explicit.add(key);
+    } else if (fromEnv !== undefined && fromEnv !== '') {
+      raw = spec.boolean ? parseBooleanEnv(fromEnv, envName(key)) : fromEnv;
+      source = envName(key);
+      explicit.add(key);
+    } else {
+      raw = base[key];
+      source = `--${flagName(key)}`;
+    }
+    const result = spec.schema.safeParse(raw);
+    if (!result.success) {
+      const issue = result.error.issues[0];
+      throw new CliError(`${source}: ${issue?.message ?? 'invalid value'}${raw === undefined ? ' (required)' : ''}`);
+    }
+    values[key] = result.data;
+  }
+  return { values: values as FlagValues<F>, help: parsed.values['help'] === true, explicit };
+}
+
+function parseBooleanEnv(text: string, name: string): boolean {
+  if (/^(1|true|yes)$/i.test(text)) return true;
+  if (/^(0|false|no)$/i.test(text)) return false;
+  throw new CliError(`${name}: expected true or false, got ${JSON.stringify(text)}`);
+}
+
+/** `--help` text listing every flag with its environment variable. */
+export function renderHelp(command: string, summary: string, specs: FlagSpecs): string {
+  const rows = Object.entries(specs).map(([key, spec]) => {
+    const left = `  --${flagName(key)}${spec.boolean ? '' : ` ${spec.placeholder ?? 'VALUE'}`}`;
+    return `${left.padEnd(34)} ${spec.description} [${envName(key)}]`;
+  });
+  return [`Usage: ${command} [flags]`, '', summary, '', 'Flags:', ...rows, `${'  --help'.padEnd(34)} show this help`, ''].join('\n');
+}

@@ -1,0 +1,164 @@
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+
+/**
+ * The EPP's Prometheus metrics. Where the meaning matches the reference EPP, the name and labels
+ * are the reference's (reference-epp.md §6.2) so existing dashboards keep working; Spillway's own
+ * zone-aware figures use the `spillway_` prefix.
+ */
+export type Outcome = 'routed' | '400' | '404' | '429' | '500' | '503';
+
+export class EppMetrics {
+  readonly registry = new Registry();
+
+  readonly requests = new Counter({
+    name: 'spillway_requests_total',
+    help: 'Requests handled, by outcome (routed, 400, 429, 503, ...).',
+    labelNames: ['outcome'] as const,
+    registers: [this.registry],
+  });
+  readonly objectiveRequests = new Counter({
+    name: 'inference_objective_request_total',
+    help: '[ALPHA] Counter of inference objective requests broken out for each model and target model.',
+    labelNames: ['model_name', 'target_model_name', 'priority'] as const,
+    registers: [this.registry],
+  });
+  readonly objectiveErrors = new Counter({
+    name: 'inference_objective_request_error_total',
+    help: '[ALPHA] Counter of inference objective requests errors broken out for each model and target model.',
+    labelNames: ['model_name', 'target_model_name', 'error_code'] as const,
+    registers: [this.registry],
+  });
+  readonly runningRequests = new Gauge({
+    name: 'inference_objective_running_requests',
+    help: '[ALPHA] Inference objective number of running requests in each model.',
+    labelNames: ['model_name'] as const,
+    registers: [this.registry],
+  });
+  readonly requestSizes = new Histogram({
+    name: 'inference_objective_request_sizes',
+    help: '[ALPHA] Inference objective requests size distribution in bytes for each model and target model.',
+    labelNames: ['model_name', 'target_model_name'] as const,
+    buckets: [64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216],
+    registers: [this.registry],
+  });
+  readonly requestDuration = new Histogram({
+    name: 'inference_objective_request_duration_seconds',
+    help: '[ALPHA] Inference objective response latency distribution in seconds for each model and target model.',
+    labelNames: ['model_name', 'target_model_name'] as const,
+    buckets: [0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1, 1.25, 1.5, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 45, 60, 120, 180, 240, 300, 360, 480, 600, 900, 1200, 1800, 2700, 3600],
+    registers: [this.registry],
+  });
+  readonly schedulerDuration = new Histogram({
+    name: 'inference_extension_scheduler_e2e_duration_seconds',
+    help: '[ALPHA] Scheduling latency distribution in seconds: the time to pick the endpoint list.',
+    buckets: [0.00001, 0.00002, 0.00005, 0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1],
+    registers: [this.registry],
+  });
+  readonly schedulerAttempts = new Counter({
+    name: 'inference_extension_scheduler_attempts_total',
+    help: '[ALPHA] Number of scheduling attempts by status (success, failure).',
+    labelNames: ['status'] as const,
+    registers: [this.registry],
+  });
+  readonly listLength = new Histogram({
+    name: 'spillway_destination_list_length',
+    help: 'Number of endpoints in the returned destination list.',
+    buckets: [1, 2, 3, 4, 5, 8],
+    registers: [this.registry],
+  });
+  readonly listEntries = new Counter({
+    name: 'spillway_destination_entries_total',
+    help: 'Entries of returned destination lists by reason (local-best, local, spill, cross-zone-fallback, last-resort).',
+    labelNames: ['reason'] as const,
+    registers: [this.registry],
+  });
+  readonly spills = new Counter({
+    name: 'spillway_spills_total',
+    help: 'Requests whose primary endpoint is in another zone because the local zone was overloaded.',
+    registers: [this.registry],
+  });
+  readonly servedElsewhere = new Counter({
+    name: 'spillway_served_fallback_total',
+    help: 'Requests the gateway served from an endpoint other than the primary (a fallback was used).',
+    registers: [this.registry],
+  });
+  readonly subsetEntriesIgnored = new Counter({
+    name: 'spillway_subset_entries_ignored_total',
+    help: 'Malformed entries in the gateway subset hint, ignored.',
+    registers: [this.registry],
+  });
+  readonly zoneReadyPods = new Gauge({
+    name: 'spillway_zone_ready_pods',
+    help: 'Ready pods per zone in this EPP view.',
+    labelNames: ['zone'] as const,
+    registers: [this.registry],
+  });
+  readonly zoneSaturatedPods = new Gauge({
+    name: 'spillway_zone_saturated_pods',
+    help: 'Ready pods per zone that are saturated (queue or KV over threshold, or stale).',
+    labelNames: ['zone'] as const,
+    registers: [this.registry],
+  });
+  readonly zoneStalePods = new Gauge({
+    name: 'spillway_zone_stale_pods',
+    help: 'Ready pods per zone whose metrics are stale.',
+    labelNames: ['zone'] as const,
+    registers: [this.registry],
+  });
+  readonly poolReadyPods = new Gauge({
+    name: 'inference_pool_ready_pods',
+    help: '[ALPHA] The number of ready pods in the inference server pool.',
+    labelNames: ['name'] as const,
+    registers: [this.registry],
+  });
+  readonly poolAverageKv = new Gauge({
+    name: 'inference_pool_average_kv_cache_utilization',
+    help: '[ALPHA] The average kv cache utilization for an inference server pool.',
+    labelNames: ['name'] as const,
+    registers: [this.registry],
+  });
+  readonly poolAverageQueue = new Gauge({
+    name: 'inference_pool_average_queue_size',
+    help: '[ALPHA] The average number of requests pending in the model server queue.',
+    labelNames: ['name'] as const,
+    registers: [this.registry],
+  });
+  readonly poolAverageRunning = new Gauge({
+    name: 'inference_pool_average_running_requests',
+    help: '[ALPHA] The average number of running requests in the model server.',
+    labelNames: ['name'] as const,
+    registers: [this.registry],
+  });
+  readonly events = new Gauge({
+    name: 'spillway_events_total',
+    help: 'Events from the stream: applied to the view, ignored as older than the view, rejected as malformed.',
+    labelNames: ['result'] as const,
+    registers: [this.registry],
+  });
+  readonly natsConnected = new Gauge({
+    name: 'spillway_nats_connected',
+    help: '1 while connected to NATS.',
+    registers: [this.registry],
+  });
+  readonly viewStaleSeconds = new Gauge({
+    name: 'spillway_view_stale_seconds',
+    help: 'Seconds since the event view stopped following the stream (0 while live).',
+    registers: [this.registry],
+  });
+  readonly caughtUp = new Gauge({
+    name: 'spillway_view_caught_up',
+    help: '1 once the replay of the stream has caught up.',
+    registers: [this.registry],
+  });
+  readonly info = new Gauge({
+    name: 'inference_extension_info',
+    help: '[ALPHA] General information of the current build of Inference Extension.',
+    labelNames: ['commit', 'build_ref'] as const,
+    registers: [this.registry],
+  });
+
+  constructor() {
+    collectDefaultMetrics({ register: this.registry });
+    this.info.set({ commit: 'spillway', build_ref: 'spillway-0.1.0' }, 1);
+  }
+}

@@ -1,0 +1,118 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { blockHashes, hashString, tokenize } from '@spillway/engine';
+import type { RejectReason, Sequence } from '@spillway/engine';
+import type { Logger } from 'pino';
+import { readJson, sendError, sendJson } from './http.js';
+import type { SimMetrics } from './metrics.js';
+import { CHAT, COMPLETION, ChatRequest, CompletionRequest, apiError, chatPrompt, completionPrompt, describeIssue, outputToken, usage } from './openai.js';
+import type { ApiError, Prompt, Shapes } from './openai.js';
+import type { LiveRequest, RealtimeEngine } from './runner.js';
+
+export interface CompletionContext {
+  model: string;
+  loras: ReadonlySet<string>;
+  runner: RealtimeEngine;
+  metrics: SimMetrics;
+  /** Whether this request should fail (--error-rate); seeded, so a run is repeatable. */
+  errorInjected(): boolean;
+  logger: Logger;
+}
+
+const DEFAULT_MAX_TOKENS = { completion: 16, chat: 128 } as const;
+let requestCounter = 0;
+
+const REJECT_STATUS: Record<RejectReason, ApiError> = {
+  'queue-full': apiError(429, 'the waiting queue is full, try again later'),
+  'too-long': apiError(400, 'prompt plus max_tokens exceeds the KV-cache capacity of this server'),
+  'lora-disabled': apiError(400, 'LoRA adapters are not enabled on this server'),
+  invalid: apiError(400, 'invalid prompt or max_tokens'),
+};
+
+interface Parsed {
+  model: string;
+  prompt: Prompt;
+  maxTokens: number;
+  stream: boolean;
+  includeUsage: boolean;
+}
+
+function parse(kind: 'completion' | 'chat', body: unknown): Parsed | ApiError {
+  if (kind === 'completion') {
+    const r = CompletionRequest.safeParse(body);
+    if (!r.success) return apiError(400, describeIssue(r.error));
+    const d = r.data;
+    return { model: d.model, prompt: completionPrompt(d), maxTokens: d.max_tokens ?? DEFAULT_MAX_TOKENS.completion, stream: d.stream ?? false, includeUsage: d.stream_options?.include_usage ?? false };
+  }
+  const r = ChatRequest.safeParse(body);
+  if (!r.success) return apiError(400, describeIssue(r.error));
+  const d = r.data;
+  return {
+    model: d.model, prompt: chatPrompt(d), maxTokens: d.max_completion_tokens ?? d.max_tokens ?? DEFAULT_MAX_TOKENS.chat,
+    stream: d.stream ?? false, includeUsage: d.stream_options?.include_usage ?? false,
+  };
+}
+
+/** POST /v1/completions and /v1/chat/completions, streaming or not. */
+export async function handleCompletion(ctx: CompletionContext, kind: 'completion' | 'chat', req: IncomingMessage, res: ServerResponse): Promise<void> {
+  const body = await readJson(req);
+  if (!body.ok) return sendError(res, body.error);
+  const p = parse(kind, body.value);
+  if ('status' in p) return sendError(res, p);
+  if (p.model !== ctx.model && !ctx.loras.has(p.model)) return sendError(res, apiError(404, `The model \`${p.model}\` does not exist.`));
+  if (ctx.errorInjected()) return sendError(res, apiError(500, 'injected failure (--error-rate)'));
+
+  const shapes: Shapes = kind === 'chat' ? CHAT : COMPLETION;
+  const lora = p.model === ctx.model ? undefined : p.model;
+  const tokens = 'text' in p.prompt ? tokenize(p.prompt.text) : p.prompt.tokenIds;
+  const n = ++requestCounter;
+  const id = `${shapes.idPrefix}${n.toString(16)}`;
+  const created = Math.floor(Date.now() / 1000);
+  const { metrics } = ctx;
+  let text = '';
+
+  const write = (obj: object): void => {
+    if (!res.destroyed && !res.writableEnded) res.write(`data: ${JSON.stringify(obj)}\n\n`);
+  };
+  const live: LiveRequest = {
+    promptTokens: tokens.length,
+    outputTokens: p.maxTokens,
+    // Adapters never share cache blocks with the base model or each other.
+    blockHashes: blockHashes(tokens, ctx.runner.engine.config.blockSize, lora === undefined ? 0 : hashString(lora)),
+    ...(lora === undefined ? {} : { lora }),
+    onToken(seq, _at) {
+      if (seq.generated === 1) metrics.firstToken((seq.firstTokenAt - seq.submittedAt) / 1000, seq.queueMs / 1000);
+      else metrics.token(seq.lastItlMs / 1000);
+      const tok = outputToken(n, seq.generated - 1);
+      const last = seq.generated === seq.request.outputTokens;
+      if (p.stream) write(shapes.chunk(id, created, p.model, tok, last ? 'length' : null, seq.generated === 1));
+      else text += tok;
+    },
+    onFinish(seq, _at) {
+      metrics.finish((seq.finishedAt - seq.submittedAt) / 1000, 'length');
+      const u = usage(seq.request.promptTokens, seq.generated, seq.cachedTokens);
+      if (p.stream) {
+        if (p.includeUsage) write(shapes.usageChunk(id, created, p.model, u));
+        if (!res.destroyed && !res.writableEnded) res.end('data: [DONE]\n\n');
+      } else if (!res.destroyed && !res.writableEnded) {
+        sendJson(res, 200, shapes.full(id, created, p.model, text, 'length', u));
+      }
+    },
+  };
+
+  const seq: Sequence<LiveRequest> = ctx.runner.submit(live);
+  if (seq.state === 'rejected') {
+    ctx.logger.debug({ id, reason: seq.rejectReason }, 'request rejected');
+    return sendError(res, REJECT_STATUS[seq.rejectReason ?? 'invalid']);
+  }
+  // A client that goes away must not keep holding a batch slot and KV blocks.
+  res.on('close', () => {
+    if (seq.state === 'waiting' || seq.state === 'running') {
+      ctx.logger.debug({ id, generated: seq.generated }, 'client went away; request cancelled');
+      ctx.runner.cancel(seq);
+    }
+  });
+  if (p.stream && seq.state !== 'finished') {
+    res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', connection: 'keep-alive' });
+    res.flushHeaders();
+  }
+}

@@ -1,0 +1,153 @@
+import { createServer } from 'node:http';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { Rng } from '@spillway/engine';
+import type { Engine } from '@spillway/engine';
+import { pino } from 'pino';
+import type { Logger } from 'pino';
+import { handleCompletion } from './completions.js';
+import type { CompletionContext } from './completions.js';
+import { FaultPatch, Faults } from './faults.js';
+import { readJson, sendError, sendJson } from './http.js';
+import { createMetrics } from './metrics.js';
+import { apiError, describeIssue } from './openai.js';
+import { simOptions } from './options.js';
+import type { SimOptions } from './options.js';
+import { RealtimeEngine } from './runner.js';
+import type { LiveRequest } from './runner.js';
+
+export interface StartSimOptions extends Partial<SimOptions> {
+  /** Defaults to a pino logger on stdout at `logLevel`. */
+  logger?: Logger;
+  /**
+   * What an injected crash does. The binary exits the process; the default here only kills the
+   * server (connections dropped, port closed), so tests can run the simulator in-process.
+   */
+  onCrash?: () => void;
+}
+
+export interface SimServer {
+  /** `http://host:port`, with the bound port when started on port 0. */
+  readonly url: string;
+  readonly port: number;
+  readonly engine: Engine<LiveRequest>;
+  readonly faults: Faults;
+  readonly options: SimOptions;
+  close(): Promise<void>;
+}
+
+export async function startSim(input: StartSimOptions = {}): Promise<SimServer> {
+  const { logger: givenLogger, onCrash, ...rest } = input;
+  const options = simOptions(rest);
+  const logger = givenLogger ?? pino({ name: 'spillway-sim', level: options.logLevel });
+  const runner = new RealtimeEngine(
+    {
+      preset: options.preset,
+      seed: options.seed,
+      ...(options.maxNumSeqs === undefined ? {} : { maxNumSeqs: options.maxNumSeqs }),
+      ...(options.numBlocks === undefined ? {} : { numBlocks: options.numBlocks }),
+      ...(options.maxWaiting === undefined ? {} : { maxWaiting: options.maxWaiting }),
+      ...(options.maxLoras === undefined ? {} : { maxLoras: options.maxLoras }),
+    },
+    options.timeScale,
+  );
+  const engine = runner.engine;
+  const metrics = createMetrics(options.engineMetrics, options.model, engine);
+  const errorRng = new Rng(options.seed ^ 0x5eed);
+
+  const server = createServer();
+  let closed = false;
+  const kill = async (): Promise<void> => {
+    if (closed) return;
+    closed = true;
+    runner.stop();
+    faults.dispose();
+    const done = new Promise<void>((resolve) => server.close(() => resolve()));
+    // Hung (stalled) and keep-alive connections would otherwise hold close() open forever.
+    server.closeAllConnections();
+    await done;
+  };
+  const faults = new Faults(options, onCrash ?? (() => {
+    logger.warn('injected crash: closing the server');
+    void kill();
+  }));
+
+  const ctx: CompletionContext = {
+    model: options.model,
+    loras: new Set(options.lora),
+    runner,
+    metrics,
+    errorInjected: () => faults.errorRate > 0 && errorRng.next() < faults.errorRate,
+    logger,
+  };
+
+  const models = (): object => {
+    const created = Math.floor(Date.now() / 1000);
+    const card = (id: string, parent: string | null): object => ({ id, object: 'model', created, owned_by: 'spillway-sim', root: id, parent });
+    return { object: 'list', data: [card(options.model, null), ...options.lora.map((l) => card(l, options.model))] };
+  };
+
+  const route = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
+    const path = (req.url ?? '/').split('?')[0];
+    const method = req.method ?? 'GET';
+    if (path === '/admin/fault') return admin(req, res, method);
+    // A stalled server accepts the connection and then says nothing, like a wedged process.
+    if (faults.stall) return;
+    switch (`${method} ${path}`) {
+      case 'GET /health':
+        res.writeHead(200).end();
+        return;
+      case 'GET /metrics': {
+        const text = await metrics.registry.metrics();
+        res.writeHead(200, { 'content-type': metrics.registry.contentType }).end(text);
+        return;
+      }
+      case 'GET /v1/models':
+        return sendJson(res, 200, models());
+      case 'POST /v1/completions':
+        return handleCompletion(ctx, 'completion', req, res);
+      case 'POST /v1/chat/completions':
+        return handleCompletion(ctx, 'chat', req, res);
+    }
+    const known = ['/health', '/metrics', '/v1/models', '/v1/completions', '/v1/chat/completions'];
+    sendError(res, known.includes(path ?? '') ? apiError(405, `method ${method} not allowed on ${path}`) : apiError(404, `no route for ${path}`));
+  };
+
+  const admin = async (req: IncomingMessage, res: ServerResponse, method: string): Promise<void> => {
+    if (method === 'GET') return sendJson(res, 200, faults.state());
+    if (method !== 'POST') return sendError(res, apiError(405, `method ${method} not allowed on /admin/fault`));
+    const body = await readJson(req);
+    if (!body.ok) return sendError(res, body.error);
+    const patch = FaultPatch.safeParse(body.value);
+    if (!patch.success) return sendError(res, apiError(400, describeIssue(patch.error)));
+    const state = faults.update(patch.data);
+    logger.info({ faults: state }, 'faults changed');
+    sendJson(res, 200, state);
+  };
+
+  server.on('request', (req: IncomingMessage, res: ServerResponse) => {
+    route(req, res).catch((err: unknown) => {
+      logger.error({ err }, 'request failed');
+      if (!res.headersSent) sendError(res, apiError(500, 'internal error'));
+      else res.destroy();
+    });
+  });
+
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(options.port, options.host, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  const { port } = server.address() as AddressInfo;
+  const host = options.host.includes(':') ? `[${options.host}]` : options.host;
+  const url = `http://${host}:${port}`;
+  const cfg = engine.config;
+  logger.info(
+    { url, model: options.model, lora: options.lora, preset: options.preset, timeScale: options.timeScale, maxNumSeqs: cfg.maxNumSeqs, numBlocks: cfg.numBlocks, engineMetrics: options.engineMetrics },
+    'listening',
+  );
+
+  return { url, port, engine, faults, options, close: kill };
+}
