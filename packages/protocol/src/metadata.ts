@@ -1,5 +1,5 @@
 // Reads the protocol's values out of ProcessingRequest.metadata_context.
-import { canonicalEndpoint, formatEndpoint, hostOf, parseEndpoint } from './endpoint.js';
+import { formatEndpoint, hostOf, parseEndpoint } from './endpoint.js';
 import { LB_NAMESPACE, SERVED_KEY, SUBSET_KEY, SUBSET_NAMESPACE } from './constants.js';
 import type { Metadata } from './gen/envoy/config/core/v3/base.js';
 
@@ -39,6 +39,27 @@ export function readSubsetHint(metadata: Metadata | undefined): SubsetHint | und
   const namespace = metadata?.filterMetadata[SUBSET_NAMESPACE];
   if (namespace === undefined || !Object.hasOwn(namespace, SUBSET_KEY)) return undefined;
   const value = namespace[SUBSET_KEY];
+  // A gateway usually sends the same per-route subset on every request: reuse the last parse.
+  if (last !== undefined && sameValue(value, last.value)) return last.hint;
+  const hint = parseSubset(value);
+  last = { value: Array.isArray(value) ? value.slice() : value, hint };
+  return hint;
+}
+
+// One entry is enough for the common case and cannot grow; hints are never mutated.
+let last: { readonly value: unknown; readonly hint: SubsetHint } | undefined;
+
+function sameValue(value: unknown, previous: unknown): boolean {
+  if (typeof value === 'string') return value === previous;
+  if (!Array.isArray(value) || !Array.isArray(previous) || value.length !== previous.length) return false;
+  for (let i = 0; i < value.length; i++) {
+    const item: unknown = value[i];
+    if (typeof item !== 'string' || item !== previous[i]) return false;
+  }
+  return true;
+}
+
+function parseSubset(value: unknown): SubsetHint {
   const endpoints = new Set<string>();
   const hosts = new Set<string>();
   let ignored = 0;
@@ -53,7 +74,7 @@ export function readSubsetHint(metadata: Metadata | undefined): SubsetHint | und
   } else {
     ignored = 1;
   }
-  return { endpoints, hosts, size: endpoints.size + hosts.size, ignored };
+  return Object.freeze({ endpoints, hosts, size: endpoints.size + hosts.size, ignored });
 }
 
 /**
@@ -63,6 +84,6 @@ export function readSubsetHint(metadata: Metadata | undefined): SubsetHint | und
 export function readServedEndpoint(metadata: Metadata | undefined): string | undefined {
   const value = metadata?.filterMetadata[LB_NAMESPACE]?.[SERVED_KEY];
   if (typeof value !== 'string') return undefined;
-  const served = canonicalEndpoint(value.trim());
-  return served !== undefined && served.includes(':') && !served.endsWith(']') ? served : undefined;
+  const served = parseEndpoint(value.trim());
+  return served?.port === undefined ? undefined : formatEndpoint(served);
 }
