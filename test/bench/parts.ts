@@ -1,4 +1,7 @@
 import type { BenchPart } from './part.js';
+import { collector } from './collector.js';
+import { events } from './events.js';
+import { pick } from './pick.js';
 
 /** Every part of `npm run bench`, in the order they run and appear in BENCHMARKS.md. */
-export const parts: BenchPart[] = [];
+export const parts: BenchPart[] = [events, pick, collector];

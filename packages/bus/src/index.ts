@@ -1,1 +1,15 @@
-export {};
+export { natsFlagSpec, natsFlagHelp, natsOptionsFromFlags, parseNatsSettings, natsSettingsSchema, NatsOptionsError, DEFAULT_NATS_URL } from './options.js';
+export type { NatsSettings, NatsSettingsInput, NatsFlag, NatsFlagValues, Environment } from './options.js';
+export { connectNats, connectionOptions } from './connect.js';
+export { ConnectionTracker } from './connection-state.js';
+export type { ConnectionState, ConnectionStatus } from './connection-state.js';
+export { ensureStream, streamSettingsSchema, streamConfigFor, describeDifferences, subjectCovers, DEFAULT_STREAM } from './stream.js';
+export type { StreamSettings, StreamSettingsInput, EnsureStreamResult, StreamDifference } from './stream.js';
+export { EventPublisher, readinessMsgId } from './publisher.js';
+export type { PublisherOptions, PublisherCounters, ReadinessAck } from './publisher.js';
+export { EventReader, startReader } from './reader.js';
+export type { EventSink, ReaderOptions, ReaderStatus } from './reader.js';
+export type { RejectReason } from './rejects.js';
+export type { Logger } from './logger.js';
+export { fleetRows, renderFleetTable, renderFleetStatus } from './table.js';
+export type { FleetRow } from './table.js';

@@ -2,9 +2,7 @@
 // Pure: no I/O, no clock; randomness is injected.
 export * from './constants.js';
 export * from './messages.js';
-export { parseEndpoint, formatEndpoint, canonicalEndpoint, hostOf } from './endpoint.js';
-export type { Endpoint } from './endpoint.js';
-export { readSubsetHint, subsetIncludes, readServedEndpoint } from './metadata.js';
+export { readSubsetHint, readServedEndpoint } from './metadata.js';
 export type { SubsetHint } from './metadata.js';
 export { renderDestination, parseDestination } from './destination.js';
 export { headerValue, readRequestHeaders, readResponseHeaders } from './headers.js';

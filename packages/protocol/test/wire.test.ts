@@ -107,9 +107,7 @@ describe('upstream ProcessingRequest -> ours', () => {
     });
     expect(readBodyModes(ours.protocolConfig)).toEqual({ request: 'full-duplex', response: 'buffered' });
     expect(ours.attributes['envoy.filters.http.ext_proc']).toEqual({ 'request.path': '/v1/chat/completions' });
-    const hint = readSubsetHint(ours.metadataContext);
-    expect(hint && [...hint.endpoints]).toEqual(['10.0.0.1:8000', '[fd00::1]:8000']);
-    expect(hint?.ignored).toBe(1);
+    expect(readSubsetHint(ours.metadataContext)).toEqual(['10.0.0.1:8000', '[fd00::1]:8000', 'bogus']);
   });
 
   it('decodes body chunks, trailers and the served endpoint on responses', () => {

@@ -129,7 +129,7 @@ export class EppMetrics {
     labelNames: ['name'] as const,
     registers: [this.registry],
   });
-  readonly events = new Gauge({
+  readonly events = new Counter({
     name: 'spillway_events_total',
     help: 'Events from the stream: applied to the view, ignored as older than the view, rejected as malformed.',
     labelNames: ['result'] as const,

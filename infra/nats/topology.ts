@@ -1,0 +1,505 @@
+/**
+ * NATS topologies for Spillway (DESIGN §3, reference/nats.md §4):
+ *
+ * - `single`: one server with JetStream and the default `SPILLWAY` stream (created by the services).
+ * - `zones`: one JetStream domain per zone, each a leaf node of a hub. Each zone keeps a zone stream
+ *   (`SPILLWAY_<ZONE>`, only its own zone's subjects) and a local aggregate (`SPILLWAY`, no subjects)
+ *   sourcing its own zone stream plus every other zone's stream through `$JS.<domain>.API`. A zone's
+ *   EPP reads only its local aggregate, so a zone cut off from the hub keeps serving from local
+ *   data, and the aggregate's sources catch up by themselves when the link returns.
+ *
+ * The committed `*.conf` files in this folder are this module's output for `DEFAULT_*` options
+ * (`node --conditions=@spillway/source --import tsx infra/nats/render.ts` rewrites them; a test
+ * checks they are in sync). The demo launcher and the tests render the same configs for free ports
+ * and temporary directories.
+ *
+ * Stays within nats-server 2.9 features: no subject transforms, no multiple filter subjects.
+ */
+import { mkdir, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import {
+  DiscardPolicy,
+  JetStreamApiError,
+  RetentionPolicy,
+  StorageType,
+  type JetStreamManager,
+  type StreamConfig,
+  type StreamInfo,
+} from '@nats-io/jetstream';
+import { nanos } from '@nats-io/nats-core';
+import { SUBJECT_ROOT, escapeToken } from '@spillway/events';
+
+/** The stream every EPP reads: the whole stream on one server, the local aggregate in a zone. */
+export const AGGREGATE_STREAM = 'SPILLWAY';
+/** The NATS account that carries Spillway traffic in the zone topology (hub and zones). */
+export const SPILLWAY_ACCOUNT = 'SPILLWAY';
+/** The hub's own JetStream domain. The hub stores nothing; see renderHub for why it has one. */
+export const HUB_DOMAIN = 'hub';
+
+const DUPLICATE_WINDOW_MS = 2 * 60 * 1000;
+const MAX_AGE_MS = 24 * 60 * 60 * 1000;
+/** JetStream's error code for "stream not found". */
+const STREAM_NOT_FOUND = 10059;
+
+/** Zone names are used as JetStream domains and config identifiers, so keep them to one plain token. */
+const ZONE_NAME = /^[A-Za-z0-9_-]{1,64}$/;
+
+export function assertZoneName(zone: string): void {
+  if (!ZONE_NAME.test(zone)) {
+    throw new Error(`zone "${zone}": the NATS zone topology needs zone names of letters, digits, _ and - (it is a JetStream domain)`);
+  }
+  if (zone === HUB_DOMAIN) throw new Error(`zone "${zone}": the name is reserved for the hub's JetStream domain`);
+}
+
+/** The JetStream domain of a zone: the zone name itself, so `$JS.<zone>.API` reads naturally. */
+export function domainOf(zone: string): string {
+  assertZoneName(zone);
+  return zone;
+}
+
+/** `SPILLWAY_<ZONE>`: stream names may not contain `.`, `*`, `>` or spaces; zone names have none. */
+export function zoneStreamName(zone: string): string {
+  assertZoneName(zone);
+  return `${AGGREGATE_STREAM}_${zone.toUpperCase()}`;
+}
+
+/** Every pool's subjects of one zone: `spillway.v1.*.<zone>.>`. */
+export function zoneSubjects(zone: string): string {
+  return `${SUBJECT_ROOT}.*.${escapeToken(zone)}.>`;
+}
+
+/** Limits shared by the zone streams and the aggregates: the DESIGN §3 last-value stream settings. */
+function lastValueLimits(): Partial<StreamConfig> {
+  return {
+    retention: RetentionPolicy.Limits,
+    storage: StorageType.File,
+    max_msgs_per_subject: 1,
+    // A stream of last values must never refuse a newer event, so the old value gives way.
+    discard: DiscardPolicy.Old,
+    allow_direct: true,
+    duplicate_window: nanos(DUPLICATE_WINDOW_MS),
+    // Garbage-collects pods that vanished without a tombstone (readiness is re-published every 30 s).
+    max_age: nanos(MAX_AGE_MS),
+    num_replicas: 1,
+  };
+}
+
+export type StreamDefinition = Partial<StreamConfig> & { name: string };
+
+/**
+ * A zone's own stream, created in the zone's domain. It captures only that zone's subjects, so the
+ * zone streams of different domains never capture each other's publishes even though the leaf
+ * nodes carry subject interest between them.
+ */
+export function zoneStreamConfig(zone: string): StreamDefinition {
+  return { name: zoneStreamName(zone), subjects: [zoneSubjects(zone)], ...lastValueLimits() };
+}
+
+/**
+ * The local aggregate of `localZone`: no `subjects` (with subjects it would also capture live
+ * traffic crossing the leaf nodes, twice), sourcing the local zone stream directly and every other
+ * zone's stream through that zone's JetStream API prefix. Sources keep retrying while a zone is
+ * unreachable and resume where they stopped, which is the "catches up afterwards" of DESIGN §3.
+ */
+export function aggregateStreamConfig(localZone: string, zones: readonly string[], name = AGGREGATE_STREAM): StreamDefinition {
+  assertZoneName(localZone);
+  const all = uniqueZones([localZone, ...zones]);
+  return {
+    name,
+    sources: all.map((zone) =>
+      zone === localZone
+        ? { name: zoneStreamName(zone) }
+        : // deliver "": no delivery prefix. The remote source consumer delivers on this server's
+          // own internal subject, which the leaf links carry because every server shares account
+          // SPILLWAY (a prefix is only needed when the streams live in different accounts).
+          { name: zoneStreamName(zone), external: { api: `$JS.${domainOf(zone)}.API`, deliver: '' } },
+    ),
+    ...lastValueLimits(),
+  };
+}
+
+function uniqueZones(zones: readonly string[]): string[] {
+  const seen = new Map<string, string>();
+  for (const zone of zones) {
+    assertZoneName(zone);
+    const stream = zoneStreamName(zone);
+    const other = seen.get(stream);
+    if (other !== undefined && other !== zone) throw new Error(`zones "${other}" and "${zone}" map to the same stream ${stream}`);
+    seen.set(stream, zone);
+  }
+  return [...seen.values()];
+}
+
+export interface ProvisionResult {
+  created: string[];
+  existing: string[];
+}
+
+/**
+ * Creates the zone stream and the local aggregate in `localZone`'s domain when they are missing.
+ * Existing streams are left as they are (DESIGN §3: never change an existing stream destructively).
+ * `jsm` must be a manager of the zone's own domain with an admin user (the collector and EPP users
+ * cannot create streams); with `jetstreamManager(nc)` on the zone's server, that is the default.
+ * Call it once per zone before starting that zone's collector and EPP.
+ */
+export async function provisionZoneStreams(
+  jsm: JetStreamManager,
+  localZone: string,
+  zones: readonly string[],
+  aggregate = AGGREGATE_STREAM,
+): Promise<ProvisionResult> {
+  const result: ProvisionResult = { created: [], existing: [] };
+  for (const config of [zoneStreamConfig(localZone), aggregateStreamConfig(localZone, zones, aggregate)]) {
+    if (await streamInfo(jsm, config.name)) {
+      result.existing.push(config.name);
+      continue;
+    }
+    await jsm.streams.add(config);
+    result.created.push(config.name);
+  }
+  return result;
+}
+
+async function streamInfo(jsm: JetStreamManager, name: string): Promise<StreamInfo | undefined> {
+  try {
+    return await jsm.streams.info(name);
+  } catch (error) {
+    if (error instanceof JetStreamApiError && error.code === STREAM_NOT_FOUND) return undefined;
+    throw error;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Config rendering
+
+export interface Credentials {
+  user: string;
+  /** Named like nats.js `ConnectionOptions.pass`, so `connect({ servers, ...credentials })` works. */
+  pass: string;
+}
+
+export interface SingleServerOptions {
+  /** Address to bind. Default 127.0.0.1 (the demo); use 0.0.0.0 in a container. */
+  host?: string;
+  port: number;
+  storeDir: string;
+  /** HTTP monitoring port (`/varz`, `/jsz`); omitted when absent. */
+  monitorPort?: number;
+}
+
+export interface ZoneServerOptions {
+  zone: string;
+  clientPort: number;
+  storeDir: string;
+  monitorPort?: number;
+}
+
+export interface ZoneTopologyOptions {
+  /** Address every server binds (default 127.0.0.1). */
+  host?: string;
+  /** Address the zones dial for the hub's leaf port (default `host`). */
+  hubAddress?: string;
+  hub: { clientPort: number; leafPort: number; storeDir: string; monitorPort?: number };
+  zones: readonly ZoneServerOptions[];
+  /**
+   * Password of each user (`admin-hub`, `leaf-<zone>`, `admin-<zone>`, `collector-<zone>`,
+   * `epp-<zone>`). Default: `<user>-dev`, fit only for a laptop. In production pass real secrets
+   * (or bcrypt hashes from `nats server passwd`: the server accepts them in place of passwords,
+   * and the clients then need the plain text from elsewhere).
+   */
+  password?: (user: string) => string;
+  /** Name of the local aggregate stream, default `SPILLWAY` (the EPP's default `--stream`). */
+  aggregateStream?: string;
+}
+
+export interface RenderedServer {
+  /** Suggested file name (`hub.conf`, `zone-a.conf`). */
+  file: string;
+  /** The nats-server config text. */
+  config: string;
+  /** `nats://host:port` for clients. */
+  url: string;
+  clientPort: number;
+}
+
+export interface RenderedZone extends RenderedServer {
+  zone: string;
+  /** JetStream domain of the zone: `jetstream(nc, { domain })` from outside the zone. */
+  domain: string;
+  zoneStream: string;
+  aggregateStream: string;
+  users: {
+    /** Full rights in the zone's account: provisions the streams. */
+    admin: Credentials;
+    /** Publishes this zone's subjects only (and reads stream info). */
+    collector: Credentials;
+    /** Reads the local aggregate only: consumers, direct get, stream info. */
+    epp: Credentials;
+  };
+}
+
+export interface RenderedTopology {
+  hub: RenderedServer & { leafPort: number; users: { admin: Credentials } };
+  zones: RenderedZone[];
+}
+
+const DEFAULT_HOST = '127.0.0.1';
+const defaultPassword = (user: string): string => `${user}-dev`;
+
+/** Double-quoted NATS config string (the format accepts JSON-style escapes). */
+function q(text: string): string {
+  return JSON.stringify(text);
+}
+
+function list(items: readonly string[], indent: string): string {
+  return `[\n${items.map((item) => `${indent}  ${q(item)}`).join('\n')}\n${indent}]`;
+}
+
+function monitorLine(monitorPort: number | undefined, host: string): string {
+  // Monitoring shows connections and JetStream state (`/jsz`); bound like the client port.
+  return monitorPort === undefined ? '' : `http: ${q(`${host}:${monitorPort}`)}\n`;
+}
+
+export function renderSingleServer(options: SingleServerOptions): string {
+  const host = options.host ?? DEFAULT_HOST;
+  return `# Spillway: one nats-server with JetStream, for the local demo and small deployments.
+# Generated by infra/nats/topology.ts (renderSingleServer); see infra/nats/README.md.
+#
+# The services create the stream themselves on first start (DESIGN §3): stream SPILLWAY on
+# spillway.v1.>, last value per subject, file storage, direct get on. Nothing to provision here.
+# Run: nats-server -c infra/nats/single.conf   (from the repository root; data under store_dir)
+
+server_name: "spillway-single"
+listen: ${q(`${host}:${options.port}`)}
+${monitorLine(options.monitorPort, host)}
+jetstream {
+  # File storage: an EPP restarting replays the last value of every subject from here, so the
+  # view survives a NATS restart too.
+  store_dir: ${q(options.storeDir)}
+}
+
+# No authorization: bind to loopback (or a private network) only. For per-zone publish rights
+# use the zone topology (zone-*.conf), whose accounts and users show the permissions to grant.
+`;
+}
+
+function userBlock(user: string, password: string, permissions: string | undefined, indent: string): string {
+  if (!permissions) return `${indent}{ user: ${q(user)}, password: ${q(password)} }`;
+  return `${indent}{
+${indent}  user: ${q(user)}
+${indent}  password: ${q(password)}
+${indent}  permissions: {
+${permissions}
+${indent}  }
+${indent}}`;
+}
+
+function collectorPermissions(zone: string, indent: string): string {
+  const i = `${indent}    `;
+  return `${i}# Only this zone's events (every pool); a publish to another zone's subjects is a
+${i}# permissions violation. The JetStream API subjects are read-only calls the publisher makes
+${i}# on start (account info; stream info when it checks the stream exists).
+${i}publish: {
+${i}  allow: ${list([zoneSubjects(zone), '$JS.API.INFO', '$JS.API.STREAM.INFO.*'], `${i}  `)}
+${i}}
+${i}# Acked publishes (readiness) get their PubAck on an inbox. No allow_responses: it would let
+${i}# the collector publish to any reply subject.
+${i}subscribe: {
+${i}  allow: ["_INBOX.>"]
+${i}}`;
+}
+
+function eppPermissions(aggregate: string, indent: string): string {
+  const i = `${indent}    `;
+  const s = aggregate;
+  return `${i}# Read-only on the local aggregate: ordered consumers (create, info, next, delete),
+${i}# direct get and stream info. Nothing under spillway.> may be published, and no stream may
+${i}# be created or changed (the aggregate is provisioned by an admin).
+${i}publish: {
+${i}  allow: ${list(
+    [
+      '$JS.API.INFO',
+      `$JS.API.STREAM.INFO.${s}`,
+      // 2.9 accepts both consumer-create forms: the legacy one and the named one with a filter.
+      `$JS.API.CONSUMER.CREATE.${s}`,
+      `$JS.API.CONSUMER.CREATE.${s}.>`,
+      `$JS.API.CONSUMER.INFO.${s}.>`,
+      `$JS.API.CONSUMER.DELETE.${s}.>`,
+      `$JS.API.CONSUMER.MSG.NEXT.${s}.>`,
+      `$JS.API.DIRECT.GET.${s}`,
+      `$JS.API.DIRECT.GET.${s}.>`,
+      `$JS.API.STREAM.MSG.GET.${s}`,
+    ],
+    `${i}  `,
+  )}
+${i}  deny: ["spillway.>"]
+${i}}
+${i}subscribe: {
+${i}  allow: ["_INBOX.>"]
+${i}}`;
+}
+
+/**
+ * Renders the hub and one config per zone. Each zone server:
+ * - is its own JetStream domain (its API stays local, so it works while cut off);
+ * - puts every Spillway user in account SPILLWAY with JetStream enabled;
+ * - dials the hub as a leaf node bound to account SPILLWAY, so the same account spans all servers
+ *   and `$JS.<other-zone>.API.>` requests (the aggregate's sources) travel hub-and-spoke.
+ */
+export function renderZoneTopology(options: ZoneTopologyOptions): RenderedTopology {
+  const host = options.host ?? DEFAULT_HOST;
+  const hubAddress = options.hubAddress ?? host;
+  const password = options.password ?? defaultPassword;
+  const aggregate = options.aggregateStream ?? AGGREGATE_STREAM;
+  const zoneNames = uniqueZones(options.zones.map((z) => z.zone));
+  if (zoneNames.length !== options.zones.length) throw new Error('each zone may appear only once');
+  const cred = (user: string): Credentials => ({ user, pass: password(user) });
+
+  const hubAdmin = cred('admin-hub');
+  const leafUsers = zoneNames.map((zone) => cred(`leaf-${zone}`));
+  const hubConfig = `# Spillway NATS hub: joins the zone servers (leaf nodes), stores no Spillway data.
+# Generated by infra/nats/topology.ts (renderZoneTopology); see infra/nats/README.md.
+#
+# Zones talk to each other only through here: the aggregate stream of each zone sources the other
+# zones' streams via $JS.<zone>.API.>, which the leaf connections route across the hub. When the
+# hub is down each zone keeps working on its own; the sources resume when it is back.
+
+server_name: "spillway-hub"
+listen: ${q(`${host}:${options.hub.clientPort}`)}
+${monitorLine(options.hub.monitorPort, host)}
+jetstream {
+  store_dir: ${q(options.hub.storeDir)}
+  # With several JetStream leaf nodes, the hub needs JetStream and a domain of its own: each
+  # domain's API is then addressed by name and the hub never answers another domain's requests.
+  domain: ${q(HUB_DOMAIN)}
+}
+
+accounts {
+  ${SPILLWAY_ACCOUNT} {
+    jetstream: enabled
+    users: [
+${userBlock(hubAdmin.user, hubAdmin.pass, undefined, '      ')}
+    ]
+  }
+}
+
+leafnodes {
+  listen: ${q(`${host}:${options.hub.leafPort}`)}
+  # One user per zone, each bound to account ${SPILLWAY_ACCOUNT}: the leaf connection joins the
+  # zone's ${SPILLWAY_ACCOUNT} account to this one. Per-zone users let a zone be revoked alone.
+  # A JetStream domain on each side makes the servers deny the plain $JS.API.> across the
+  # leaf connection automatically, so no zone's API call is ever answered by another domain.
+  authorization {
+    users: [
+${leafUsers.map((u) => `      { user: ${q(u.user)}, password: ${q(u.pass)}, account: ${q(SPILLWAY_ACCOUNT)} }`).join('\n')}
+    ]
+  }
+}
+`;
+
+  const zones = options.zones.map((z): RenderedZone => {
+    const zone = z.zone;
+    const leaf = cred(`leaf-${zone}`);
+    const users = { admin: cred(`admin-${zone}`), collector: cred(`collector-${zone}`), epp: cred(`epp-${zone}`) };
+    // Credentials in the URL: remotes of 2.9 take user info there (a `credentials` file is for JWTs).
+    const hubUrl = `nats-leaf://${encodeURIComponent(leaf.user)}:${encodeURIComponent(leaf.pass)}@${hubAddress}:${options.hub.leafPort}`;
+    const config = `# Spillway NATS server of zone ${q(zone)}: JetStream domain ${q(domainOf(zone))}, leaf node of the hub.
+# Generated by infra/nats/topology.ts (renderZoneTopology); see infra/nats/README.md.
+#
+# Streams (created by provisionZoneStreams with the admin user, not by this file):
+#   ${zoneStreamName(zone)}  subjects ${zoneSubjects(zone)}  (this zone's events only)
+#   ${aggregate}  no subjects; sources ${zoneStreamName(zone)} and every other zone's stream
+#             via $JS.<zone>.API. The zone's EPP reads only this one.
+
+server_name: ${q(`spillway-${zone}`)}
+listen: ${q(`${host}:${z.clientPort}`)}
+${monitorLine(z.monitorPort, host)}
+jetstream {
+  store_dir: ${q(z.storeDir)}
+  # Own domain: $JS.API.> is answered here and never crosses the leaf connection, so creating
+  # consumers and publishing with acks keep working while the hub is unreachable. Other zones
+  # address this zone's API as $JS.${domainOf(zone)}.API.>.
+  domain: ${q(domainOf(zone))}
+}
+
+accounts {
+  ${SPILLWAY_ACCOUNT} {
+    jetstream: enabled
+    users: [
+${userBlock(users.admin.user, users.admin.pass, undefined, '      ')}
+${userBlock(users.collector.user, users.collector.pass, collectorPermissions(zone, '      '), '      ')}
+${userBlock(users.epp.user, users.epp.pass, eppPermissions(aggregate, '      '), '      ')}
+    ]
+  }
+}
+
+leafnodes {
+  # Bound to account ${SPILLWAY_ACCOUNT} on both ends. The leaf reconnects by itself (every second
+  # by default) when the hub comes back.
+  remotes: [
+    { url: ${q(hubUrl)}, account: ${q(SPILLWAY_ACCOUNT)} }
+  ]
+}
+`;
+    return {
+      zone,
+      domain: domainOf(zone),
+      file: `${zone}.conf`,
+      config,
+      url: `nats://${host}:${z.clientPort}`,
+      clientPort: z.clientPort,
+      zoneStream: zoneStreamName(zone),
+      aggregateStream: aggregate,
+      users,
+    };
+  });
+
+  return {
+    hub: {
+      file: 'hub.conf',
+      config: hubConfig,
+      url: `nats://${host}:${options.hub.clientPort}`,
+      clientPort: options.hub.clientPort,
+      leafPort: options.hub.leafPort,
+      users: { admin: hubAdmin },
+    },
+    zones,
+  };
+}
+
+/** Writes the hub's and every zone's config into `dir`; returns the paths by server (`hub`, zone names). */
+export async function writeZoneTopology(topology: RenderedTopology, dir: string): Promise<Record<string, string>> {
+  await mkdir(dir, { recursive: true });
+  const paths: Record<string, string> = {};
+  for (const [key, server] of [['hub', topology.hub] as const, ...topology.zones.map((z) => [z.zone, z] as const)]) {
+    const path = join(dir, server.file);
+    await writeFile(path, server.config);
+    paths[key] = path;
+  }
+  return paths;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The committed files: laptop defaults (loopback, fixed ports, data under ./.data/nats).
+
+export const DEFAULT_ZONES = ['zone-a', 'zone-b', 'zone-c'] as const;
+
+export const DEFAULT_SINGLE: SingleServerOptions = { port: 4222, storeDir: '.data/nats/single', monitorPort: 8222 };
+
+export const DEFAULT_TOPOLOGY: ZoneTopologyOptions = {
+  hub: { clientPort: 4230, leafPort: 7422, storeDir: '.data/nats/hub', monitorPort: 8230 },
+  zones: DEFAULT_ZONES.map((zone, i) => ({
+    zone,
+    clientPort: 4231 + i,
+    storeDir: `.data/nats/${zone}`,
+    monitorPort: 8231 + i,
+  })),
+};
+
+/** File name -> contents of every committed config in infra/nats. */
+export function defaultConfigFiles(): Record<string, string> {
+  const topology = renderZoneTopology(DEFAULT_TOPOLOGY);
+  const files: Record<string, string> = { 'single.conf': renderSingleServer(DEFAULT_SINGLE), [topology.hub.file]: topology.hub.config };
+  for (const zone of topology.zones) files[zone.file] = zone.config;
+  return files;
+}

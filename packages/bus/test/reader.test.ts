@@ -1,0 +1,195 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
+import type { NatsConnection } from '@nats-io/nats-core';
+import { encodeEvent, subjectFor, type SpillwayEvent } from '@spillway/events';
+import { Fleet, snapshotPool } from '@spillway/fleet';
+import { eventually, startNatsServer, type NatsServerHandle } from '@spillway/testkit';
+import { connectNats, ensureStream, EventPublisher, startReader, type EventReader, type Logger } from '../src/index.js';
+import { metrics, podEvents, publishAll, readiness, waitForStored } from './helpers.js';
+
+let server: NatsServerHandle;
+let nc: NatsConnection;
+let jsm: JetStreamManager;
+let publisher: EventPublisher;
+const readers: EventReader[] = [];
+
+beforeAll(async () => {
+  server = await startNatsServer({ forcePrivate: true });
+  nc = await connectNats({ servers: [server.url] });
+  jsm = await jetstreamManager(nc);
+  await ensureStream(jsm);
+  publisher = new EventPublisher(nc);
+});
+
+afterAll(async () => {
+  await Promise.all(readers.map((r) => r.close()));
+  await nc?.close();
+  await server?.stop();
+});
+
+function reader(pool: string, fleet: Fleet, extra: { logger?: Logger; now?: () => number } = {}): EventReader {
+  const r = startReader(nc, { pool, sink: fleet, ...extra });
+  readers.push(r);
+  return r;
+}
+
+function fedDirectly(events: readonly SpillwayEvent[]): Fleet {
+  const fleet = new Fleet();
+  for (const e of events) fleet.apply(e, 0);
+  return fleet;
+}
+
+async function stored(): Promise<number> {
+  return (await jsm.streams.info('SPILLWAY')).state.messages;
+}
+
+describe('EventReader', () => {
+  it('replays the stream into the same view as applying the events directly', async () => {
+    const t = Date.now();
+    // Older values first: the stream keeps only the last per subject, and so must the view.
+    const old = podEvents('replay', 0, 30, t - 5_000);
+    const latest = [...podEvents('replay', 0, 30, t), readiness('replay', 3, t + 1, { ready: false }), readiness('replay', 4, t + 1, { ready: false, deleted: true })];
+    const before = await stored();
+    await publishAll(publisher, old);
+    await publishAll(publisher, latest);
+    await waitForStored(jsm, 'SPILLWAY', before + 60);
+
+    const fleet = new Fleet();
+    const r = reader('replay', fleet);
+    await r.caughtUp;
+    expect(r.status.caughtUp).toBe(true);
+    expect(snapshotPool(fleet, 'replay')).toEqual(snapshotPool(fedDirectly([...old, ...latest]), 'replay'));
+    expect(fleet.get('replay', 'vllm-3')?.ready).toBe(false);
+    expect(fleet.pool('replay')?.readyCount).toBe(28);
+    // last_per_subject: 30 readiness + 30 metrics subjects, the superseded values are not replayed.
+    expect(r.status.received).toBe(60);
+    expect(fleet.counters.rejected).toBe(0);
+  });
+
+  it('is caught up at once when the pool has nothing in the stream', async () => {
+    const fleet = new Fleet();
+    const r = reader('empty-pool', fleet);
+    await r.caughtUp;
+    expect(r.status).toMatchObject({ caughtUp: true, received: 0, connection: 'connected', staleSince: undefined });
+  });
+
+  it('follows live after the replay, and a later reader reaches the same view', async () => {
+    const t = Date.now();
+    const first = new Fleet();
+    const r1 = reader('live', first);
+    await r1.caughtUp;
+    const events = podEvents('live', 0, 20, t);
+    await publishAll(publisher, events);
+    await eventually(() => expect(snapshotPool(first, 'live')).toEqual(snapshotPool(fedDirectly(events), 'live')), 15_000);
+
+    const update = metrics('live', 5, t + 100, { waitingRequests: 42 });
+    publisher.publishMetrics(update);
+    await eventually(() => expect(first.get('live', 'vllm-5')?.metrics?.waitingRequests).toBe(42), 15_000);
+
+    const second = new Fleet();
+    const r2 = reader('live', second);
+    await r2.caughtUp;
+    expect(snapshotPool(second, 'live')).toEqual(snapshotPool(first, 'live'));
+    // Both keep following.
+    await publisher.publishReadiness(readiness('live', 99, t + 200));
+    await eventually(() => {
+      expect(first.get('live', 'vllm-99')?.ready).toBe(true);
+      expect(second.get('live', 'vllm-99')?.ready).toBe(true);
+    }, 15_000);
+  });
+
+  it('uses the stream timestamp while replaying and the local clock once live', async () => {
+    const t = Date.now();
+    const before = await stored();
+    await publishAll(publisher, podEvents('clock', 0, 2, t));
+    await waitForStored(jsm, 'SPILLWAY', before + 4);
+    // This reader's clock runs a minute ahead: replayed samples must look a minute old (stale).
+    const skew = 60_000;
+    const now = () => Date.now() + skew;
+    const fleet = new Fleet();
+    const r = reader('clock', fleet, { now });
+    await r.caughtUp;
+    const replayed = fleet.get('clock', 'vllm-0');
+    expect(replayed && fleet.metricsAge(replayed, now())).toBeGreaterThan(skew / 2);
+    expect(replayed && fleet.isFresh(replayed, now())).toBe(false);
+
+    publisher.publishMetrics(metrics('clock', 0, t + 500));
+    await eventually(() => expect(fleet.get('clock', 'vllm-0')?.metrics?.observedAt).toBe(t + 500), 15_000);
+    const live = fleet.get('clock', 'vllm-0');
+    expect(live && fleet.metricsAge(live, now())).toBeLessThan(skew / 2);
+  });
+
+  it('drops 200 malformed messages, counts them by reason, logs each subject once, and keeps going', async () => {
+    const t = Date.now();
+    const warnings: Record<string, unknown>[] = [];
+    const logger: Logger = { warn: (fields) => warnings.push(fields) };
+    const fleet = new Fleet();
+    const r = reader('bad', fleet, { logger });
+    await r.caughtUp;
+
+    const good = (i: number) => readiness('bad', i, t);
+    const subject = (i: number, kind: 'readiness' | 'metrics' = 'readiness') => subjectFor({ pool: 'bad', zone: 'zone-a', pod: `bad-${i}`, kind });
+    const payloads: [string, Uint8Array | string][] = [];
+    for (let i = 0; i < 200; i++) {
+      const kind = i % 5;
+      const base = { ...good(i), zone: 'zone-a', pod: `bad-${i}` };
+      if (kind === 0) payloads.push([subject(i), `not json {${i}`]);
+      else if (kind === 1) payloads.push([subject(i), JSON.stringify({ ...base, ready: 'yes', address: 42 })]);
+      else if (kind === 2) payloads.push([subject(i), JSON.stringify({ ...base, v: 99 })]);
+      else if (kind === 3) payloads.push([subject(i), JSON.stringify({ ...base, labels: { big: 'x'.repeat(70 * 1024) } })]);
+      else payloads.push([subject(i), encodeEvent({ ...base, pod: `someone-else-${i}` })]);
+    }
+    // One subject twice: counted twice, logged once.
+    payloads.push([subject(0), 'still not json']);
+    for (const [s, p] of payloads) nc.publish(s, p);
+    // Valid events published after the garbage must still arrive.
+    await publishAll(publisher, [good(1000), metrics('bad', 1000, t)]);
+
+    await eventually(() => {
+      expect(fleet.get('bad', 'vllm-1000')?.ready).toBe(true);
+      expect(fleet.get('bad', 'vllm-1000')?.metrics).toBeDefined();
+      expect(r.status.rejected).toBe(201);
+    }, 15_000);
+    expect(fleet.counters.rejected).toBe(201);
+    expect(r.status.rejectedByReason).toEqual({ 'not-json': 41, invalid: 40, 'unsupported-version': 40, oversized: 40, 'subject-mismatch': 40 });
+    expect(warnings).toHaveLength(200);
+    expect(new Set(warnings.map((w) => w['subject'])).size).toBe(200);
+    // Nothing malformed reached the view.
+    expect([...(fleet.pool('bad')?.endpoints() ?? [])].map((e) => e.pod)).toEqual(['vllm-1000']);
+
+    // A reader replaying the stream meets the same garbage (last per subject) and the same outcome.
+    const replayed = new Fleet();
+    const r2 = reader('bad', replayed);
+    await r2.caughtUp;
+    expect(r2.status.rejected).toBe(200);
+    expect(snapshotPool(replayed, 'bad')).toEqual(snapshotPool(fleet, 'bad'));
+  });
+
+  it('replays a 10,000-pod pool (readiness and metrics) and catches up', async () => {
+    const t = Date.now();
+    const events = podEvents('big', 0, 10_000, t);
+    const before = await stored();
+    await publishAll(publisher, events);
+    await waitForStored(jsm, 'SPILLWAY', before + 20_000, 30_000);
+    const fleet = new Fleet();
+    const r = reader('big', fleet);
+    await r.caughtUp;
+    expect(r.status.received).toBe(20_000);
+    expect(fleet.counters.applied).toBe(20_000);
+    expect(fleet.pool('big')?.readyCount).toBe(10_000);
+    expect(snapshotPool(fleet, 'big')).toEqual(snapshotPool(fedDirectly(events), 'big'));
+  }, 60_000);
+
+  it('close() stops applying events', async () => {
+    const fleet = new Fleet();
+    const r = reader('closing', fleet);
+    await r.caughtUp;
+    await r.close();
+    await publishAll(publisher, [readiness('closing', 1, Date.now())]);
+    // A still-running reader sees it; the closed one must not.
+    const other = new Fleet();
+    await reader('closing', other).caughtUp;
+    expect(other.get('closing', 'vllm-1')?.ready).toBe(true);
+    expect(fleet.get('closing', 'vllm-1')).toBeUndefined();
+  });
+});

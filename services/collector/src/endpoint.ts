@@ -1,0 +1,30 @@
+import type { Engine } from '@spillway/events';
+
+/**
+ * One model-server endpoint as a readiness source describes it. `pod` identifies it (with the
+ * pool) on the event subjects; `sourceReady` is what the source itself says (a Kubernetes
+ * endpoint's conditions; always true for a static file, whose entries are probed).
+ */
+export interface EndpointSpec {
+  readonly pod: string;
+  /** `ip:port`, IPv6 as `[addr]:port`. */
+  readonly address: string;
+  readonly zone: string;
+  readonly region: string | undefined;
+  readonly engine: Engine | undefined;
+  readonly labels: Readonly<Record<string, string>> | undefined;
+  readonly sourceReady: boolean;
+}
+
+/** Compares everything a readiness event carries, so a changed spec is re-published. */
+export function sameSpec(a: EndpointSpec, b: EndpointSpec): boolean {
+  return (
+    a.pod === b.pod &&
+    a.address === b.address &&
+    a.zone === b.zone &&
+    a.region === b.region &&
+    a.engine === b.engine &&
+    a.sourceReady === b.sourceReady &&
+    JSON.stringify(a.labels ?? {}) === JSON.stringify(b.labels ?? {})
+  );
+}

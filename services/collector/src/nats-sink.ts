@@ -1,0 +1,114 @@
+import { jetstreamManager } from '@nats-io/jetstream';
+import { ConnectionTracker, EventPublisher, connectNats, describeDifferences, ensureStream, type NatsSettings } from '@spillway/bus';
+import type { MetricsEvent, ReadinessEvent } from '@spillway/events';
+import type { Logger } from 'pino';
+import type { EventSink } from './sink.js';
+
+type NatsConnection = Awaited<ReturnType<typeof connectNats>>;
+
+export interface NatsSinkOptions {
+  settings: NatsSettings;
+  stream: string;
+  logger: Logger;
+  /** How long one readiness publish retries before giving up (the periodic re-publish covers the rest). */
+  readinessRetryMs?: number;
+}
+
+/**
+ * The collector's events into NATS through `@spillway/bus`: readiness acked with a `Nats-Msg-Id`,
+ * metrics as core publishes dropped (never queued) while disconnected. Connecting happens in the
+ * background, so the collector probes and scrapes from the start and a NATS outage at startup or
+ * later only pauses publishing. Every (re)connect ensures the stream (a server restarted without
+ * its store has none) and tells the collector to re-publish readiness.
+ */
+export class NatsSink implements EventSink {
+  private nc: NatsConnection | undefined;
+  private publisher: EventPublisher | undefined;
+  private readonly listeners: (() => void)[] = [];
+  private readonly connected: Promise<EventPublisher>;
+  private closed = false;
+
+  constructor(private readonly options: NatsSinkOptions) {
+    this.connected = this.connect();
+    this.connected.catch(() => undefined);
+  }
+
+  /** Resolves once connected and the stream is ensured (for tests and startup logs). */
+  async ready(): Promise<void> {
+    await this.connected;
+  }
+
+  async publishReadiness(event: ReadinessEvent): Promise<void> {
+    const publisher = await this.connected;
+    await publisher.publishReadiness(event);
+  }
+
+  publishMetrics(event: MetricsEvent): boolean {
+    return this.publisher?.publishMetrics(event) ?? false;
+  }
+
+  onReconnect(listener: () => void): void {
+    this.listeners.push(listener);
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    const nc = this.nc;
+    if (nc && !nc.isClosed()) {
+      await nc.flush().catch(() => undefined);
+      await nc.close();
+    }
+  }
+
+  private async connect(): Promise<EventPublisher> {
+    const { settings, logger } = this.options;
+    // waitOnFirstConnect: keeps trying until the server is up.
+    const nc = await connectNats(settings);
+    this.nc = nc;
+    if (this.closed) {
+      await nc.close();
+      throw new Error('sink closed');
+    }
+    logger.info({ server: nc.getServer() }, 'connected to NATS');
+    const tracker = new ConnectionTracker(nc);
+    await this.ensure(nc);
+    const publisher = new EventPublisher(nc, { connection: tracker, retryForMs: this.options.readinessRetryMs ?? 10_000 });
+    this.publisher = publisher;
+    void this.follow(nc, tracker);
+    return publisher;
+  }
+
+  private async ensure(nc: NatsConnection): Promise<void> {
+    const { logger, stream } = this.options;
+    for (let attempt = 0; !this.closed && !nc.isClosed(); attempt++) {
+      try {
+        const jsm = await jetstreamManager(nc, { checkAPI: false });
+        const result = await ensureStream(jsm, { name: stream });
+        if (result.created) logger.info({ stream }, 'created stream');
+        for (const line of describeDifferences(result)) logger.warn(line);
+        return;
+      } catch (error) {
+        // JetStream may still be starting; publishing readiness needs the stream, so keep trying.
+        if (attempt === 0) logger.warn({ stream, error: (error as Error).message }, 'cannot ensure stream yet; retrying');
+        await new Promise((r) => setTimeout(r, Math.min(2_000, 100 * 2 ** Math.min(attempt, 5))));
+      }
+    }
+  }
+
+  private async follow(nc: NatsConnection, tracker: ConnectionTracker): Promise<void> {
+    const { logger } = this.options;
+    let previous = tracker.status.state;
+    for await (const status of tracker.changes()) {
+      if (status.state !== previous) {
+        if (status.state === 'connected') {
+          logger.info({ server: status.server }, 'reconnected to NATS');
+          await this.ensure(nc);
+          for (const listener of this.listeners) listener();
+        } else if (previous === 'connected') {
+          logger.warn({ state: status.state }, 'lost NATS; dropping metric samples until reconnected');
+        }
+        previous = status.state;
+      }
+    }
+  }
+}

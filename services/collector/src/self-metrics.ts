@@ -1,0 +1,70 @@
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+
+export type ScrapeFailureReason = 'timeout' | 'connect' | 'http-status' | 'too-large' | 'parse' | 'invalid' | 'unknown-engine';
+export type EndpointState = 'ready' | 'not-ready' | 'unknown' | 'scrape-failing';
+
+/** The collector's own Prometheus metrics, in a registry of its own (tests run several collectors). */
+export class CollectorMetrics {
+  readonly registry = new Registry();
+  readonly scrapeDuration: Histogram<'engine'>;
+  readonly scrapeFailures: Counter<'reason'>;
+  readonly scrapesSkipped: Counter;
+  readonly eventsPublished: Counter<'kind'>;
+  readonly eventsDropped: Counter<'kind' | 'reason'>;
+  readonly probeFailures: Counter<'reason'>;
+  readonly endpoints: Gauge<'state'>;
+  readonly sourceErrors: Counter<'source'>;
+
+  constructor(options: { defaultMetrics?: boolean } = {}) {
+    const registers = [this.registry];
+    this.scrapeDuration = new Histogram({
+      name: 'spillway_collector_scrape_duration_seconds',
+      help: 'Time from the start of a /metrics scrape to its event being handed to NATS (or rejected).',
+      labelNames: ['engine'],
+      buckets: [0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2],
+      registers,
+    });
+    this.scrapeFailures = new Counter({
+      name: 'spillway_collector_scrape_failures_total',
+      help: 'Scrapes that produced no event, by reason (malformed expositions are parse or invalid).',
+      labelNames: ['reason'],
+      registers,
+    });
+    this.scrapesSkipped = new Counter({
+      name: 'spillway_collector_scrapes_skipped_total',
+      help: 'Sample ticks skipped because the previous scrape of that endpoint was still running.',
+      registers,
+    });
+    this.eventsPublished = new Counter({
+      name: 'spillway_collector_events_published_total',
+      help: 'Events handed to NATS, by kind.',
+      labelNames: ['kind'],
+      registers,
+    });
+    this.eventsDropped = new Counter({
+      name: 'spillway_collector_events_dropped_total',
+      help: 'Events not published, by kind and reason (disconnected, invalid, publish-failed).',
+      labelNames: ['kind', 'reason'],
+      registers,
+    });
+    this.probeFailures = new Counter({
+      name: 'spillway_collector_probe_failures_total',
+      help: 'Failed health probes, by reason.',
+      labelNames: ['reason'],
+      registers,
+    });
+    this.endpoints = new Gauge({
+      name: 'spillway_collector_endpoints',
+      help: 'Endpoints by state.',
+      labelNames: ['state'],
+      registers,
+    });
+    this.sourceErrors = new Counter({
+      name: 'spillway_collector_source_errors_total',
+      help: 'Errors reading a readiness source (endpoints file, Kubernetes watch).',
+      labelNames: ['source'],
+      registers,
+    });
+    if (options.defaultMetrics) collectDefaultMetrics({ register: this.registry, prefix: 'spillway_collector_' });
+  }
+}

@@ -1,0 +1,69 @@
+import { createServer, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+
+/**
+ * A tiny model server for tests: serves a settable exposition on /metrics and a settable status
+ * on /health, counts scrapes, and can stall (accept and never answer) like a hung process.
+ */
+export interface FakeModelServer {
+  readonly address: string;
+  readonly port: number;
+  exposition: string;
+  healthy: boolean;
+  stall: boolean;
+  scrapes: number;
+  close(): Promise<void>;
+}
+
+export async function startFakeModelServer(exposition: string, port = 0): Promise<FakeModelServer> {
+  const hung = new Set<ServerResponse>();
+  const state = {
+    exposition,
+    healthy: true,
+    stall: false,
+    scrapes: 0,
+  };
+  const server = createServer((req, res) => {
+    if (state.stall) {
+      hung.add(res);
+      res.on('close', () => hung.delete(res));
+      return;
+    }
+    if (req.url === '/metrics') {
+      state.scrapes++;
+      res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4' });
+      res.end(state.exposition);
+    } else if (req.url === '/health') {
+      res.writeHead(state.healthy ? 200 : 503);
+      res.end();
+    } else {
+      res.writeHead(404);
+      res.end();
+    }
+  });
+  await new Promise<void>((resolve) => server.listen(port, '127.0.0.1', resolve));
+  const bound = (server.address() as AddressInfo).port;
+  return Object.assign(state, {
+    address: `127.0.0.1:${bound}`,
+    port: bound,
+    async close() {
+      for (const res of hung) res.destroy();
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  });
+}
+
+/** A vLLM exposition with the given gauges (the shape vLLM v0.10 serves). */
+export function vllmExposition(waiting: number, running: number, kv: number): string {
+  const labels = 'engine="0",model_name="m"';
+  return [
+    '# TYPE vllm:num_requests_running gauge',
+    `vllm:num_requests_running{${labels}} ${running}`,
+    '# TYPE vllm:num_requests_waiting gauge',
+    `vllm:num_requests_waiting{${labels}} ${waiting}`,
+    '# TYPE vllm:kv_cache_usage_perc gauge',
+    `vllm:kv_cache_usage_perc{${labels}} ${kv}`,
+    '',
+  ].join('\n');
+}

@@ -1,0 +1,135 @@
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { ExpositionError, parseExposition } from '../src/exposition.js';
+import { detectEngine, mapExposition } from '../src/engines.js';
+import { ExtractError, extractSample } from '../src/scrape.js';
+
+const fixture = (name: string): string => readFileSync(join(import.meta.dirname, 'fixtures', name), 'utf8');
+
+describe('engine mappings of real-format expositions', () => {
+  it('vLLM v0.10: kv_cache_usage_perc, the newest LoRA series, cache config labels', () => {
+    const text = fixture('vllm-v0.10.prom');
+    expect(detectEngine(text)).toBe('vllm');
+    expect(extractSample(text, undefined)).toEqual({
+      engine: 'vllm',
+      sample: {
+        waitingRequests: 2,
+        runningRequests: 5,
+        kvCacheUsage: 0.4375,
+        // The series valued 1.7907001e9 is newer than 1.7907e9; names trimmed, empties skipped.
+        lora: { running: ['sql-lora', 'chat-lora'], waiting: ['tool-lora'], max: 2 },
+        cache: { blockSize: 16, numBlocks: 29000 },
+      },
+    });
+  });
+
+  it('vLLM v0.6: the old gpu_cache_usage_perc name, no adapters running', () => {
+    expect(extractSample(fixture('vllm-v0.6.prom'), 'vllm').sample).toEqual({
+      waitingRequests: 7,
+      runningRequests: 12,
+      kvCacheUsage: 0.91,
+      lora: { running: [], waiting: [], max: 4 },
+      cache: { blockSize: 32, numBlocks: 7120 },
+    });
+  });
+
+  it('vLLM with two data-parallel ranks: counts summed, KV use averaged', () => {
+    const { sample } = extractSample(fixture('vllm-dp2.prom'), 'vllm');
+    expect(sample.waitingRequests).toBe(1);
+    expect(sample.runningRequests).toBe(7);
+    expect(sample.kvCacheUsage).toBeCloseTo(0.4, 10);
+    expect(sample.lora).toBeUndefined();
+    expect(sample.cache).toBeUndefined();
+  });
+
+  it('prefers kv_cache_usage_perc over the deprecated name when both differ', () => {
+    const text = fixture('vllm-v0.10.prom').replace(/(vllm:gpu_cache_usage_perc\{[^}]*\}) 0.4375/, '$1 0.99');
+    expect(extractSample(text, 'vllm').sample.kvCacheUsage).toBe(0.4375);
+  });
+
+  it('SGLang', () => {
+    const text = fixture('sglang.prom');
+    expect(detectEngine(text)).toBe('sglang');
+    expect(extractSample(text, undefined)).toEqual({
+      engine: 'sglang',
+      sample: { waitingRequests: 3, runningRequests: 28, kvCacheUsage: 0.28, cache: { blockSize: 1, numBlocks: 30000 } },
+    });
+  });
+
+  it('TensorRT-LLM (trtllm-serve)', () => {
+    const text = fixture('trtllm.prom');
+    expect(detectEngine(text)).toBe('trtllm');
+    expect(extractSample(text, undefined)).toEqual({
+      engine: 'trtllm',
+      sample: { waitingRequests: 4, runningRequests: 9, kvCacheUsage: 0.625, cache: { blockSize: 32, numBlocks: 8192 } },
+    });
+  });
+
+  it('Triton TensorRT-LLM backend: request_type and kv_cache_block_type series', () => {
+    const text = fixture('triton.prom');
+    expect(detectEngine(text)).toBe('triton');
+    expect(extractSample(text, undefined)).toEqual({
+      engine: 'triton',
+      sample: { waitingRequests: 2, runningRequests: 6, kvCacheUsage: 0.25, cache: { blockSize: 64, numBlocks: 6239 } },
+    });
+  });
+
+  it('leaves out cache info an engine has not computed yet instead of rejecting the sample', () => {
+    const text = fixture('vllm-v0.10.prom').replace('num_gpu_blocks="29000"', 'num_gpu_blocks="None"');
+    const { sample } = extractSample(text, 'vllm');
+    expect(sample.cache).toBeUndefined();
+    expect(sample.waitingRequests).toBe(2);
+  });
+
+  it('reads an exposition without a trailing newline completely', () => {
+    const text = fixture('vllm-dp2.prom').trimEnd();
+    expect(extractSample(text, 'vllm').sample.kvCacheUsage).toBeCloseTo(0.4, 10);
+  });
+});
+
+describe('malformed expositions are rejected', () => {
+  const vllm = fixture('vllm-v0.10.prom');
+  const cases: [string, string, 'parse' | 'invalid' | 'unknown-engine'][] = [
+    ['a value that is not a number', vllm.replace(/(vllm:num_requests_waiting\{[^}]*\}) 2.0/, '$1 two'), 'parse'],
+    ['a sample line with no value', vllm.replace(/(vllm:num_requests_running\{[^}]*\}) 5.0/, '$1'), 'parse'],
+    ['an unterminated label set', vllm.replace(/vllm:num_requests_running\{[^\n]*/, 'vllm:num_requests_running{engine="0" 5'), 'parse'],
+    ['a TYPE line with extra tokens', vllm.replace('# TYPE vllm:num_requests_waiting gauge', '# TYPE vllm:num_requests_waiting gauge extra'), 'parse'],
+    ['the waiting gauge missing', vllm.replace(/vllm:num_requests_waiting\{[^\n]*\n/, ''), 'invalid'],
+    ['no KV gauge under either name', vllm.replace(/vllm:(kv|gpu)_cache_usage_perc\{[^\n]*\n/g, ''), 'invalid'],
+    ['KV use above 1', vllm.replace(/(vllm:kv_cache_usage_perc\{[^}]*\}) 0.4375/, '$1 1.5'), 'invalid'],
+    ['KV use NaN', vllm.replace(/(vllm:kv_cache_usage_perc\{[^}]*\}) 0.4375/, '$1 NaN'), 'invalid'],
+    ['a negative queue', vllm.replace(/(vllm:num_requests_waiting\{[^}]*\}) 2.0/, '$1 -3'), 'invalid'],
+    ['an infinite running count', vllm.replace(/(vllm:num_requests_running\{[^}]*\}) 5.0/, '$1 +Inf'), 'invalid'],
+    ['a non-integer max_lora', vllm.replace('max_lora="2",running_lora_adapters="sql-lora,chat-lora"', 'max_lora="two",running_lora_adapters="sql-lora,chat-lora"'), 'invalid'],
+    ['an HTML error page', '<html><body>502 Bad Gateway</body></html>', 'unknown-engine'],
+    ['an empty body', '', 'unknown-engine'],
+  ];
+  for (const [what, text, reason] of cases) {
+    it(`${what} → ${reason}`, () => {
+      let caught: unknown;
+      try {
+        extractSample(text, undefined);
+      } catch (error) {
+        caught = error;
+      }
+      expect(caught).toBeInstanceOf(ExtractError);
+      expect((caught as ExtractError).reason).toBe(reason);
+    });
+  }
+
+  it('an engine named explicitly whose metrics are absent is invalid, not guessed', () => {
+    expect(() => extractSample(fixture('sglang.prom'), 'vllm')).toThrow(/missing vllm:num_requests_waiting/);
+  });
+
+  it('the parser wrapper rejects garbage values the library lets through', () => {
+    expect(() => parseExposition('foo{a="b"} 1x\n')).toThrow(ExpositionError);
+    expect(parseExposition('foo 1e3 1700000000000\n').get('foo')).toEqual([{ labels: {}, value: 1000, timestampMs: 1700000000000 }]);
+  });
+
+  it('mapExposition reports the missing series by name', () => {
+    expect(() => mapExposition('triton', parseExposition('nv_trt_llm_request_metrics{request_type="waiting"} 1\n'))).toThrow(
+      /nv_trt_llm_request_metrics\{request_type="scheduled"\}/,
+    );
+  });
+});

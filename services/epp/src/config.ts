@@ -1,0 +1,144 @@
+import { z } from 'zod';
+import { CliError, durationMs, loadConfigFile, parseCommandLine, port, positiveInt, renderHelp, type FlagSpecs } from '@spillway/cli';
+import { natsOptionsFromFlags, NatsOptionsError, type NatsFlag, type NatsSettings } from '@spillway/bus';
+import { schedulerConfigSchema, type SchedulerConfig } from '@spillway/scheduler';
+import type { ModelRewriteRule } from '@spillway/protocol';
+
+/**
+ * spillway-epp's configuration: flags (DESIGN §6) over `SPILLWAY_<FLAG>` environment variables
+ * over the config file over defaults. The config file holds everything the flags hold plus the
+ * scheduler's tunables, objectives and model rewrites.
+ */
+const optionalString = z.string().min(1).optional();
+
+export const eppFlags = {
+  pool: { description: 'InferencePool (event pool) this EPP serves', schema: z.string().min(1), placeholder: 'NAME' },
+  zone: { description: "this EPP's zone: the local zone for picking", schema: z.string().min(1), placeholder: 'ZONE' },
+  region: { description: "this EPP's region: same-region zones are preferred when spilling", schema: optionalString, placeholder: 'REGION' },
+  nats: { description: 'NATS server URL(s), comma-separated (also NATS_URL)', schema: optionalString, placeholder: 'URL' },
+  natsName: { description: 'NATS connection name', schema: optionalString, placeholder: 'NAME' },
+  natsUser: { description: 'NATS user (with --nats-password)', schema: optionalString, placeholder: 'USER' },
+  natsPassword: { description: 'NATS password', schema: optionalString, placeholder: 'PASS' },
+  natsToken: { description: 'NATS token', schema: optionalString, placeholder: 'TOKEN' },
+  natsNkeySeed: { description: 'file holding an nkey user seed', schema: optionalString, placeholder: 'FILE' },
+  natsCreds: { description: 'NATS JWT credentials file', schema: optionalString, placeholder: 'FILE' },
+  natsTlsCa: { description: 'CA bundle to verify the NATS server', schema: optionalString, placeholder: 'FILE' },
+  natsTlsCert: { description: 'client certificate for NATS mTLS', schema: optionalString, placeholder: 'FILE' },
+  natsTlsKey: { description: 'client key for NATS mTLS', schema: optionalString, placeholder: 'FILE' },
+  stream: { description: 'JetStream stream to replay (a zone aggregate in multi-zone NATS)', schema: z.string().min(1).default('SPILLWAY'), placeholder: 'NAME' },
+  ensureStream: { description: 'create the stream when it is missing (turn off when the stream is managed elsewhere)', schema: z.union([z.boolean(), z.enum(['true', 'false']).transform((v) => v === 'true')]).default(true), placeholder: 'true|false' },
+  host: { description: 'address the gRPC, health and metrics servers bind to', schema: z.string().min(1).default('0.0.0.0'), placeholder: 'ADDR' },
+  grpcPort: { description: 'ext_proc gRPC port (also serves gRPC health)', schema: port(9002), placeholder: 'N' },
+  healthPort: { description: 'gRPC health port', schema: port(9003), placeholder: 'N' },
+  metricsPort: { description: 'Prometheus /metrics port', schema: port(9090), placeholder: 'N' },
+  maxEndpoints: { description: 'most endpoints in the destination list (1 for single-address gateways)', schema: positiveInt().max(64).optional(), placeholder: 'N' },
+  subsetMode: { description: 'strict: pick only inside the subset hint; locality: subset = local preference, spill beyond it', schema: z.enum(['strict', 'locality']).optional(), placeholder: 'MODE' },
+  config: { description: 'YAML or JSON config file', schema: optionalString, placeholder: 'FILE' },
+  tlsCert: { description: 'serve gRPC over TLS with this certificate (with --tls-key)', schema: optionalString, placeholder: 'FILE' },
+  tlsKey: { description: 'private key for --tls-cert', schema: optionalString, placeholder: 'FILE' },
+  tlsClientCa: { description: 'require client certificates signed by this CA (mTLS)', schema: optionalString, placeholder: 'FILE' },
+  metricsStaleMs: { description: 'pod metrics older than this are stale (saturated)', schema: durationMs().default(1000), placeholder: 'MS' },
+  viewStaleLimitMs: { description: 'readiness turns NOT_SERVING when the view has been stale this long without NATS', schema: durationMs().default(30_000), placeholder: 'MS' },
+  requestTimeoutMs: { description: 'a request whose body is not complete by then ends the stream', schema: durationMs().default(60_000), placeholder: 'MS' },
+  maxBodyBytes: { description: 'largest request body accepted (413 above)', schema: positiveInt().default(8 * 1024 * 1024), placeholder: 'BYTES' },
+  logLevel: { description: 'pino log level (debug logs one line per decision)', schema: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'), placeholder: 'LEVEL' },
+} satisfies FlagSpecs;
+
+const modelRewriteSchema = z.strictObject({
+  match: z.string().min(1),
+  targets: z.array(z.strictObject({ model: z.string().min(1), weight: z.number().finite().min(0).default(1) })).min(1),
+});
+
+/** The config file: the scheduler's tunables at the top level, model rewrites, and any flag by its camelCase name. */
+const flagKeys = Object.keys(eppFlags) as (keyof typeof eppFlags)[];
+// Flag values in the file are checked by the flag schemas, once flags and environment are merged.
+const flagFields = Object.fromEntries(flagKeys.map((key) => [key, z.unknown().optional()])) as Record<keyof typeof eppFlags, z.ZodOptional<z.ZodUnknown>>;
+export const eppConfigFileSchema = schedulerConfigSchema
+  .omit({ maxEndpoints: true, subsetMode: true })
+  .extend({
+    modelRewrites: z.array(modelRewriteSchema).default([]),
+    ...flagFields,
+  })
+  .superRefine((value, ctx) => {
+    const seen = new Set<string>();
+    value.modelRewrites.forEach((rule, i) => {
+      if (seen.has(rule.match)) ctx.addIssue({ code: 'custom', path: ['modelRewrites', i, 'match'], message: `a second rule for "${rule.match}"` });
+      seen.add(rule.match);
+    });
+  });
+
+export type EppFlagValues = z.output<z.ZodObject<{ [K in keyof typeof eppFlags]: (typeof eppFlags)[K]['schema'] }>>;
+
+export interface EppConfig {
+  flags: EppFlagValues;
+  nats: NatsSettings;
+  scheduler: SchedulerConfig;
+  modelRewrites: ModelRewriteRule[];
+}
+
+export const EPP_HELP = renderHelp(
+  'spillway-epp',
+  'Zone-aware Endpoint Picker: serves Envoy ext_proc, folds NATS JetStream events into its view of the pool.',
+  eppFlags,
+);
+
+const NATS_FLAG_KEYS: Record<NatsFlag, keyof typeof eppFlags> = {
+  nats: 'nats',
+  'nats-name': 'natsName',
+  'nats-user': 'natsUser',
+  'nats-password': 'natsPassword',
+  'nats-token': 'natsToken',
+  'nats-nkey-seed': 'natsNkeySeed',
+  'nats-creds': 'natsCreds',
+  'nats-tls-ca': 'natsTlsCa',
+  'nats-tls-cert': 'natsTlsCert',
+  'nats-tls-key': 'natsTlsKey',
+};
+
+/** Reads `--config` (or SPILLWAY_CONFIG) ahead of the other flags, since its values sit beneath them. */
+function configPath(argv: readonly string[], env: NodeJS.ProcessEnv): string | undefined {
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i] as string;
+    if (arg === '--config') return argv[i + 1];
+    if (arg.startsWith('--config=')) return arg.slice('--config='.length);
+  }
+  return env['SPILLWAY_CONFIG'] || undefined;
+}
+
+/** Parses the command line; undefined when `--help` was asked for. Throws CliError naming the bad flag or field. */
+export function loadEppConfig(argv: readonly string[], env: NodeJS.ProcessEnv): EppConfig | undefined {
+  const path = configPath(argv, env);
+  const file = path === undefined ? eppConfigFileSchema.parse({}) : loadConfigFile(path, eppConfigFileSchema);
+  const base: Record<string, unknown> = {};
+  for (const key of flagKeys) if (file[key] !== undefined) base[key] = file[key];
+  const parsed = parseCommandLine(eppFlags, argv, env, base);
+  if (parsed.help) return undefined;
+  const flags = parsed.values as EppFlagValues;
+  if ((flags.tlsCert === undefined) !== (flags.tlsKey === undefined)) {
+    throw new CliError(`--${flags.tlsCert === undefined ? 'tls-cert' : 'tls-key'}: --tls-cert and --tls-key go together`);
+  }
+  if (flags.tlsClientCa !== undefined && flags.tlsCert === undefined) {
+    throw new CliError('--tls-client-ca: client certificates need TLS (--tls-cert and --tls-key)');
+  }
+  let nats: NatsSettings;
+  try {
+    const natsValues = Object.fromEntries(Object.entries(NATS_FLAG_KEYS).map(([flag, key]) => [flag, flags[key]]));
+    nats = natsOptionsFromFlags({ ...natsValues, 'nats-name': flags.natsName ?? `spillway-epp-${flags.zone}` }, env);
+  } catch (error) {
+    if (error instanceof NatsOptionsError) throw new CliError(error.message);
+    throw error;
+  }
+  const { modelRewrites, ...rest } = file;
+  const schedulerInput: Record<string, unknown> = {};
+  for (const key of Object.keys(schedulerConfigSchema.shape)) {
+    if (key in rest) schedulerInput[key] = (rest as Record<string, unknown>)[key];
+  }
+  if (flags.maxEndpoints !== undefined) schedulerInput['maxEndpoints'] = flags.maxEndpoints;
+  if (flags.subsetMode !== undefined) schedulerInput['subsetMode'] = flags.subsetMode;
+  const scheduler = schedulerConfigSchema.safeParse(schedulerInput);
+  if (!scheduler.success) {
+    const issue = scheduler.error.issues[0];
+    throw new CliError(`${path ?? 'config'}: ${issue?.path.join('.') ?? ''}: ${issue?.message ?? 'invalid'}`);
+  }
+  return { flags, nats, scheduler: scheduler.data, modelRewrites };
+}

@@ -1,0 +1,220 @@
+import { status as GrpcStatus, type ServerDuplexStream } from '@grpc/grpc-js';
+import {
+  BodyAccumulator,
+  decodePhase,
+  immediateResponse,
+  prepareRequest,
+  readBodyModes,
+  readServedEndpoint,
+  readSubsetHint,
+  requestHeadersResponse,
+  requestTrailersResponse,
+  responseBodyResponse,
+  responseHeadersResponse,
+  responseTrailersResponse,
+  routedResponses,
+  type BodyModes,
+  type ErrorStatus,
+  type PreparedRequest,
+  type ProcessingRequest,
+  type ProcessingResponse,
+  type RequestHeaders,
+  type RoutedMode,
+} from '@spillway/protocol';
+import type { Decision } from '@spillway/scheduler';
+import type { EppCore } from './core.js';
+
+type Call = ServerDuplexStream<ProcessingRequest, ProcessingResponse>;
+
+/**
+ * One ext_proc stream = one HTTP request (DESIGN §4), as an explicit state machine:
+ *
+ *   awaiting-headers -> awaiting-body -> picked -> (response phases) -> done
+ *
+ * The request path, end to end: headers are read; body chunks are collected until end of stream
+ * (or the headers say there is no body); then the body is parsed, the scheduler picks, and the
+ * destination goes back with the body. The response phases pass through, reporting the endpoint
+ * the gateway actually served. However the stream ends, the request's in-flight charge is released.
+ */
+type State = 'awaiting-headers' | 'awaiting-body' | 'picked' | 'done';
+
+export function handleStream(core: EppCore, call: Call): void {
+  new ExtProcStream(core, call);
+}
+
+class ExtProcStream {
+  private state: State = 'awaiting-headers';
+  private modes: BodyModes | undefined;
+  private headers: RequestHeaders | undefined;
+  private subset: readonly unknown[] | string | undefined;
+  private body: BodyAccumulator | undefined;
+  private decision: Decision | undefined;
+  private model = '';
+  private servedSeen = false;
+  private timer: NodeJS.Timeout | undefined;
+
+  constructor(
+    private readonly core: EppCore,
+    private readonly call: Call,
+  ) {
+    call.on('data', (message: ProcessingRequest) => this.onMessage(message));
+    call.on('end', () => this.finish(true));
+    call.on('cancelled', () => this.finish(false));
+    call.on('error', () => this.finish(false));
+    call.on('close', () => this.finish(false));
+    this.timer = setTimeout(() => this.onRequestTimeout(), core.limits.requestTimeoutMs);
+    this.timer.unref();
+  }
+
+  private onMessage(message: ProcessingRequest): void {
+    if (this.state === 'done') return;
+    // Envoy attaches the forwarded namespaces to every message; the latest hint wins.
+    const hint = readSubsetHint(message.metadataContext);
+    if (hint !== undefined) this.subset = hint;
+    const phase = decodePhase(message);
+    switch (phase.kind) {
+      case 'requestHeaders':
+        if (this.state !== 'awaiting-headers') return this.protocolError('a second request_headers message');
+        this.modes = readBodyModes(message.protocolConfig);
+        return this.onRequestHeaders(phase.headers);
+      case 'requestBody':
+        if (this.state !== 'awaiting-body') return this.protocolError('request_body outside the request body phase');
+        return this.onRequestBody(phase.chunk, phase.endOfStream);
+      case 'requestTrailers':
+        if (this.state === 'awaiting-body') return this.completeRequest(true);
+        if (this.state === 'picked') return this.write(requestTrailersResponse());
+        return this.protocolError('request_trailers before request_headers');
+      case 'responseHeaders':
+      case 'responseBody':
+      case 'responseTrailers':
+        if (this.state !== 'picked') return this.protocolError(`${phase.kind} before the request was routed`);
+        this.noteServed(message);
+        if (phase.kind === 'responseHeaders') return this.write(responseHeadersResponse());
+        if (phase.kind === 'responseTrailers') return this.write(responseTrailersResponse());
+        this.write(responseBodyResponse(phase.chunk, phase.endOfStream, this.modes?.response === 'full-duplex'));
+        return;
+      case 'empty':
+        return this.protocolError('a ProcessingRequest with no phase set');
+    }
+  }
+
+  private onRequestHeaders(headers: RequestHeaders): void {
+    this.headers = headers;
+    const mode = this.modes?.request;
+    if (headers.endOfStream || mode === 'none') return this.route('header-only', undefined);
+    if (mode !== 'full-duplex' && mode !== 'buffered') {
+      return this.reject(500, `request body mode ${mode ?? 'unknown'} is not supported; use FULL_DUPLEX_STREAMED or BUFFERED`, 'unsupported_body_mode');
+    }
+    this.state = 'awaiting-body';
+    this.body = new BodyAccumulator(this.core.limits.maxBodyBytes);
+    // BUFFERED: Envoy waits for this reply before it sends the body; the decision rides on the body reply.
+    if (mode === 'buffered') this.write(requestHeadersResponse({ removeHeaders: headers.destinationHeaders }));
+  }
+
+  private onRequestBody(chunk: Uint8Array, endOfStream: boolean): void {
+    const body = this.body as BodyAccumulator;
+    if (!body.push(chunk)) {
+      return this.reject(413, `request body exceeds ${body.limit} bytes`, 'request_too_large');
+    }
+    if (endOfStream) this.completeRequest(false);
+  }
+
+  private completeRequest(endedWithTrailers: boolean): void {
+    const headers = this.headers as RequestHeaders;
+    const prepared = prepareRequest((this.body as BodyAccumulator).take(), headers, this.core.rewriter, Math.random);
+    if (!prepared.ok) return this.reject(prepared.error.status as ErrorStatus, prepared.error.message, prepared.error.code);
+    this.route(this.modes?.request === 'buffered' ? 'buffered' : 'full-duplex', prepared.request, endedWithTrailers);
+  }
+
+  /** Pick, then answer with the destination (or the error the decision calls for). */
+  private route(mode: RoutedMode, request: PreparedRequest | undefined, endedWithTrailers = false): void {
+    const headers = this.headers as RequestHeaders;
+    this.model = request?.model ?? '';
+    const decision = this.core.pick(
+      { model: this.model, prompt: request?.prompt, objective: headers.objective, subset: this.subset },
+      request,
+    );
+    if (decision.status !== 'routed') {
+      const message =
+        decision.status === 429
+          ? 'every eligible endpoint is saturated and the request is sheddable'
+          : `no endpoint available (${decision.rule})`;
+      return this.reject(decision.status, message, decision.status === 429 ? 'system_saturated' : decision.rule);
+    }
+    this.decision = decision;
+    this.state = 'picked';
+    this.clearTimer();
+    this.core.commit(decision, this.model);
+    for (const response of routedResponses({
+      mode,
+      destination: decision.destination,
+      body: request?.body,
+      bodyChanged: request?.bodyChanged,
+      removeHeaders: headers.destinationHeaders,
+      endedWithTrailers,
+    })) {
+      this.write(response);
+    }
+  }
+
+  private noteServed(message: ProcessingRequest): void {
+    if (this.servedSeen || this.decision === undefined) return;
+    const served = readServedEndpoint(message.metadataContext);
+    if (served === undefined) return;
+    this.servedSeen = true;
+    this.core.reportServed(this.decision, served);
+  }
+
+  private reject(status: ErrorStatus, message: string, code: string): void {
+    this.core.countRejection(status, this.model, code);
+    this.write(immediateResponse(status, message, { code }));
+    this.endStream();
+  }
+
+  /** The client broke the ext_proc conversation itself: end the stream with a gRPC error, not an HTTP one. */
+  private protocolError(message: string): void {
+    this.core.logger.warn({ reason: message }, 'ext_proc protocol violation');
+    this.state = 'done';
+    this.clearTimer();
+    this.call.emit('error', { code: GrpcStatus.INVALID_ARGUMENT, details: message });
+    this.finish(false);
+  }
+
+  private onRequestTimeout(): void {
+    if (this.state !== 'awaiting-headers' && this.state !== 'awaiting-body') return;
+    this.core.logger.warn({ timeoutMs: this.core.limits.requestTimeoutMs }, 'request not complete in time; ending the stream');
+    this.state = 'done';
+    this.call.emit('error', { code: GrpcStatus.DEADLINE_EXCEEDED, details: `request not complete within ${this.core.limits.requestTimeoutMs} ms` });
+    this.finish(false);
+  }
+
+  private write(response: ProcessingResponse): void {
+    if (!this.call.destroyed && this.call.writable) this.call.write(response);
+  }
+
+  private endStream(): void {
+    this.state = 'done';
+    this.clearTimer();
+    if (!this.call.destroyed && this.call.writable) this.call.end();
+    this.finish(false);
+  }
+
+  private clearTimer(): void {
+    if (this.timer !== undefined) clearTimeout(this.timer);
+    this.timer = undefined;
+  }
+
+  /** However the stream ends, release what the request holds; idempotent. */
+  private finish(clientEnded: boolean): void {
+    this.clearTimer();
+    if (this.decision !== undefined) {
+      this.core.release(this.decision, this.model);
+      this.decision = undefined;
+    }
+    if (clientEnded && this.state !== 'done') {
+      this.state = 'done';
+      if (!this.call.destroyed && this.call.writable) this.call.end();
+    }
+    this.state = 'done';
+  }
+}

@@ -1,0 +1,197 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Collector, CollectorMetrics, createAgent, getText, NatsSink, type EndpointSpec } from '@spillway/collector';
+import { natsOptionsFromFlags } from '@spillway/bus';
+import { startNatsServer } from '@spillway/testkit';
+import { pino } from 'pino';
+import { markdownTable, percentile, type BenchContext, type BenchPart } from './part.js';
+
+/**
+ * Collector throughput (issue 5): endpoints scraped per second and event lag (scrape start to the
+ * event handed to NATS) for 100 and 500 endpoints at the default 100 ms sample interval, next to a
+ * baseline measured in the same run: plain keep-alive undici GETs of the same endpoints on the same
+ * schedule, without parsing, mapping, validating or publishing.
+ *
+ * Endpoints are lightweight node:http servers in one child process, each serving the same fixed
+ * vLLM v0.10 exposition (services/collector/test/fixtures/vllm-v0.10.prom, 5.3 KB with histograms);
+ * they are not simulators. Collector and servers share the machine's two cores.
+ */
+export const collector: BenchPart = {
+  name: 'collector',
+  title: 'Collector: endpoints scraped per second and scrape-to-publish lag',
+  run,
+};
+
+const here = dirname(fileURLToPath(import.meta.url));
+const FIXTURE = join(here, '..', '..', 'services', 'collector', 'test', 'fixtures', 'vllm-v0.10.prom');
+const INTERVAL_MS = 100;
+const TIMEOUT_MS = 1_000;
+
+// One child process holds every endpoint, so serving does not share the collector's event loop.
+const SERVERS = `
+import { createServer } from 'node:http';
+import { readFileSync } from 'node:fs';
+const [count, file] = process.argv.slice(1);
+const body = readFileSync(file);
+const ports = [];
+for (let i = 0; i < Number(count); i++) {
+  const server = createServer((req, res) => {
+    res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4', 'content-length': body.length });
+    res.end(body);
+  });
+  server.keepAliveTimeout = 60_000;
+  await new Promise((r) => server.listen(0, '127.0.0.1', r));
+  ports.push(server.address().port);
+}
+process.stdout.write(JSON.stringify(ports) + '\\n');
+`;
+
+async function startServers(count: number): Promise<{ child: ChildProcess; addresses: string[] }> {
+  const child = spawn(process.execPath, ['--input-type=module', '-e', SERVERS, String(count), FIXTURE], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const ports = await new Promise<number[]>((resolve, reject) => {
+    let out = '';
+    child.stdout?.on('data', (chunk: Buffer) => {
+      out += chunk.toString();
+      if (out.includes('\n')) resolve(JSON.parse(out) as number[]);
+    });
+    child.once('exit', (code) => reject(new Error(`endpoint servers exited ${code}`)));
+  });
+  return { child, addresses: ports.map((p) => `127.0.0.1:${p}`) };
+}
+
+interface Measured {
+  perSecond: number;
+  p50: number;
+  p99: number;
+  failures: number;
+  cpuPercent: number;
+}
+
+function summarise(lags: number[], seconds: number, failures: number, cpu: NodeJS.CpuUsage): Measured {
+  lags.sort((a, b) => a - b);
+  return {
+    perSecond: lags.length / seconds,
+    p50: percentile(lags, 50),
+    p99: percentile(lags, 99),
+    failures,
+    cpuPercent: ((cpu.user + cpu.system) / 1e6 / seconds) * 100,
+  };
+}
+
+/** Baseline: the same endpoints GETted on the same per-endpoint schedule, body read and dropped. */
+async function baseline(addresses: string[], warmupMs: number, seconds: number): Promise<Measured> {
+  const agent = createAgent();
+  let lags: number[] = [];
+  let failures = 0;
+  const timers: NodeJS.Timeout[] = [];
+  for (const address of addresses) {
+    let busy = false;
+    const tick = (): void => {
+      if (busy) return;
+      busy = true;
+      const start = performance.now();
+      getText(agent, `http://${address}`, '/metrics', TIMEOUT_MS)
+        .then(() => lags.push(performance.now() - start))
+        .catch(() => failures++)
+        .finally(() => (busy = false));
+    };
+    timers.push(setTimeout(() => timers.push(setInterval(tick, INTERVAL_MS)), Math.random() * INTERVAL_MS));
+  }
+  await new Promise((r) => setTimeout(r, warmupMs));
+  lags = [];
+  failures = 0;
+  const cpu = process.cpuUsage();
+  await new Promise((r) => setTimeout(r, seconds * 1000));
+  const used = process.cpuUsage(cpu);
+  const result = summarise(lags, seconds, failures, used);
+  for (const t of timers) clearInterval(t);
+  await agent.destroy();
+  return result;
+}
+
+async function measureCollector(addresses: string[], natsUrl: string, warmupMs: number, seconds: number): Promise<Measured> {
+  const logger = pino({ level: 'silent' });
+  const sink = new NatsSink({ settings: natsOptionsFromFlags({ nats: natsUrl }, {}), stream: 'SPILLWAY', logger });
+  await sink.ready();
+  const metrics = new CollectorMetrics();
+  const agent = createAgent();
+  let lags: number[] = [];
+  const collector = new Collector({
+    pool: 'bench',
+    defaultEngine: undefined, // auto-detect, as a default deployment does
+    sampleIntervalMs: INTERVAL_MS,
+    scrapeTimeoutMs: TIMEOUT_MS,
+    scrapeFailureThreshold: 3,
+    metricsPath: '/metrics',
+    probe: { intervalMs: 0, timeoutMs: 500, path: '/health', successThreshold: 1, failureThreshold: 2 },
+    readinessRepublishMs: 30_000,
+    sink,
+    dispatcher: agent,
+    logger,
+    metrics,
+    onMetricsPublished: (_event, lagMs) => lags.push(lagMs),
+  });
+  collector.start();
+  const endpoints: EndpointSpec[] = addresses.map((address, i) => ({
+    pod: `vllm-${i}`,
+    address,
+    zone: 'zone-a',
+    region: undefined,
+    engine: undefined,
+    labels: undefined,
+    sourceReady: true,
+  }));
+  collector.setEndpoints('bench', endpoints);
+  await new Promise((r) => setTimeout(r, warmupMs));
+  lags = [];
+  const failuresBefore = (await metrics.scrapeFailures.get()).values.reduce((s, v) => s + v.value, 0);
+  const cpu = process.cpuUsage();
+  await new Promise((r) => setTimeout(r, seconds * 1000));
+  const used = process.cpuUsage(cpu);
+  const failures = (await metrics.scrapeFailures.get()).values.reduce((s, v) => s + v.value, 0) - failuresBefore;
+  const result = summarise(lags, seconds, failures, used);
+  await collector.stop();
+  await agent.destroy();
+  await sink.close();
+  return result;
+}
+
+async function run(context: BenchContext): Promise<string> {
+  const seconds = context.quick ? 3 : 10;
+  const warmupMs = context.quick ? 1_000 : 2_000;
+  const nats = await startNatsServer({ forcePrivate: true });
+  const rows: (string | number)[][] = [];
+  try {
+    for (const count of [100, 500]) {
+      const { child, addresses } = await startServers(count);
+      try {
+        context.log(`${count} endpoints: baseline (plain GETs)`);
+        const base = await baseline(addresses, warmupMs, seconds);
+        context.log(`${count} endpoints: collector`);
+        const coll = await measureCollector(addresses, nats.url, warmupMs, seconds);
+        const target = (count * 1000) / INTERVAL_MS;
+        const fmt = (n: number) => n.toFixed(1);
+        rows.push([count, target, 'baseline: undici GET, body dropped', Math.round(base.perSecond), fmt(base.p50), fmt(base.p99), base.failures, Math.round(base.cpuPercent)]);
+        rows.push([count, target, 'spillway-collector (parse, map, validate, publish)', Math.round(coll.perSecond), fmt(coll.p50), fmt(coll.p99), coll.failures, Math.round(coll.cpuPercent)]);
+      } finally {
+        child.kill('SIGKILL');
+      }
+    }
+  } finally {
+    await nats.stop();
+  }
+  const size = readFileSync(FIXTURE).length;
+  return [
+    '## Collector: endpoints scraped per second and scrape-to-publish lag',
+    '',
+    `Each endpoint is scraped every ${INTERVAL_MS} ms (the default; target = endpoints × 10 per second) with a ${TIMEOUT_MS} ms timeout over keep-alive undici connections.`,
+    `Endpoints are lightweight \`node:http\` servers in one child process, each serving the same fixed vLLM v0.10 exposition (${size} bytes, with histograms), not simulators.`,
+    'The collector detects the engine, keeps only the mapped families, parses them with `parse-prometheus-text-format`, maps and zod-validates the event and core-publishes it to a private nats-server.',
+    'Lag is from the start of the scrape (timer fired) to the event handed to the NATS client; the baseline lag is the plain GET (request start to body read).',
+    'CPU is the collector process\'s user+system time as a percentage of one core; the servers and nats-server run in other processes on the same two cores.',
+    '',
+    markdownTable(['endpoints', 'target /s', 'scraper', 'scraped /s', 'lag p50 ms', 'lag p99 ms', 'failures', 'CPU % (1 core)'], rows),
+  ].join('\n');
+}

@@ -1,0 +1,314 @@
+import { spawn } from 'node:child_process';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
+import { DeliverPolicy, jetstream, jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
+import type { NatsConnection } from '@nats-io/nats-core';
+import { connectNats, ensureStream, EventPublisher, startReader, type EventSink } from '@spillway/bus';
+import { poolFilter, type MetricsEvent, type ReadinessEvent } from '@spillway/events';
+import { Fleet } from '@spillway/fleet';
+import { startNatsServer } from '@spillway/testkit';
+import { markdownTable, percentile, type BenchContext, type BenchPart } from './part.js';
+
+/**
+ * Event ingestion (DESIGN §3, §7): replay of a pool into a Fleet through @spillway/bus, live
+ * ingestion rate and event-to-visible lag, each next to a raw ordered consumer over the same
+ * stream in the same run (consume and count, no decoding), plus the memory of a 10,000-pod Fleet.
+ * Live traffic comes from a child process publishing core NATS, so the publisher does not share
+ * the reader's event loop.
+ */
+export const events: BenchPart = {
+  name: 'events',
+  title: 'Event ingestion: replay, live rate, lag, memory',
+  run,
+};
+
+const STREAM = 'SPILLWAY';
+
+function readiness(pool: string, i: number, observedAt: number): ReadinessEvent {
+  return { v: 1, kind: 'readiness', pool, zone: `zone-${'abc'[i % 3]}`, region: 'r1', pod: `vllm-${i}`, address: `10.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255}:8000`, ready: true, engine: 'vllm', observedAt };
+}
+function metrics(pool: string, i: number, observedAt: number): MetricsEvent {
+  return { v: 1, kind: 'metrics', pool, zone: `zone-${'abc'[i % 3]}`, pod: `vllm-${i}`, observedAt, waitingRequests: i % 7, runningRequests: i % 11, kvCacheUsage: (i % 100) / 100 };
+}
+
+async function publishPool(publisher: EventPublisher, pool: string, pods: number): Promise<void> {
+  const t = Date.now();
+  let pending: Promise<unknown>[] = [];
+  for (let i = 0; i < pods; i++) {
+    pending.push(publisher.publishReadiness(readiness(pool, i, t)));
+    publisher.publishMetrics(metrics(pool, i, t));
+    if (pending.length >= 500) {
+      await Promise.all(pending);
+      pending = [];
+    }
+  }
+  await Promise.all(pending);
+  await publisher.flush();
+}
+
+async function waitStored(jsm: JetStreamManager, count: number): Promise<number> {
+  for (;;) {
+    const info = await jsm.streams.info(STREAM);
+    if (info.state.messages >= count) return info.state.last_seq;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+/** The stream stores core publishes asynchronously: its last sequence once it stops moving. */
+async function settledLastSeq(jsm: JetStreamManager): Promise<number> {
+  let seq = (await jsm.streams.info(STREAM)).state.last_seq;
+  for (;;) {
+    await new Promise((r) => setTimeout(r, 100));
+    const next = (await jsm.streams.info(STREAM)).state.last_seq;
+    if (next === seq) return seq;
+    seq = next;
+  }
+}
+
+/** Baseline: an ordered consumer over the pool that only counts, until the given sequence or caught up. */
+async function rawReplay(nc: NatsConnection, pool: string): Promise<{ ms: number; count: number }> {
+  const started = performance.now();
+  const consumer = await jetstream(nc).consumers.get(STREAM, { filter_subjects: poolFilter(pool), deliver_policy: DeliverPolicy.LastPerSubject });
+  const pending = (await consumer.info(true)).num_pending;
+  let count = 0;
+  if (pending > 0) {
+    const messages = await consumer.consume({ max_messages: 512, expires: 5_000, idle_heartbeat: 1_000 });
+    for await (const m of messages) {
+      count++;
+      if (m.info.pending === 0) break;
+    }
+    messages.stop();
+  }
+  await consumer.delete().catch(() => undefined);
+  return { ms: performance.now() - started, count };
+}
+
+async function readerReplay(nc: NatsConnection, pool: string): Promise<{ ms: number; count: number; fleet: Fleet }> {
+  const started = performance.now();
+  const fleet = new Fleet();
+  const reader = startReader(nc, { pool, sink: fleet });
+  await reader.caughtUp;
+  const ms = performance.now() - started;
+  const count = reader.status.received;
+  await reader.close();
+  return { ms, count, fleet };
+}
+
+function median(values: number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.floor(sorted.length / 2)] as number;
+}
+
+/**
+ * A child process publishing v1 metrics with core NATS: `total` messages over `pods` pods, either
+ * flat out (rate 0) or paced at `rate` messages/s; observedAt is the publish time (same host clock).
+ */
+function childPublisher(url: string, pool: string, pods: number, total: number, rate: number): Promise<{ seconds: number }> {
+  const script = `
+    import { connect } from '@nats-io/transport-node';
+    const [url, pool, pods, total, rate] = [process.argv[1], process.argv[2], +process.argv[3], +process.argv[4], +process.argv[5]];
+    const nc = await connect({ servers: url });
+    const esc = (s) => s.replace(/[^A-Za-z0-9_-]/g, (c) => [...Buffer.from(c)].map((b) => '%' + b.toString(16).toUpperCase().padStart(2, '0')).join(''));
+    const subjects = Array.from({ length: pods }, (_, i) => 'spillway.v1.' + esc(pool) + '.zone-' + 'abc'[i % 3] + '.vllm-' + i + '.metrics');
+    const one = (n) => {
+      const i = n % pods;
+      nc.publish(subjects[i], JSON.stringify({ v: 1, kind: 'metrics', pool, zone: 'zone-' + 'abc'[i % 3], pod: 'vllm-' + i, observedAt: Date.now(), waitingRequests: n % 7, runningRequests: n % 11, kvCacheUsage: (n % 100) / 100 }));
+    };
+    const started = performance.now();
+    if (rate === 0) {
+      for (let n = 0; n < total; n++) { one(n); if (n % 5000 === 4999) await nc.flush(); }
+    } else {
+      let sent = 0;
+      while (sent < total) {
+        const due = Math.min(total, Math.floor(((performance.now() - started) / 1000) * rate));
+        while (sent < due) one(sent++);
+        await new Promise((r) => setTimeout(r, 5));
+      }
+    }
+    await nc.flush();
+    process.stdout.write(JSON.stringify({ seconds: (performance.now() - started) / 1000 }));
+    await nc.close();
+  `;
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, ['--input-type=module', '-e', script, url, pool, String(pods), String(total), String(rate)], {
+      cwd: process.cwd(),
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
+    let out = '';
+    child.stdout.on('data', (c: Buffer) => (out += c.toString()));
+    child.on('error', reject);
+    child.on('exit', (code) => (code === 0 ? resolve(JSON.parse(out) as { seconds: number }) : reject(new Error(`publisher exited with ${code}`))));
+  });
+}
+
+/** Follows the pool live (through the bus reader, or raw) while the child publishes; rate of messages handled. */
+async function liveRate(nc: NatsConnection, jsm: JetStreamManager, url: string, pool: string, pods: number, total: number, raw: boolean) {
+  const before = (await jsm.streams.info(STREAM)).state.last_seq;
+  let handled = 0;
+  let lastSeq = 0;
+  let stop: () => void = () => undefined;
+  if (raw) {
+    const consumer = await jetstream(nc).consumers.get(STREAM, { filter_subjects: poolFilter(pool), deliver_policy: DeliverPolicy.New });
+    const messages = await consumer.consume({ max_messages: 512, expires: 5_000, idle_heartbeat: 1_000 });
+    void (async () => {
+      for await (const m of messages) {
+        handled++;
+        lastSeq = m.seq;
+      }
+    })();
+    stop = () => {
+      messages.stop();
+      void consumer.delete().catch(() => undefined);
+    };
+  } else {
+    const fleet = new Fleet();
+    const reader = startReader(nc, { pool, sink: fleet });
+    await reader.caughtUp;
+    const base = reader.status.received;
+    const poll = setInterval(() => {
+      handled = reader.status.received - base;
+      lastSeq = reader.status.lastSequence;
+    }, 2);
+    stop = () => {
+      clearInterval(poll);
+      void reader.close();
+    };
+  }
+  const started = performance.now();
+  const published = await childPublisher(url, pool, pods, total, 0);
+  const last = await settledLastSeq(jsm);
+  while (lastSeq < last) await new Promise((r) => setTimeout(r, 2));
+  const seconds = (performance.now() - started) / 1000;
+  stop();
+  return { handled, seconds, stored: last - before, publishSeconds: published.seconds };
+}
+
+/** Event-to-visible lag: child publishes at `rate`/s with observedAt = publish time; lag at apply. */
+async function lag(nc: NatsConnection, url: string, pool: string, pods: number, rate: number, seconds: number, raw: boolean): Promise<number[]> {
+  const lags: number[] = [];
+  const total = rate * seconds;
+  let stop: () => Promise<void>;
+  if (raw) {
+    const consumer = await jetstream(nc).consumers.get(STREAM, { filter_subjects: poolFilter(pool), deliver_policy: DeliverPolicy.New });
+    const messages = await consumer.consume({ max_messages: 512, expires: 5_000, idle_heartbeat: 1_000 });
+    void (async () => {
+      for await (const m of messages) lags.push(Date.now() - (m.json<{ observedAt: number }>().observedAt));
+    })();
+    stop = async () => {
+      messages.stop();
+      await consumer.delete().catch(() => undefined);
+    };
+  } else {
+    const fleet = new Fleet();
+    const sink: EventSink = {
+      apply(event, receivedAt) {
+        lags.push(Date.now() - event.observedAt);
+        return fleet.apply(event, receivedAt);
+      },
+      recordRejected: () => fleet.recordRejected(),
+    };
+    const reader = startReader(nc, { pool, sink });
+    await reader.caughtUp;
+    lags.length = 0;
+    stop = () => reader.close();
+  }
+  await childPublisher(url, pool, pods, total, rate);
+  const deadline = Date.now() + 10_000;
+  while (lags.length < total * 0.99 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+  await stop();
+  return lags.sort((a, b) => a - b);
+}
+
+function fleetMemory(pods: number): number {
+  setFlagsFromString('--expose_gc');
+  const gc = runInNewContext('gc') as () => void;
+  gc();
+  const before = process.memoryUsage().heapUsed;
+  const fleet = new Fleet();
+  const t = Date.now();
+  for (let i = 0; i < pods; i++) {
+    fleet.apply(readiness('mem', i, t), t);
+    fleet.apply(metrics('mem', i, t), t);
+  }
+  gc();
+  const after = process.memoryUsage().heapUsed;
+  if (fleet.pool('mem')?.readyCount !== pods) throw new Error('memory fleet incomplete');
+  return after - before;
+}
+
+async function run(context: BenchContext): Promise<string> {
+  const pods = context.quick ? 2_000 : 10_000;
+  const rounds = context.quick ? 2 : 3;
+  const liveTotal = context.quick ? 40_000 : 200_000;
+  const lagSeconds = context.quick ? 2 : 5;
+  const server = await startNatsServer({ forcePrivate: true });
+  const nc = await connectNats({ servers: [server.url] });
+  try {
+    const jsm = await jetstreamManager(nc);
+    await ensureStream(jsm);
+    const publisher = new EventPublisher(nc);
+
+    context.log(`publishing ${pods} pods (readiness acked + metrics core)`);
+    await publishPool(publisher, 'replay', pods);
+    await waitStored(jsm, pods * 2);
+    const raw: number[] = [];
+    const bus: number[] = [];
+    for (let r = 0; r < rounds; r++) {
+      const a = await rawReplay(nc, 'replay');
+      const b = await readerReplay(nc, 'replay');
+      if (a.count !== pods * 2 || b.count !== pods * 2 || b.fleet.pool('replay')?.readyCount !== pods) throw new Error(`replay incomplete: raw ${a.count}, reader ${b.count}`);
+      raw.push(a.ms);
+      bus.push(b.ms);
+      context.log(`replay round ${r + 1}: raw ${a.ms.toFixed(0)} ms, reader ${b.ms.toFixed(0)} ms`);
+    }
+    const rawMs = median(raw);
+    const busMs = median(bus);
+
+    context.log(`live: ${liveTotal} metrics from a child process, flat out`);
+    const liveRaw = await liveRate(nc, jsm, server.url, 'live-raw', 1_000, liveTotal, true);
+    const liveBus = await liveRate(nc, jsm, server.url, 'live-bus', 1_000, liveTotal, false);
+
+    context.log(`lag: 1,000 pods x 10 samples/s for ${lagSeconds} s`);
+    const lagRaw = await lag(nc, server.url, 'lag-raw', 1_000, 10_000, lagSeconds, true);
+    const lagBus = await lag(nc, server.url, 'lag-bus', 1_000, 10_000, lagSeconds, false);
+
+    const memory = fleetMemory(10_000);
+
+    const rate = (n: number, s: number) => `${Math.round(n / s).toLocaleString('en-US')}/s`;
+    const table = markdownTable(
+      ['measure', 'raw ordered consumer (baseline)', '@spillway/bus reader → Fleet', 'reader / raw'],
+      [
+        [`replay ${pods.toLocaleString('en-US')} pods (${(pods * 2).toLocaleString('en-US')} msgs), median of ${rounds}`, `${rawMs.toFixed(0)} ms (${rate(pods * 2, rawMs / 1000)})`, `${busMs.toFixed(0)} ms (${rate(pods * 2, busMs / 1000)})`, `${(busMs / rawMs).toFixed(2)}×`],
+        [
+          `live ingestion, ${liveTotal.toLocaleString('en-US')} metrics published flat out by a child process`,
+          `${rate(liveRaw.handled, liveRaw.seconds)} (${liveRaw.handled.toLocaleString('en-US')} delivered, publisher ${rate(liveTotal, liveRaw.publishSeconds)})`,
+          `${rate(liveBus.handled, liveBus.seconds)} applied (${liveBus.handled.toLocaleString('en-US')} delivered, publisher ${rate(liveTotal, liveBus.publishSeconds)})`,
+          `${(liveBus.handled / liveBus.seconds / (liveRaw.handled / liveRaw.seconds)).toFixed(2)}×`,
+        ],
+        [
+          `publish → visible lag, 1,000 pods × 10 samples/s, ${lagSeconds} s (p50 / p99 / max)`,
+          `${percentile(lagRaw, 50)} / ${percentile(lagRaw, 99)} / ${lagRaw.at(-1)} ms (${lagRaw.length} msgs)`,
+          `${percentile(lagBus, 50)} / ${percentile(lagBus, 99)} / ${lagBus.at(-1)} ms (${lagBus.length} msgs)`,
+          '',
+        ],
+        ['heap of a Fleet holding 10,000 pods (readiness + metrics)', '', `${(memory / 2 ** 20).toFixed(1)} MiB (${Math.round(memory / 10_000)} B/pod)`, ''],
+      ],
+    );
+    return [
+      `## ${events.title}`,
+      '',
+      'One private nats-server 2.9 (file storage), stream `SPILLWAY` with the DESIGN §3 defaults. The',
+      'baseline is an ordered consumer (`last_per_subject` for replay, `new` for live) that counts',
+      'messages without decoding; the reader decodes each one with zod (`decodeEvent`) and applies it',
+      'to a `Fleet`. Live traffic is published with core NATS by a child process; the stream keeps one',
+      'message per subject, so a consumer that falls behind skips superseded samples ("delivered" <',
+      'published is expected and harmless). Lag is `Date.now()` at apply minus the `observedAt` the',
+      'publisher stamped, on the same host clock. Timings include consumer creation.',
+      '',
+      table,
+    ].join('\n');
+  } finally {
+    await nc.close();
+    await server.stop();
+  }
+}

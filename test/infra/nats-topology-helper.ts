@@ -1,0 +1,125 @@
+/**
+ * Starts the three-zone NATS topology of infra/nats on loopback for a test: configs rendered by
+ * infra/nats/topology.ts with free ports into a temporary directory, one nats-server process per
+ * server, each killable (SIGKILL, like a crash or a cut link) and restartable with its store.
+ * (A candidate for @spillway/testkit once the demo launcher needs the same thing.)
+ */
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { freePort, INSTALL_HINT, natsServerAvailable, waitForPort } from '@spillway/testkit';
+import { renderZoneTopology, writeZoneTopology, type RenderedTopology } from '../../infra/nats/topology.js';
+
+export interface ServerProcess {
+  readonly name: string;
+  readonly configPath: string;
+  readonly clientPort: number;
+  readonly monitorPort: number;
+  /** Starts the server (again) and waits until it accepts clients. */
+  start(): Promise<void>;
+  /** SIGKILL, keeping the store. */
+  kill(): Promise<void>;
+  /** Last lines the server wrote (for failure messages). */
+  log(): string;
+}
+
+export interface RunningTopology {
+  readonly topology: RenderedTopology;
+  readonly dir: string;
+  readonly hub: ServerProcess;
+  readonly zones: ReadonlyMap<string, ServerProcess>;
+  /** Kills every server and removes the directory. */
+  stop(): Promise<void>;
+}
+
+/** Validates a config file with `nats-server -t`; returns the failure output, or undefined when valid. */
+export function validateConfig(path: string): string | undefined {
+  const result = spawnSync('nats-server', ['-t', '-c', path], { encoding: 'utf8' });
+  return result.status === 0 ? undefined : `${result.stdout}${result.stderr}`.trim() || `exit ${result.status}`;
+}
+
+export function requireNatsServer(): void {
+  if (!natsServerAvailable()) throw new Error(INSTALL_HINT);
+}
+
+function serverProcess(name: string, configPath: string, clientPort: number, monitorPort: number): ServerProcess {
+  let child: ChildProcess | undefined;
+  let output = '';
+  return {
+    name,
+    configPath,
+    clientPort,
+    monitorPort,
+    async start() {
+      if (child) throw new Error(`${name} is already running`);
+      const started = spawn('nats-server', ['-c', configPath], { stdio: ['ignore', 'ignore', 'pipe'] });
+      child = started;
+      started.stderr?.on('data', (chunk: Buffer) => {
+        output = (output + chunk.toString()).slice(-6000);
+      });
+      const exited = new Promise<never>((_, reject) =>
+        started.once('exit', (code, signal) => {
+          if (child === started) child = undefined;
+          reject(new Error(`${name} exited (${code ?? signal}): ${output}`));
+        }),
+      );
+      exited.catch(() => undefined);
+      await Promise.race([waitForPort(clientPort, 10_000), exited]);
+    },
+    async kill() {
+      const running = child;
+      child = undefined;
+      if (!running || running.exitCode !== null || running.signalCode !== null) return;
+      const gone = new Promise<void>((resolve) => running.once('exit', () => resolve()));
+      running.kill('SIGKILL');
+      await gone;
+    },
+    log: () => output,
+  };
+}
+
+/** Renders, writes and starts the hub and every zone server. */
+export async function startTopology(zoneNames: readonly string[]): Promise<RunningTopology> {
+  requireNatsServer();
+  const dir = mkdtempSync(join(tmpdir(), 'spillway-topology-'));
+  const ports = async () => ({ client: await freePort(), monitor: await freePort() });
+  const hubPorts = await ports();
+  const leafPort = await freePort();
+  const zonePorts = await Promise.all(zoneNames.map(() => ports()));
+  const topology = renderZoneTopology({
+    hub: { clientPort: hubPorts.client, leafPort, storeDir: join(dir, 'store', 'hub'), monitorPort: hubPorts.monitor },
+    zones: zoneNames.map((zone, i) => ({
+      zone,
+      clientPort: zonePorts[i]!.client,
+      monitorPort: zonePorts[i]!.monitor,
+      storeDir: join(dir, 'store', zone),
+    })),
+  });
+  const paths = await writeZoneTopology(topology, join(dir, 'conf'));
+  const hub = serverProcess('hub', paths['hub']!, hubPorts.client, hubPorts.monitor);
+  const zones = new Map(
+    zoneNames.map((zone, i) => [zone, serverProcess(zone, paths[zone]!, zonePorts[i]!.client, zonePorts[i]!.monitor)] as const),
+  );
+  const all = [hub, ...zones.values()];
+  const stop = async (): Promise<void> => {
+    await Promise.all(all.map((s) => s.kill()));
+    rmSync(dir, { recursive: true, force: true });
+  };
+  try {
+    await hub.start();
+    await Promise.all([...zones.values()].map((z) => z.start()));
+  } catch (error) {
+    await stop();
+    throw error;
+  }
+  return { topology, dir, hub, zones, stop };
+}
+
+/** Number of leaf connections a server reports on its monitoring port (`/leafz`). */
+export async function leafCount(server: ServerProcess): Promise<number> {
+  const response = await fetch(`http://127.0.0.1:${server.monitorPort}/leafz`);
+  const body = (await response.json()) as { leafnodes?: unknown };
+  if (typeof body.leafnodes !== 'number') throw new Error(`unexpected /leafz answer from ${server.name}`);
+  return body.leafnodes;
+}
