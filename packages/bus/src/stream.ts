@@ -108,7 +108,10 @@ async function reconcile(jsm: JetStreamManager, settings: StreamSettings, info: 
   const config = info.config;
   const differences = compare(settings, config);
   const have = config.subjects ?? [];
-  const missing = settings.subjects.filter((s) => !have.some((h) => subjectCovers(h, s)));
+  // A stream fed by sources (a zone's aggregate, nats.md §4) must not capture subjects itself:
+  // it would also take live traffic routed over leaf nodes. Leave its (empty) subjects alone.
+  const sourced = (config.sources?.length ?? 0) > 0 || config.mirror !== undefined;
+  const missing = sourced ? [] : settings.subjects.filter((s) => !have.some((h) => subjectCovers(h, s)));
   let addedSubjects: string[] = [];
   let current = info;
   if (missing.length > 0) {

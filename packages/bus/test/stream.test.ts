@@ -69,6 +69,14 @@ describe('ensureStream', () => {
     expect(result.differences.map((d) => d.field)).toContain('subjects');
   });
 
+  it('never adds subjects to a stream fed by sources (a zone aggregate)', async () => {
+    await jsm.streams.add({ name: 'ZONE_SRC', subjects: ['zsrc.>'] });
+    await jsm.streams.add({ name: 'AGG', sources: [{ name: 'ZONE_SRC' }] });
+    const result = await ensureStream(jsm, { name: 'AGG', subjects: ['spillway.v1.>'] });
+    expect(result).toMatchObject({ created: false, addedSubjects: [] });
+    expect(result.info.config.subjects ?? []).toEqual([]);
+  });
+
   it('survives two processes creating the same stream at once', async () => {
     const other = await connectNats({ servers: [server.url] });
     try {

@@ -1,0 +1,147 @@
+import { parseAddressPattern } from '@spillway/events';
+import type { Endpoint, Fleet } from '@spillway/fleet';
+import { Fleet as FleetClass } from '@spillway/fleet';
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { Scheduler } from '../src/index.js';
+import { POOL, T0 } from './fleet-fixture.js';
+
+const ZONES = ['a', 'b', 'c', 'd'] as const;
+const REGION_OF: Record<string, string | undefined> = { a: 'r1', b: 'r1', c: 'r2', d: undefined };
+
+const podArb = fc.record({
+  zone: fc.constantFrom(...ZONES),
+  ip: fc.integer({ min: 1, max: 12 }),
+  port: fc.constantFrom(8000, 8001),
+  v6: fc.boolean(),
+  readiness: fc.array(fc.record({ ready: fc.boolean(), deleted: fc.boolean(), at: fc.integer({ min: 0, max: 3 }) }), { minLength: 0, maxLength: 2 }),
+  metrics: fc.option(
+    fc.record({ waiting: fc.integer({ min: 0, max: 8 }), kv: fc.double({ min: 0, max: 1, noNaN: true }), age: fc.integer({ min: 0, max: 2000 }) }),
+    { nil: undefined },
+  ),
+});
+
+type PodArb = typeof podArb extends fc.Arbitrary<infer T> ? T : never;
+
+const addressOf = (ip: number, port: number, v6: boolean): string => (v6 ? `[fd00::${ip}]:${port}` : `10.0.0.${ip}:${port}`);
+
+const entryArb = fc.oneof(
+  fc.record({ ip: fc.integer({ min: 1, max: 14 }), port: fc.constantFrom(8000, 8001), v6: fc.boolean() }).map((e) => addressOf(e.ip, e.port, e.v6)),
+  fc.record({ ip: fc.integer({ min: 1, max: 14 }), v6: fc.boolean() }).map((e) => (e.v6 ? `fd00::${e.ip}` : `10.0.0.${e.ip}`)),
+  fc.constantFrom('garbage', '10.0.0.1:0', '10.0.0.1:99999', '', ':8000', '[fd00::1'),
+);
+
+const caseArb = fc.record({
+  pods: fc.array(podArb, { maxLength: 14 }),
+  subset: fc.option(fc.array(entryArb, { maxLength: 8 }), { nil: undefined }),
+  asString: fc.boolean(),
+  mode: fc.constantFrom('strict' as const, 'locality' as const),
+  maxEndpoints: fc.integer({ min: 1, max: 4 }),
+  crossZoneFallbacks: fc.integer({ min: 0, max: 3 }),
+  refreshMs: fc.constantFrom(0, 20),
+  priority: fc.integer({ min: -1, max: 1 }),
+  seed: fc.integer(),
+  picks: fc.integer({ min: 1, max: 4 }),
+});
+
+function build(pods: readonly PodArb[]): Fleet {
+  const fleet = new FleetClass();
+  pods.forEach((pod, i) => {
+    const name = `p${i}`;
+    for (const r of pod.readiness) {
+      fleet.apply(
+        {
+          v: 1,
+          kind: 'readiness',
+          pool: POOL,
+          zone: pod.zone,
+          region: REGION_OF[pod.zone],
+          pod: name,
+          address: addressOf(pod.ip, pod.port, pod.v6),
+          ready: r.ready,
+          deleted: r.deleted,
+          observedAt: T0 - 10_000 + r.at,
+        },
+        T0 - 10_000,
+      );
+    }
+    if (pod.metrics) {
+      const at = T0 - pod.metrics.age;
+      fleet.apply(
+        { v: 1, kind: 'metrics', pool: POOL, zone: pod.zone, pod: name, observedAt: at, waitingRequests: pod.metrics.waiting, runningRequests: 0, kvCacheUsage: pod.metrics.kv },
+        at,
+      );
+    }
+  });
+  return fleet;
+}
+
+/** The rules restated naively, independent of the scheduler's code paths. */
+function oracle(fleet: Fleet, subset: readonly string[] | undefined, mode: 'strict' | 'locality', now: number) {
+  const patterns = (subset ?? []).map((e) => parseAddressPattern(e)).filter((p) => p !== undefined);
+  const inSubset = (ep: Endpoint): boolean => patterns.some((p) => (p.port === undefined ? p.ip === ep.ip : p.key === ep.address));
+  const eligible: Endpoint[] = [];
+  for (const ep of fleet.pool(POOL)?.endpoints() ?? []) {
+    if (!ep.ready || ep.deleted || ep.address === undefined) continue;
+    if (subset === undefined) eligible.push(ep);
+    else if (mode === 'strict' ? inSubset(ep) : ep.zone !== 'a' || inSubset(ep)) eligible.push(ep);
+  }
+  const saturated = (ep: Endpoint): boolean => {
+    const m = ep.metrics;
+    return m === undefined || now - m.receivedAt > fleet.staleAfterMs || m.waitingRequests + ep.unsampledPicks >= 5 || m.kvCacheUsage >= 0.8;
+  };
+  return { eligible: new Set(eligible), saturated, inSubset };
+}
+
+describe('invariants over random fleets and subsets', () => {
+  it('hold for every pick', () => {
+    fc.assert(
+      fc.property(caseArb, (c) => {
+        const fleet = build(c.pods);
+        const scheduler = new Scheduler({
+          fleet,
+          pool: POOL,
+          zone: 'a',
+          region: 'r1',
+          seed: c.seed,
+          config: { subsetMode: c.mode, maxEndpoints: c.maxEndpoints, crossZoneFallbacks: c.crossZoneFallbacks, remote: { refreshMs: c.refreshMs } },
+        });
+        const hint = c.subset === undefined ? undefined : c.asString ? c.subset.join(',') : c.subset;
+        // A joined string is re-split on commas, so the oracle sees the same entries.
+        const entries = hint === undefined ? undefined : typeof hint === 'string' ? (hint.length === 0 ? [] : hint.split(',')) : hint;
+        for (let k = 0; k < c.picks; k++) {
+          const now = T0 + k;
+          const { eligible, saturated, inSubset } = oracle(fleet, entries, c.mode, now);
+          const d = scheduler.pick({ model: 'm', subset: hint, priority: c.priority, prompt: 'x'.repeat(200) }, now);
+          const list = d.entries.map((e) => e.endpoint);
+          const anyUnsaturated = [...eligible].some((ep) => !saturated(ep));
+          const anyLocalUnsaturated = [...eligible].some((ep) => ep.zone === 'a' && !saturated(ep));
+
+          expect(d.status === 503).toBe(eligible.size === 0);
+          expect(d.counts.eligible).toBe(eligible.size);
+          if (d.status === 429) expect(c.priority).toBeLessThan(0);
+          if (eligible.size > 0) expect(d.status === 429).toBe(c.priority < 0 && !anyUnsaturated);
+          expect(list.length).toBeLessThanOrEqual(c.maxEndpoints);
+          expect(new Set(list).size).toBe(list.length);
+          expect(new Set(d.entries.map((e) => e.address)).size).toBe(list.length);
+          for (const ep of list) {
+            expect(eligible.has(ep)).toBe(true);
+            if (c.mode === 'strict' && entries !== undefined) expect(inSubset(ep)).toBe(true);
+          }
+          if (d.status === 'routed') {
+            expect(list.length).toBeGreaterThan(0);
+            const primary = list[0] as Endpoint;
+            if (anyUnsaturated) expect(saturated(primary)).toBe(false);
+            // Step 3: a local zone with room keeps the primary.
+            if (anyLocalUnsaturated) expect(primary.zone).toBe('a');
+            expect(d.localOverloaded).toBe(!anyLocalUnsaturated);
+            scheduler.commit(d, now);
+          } else {
+            expect(list.length).toBe(0);
+          }
+        }
+      }),
+      { numRuns: 400, seed: 20251129 },
+    );
+  });
+});
