@@ -35,6 +35,7 @@ export function envName(key: string): string {
 }
 
 export interface ParsedCommandLine<F extends FlagSpecs> {
+  /** Empty when `help` is true: check it first. */
   values: FlagValues<F>;
   help: boolean;
   /** Keys given explicitly on the command line or in the environment (not defaulted). */
@@ -61,6 +62,8 @@ export function parseCommandLine<F extends FlagSpecs>(
     throw new CliError((error as Error).message.replace(/^TypeError \[\w+\]: /, ''));
   }
   const explicit = new Set<keyof F>();
+  // --help wins over everything: required flags may be missing, and nothing is validated.
+  if (parsed.values['help'] === true) return { values: {} as FlagValues<F>, help: true, explicit };
   const values: Record<string, unknown> = {};
   for (const [key, spec] of Object.entries(specs)) {
     const fromFlag = parsed.values[flagName(key)];
@@ -86,7 +89,7 @@ export function parseCommandLine<F extends FlagSpecs>(
     }
     values[key] = result.data;
   }
-  return { values: values as FlagValues<F>, help: parsed.values['help'] === true, explicit };
+  return { values: values as FlagValues<F>, help: false, explicit };
 }
 
 function parseBooleanEnv(text: string, name: string): boolean {

@@ -37,6 +37,7 @@ describe('parseCommandLine', () => {
 
   it('reports --help and renders every flag with its variable', () => {
     expect(parseCommandLine(specs, ['--help', '--pool', 'p']).help).toBe(true);
+    expect(parseCommandLine(specs, ['--help']).help).toBe(true); // even with required flags missing
     const help = renderHelp('spillway-x', 'Does x.', specs);
     expect(help).toContain('--grpc-port N');
     expect(help).toContain(envName('grpcPort'));

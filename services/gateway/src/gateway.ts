@@ -1,0 +1,117 @@
+// startGateway: the HTTP server, its own /gateway/* paths, and the parts every request shares.
+import { createServer } from 'node:http';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { pino } from 'pino';
+import type { Logger } from 'pino';
+import { EndpointTable } from './endpoints.js';
+import { createEppClient } from './epp-client.js';
+import { gatewayError } from './errors.js';
+import { handleExchange } from './exchange.js';
+import type { ExchangeContext } from './exchange.js';
+import { HealthView } from './health.js';
+import type { EndpointHealth } from './health.js';
+import { resolveOptions } from './options.js';
+import type { GatewayOptions, ResolvedOptions } from './options.js';
+import { Stats } from './stats.js';
+import type { StatsSnapshot } from './stats.js';
+import { Upstreams } from './upstream.js';
+
+export interface GatewayStats extends StatsSnapshot {
+  zone: string | undefined;
+  epp: string;
+  subsetHint: boolean;
+  endpoints: EndpointHealth[];
+}
+
+export interface Gateway {
+  /** `http://host:port` with the bound port. */
+  readonly url: string;
+  readonly port: number;
+  readonly options: ResolvedOptions;
+  stats(): GatewayStats;
+  /** The subset hint the next request would carry. */
+  subsetHint(): string[];
+  close(): Promise<void>;
+}
+
+/** Paths the gateway answers itself; everything else goes through the EPP. */
+const STATS_PATH = '/gateway/stats';
+const HEALTH_PATH = '/gateway/health';
+
+export async function startGateway(input: GatewayOptions): Promise<Gateway> {
+  const options = resolveOptions(input);
+  const logger: Logger = input.logger ?? pino({ name: 'spillway-gateway', level: options.logLevel });
+  const table = new EndpointTable(options.endpoints, options.zone);
+  const health = new HealthView(
+    table,
+    {
+      intervalMs: options.healthIntervalMs,
+      timeoutMs: options.healthTimeoutMs,
+      path: options.healthPath,
+      unhealthyThreshold: options.unhealthyThreshold,
+      outlierFailures: options.outlierFailures,
+      outlierEjectionMs: options.outlierEjectionMs,
+    },
+    logger,
+  );
+  const eppClient = createEppClient(options.epp, options.eppTls);
+  const upstreams = new Upstreams({ connectTimeoutMs: options.connectTimeoutMs, perTryTimeoutMs: options.perTryTimeoutMs });
+  const stats = new Stats();
+  const ctx: ExchangeContext = { eppClient, table, health, upstreams, stats, logger, options };
+
+  const snapshot = (): GatewayStats => ({
+    ...stats.snapshot(),
+    zone: options.zone,
+    epp: options.epp,
+    subsetHint: options.subsetHint,
+    endpoints: health.snapshot(),
+  });
+
+  const server = createServer((req: IncomingMessage, res: ServerResponse) => {
+    const path = (req.url ?? '/').split('?')[0];
+    if (path === STATS_PATH || path === HEALTH_PATH) {
+      const body = path === STATS_PATH ? JSON.stringify(snapshot()) : '{"status":"ok"}';
+      res.writeHead(200, { 'content-type': 'application/json', 'cache-control': 'no-store' }).end(body);
+      return;
+    }
+    handleExchange(ctx, req, res).catch((error: unknown) => {
+      logger.error({ err: error }, 'request failed');
+      if (!res.headersSent) {
+        const reply = gatewayError(500, 'gateway_error', 'internal gateway error');
+        res.writeHead(reply.status, { 'content-type': 'application/json' }).end(reply.body);
+      } else {
+        res.destroy();
+      }
+    });
+  });
+
+  await health.start();
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(options.port, options.host, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  const { port } = server.address() as AddressInfo;
+  const host = options.host.includes(':') ? `[${options.host}]` : options.host;
+  const url = `http://${host}:${port}`;
+  logger.info(
+    { url, epp: options.epp, zone: options.zone, endpoints: table.all.length, subsetHint: options.subsetHint, retries: options.retries },
+    'listening',
+  );
+
+  let closing: Promise<void> | undefined;
+  const close = (): Promise<void> =>
+    (closing ??= (async () => {
+      const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+      server.closeAllConnections();
+      await closed;
+      await health.stop();
+      await upstreams.close();
+      eppClient.close();
+    })());
+
+  return { url, port, options, stats: snapshot, subsetHint: () => health.healthyLocal(), close };
+}

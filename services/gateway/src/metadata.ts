@@ -1,0 +1,59 @@
+// A request's dynamic metadata, handled as the production Envoy config does (envoy.md §2.1,
+// §6.2): metadata_options forwarding [envoy.lb, envoy.lb.subset_hint], receiving [envoy.lb].
+import { LB_NAMESPACE, SERVED_KEY, SUBSET_KEY, SUBSET_NAMESPACE } from '@spillway/protocol';
+import type { Metadata } from '@spillway/protocol';
+
+type Namespace = Record<string, unknown>;
+
+const FORWARDING = [LB_NAMESPACE, SUBSET_NAMESPACE] as const;
+const RECEIVING: ReadonlySet<string> = new Set([LB_NAMESPACE]);
+
+function isNamespace(value: unknown): value is Namespace {
+  return value !== null && typeof value === 'object' && !Array.isArray(value);
+}
+
+export class DynamicMetadata {
+  readonly #namespaces = new Map<string, Namespace>();
+
+  /** What set_metadata writes before ext_proc in the production config: the zone-local subset. */
+  setSubsetHint(endpoints: readonly string[]): void {
+    this.#namespaces.set(SUBSET_NAMESPACE, { [SUBSET_KEY]: [...endpoints] });
+  }
+
+  /** What override_host's selected_host_key writes after each pick. */
+  setServed(endpoint: string): void {
+    this.#merge(LB_NAMESPACE, { [SERVED_KEY]: endpoint });
+  }
+
+  /**
+   * ProcessingResponse.dynamic_metadata: only receiving namespaces are kept (Envoy drops the
+   * rest), each merged into what the request already has.
+   */
+  receive(dynamicMetadata: Record<string, unknown> | undefined): void {
+    if (dynamicMetadata === undefined) return;
+    for (const [name, value] of Object.entries(dynamicMetadata)) {
+      if (RECEIVING.has(name) && isNamespace(value)) this.#merge(name, value);
+    }
+  }
+
+  get(namespace: string, key: string): unknown {
+    return this.#namespaces.get(namespace)?.[key];
+  }
+
+  /** metadata_context for the next message: the forwarding namespaces that exist so far. */
+  forwarded(): Metadata | undefined {
+    const filterMetadata: Record<string, Namespace> = {};
+    let any = false;
+    for (const name of FORWARDING) {
+      const value = this.#namespaces.get(name);
+      if (value === undefined) continue;
+      filterMetadata[name] = { ...value };
+      any = true;
+    }
+    return any ? { filterMetadata, typedFilterMetadata: {} } : undefined;
+  }
+
+  #merge(name: string, values: Namespace): void {
+    this.#namespaces.set(name, { ...this.#namespaces.get(name), ...values });
+  }
+}
