@@ -1,0 +1,263 @@
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { connect } from '@nats-io/transport-node';
+import { jetstreamManager } from '@nats-io/jetstream';
+import { freePort, natsServerAvailable, waitForPort, INSTALL_HINT } from '@spillway/testkit';
+import { provisionZoneStreams, renderSingleServer, renderZoneTopology, writeZoneTopology, zoneStreamName, type RenderedTopology } from '../nats/topology.js';
+import { httpOk, ManagedProcess, waitUntil } from './process.js';
+
+/**
+ * The whole Spillway system on one machine, as real processes on loopback: NATS (one server, or one
+ * JetStream domain per zone joined by leaf nodes to a hub), simulated model servers, and per zone a
+ * collector, an EPP (locality mode) and a development gateway. `npm start` and the end-to-end tests
+ * both run on it. Every process can be stopped, killed and restarted on the same ports.
+ */
+const ROOT = resolve(fileURLToPath(new URL('../..', import.meta.url)));
+const bin = (service: string, name: string) => join(ROOT, 'services', service, 'bin', `${name}.js`);
+
+export const POOL = 'llama';
+export const MODEL = 'llama';
+
+export interface ZoneSpec {
+  zone: string;
+  region: string;
+  /** Model servers (simulators) in this zone. */
+  servers: number;
+}
+
+export interface SystemOptions {
+  /** Where logs and generated files go. */
+  dir: string;
+  zones: ZoneSpec[];
+  natsTopology?: 'single' | 'zones';
+  /** Use this NATS server instead of starting one (single topology only). */
+  natsUrl?: string;
+  /** Extra flags per kind of process. */
+  simArgs?: string[];
+  collectorArgs?: string[];
+  eppArgs?: string[];
+  gatewayArgs?: string[];
+  logLevel?: string;
+}
+
+export interface SimProcess {
+  pod: string;
+  zone: string;
+  region: string;
+  address: string;
+  port: number;
+  process: ManagedProcess;
+}
+
+export interface ZoneProcesses {
+  spec: ZoneSpec;
+  /** The URL and credentials this zone's services use for NATS. */
+  nats: { url: string; collector?: { user: string; pass: string }; epp?: { user: string; pass: string } };
+  collector: ManagedProcess;
+  epp: ManagedProcess & { grpcPort?: number };
+  eppPorts: { grpc: number; health: number; metrics: number };
+  gateway: ManagedProcess;
+  gatewayUrl: string;
+}
+
+export interface NatsProcesses {
+  /** `hub` plus one per zone in the zones topology; `single` otherwise (absent with an external URL). */
+  servers: Map<string, ManagedProcess>;
+  topology: RenderedTopology | undefined;
+}
+
+export class LocalSystem {
+  private constructor(
+    readonly options: SystemOptions,
+    readonly nats: NatsProcesses,
+    readonly sims: SimProcess[],
+    readonly zones: Map<string, ZoneProcesses>,
+  ) {}
+
+  /** Starts everything, in dependency order, and waits until every EPP reports ready. */
+  static async start(options: SystemOptions, say: (line: string) => void = () => undefined): Promise<LocalSystem> {
+    const logs = join(options.dir, 'logs');
+    mkdirSync(logs, { recursive: true });
+    const logLevel = options.logLevel ?? 'warn';
+    const topologyKind = options.natsTopology ?? 'single';
+    if (!options.natsUrl && !natsServerAvailable()) throw new Error(INSTALL_HINT);
+
+    const nats = await startNats(options, logs, topologyKind);
+    const urlFor = (zone: string) => {
+      if (options.natsUrl) return { url: options.natsUrl };
+      if (!nats.topology) return { url: `nats://127.0.0.1:${(nats.servers.get('single') as ManagedProcess & { port: number }).port}` };
+      const z = nats.topology.zones.find((t) => t.zone === zone);
+      if (!z) throw new Error(`no NATS server for ${zone}`);
+      return { url: z.url, collector: z.users.collector, epp: z.users.epp };
+    };
+    say(`NATS: ${topologyKind}${options.natsUrl ? ` (${options.natsUrl})` : ''}`);
+
+    // Model servers.
+    const sims: SimProcess[] = [];
+    for (const spec of options.zones) {
+      for (let i = 0; i < spec.servers; i++) {
+        const port = await freePort();
+        const pod = `sim-${spec.zone}-${i}`;
+        const process = new ManagedProcess({
+          name: pod,
+          command: globalThis.process.execPath,
+          args: [bin('sim', 'spillway-sim'), '--port', String(port), '--model', MODEL, '--seed', String(sims.length + 1), '--log-level', logLevel, ...(options.simArgs ?? [])],
+          logFile: join(logs, `${pod}.log`),
+          ready: () => waitForPort(port, 20_000),
+        });
+        sims.push({ pod, zone: spec.zone, region: spec.region, address: `127.0.0.1:${port}`, port, process });
+      }
+    }
+    await Promise.all(sims.map((s) => s.process.start()));
+    say(`model servers: ${sims.length}`);
+
+    const allEndpoints = join(options.dir, 'endpoints-all.json');
+    writeFileSync(allEndpoints, JSON.stringify(sims.map((s) => ({ pod: s.pod, address: s.address, zone: s.zone, region: s.region, engine: 'vllm' })), null, 2));
+
+    const zones = new Map<string, ZoneProcesses>();
+    for (const spec of options.zones) {
+      const nz = urlFor(spec.zone);
+      const endpointsFile = join(options.dir, `endpoints-${spec.zone}.json`);
+      writeFileSync(
+        endpointsFile,
+        JSON.stringify(sims.filter((s) => s.zone === spec.zone).map((s) => ({ pod: s.pod, address: s.address, zone: s.zone, region: s.region, engine: 'vllm' })), null, 2),
+      );
+      const auth = (creds: { user: string; pass: string } | undefined) => (creds ? ['--nats-user', creds.user, '--nats-password', creds.pass] : []);
+      const collectorMetrics = await freePort();
+      const collector = new ManagedProcess({
+        name: `collector-${spec.zone}`,
+        command: process.execPath,
+        args: [
+          bin('collector', 'spillway-collector'),
+          '--nats', nz.url, ...auth(nz.collector),
+          ...(nats.topology ? ['--stream', zoneStreamName(spec.zone)] : []),
+          '--pool', POOL, '--zone', spec.zone, '--region', spec.region,
+          '--endpoints', endpointsFile,
+          '--metrics-port', String(collectorMetrics),
+          '--log-level', logLevel,
+          ...(options.collectorArgs ?? []),
+        ],
+        logFile: join(logs, `collector-${spec.zone}.log`),
+        ready: () => waitUntil(`collector-${spec.zone}`, () => httpOk(`http://127.0.0.1:${collectorMetrics}/metrics`), 20_000),
+      });
+      const eppPorts = { grpc: await freePort(), health: await freePort(), metrics: await freePort() };
+      const epp = new ManagedProcess({
+        name: `epp-${spec.zone}`,
+        command: process.execPath,
+        args: [
+          bin('epp', 'spillway-epp'),
+          '--pool', POOL, '--zone', spec.zone, '--region', spec.region,
+          '--nats', nz.url, ...auth(nz.epp),
+          '--host', '127.0.0.1',
+          '--grpc-port', String(eppPorts.grpc), '--health-port', String(eppPorts.health), '--metrics-port', String(eppPorts.metrics),
+          '--subset-mode', 'locality',
+          '--log-level', logLevel,
+          ...(options.eppArgs ?? []),
+        ],
+        logFile: join(logs, `epp-${spec.zone}.log`),
+        ready: () => waitUntil(`epp-${spec.zone}`, () => httpOk(`http://127.0.0.1:${eppPorts.metrics}/readyz`), 60_000),
+      });
+      const gatewayPort = await freePort();
+      const gateway = new ManagedProcess({
+        name: `gateway-${spec.zone}`,
+        command: process.execPath,
+        args: [
+          bin('gateway', 'spillway-gateway'),
+          '--epp', `127.0.0.1:${eppPorts.grpc}`,
+          '--zone', spec.zone,
+          '--endpoints', allEndpoints,
+          '--port', String(gatewayPort),
+          '--log-level', logLevel,
+          ...(options.gatewayArgs ?? []),
+        ],
+        logFile: join(logs, `gateway-${spec.zone}.log`),
+        ready: () => waitUntil(`gateway-${spec.zone}`, () => httpOk(`http://127.0.0.1:${gatewayPort}/gateway/stats`), 20_000),
+      });
+      zones.set(spec.zone, { spec, nats: nz, collector, epp, eppPorts, gateway, gatewayUrl: `http://127.0.0.1:${gatewayPort}` });
+    }
+    const all = [...zones.values()];
+    await Promise.all(all.map((z) => z.collector.start()));
+    say('collectors: publishing');
+    await Promise.all(all.map((z) => z.epp.start()));
+    say('EPPs: ready (replay caught up)');
+    await Promise.all(all.map((z) => z.gateway.start()));
+    say('gateways: listening');
+    return new LocalSystem(options, nats, sims, zones);
+  }
+
+  zone(name: string): ZoneProcesses {
+    const zone = this.zones.get(name);
+    if (!zone) throw new Error(`no zone ${name}`);
+    return zone;
+  }
+
+  simsOf(zone: string): SimProcess[] {
+    return this.sims.filter((s) => s.zone === zone);
+  }
+
+  /** Zone of a model-server address, for attributing where a request was served. */
+  zoneOfAddress(address: string): string | undefined {
+    return this.sims.find((s) => s.address === address)?.zone;
+  }
+
+  /** Stops every process (gateways first, NATS last) and closes their logs. */
+  async stop(): Promise<void> {
+    const zones = [...this.zones.values()];
+    const stopAll = async (processes: ManagedProcess[]) => {
+      await Promise.all(processes.map((p) => p.stop().catch(() => undefined)));
+      processes.forEach((p) => p.close());
+    };
+    await stopAll(zones.map((z) => z.gateway));
+    await stopAll(zones.map((z) => z.epp));
+    await stopAll(zones.map((z) => z.collector));
+    await stopAll(this.sims.map((s) => s.process));
+    await stopAll([...this.nats.servers.values()]);
+  }
+}
+
+async function startNats(options: SystemOptions, logs: string, kind: 'single' | 'zones'): Promise<NatsProcesses> {
+  const servers = new Map<string, ManagedProcess>();
+  if (options.natsUrl) {
+    if (kind === 'zones') throw new Error('--nats-url works with the single topology only');
+    return { servers, topology: undefined };
+  }
+  const natsDir = join(options.dir, 'nats');
+  mkdirSync(natsDir, { recursive: true });
+  const serverProcess = (name: string, configPath: string, port: number) =>
+    new ManagedProcess({ name: `nats-${name}`, command: 'nats-server', args: ['-c', configPath], logFile: join(logs, `nats-${name}.log`), ready: () => waitForPort(port, 15_000) });
+
+  if (kind === 'single') {
+    const port = await freePort();
+    const configPath = join(natsDir, 'single.conf');
+    writeFileSync(configPath, renderSingleServer({ port, storeDir: join(natsDir, 'single') }));
+    const server = Object.assign(serverProcess('single', configPath, port), { port });
+    await server.start();
+    servers.set('single', server);
+    return { servers, topology: undefined };
+  }
+
+  const topology = renderZoneTopology({
+    hub: { clientPort: await freePort(), leafPort: await freePort(), storeDir: join(natsDir, 'hub') },
+    zones: await Promise.all(options.zones.map(async (z) => ({ zone: z.zone, clientPort: await freePort(), storeDir: join(natsDir, z.zone) }))),
+  });
+  const paths = await writeZoneTopology(topology, natsDir);
+  const hub = serverProcess('hub', paths['hub'] as string, topology.hub.clientPort);
+  await hub.start();
+  servers.set('hub', hub);
+  for (const zone of topology.zones) {
+    const server = serverProcess(zone.zone, paths[zone.zone] as string, zone.clientPort);
+    await server.start();
+    servers.set(zone.zone, server);
+  }
+  const names = topology.zones.map((z) => z.zone);
+  for (const zone of topology.zones) {
+    const nc = await connect({ servers: zone.url, user: zone.users.admin.user, pass: zone.users.admin.pass });
+    try {
+      await provisionZoneStreams(await jetstreamManager(nc), zone.zone, names);
+    } finally {
+      await nc.close();
+    }
+  }
+  return { servers, topology };
+}
