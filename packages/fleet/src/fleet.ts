@@ -88,6 +88,26 @@ export class Fleet {
     return metrics !== undefined && now - metrics.receivedAt <= this.staleAfterMs;
   }
 
+  /**
+   * Forgets pods deleted (tombstoned) before `before` (ms, the tombstone's observedAt), so a
+   * long-running EPP does not keep every pod name it ever saw. Only old tombstones go: a late
+   * event older than a recent tombstone must still be ignored rather than revive the pod, and
+   * collectors stop publishing for a deleted pod, so after a while nothing older can arrive.
+   * Returns how many were removed.
+   */
+  pruneDeleted(before: number): number {
+    let removed = 0;
+    for (const pool of this.pools.values()) {
+      for (const [name, record] of pool.pods) {
+        if (record.deleted && record.readinessAt < before && record.inFlight === 0) {
+          pool.pods.delete(name);
+          removed++;
+        }
+      }
+    }
+    return removed;
+  }
+
   /** The EPP sent a request to this endpoint at `now`. */
   recordPick(endpoint: Endpoint, now: number): void {
     const record = endpoint as EndpointRecord;

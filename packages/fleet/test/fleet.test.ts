@@ -85,6 +85,20 @@ describe('Fleet', () => {
     expect(fleet.pool('llama')?.readyCount).toBe(1);
   });
 
+  it('forgets old tombstones on request, keeping recent ones and live pods', () => {
+    const fleet = new Fleet();
+    fleet.apply(readiness('old', { observedAt: T0, deleted: true, ready: false }), T0);
+    fleet.apply(readiness('recent', { observedAt: T0 + 5000, deleted: true, ready: false }), T0);
+    fleet.apply(readiness('live', { observedAt: T0 }), T0);
+    expect(fleet.pruneDeleted(T0 + 1000)).toBe(1);
+    expect(fleet.get('llama', 'old')).toBeUndefined();
+    expect(fleet.get('llama', 'recent')?.deleted).toBe(true);
+    expect(fleet.get('llama', 'live')?.ready).toBe(true);
+    // A pruned pod that comes back is simply new.
+    fleet.apply(readiness('old', { observedAt: T0 + 9000 }), T0);
+    expect(fleet.pool('llama')?.readyCount).toBe(2);
+  });
+
   it('treats a tombstone that says ready: true as not ready', () => {
     const fleet = new Fleet();
     fleet.apply(readiness('p', { deleted: true, ready: true }), T0);

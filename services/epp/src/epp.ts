@@ -94,7 +94,12 @@ export async function startEpp(config: EppConfig, options: StartOptions = {}): P
     if (isReady) markReady();
   }, options.tickMs ?? 200);
   tick.unref();
-  const housekeeping = setInterval(() => core.scheduler.prune(Date.now()), 60_000);
+  const housekeeping = setInterval(() => {
+    const now = Date.now();
+    core.scheduler.prune(now);
+    // An hour is far past the 30 s readiness re-publish: nothing older than a tombstone is still coming.
+    core.fleet.pruneDeleted(now - 3_600_000);
+  }, 60_000);
   housekeeping.unref();
 
   return {
