@@ -1,91 +1,54 @@
-import { parseArgs } from 'node:util';
 import { jetstreamManager, JetStreamApiError } from '@nats-io/jetstream';
 import type { NatsConnection } from '@nats-io/nats-core';
+import { CliError, parseCommandLine, renderHelp, type FlagSpecs, type FlagValues } from '@spillway/cli';
 import { Fleet } from '@spillway/fleet';
 import { z } from 'zod';
 import { connectNats } from './connect.js';
-import { natsFlagHelp, natsFlagSpec, natsOptionsFromFlags, NatsOptionsError, type Environment, type NatsSettings } from './options.js';
+import { natsFlags, natsSettingsFromValues, type Environment, type NatsSettings } from './options.js';
 import { startReader } from './reader.js';
 import { DEFAULT_STREAM } from './stream.js';
 import { fleetRows, renderFleetStatus, renderFleetTable } from './table.js';
 
-export const FLEET_USAGE = [
-  'Usage: spillway-fleet --pool P [--nats URL] [--stream NAME] [--once] [options]',
-  '',
-  'Replays the Spillway event stream for one pool and prints its pods as a table (zone, pod,',
-  'address, readiness, queue, running, KV-cache use, metrics age), then follows live and redraws.',
-  '',
-  'Options:',
-  '  --pool P                pool to show (env SPILLWAY_POOL); required',
-  `  --stream NAME           JetStream stream (env SPILLWAY_STREAM; default ${DEFAULT_STREAM})`,
-  '  --once                  print once after the replay caught up, then exit',
-  '  --interval MS           redraw period when following (default 1000)',
-  '  --timeout MS            with --once: give up when not caught up after MS (default 15000)',
-  '  --stale-after MS        metrics older than this are marked STALE (default 1000)',
-  '  -h, --help              this text',
-  '',
-  'NATS:',
-  ...natsFlagHelp,
-].join('\n');
-
-const cliSpec = {
-  ...natsFlagSpec,
-  pool: { type: 'string' },
-  stream: { type: 'string' },
-  once: { type: 'boolean' },
-  interval: { type: 'string' },
-  timeout: { type: 'string' },
-  'stale-after': { type: 'string' },
-  help: { type: 'boolean', short: 'h' },
-} as const;
-
-const ms = (flag: string, min: number) =>
+const ms = (min: number) =>
   z.coerce
-    .number({ error: `--${flag}: must be a number of milliseconds` })
-    .int(`--${flag}: must be a whole number of milliseconds`)
-    .min(min, `--${flag}: must be at least ${min}`);
+    .number({ error: 'must be a number of milliseconds' })
+    .int('must be a whole number of milliseconds')
+    .min(min, `must be at least ${min}`);
 
-const cliSchema = z.object({
-  pool: z.string({ error: '--pool is required' }).min(1, '--pool is required'),
-  stream: z.string().regex(/^[A-Za-z0-9_-]{1,255}$/, '--stream: letters, digits, _ and - only').default(DEFAULT_STREAM),
-  once: z.boolean().default(false),
-  interval: ms('interval', 50).default(1000),
-  timeout: ms('timeout', 1).default(15_000),
-  staleAfter: ms('stale-after', 1).default(1000),
-});
+/** spillway-fleet's flags, each also `SPILLWAY_<FLAG>`; the NATS flags come from `natsFlags`. */
+export const fleetFlags = {
+  pool: { description: 'pool to show (required)', schema: z.string().min(1), placeholder: 'P' },
+  stream: { description: `JetStream stream (default ${DEFAULT_STREAM})`, schema: z.string().regex(/^[A-Za-z0-9_-]{1,255}$/, 'letters, digits, _ and - only').default(DEFAULT_STREAM), placeholder: 'NAME' },
+  once: { description: 'print once after the replay caught up, then exit', schema: z.boolean().default(false), boolean: true },
+  interval: { description: 'redraw period when following (default 1000)', schema: ms(50).default(1000), placeholder: 'MS' },
+  timeout: { description: 'with --once: give up when not caught up after MS (default 15000)', schema: ms(1).default(15_000), placeholder: 'MS' },
+  staleAfter: { description: 'metrics older than this are marked STALE (default 1000)', schema: ms(1).default(1000), placeholder: 'MS' },
+  ...natsFlags,
+} satisfies FlagSpecs;
 
-export type FleetCliOptions = z.output<typeof cliSchema> & { nats: NatsSettings };
+export const FLEET_USAGE = renderHelp(
+  'spillway-fleet',
+  [
+    'Replays the Spillway event stream for one pool and prints its pods as a table (zone, pod,',
+    'address, readiness, queue, running, KV-cache use, metrics age), then follows live and redraws.',
+    'Read-only: it never creates the stream. -h is short for --help.',
+  ].join('\n'),
+  fleetFlags,
+);
 
-export class UsageError extends Error {}
+type FleetFlagValues = FlagValues<typeof fleetFlags>;
+export type FleetCliOptions = Pick<FleetFlagValues, 'pool' | 'stream' | 'once' | 'interval' | 'timeout' | 'staleAfter'> & { nats: NatsSettings };
 
-/** Parses argv (without node and script); throws UsageError naming the bad flag; undefined for --help. */
-export function parseFleetArgs(argv: string[], env: Environment): FleetCliOptions | undefined {
-  let values: Record<string, string | boolean | undefined>;
-  try {
-    ({ values } = parseArgs({ args: argv, options: cliSpec, strict: true, allowPositionals: false }));
-  } catch (error) {
-    throw new UsageError((error as Error).message);
-  }
-  if (values['help']) return undefined;
-  const fromEnv = (flag: string) => {
-    const v = values[flag];
-    return typeof v === 'string' ? v : env[`SPILLWAY_${flag.toUpperCase().replace(/-/g, '_')}`];
-  };
-  const parsed = cliSchema.safeParse({
-    pool: fromEnv('pool'),
-    stream: fromEnv('stream'),
-    once: values['once'] === true,
-    interval: fromEnv('interval'),
-    timeout: fromEnv('timeout'),
-    staleAfter: fromEnv('stale-after'),
-  });
-  if (!parsed.success) throw new UsageError(parsed.error.issues[0]?.message ?? 'invalid arguments');
-  try {
-    return { ...parsed.data, nats: natsOptionsFromFlags(values, env) };
-  } catch (error) {
-    if (error instanceof NatsOptionsError) throw new UsageError(error.message);
-    throw error;
-  }
+/** Parses argv (without node and script); throws CliError naming the bad flag; undefined for --help (or -h). */
+export function parseFleetArgs(argv: readonly string[], env: Environment): FleetCliOptions | undefined {
+  const parsed = parseCommandLine(
+    fleetFlags,
+    argv.map((arg) => (arg === '-h' ? '--help' : arg)),
+    env,
+  );
+  if (parsed.help) return undefined;
+  const { pool, stream, once, interval, timeout, staleAfter } = parsed.values;
+  return { pool, stream, once, interval, timeout, staleAfter, nats: natsSettingsFromValues(parsed.values, env) };
 }
 
 export interface CliIo {
@@ -105,12 +68,13 @@ export async function runFleetCli(argv: string[], io: CliIo): Promise<number> {
   try {
     options = parseFleetArgs(argv, io.env);
   } catch (error) {
-    if (!(error instanceof UsageError)) throw error;
-    io.err(`spillway-fleet: ${error.message}\nRun spillway-fleet --help for usage.\n`);
+    // As runMain reports it; returned rather than exiting so the command runs in process too.
+    if (!(error instanceof CliError)) throw error;
+    io.err(`error: ${error.message}\n`);
     return 2;
   }
   if (!options) {
-    io.out(`${FLEET_USAGE}\n`);
+    io.out(FLEET_USAGE);
     return 0;
   }
   const now = io.now ?? Date.now;

@@ -1,5 +1,5 @@
-export { natsFlagSpec, natsFlagHelp, natsOptionsFromFlags, parseNatsSettings, natsSettingsSchema, NatsOptionsError, DEFAULT_NATS_URL } from './options.js';
-export type { NatsSettings, NatsSettingsInput, NatsFlag, NatsFlagValues, Environment } from './options.js';
+export { natsFlags, natsSettingsFromValues, natsOptionsFromFlags, parseNatsSettings, natsSettingsSchema, NatsOptionsError, DEFAULT_NATS_URL } from './options.js';
+export type { NatsSettings, NatsSettingsInput, NatsFlagKey, NatsFlagValues, Environment } from './options.js';
 export { connectNats, connectionOptions } from './connect.js';
 export { ConnectionTracker } from './connection-state.js';
 export type { ConnectionState, ConnectionStatus } from './connection-state.js';

@@ -1,54 +1,47 @@
+import { CliError, parseCommandLine, type FlagSpecs } from '@spillway/cli';
 import { z } from 'zod';
 
+export const DEFAULT_NATS_URL = 'nats://127.0.0.1:4222';
+
+const flagValue = z.string().min(1).optional();
+
 /**
- * NATS connection settings shared by every Spillway process (EPP, collector, fleet CLI): one flag
- * spec for node:util `parseArgs`, one resolver from flags + environment, one zod schema. A flag
- * wins over `SPILLWAY_<FLAG>` (DESIGN §6), which wins over the conventional `NATS_*` variable.
+ * NATS connection flags shared by every Spillway process (EPP, collector, fleet CLI), as
+ * `@spillway/cli` flag specs: spread them into a binary's flags, parse with `parseCommandLine`
+ * (flag, then `SPILLWAY_<FLAG>`), then resolve with `natsSettingsFromValues`, which falls back to
+ * the conventional `NATS_*` variables.
  */
-export const natsFlagSpec = {
-  nats: { type: 'string' },
-  'nats-name': { type: 'string' },
-  'nats-user': { type: 'string' },
-  'nats-password': { type: 'string' },
-  'nats-token': { type: 'string' },
-  'nats-nkey-seed': { type: 'string' },
-  'nats-creds': { type: 'string' },
-  'nats-tls-ca': { type: 'string' },
-  'nats-tls-cert': { type: 'string' },
-  'nats-tls-key': { type: 'string' },
-} as const;
+export const natsFlags = {
+  nats: { description: `NATS server URL(s), comma-separated (also NATS_URL; default ${DEFAULT_NATS_URL})`, schema: flagValue, placeholder: 'URL' },
+  natsName: { description: 'client connection name shown by the server (also NATS_NAME)', schema: flagValue, placeholder: 'NAME' },
+  natsUser: { description: 'NATS user; needs --nats-password (also NATS_USER)', schema: flagValue, placeholder: 'USER' },
+  natsPassword: { description: 'password for --nats-user (also NATS_PASSWORD)', schema: flagValue, placeholder: 'PASS' },
+  natsToken: { description: 'NATS token authentication (also NATS_TOKEN)', schema: flagValue, placeholder: 'TOKEN' },
+  natsNkeySeed: { description: 'file holding an nkey user seed (SU...) (also NATS_NKEY_SEED)', schema: flagValue, placeholder: 'FILE' },
+  natsCreds: { description: 'NATS JWT credentials file (also NATS_CREDS)', schema: flagValue, placeholder: 'FILE' },
+  natsTlsCa: { description: 'CA bundle to verify the NATS server (also NATS_TLS_CA)', schema: flagValue, placeholder: 'FILE' },
+  natsTlsCert: { description: 'client certificate for NATS mTLS; needs --nats-tls-key (also NATS_TLS_CERT)', schema: flagValue, placeholder: 'FILE' },
+  natsTlsKey: { description: 'client key for NATS mTLS (also NATS_TLS_KEY)', schema: flagValue, placeholder: 'FILE' },
+} satisfies FlagSpecs;
 
-export type NatsFlag = keyof typeof natsFlagSpec;
-
-/** Help text lines for the NATS flags, for each binary's `--help`. */
-export const natsFlagHelp: readonly string[] = [
-  '  --nats URL[,URL]        NATS server(s) (env SPILLWAY_NATS or NATS_URL; default nats://127.0.0.1:4222)',
-  '  --nats-name NAME        client connection name shown by the server (env NATS_NAME)',
-  '  --nats-user USER        user name; needs --nats-password (env NATS_USER / NATS_PASSWORD)',
-  '  --nats-password PASS    password for --nats-user',
-  '  --nats-token TOKEN      token authentication (env NATS_TOKEN)',
-  '  --nats-nkey-seed FILE   file holding an nkey user seed (SU...) (env NATS_NKEY_SEED)',
-  '  --nats-creds FILE       JWT credentials file (env NATS_CREDS)',
-  '  --nats-tls-ca FILE      CA bundle to verify the server (env NATS_TLS_CA)',
-  '  --nats-tls-cert FILE    client certificate for mTLS; needs --nats-tls-key (env NATS_TLS_CERT)',
-  '  --nats-tls-key FILE     client key for mTLS (env NATS_TLS_KEY)',
-];
+export type NatsFlagKey = keyof typeof natsFlags;
+/** Parsed NATS flag values (from `parseCommandLine`); a binary's own values object fits. */
+export type NatsFlagValues = { readonly [K in NatsFlagKey]?: string | undefined };
+export type Environment = Readonly<Record<string, string | undefined>>;
 
 /** Conventional environment names, used when neither the flag nor SPILLWAY_<FLAG> is set. */
-const conventionalEnv: Record<NatsFlag, string> = {
+const conventionalEnv: Record<NatsFlagKey, string> = {
   nats: 'NATS_URL',
-  'nats-name': 'NATS_NAME',
-  'nats-user': 'NATS_USER',
-  'nats-password': 'NATS_PASSWORD',
-  'nats-token': 'NATS_TOKEN',
-  'nats-nkey-seed': 'NATS_NKEY_SEED',
-  'nats-creds': 'NATS_CREDS',
-  'nats-tls-ca': 'NATS_TLS_CA',
-  'nats-tls-cert': 'NATS_TLS_CERT',
-  'nats-tls-key': 'NATS_TLS_KEY',
+  natsName: 'NATS_NAME',
+  natsUser: 'NATS_USER',
+  natsPassword: 'NATS_PASSWORD',
+  natsToken: 'NATS_TOKEN',
+  natsNkeySeed: 'NATS_NKEY_SEED',
+  natsCreds: 'NATS_CREDS',
+  natsTlsCa: 'NATS_TLS_CA',
+  natsTlsCert: 'NATS_TLS_CERT',
+  natsTlsKey: 'NATS_TLS_KEY',
 };
-
-export const DEFAULT_NATS_URL = 'nats://127.0.0.1:4222';
 
 /** nats://, tls://, ws:// or wss:// URL, or bare host[:port]; optional user:pass@; IPv6 in brackets. */
 const SERVER_URL = /^((nats|tls):\/\/)?([^\s/@]+@)?(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+)(:\d{1,5})?\/?$/;
@@ -96,7 +89,7 @@ export type NatsSettings = z.output<typeof natsSettingsSchema>;
 export type NatsSettingsInput = z.input<typeof natsSettingsSchema>;
 
 /** Maps a settings path back to the flag the user typed, so errors name the flag. */
-const flagOfPath: Record<string, NatsFlag> = {
+const flagOfPath: Record<string, string> = {
   servers: 'nats',
   name: 'nats-name',
   user: 'nats-user',
@@ -109,7 +102,7 @@ const flagOfPath: Record<string, NatsFlag> = {
   'tls.keyFile': 'nats-tls-key',
 };
 
-/** A bad NATS flag or environment value; `flag` is the flag name (without dashes). */
+/** A bad NATS setting or file; `flag` is the flag name (without dashes). */
 export class NatsOptionsError extends Error {
   constructor(
     readonly flag: string,
@@ -120,46 +113,51 @@ export class NatsOptionsError extends Error {
   }
 }
 
-export type NatsFlagValues = Partial<Record<NatsFlag, string | boolean | undefined>>;
-export type Environment = Readonly<Record<string, string | undefined>>;
-
-function envNameOf(flag: string): string {
-  return `SPILLWAY_${flag.toUpperCase().replace(/-/g, '_')}`;
-}
-
-function pick(flag: NatsFlag, values: NatsFlagValues, env: Environment): string | undefined {
-  const fromFlag = values[flag];
-  if (typeof fromFlag === 'string') return fromFlag;
-  const spillway = env[envNameOf(flag)];
-  if (spillway !== undefined && spillway !== '') return spillway;
-  const conventional = env[conventionalEnv[flag]];
-  return conventional !== undefined && conventional !== '' ? conventional : undefined;
-}
-
 /**
- * Resolves NATS settings from parsed flags (node:util parseArgs `values`) and the environment.
- * Throws NatsOptionsError naming the offending flag.
+ * Builds NATS settings from parsed flag values (`parseCommandLine` over `natsFlags`, which already
+ * took the flag, then `SPILLWAY_<FLAG>`); a value still missing comes from the conventional
+ * `NATS_*` variable. Throws CliError naming the offending flag.
  */
-export function natsOptionsFromFlags(values: NatsFlagValues, env: Environment = process.env): NatsSettings {
-  const get = (flag: NatsFlag) => pick(flag, values, env);
+export function natsSettingsFromValues(values: NatsFlagValues, env: Environment = process.env): NatsSettings {
+  const get = (key: NatsFlagKey): string | undefined => {
+    const value = values[key];
+    if (value !== undefined && value !== '') return value;
+    const conventional = env[conventionalEnv[key]];
+    return conventional !== undefined && conventional !== '' ? conventional : undefined;
+  };
   const servers = (get('nats') ?? DEFAULT_NATS_URL)
     .split(',')
     .map((s) => s.trim())
     .filter((s) => s.length > 0);
-  const caFile = get('nats-tls-ca');
-  const certFile = get('nats-tls-cert');
-  const keyFile = get('nats-tls-key');
+  const caFile = get('natsTlsCa');
+  const certFile = get('natsTlsCert');
+  const keyFile = get('natsTlsKey');
   const input: NatsSettingsInput = {
     servers,
-    name: get('nats-name'),
-    user: get('nats-user'),
-    password: get('nats-password'),
-    token: get('nats-token'),
-    nkeySeedFile: get('nats-nkey-seed'),
-    credsFile: get('nats-creds'),
+    name: get('natsName'),
+    user: get('natsUser'),
+    password: get('natsPassword'),
+    token: get('natsToken'),
+    nkeySeedFile: get('natsNkeySeed'),
+    credsFile: get('natsCreds'),
     tls: caFile || certFile || keyFile ? { caFile, certFile, keyFile } : undefined,
   };
-  return parseNatsSettings(input);
+  try {
+    return parseNatsSettings(input);
+  } catch (error) {
+    if (error instanceof NatsOptionsError) throw new CliError(error.message, error.flag);
+    throw error;
+  }
+}
+
+/**
+ * @deprecated Only for callers outside the binaries (test/bench) until they move to
+ * `parseNatsSettings` or `natsFlags` + `natsSettingsFromValues`; this is that same path, with
+ * values keyed by flag name (`{ nats: url, 'nats-user': u }`).
+ */
+export function natsOptionsFromFlags(flags: Readonly<Record<string, string | undefined>>, env: Environment = process.env): NatsSettings {
+  const argv = Object.entries(flags).flatMap(([flag, value]) => (value === undefined ? [] : [`--${flag}=${value}`]));
+  return natsSettingsFromValues(parseCommandLine(natsFlags, argv, env).values, env);
 }
 
 /** Validates settings given as an object (config files, tests). Throws NatsOptionsError. */

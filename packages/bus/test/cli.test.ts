@@ -85,13 +85,21 @@ describe('spillway-fleet', () => {
   it('--help prints usage and exits 0', async () => {
     const { code, out } = await spawned(['--help']);
     expect(code).toBe(0);
-    expect(out).toMatch(/^Usage: spillway-fleet --pool P/);
+    expect(out).toMatch(/^Usage: spillway-fleet /);
+    expect(out).toContain('--pool P');
+    expect(out).toContain('SPILLWAY_POOL');
     expect(out).toContain('--nats-creds FILE');
+  });
+
+  it('-h is short for --help', async () => {
+    const { code, out } = await inProcess(['-h']);
+    expect(code).toBe(0);
+    expect(out).toContain('--stale-after MS');
   });
 
   it.each([
     [['--nats', 'nats://127.0.0.1:1', '--pool'], /--pool/],
-    [['--once'], /--pool is required/],
+    [['--once'], /--pool: .*required/],
     [['--pool', 'p', '--bogus'], /--bogus/],
     [['--pool', 'p', '--interval', 'soon'], /--interval: must be a number/],
     [['--pool', 'p', '--stream', 'a.b'], /--stream/],

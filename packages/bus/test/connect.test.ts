@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { nkeys } from '@nats-io/nats-core';
 import { startNatsServer, type NatsServerHandle } from '@spillway/testkit';
-import { connectNats, natsOptionsFromFlags } from '../src/index.js';
+import { connectNats, natsSettingsFromValues } from '../src/index.js';
 
 const user = nkeys.createUser();
 let server: NatsServerHandle;
@@ -25,7 +25,7 @@ afterAll(async () => {
 
 describe('connectNats with authentication', () => {
   it('connects with user and password from the environment', async () => {
-    const nc = await connectNats(natsOptionsFromFlags({}, { NATS_URL: server.url, NATS_USER: 'alice', NATS_PASSWORD: 's3cret', NATS_NAME: 'auth-test' }));
+    const nc = await connectNats(natsSettingsFromValues({}, { NATS_URL: server.url, NATS_USER: 'alice', NATS_PASSWORD: 's3cret', NATS_NAME: 'auth-test' }));
     expect(nc.info?.client_id).toBeTypeOf('number');
     await nc.close();
   });
@@ -33,16 +33,16 @@ describe('connectNats with authentication', () => {
   it('connects with an nkey seed file', async () => {
     const seedFile = join(dir, 'user.nk');
     writeFileSync(seedFile, `${new TextDecoder().decode(user.getSeed())}\n`);
-    const nc = await connectNats(natsOptionsFromFlags({ nats: server.url, 'nats-nkey-seed': seedFile }, {}));
+    const nc = await connectNats(natsSettingsFromValues({ nats: server.url, natsNkeySeed: seedFile }, {}));
     await nc.flush();
     await nc.close();
   });
 
   it('fails on a wrong password (when told not to retry) and on a file that holds no seed', async () => {
-    const settings = natsOptionsFromFlags({ nats: server.url, 'nats-user': 'alice', 'nats-password': 'wrong' }, {});
+    const settings = natsSettingsFromValues({ nats: server.url, natsUser: 'alice', natsPassword: 'wrong' }, {});
     await expect(connectNats(settings, { waitOnFirstConnect: false, maxReconnectAttempts: 0 })).rejects.toThrow(/Authorization/i);
     const notSeed = join(dir, 'junk');
     writeFileSync(notSeed, 'hello');
-    await expect(connectNats(natsOptionsFromFlags({ nats: server.url, 'nats-nkey-seed': notSeed }, {}))).rejects.toThrow(/--nats-nkey-seed: .* does not hold a user nkey seed/);
+    await expect(connectNats(natsSettingsFromValues({ nats: server.url, natsNkeySeed: notSeed }, {}))).rejects.toThrow(/--nats-nkey-seed: .* does not hold a user nkey seed/);
   });
 });

@@ -18,7 +18,14 @@ export type FlagSpecs = Record<string, FlagSpec>;
 export type FlagValues<F extends FlagSpecs> = { [K in keyof F]: z.output<F[K]['schema']> };
 
 export class CliError extends Error {
-  constructor(message: string) {
+  /**
+   * @param flag the flag at fault, kebab-case without dashes (`grpc-port`), when there is one; the
+   * message then starts with `--<flag>:` or, for a value from the environment, `SPILLWAY_<FLAG>:`.
+   */
+  constructor(
+    message: string,
+    readonly flag?: string,
+  ) {
     super(message);
     this.name = 'CliError';
   }
@@ -59,7 +66,7 @@ export function parseCommandLine<F extends FlagSpecs>(
   try {
     parsed = parseArgs({ args: [...argv], options, strict: true, allowPositionals: false });
   } catch (error) {
-    throw new CliError((error as Error).message.replace(/^TypeError \[\w+\]: /, ''));
+    throw parseArgsError(error as Error & { code?: string });
   }
   const explicit = new Set<keyof F>();
   // --help wins over everything: required flags may be missing, and nothing is validated.
@@ -75,7 +82,7 @@ export function parseCommandLine<F extends FlagSpecs>(
       source = `--${flagName(key)}`;
       explicit.add(key);
     } else if (fromEnv !== undefined && fromEnv !== '') {
-      raw = spec.boolean ? parseBooleanEnv(fromEnv, envName(key)) : fromEnv;
+      raw = spec.boolean ? parseBooleanEnv(fromEnv, envName(key), key) : fromEnv;
       source = envName(key);
       explicit.add(key);
     } else {
@@ -85,17 +92,29 @@ export function parseCommandLine<F extends FlagSpecs>(
     const result = spec.schema.safeParse(raw);
     if (!result.success) {
       const issue = result.error.issues[0];
-      throw new CliError(`${source}: ${issue?.message ?? 'invalid value'}${raw === undefined ? ' (required)' : ''}`);
+      throw new CliError(`${source}: ${issue?.message ?? 'invalid value'}${raw === undefined ? ' (required)' : ''}`, flagName(key));
     }
     values[key] = result.data;
   }
   return { values: values as FlagValues<F>, help: false, explicit };
 }
 
-function parseBooleanEnv(text: string, name: string): boolean {
+function parseBooleanEnv(text: string, name: string, key: string): boolean {
   if (/^(1|true|yes)$/i.test(text)) return true;
   if (/^(0|false|no)$/i.test(text)) return false;
-  throw new CliError(`${name}: expected true or false, got ${JSON.stringify(text)}`);
+  throw new CliError(`${name}: expected true or false, got ${JSON.stringify(text)}`, flagName(key));
+}
+
+/** node:util's parse errors, rephrased to start with the flag they are about (`--zone: needs a value`). */
+function parseArgsError(error: Error & { code?: string }): CliError {
+  const message = error.message.replace(/^TypeError \[\w+\]: /, '');
+  const option = /'(-{1,2}[\w-]+)/.exec(message)?.[1];
+  if (option === undefined || error.code === 'ERR_PARSE_ARGS_UNEXPECTED_POSITIONAL') return new CliError(message);
+  const flag = option.replace(/^-+/, '');
+  if (error.code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION') return new CliError(`${option}: unknown flag (see --help)`, flag);
+  if (/argument missing/.test(message)) return new CliError(`${option}: needs a value`, flag);
+  if (/does not take an argument/.test(message)) return new CliError(`${option}: takes no value`, flag);
+  return new CliError(`${option}: ${message}`, flag);
 }
 
 /** `--help` text listing every flag with its environment variable. */

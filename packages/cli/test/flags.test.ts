@@ -35,6 +35,26 @@ describe('parseCommandLine', () => {
     expect(() => parseCommandLine(specs, ['stray'])).toThrow(CliError);
   });
 
+  it('tells which flag is at fault, in CliError.flag and at the start of the message', () => {
+    const fault = (argv: string[], env: NodeJS.ProcessEnv = {}) => {
+      try {
+        parseCommandLine(specs, argv, env);
+      } catch (error) {
+        if (error instanceof CliError) return { flag: error.flag, message: error.message };
+        throw error;
+      }
+      throw new Error('expected a CliError');
+    };
+    expect(fault([])).toMatchObject({ flag: 'pool', message: expect.stringMatching(/^--pool: /) });
+    expect(fault(['--pool', 'p', '--grpc-port', 'x'])).toMatchObject({ flag: 'grpc-port', message: expect.stringMatching(/^--grpc-port: /) });
+    expect(fault(['--pool', 'p'], { SPILLWAY_GRPC_PORT: 'x' })).toMatchObject({ flag: 'grpc-port', message: expect.stringMatching(/^SPILLWAY_GRPC_PORT: /) });
+    expect(fault(['--pool', 'p'], { SPILLWAY_ONCE: 'maybe' })).toMatchObject({ flag: 'once', message: expect.stringMatching(/^SPILLWAY_ONCE: /) });
+    expect(fault(['--pool', 'p', '--bogus-flag'])).toEqual({ flag: 'bogus-flag', message: '--bogus-flag: unknown flag (see --help)' });
+    expect(fault(['--pool'])).toEqual({ flag: 'pool', message: '--pool: needs a value' });
+    expect(fault(['--pool', 'p', '--once=yes'])).toEqual({ flag: 'once', message: '--once: takes no value' });
+    expect(fault(['stray']).flag).toBeUndefined();
+  });
+
   it('reports --help and renders every flag with its variable', () => {
     expect(parseCommandLine(specs, ['--help', '--pool', 'p']).help).toBe(true);
     expect(parseCommandLine(specs, ['--help']).help).toBe(true); // even with required flags missing

@@ -1,122 +1,53 @@
-import { parseArgs } from 'node:util';
-import { NatsOptionsError, natsFlagHelp, natsFlagSpec, natsOptionsFromFlags, type NatsSettings } from '@spillway/bus';
+import { natsFlags, natsSettingsFromValues, type NatsSettings } from '@spillway/bus';
+import { CliError, nonNegativeInt, parseCommandLine, port, renderHelp, type FlagSpecs } from '@spillway/cli';
 import { ENGINES, type Engine } from '@spillway/events';
 import { z } from 'zod';
 
 /**
- * The collector's flags (DESIGN §6). Every flag can also be set as `SPILLWAY_<FLAG>` (upper case,
- * dashes as underscores); a flag on the command line wins. Values are validated with zod and a bad
- * one is reported by the flag's name.
+ * The collector's flags (DESIGN §6), for `@spillway/cli`: each is also `SPILLWAY_<FLAG>` (upper
+ * case, dashes as underscores) and a flag on the command line wins. Values are validated with zod
+ * and a bad one is reported by the flag's name.
  */
-export const collectorFlagSpec = {
-  help: { type: 'boolean' },
-  ...natsFlagSpec,
-  stream: { type: 'string' },
-  pool: { type: 'string' },
-  zone: { type: 'string' },
-  region: { type: 'string' },
-  endpoints: { type: 'string' },
-  'endpoints-poll-ms': { type: 'string' },
-  'kube-namespace': { type: 'string' },
-  'kube-selector': { type: 'string' },
-  'kube-port': { type: 'string' },
-  'kube-all-zones': { type: 'boolean' },
-  kubeconfig: { type: 'string' },
-  engine: { type: 'string' },
-  'sample-interval-ms': { type: 'string' },
-  'scrape-timeout-ms': { type: 'string' },
-  'scrape-failure-threshold': { type: 'string' },
-  'metrics-path': { type: 'string' },
-  'probe-interval-ms': { type: 'string' },
-  'probe-timeout-ms': { type: 'string' },
-  'probe-path': { type: 'string' },
-  'probe-success-threshold': { type: 'string' },
-  'probe-failure-threshold': { type: 'string' },
-  'readiness-republish-ms': { type: 'string' },
-  'metrics-port': { type: 'string' },
-  'log-level': { type: 'string' },
-} as const;
-
-export type CollectorFlag = keyof typeof collectorFlagSpec;
-
-export const HELP = `spillway-collector: scrapes model servers and watches readiness; publishes v1 events to NATS
-
-Usage: spillway-collector --pool P --zone Z [--region R] (--endpoints FILE | --kube-namespace NS) [options]
-
-Every flag may also be given as the environment variable SPILLWAY_<FLAG> (for example
-SPILLWAY_SAMPLE_INTERVAL_MS=50); the command line wins.
-
-${natsFlagHelp.join('\n')}
-  --stream NAME                    JetStream stream to ensure (default SPILLWAY)
-  --pool P                         inference pool name (required)
-  --zone Z                         this collector's zone; the default zone of endpoints (required)
-  --region R                       default region of endpoints
-  --endpoints FILE                 YAML or JSON list of { pod, address, zone?, region?, engine?, labels? };
-                                   re-read when it changes (removed endpoints get a tombstone)
-  --endpoints-poll-ms N            how often FILE is checked for changes (default 500)
-  --kube-namespace NS              watch discovery.k8s.io/v1 EndpointSlices in NS
-  --kube-selector SEL              label selector for the slices (e.g. kubernetes.io/service-name=llama)
-  --kube-port NAME                 the slice port to use (default: the slice's only port)
-  --kube-all-zones                 publish endpoints of every zone (default: only --zone and zoneless)
-  --kubeconfig FILE                kubeconfig (default: in-cluster, then $KUBECONFIG, then ~/.kube/config)
-  --engine vllm|sglang|trtllm|triton  engine for endpoints that name none (default: detect from metric names)
-  --sample-interval-ms N           scrape interval per endpoint (default 100)
-  --scrape-timeout-ms N            per-scrape timeout (default 500)
-  --scrape-failure-threshold N     consecutive failures after which an endpoint is scraped only once per
-                                   probe interval until it answers again (default 3)
-  --metrics-path PATH              model-server metrics path (default /metrics)
-  --probe-interval-ms N            HTTP health probe interval; 0 disables probing (default 1000)
-  --probe-timeout-ms N             probe timeout (default 500)
-  --probe-path PATH                probe path (default /health)
-  --probe-success-threshold N      consecutive successes to become ready (default 1)
-  --probe-failure-threshold N      consecutive failures to become not ready (default 2)
-  --readiness-republish-ms N       readiness re-publish period (default 30000)
-  --metrics-port N                 port of the collector's own Prometheus /metrics (default 9091; 0 = off)
-  --log-level LEVEL                pino level (default info)
-  --help                           this text
-`;
-
-const integer = (min: number, max: number) =>
-  z
-    .string()
-    .regex(/^\d+$/, 'must be a whole number')
-    .transform(Number)
-    .pipe(z.number().int().min(min).max(max));
 const name = z.string().min(1).max(253);
 const path = z.string().regex(/^\/\S*$/, 'must be a path starting with /');
+const between = (min: number, max: number) => nonNegativeInt().min(min).max(max);
 
-const flagsSchema = z
-  .object({
-    stream: z.string().regex(/^[A-Za-z0-9_-]{1,255}$/, 'stream names are letters, digits, _ and -').default('SPILLWAY'),
-    pool: name,
-    zone: name,
-    region: name.optional(),
-    endpoints: z.string().min(1).optional(),
-    'endpoints-poll-ms': integer(10, 600_000).default(500),
-    'kube-namespace': name.optional(),
-    'kube-selector': z.string().min(1).optional(),
-    'kube-port': name.optional(),
-    'kube-all-zones': z.boolean().default(false),
-    kubeconfig: z.string().min(1).optional(),
-    engine: z.enum(ENGINES).optional(),
-    'sample-interval-ms': integer(10, 600_000).default(100),
-    'scrape-timeout-ms': integer(10, 600_000).default(500),
-    'scrape-failure-threshold': integer(1, 1_000).default(3),
-    'metrics-path': path.default('/metrics'),
-    'probe-interval-ms': integer(0, 600_000).default(1_000),
-    'probe-timeout-ms': integer(10, 600_000).default(500),
-    'probe-path': path.default('/health'),
-    'probe-success-threshold': integer(1, 1_000).default(1),
-    'probe-failure-threshold': integer(1, 1_000).default(2),
-    'readiness-republish-ms': integer(100, 30_000).default(30_000),
-    'metrics-port': integer(0, 65_535).default(9091),
-    'log-level': z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
-  })
-  .superRefine((flags, ctx) => {
-    if (flags.endpoints === undefined && flags['kube-namespace'] === undefined) {
-      ctx.addIssue({ code: 'custom', path: ['endpoints'], message: 'give --endpoints FILE or --kube-namespace NS (or both)' });
-    }
-  });
+export const collectorFlags = {
+  ...natsFlags,
+  stream: { description: 'JetStream stream to ensure (default SPILLWAY)', schema: z.string().regex(/^[A-Za-z0-9_-]{1,255}$/, 'stream names are letters, digits, _ and -').default('SPILLWAY'), placeholder: 'NAME' },
+  pool: { description: 'inference pool name (required)', schema: name, placeholder: 'P' },
+  zone: { description: "this collector's zone; the default zone of endpoints (required)", schema: name, placeholder: 'Z' },
+  region: { description: 'default region of endpoints', schema: name.optional(), placeholder: 'R' },
+  endpoints: { description: 'YAML or JSON list of { pod, address, zone?, region?, engine?, labels? }; re-read when it changes (removed endpoints get a tombstone)', schema: z.string().min(1).optional(), placeholder: 'FILE' },
+  endpointsPollMs: { description: 'how often FILE is checked for changes (default 500)', schema: between(10, 600_000).default(500), placeholder: 'N' },
+  kubeNamespace: { description: 'watch discovery.k8s.io/v1 EndpointSlices in NS', schema: name.optional(), placeholder: 'NS' },
+  kubeSelector: { description: 'label selector for the slices (e.g. kubernetes.io/service-name=llama)', schema: z.string().min(1).optional(), placeholder: 'SEL' },
+  kubePort: { description: "the slice port to use (default: the slice's only port)", schema: name.optional(), placeholder: 'NAME' },
+  kubeAllZones: { description: 'publish endpoints of every zone (default: only --zone and zoneless)', schema: z.boolean().default(false), boolean: true },
+  kubeconfig: { description: 'kubeconfig (default: in-cluster, then $KUBECONFIG, then ~/.kube/config)', schema: z.string().min(1).optional(), placeholder: 'FILE' },
+  engine: { description: `engine for endpoints that name none: ${ENGINES.join(' | ')} (default: detect from metric names)`, schema: z.enum(ENGINES).optional(), placeholder: 'ENGINE' },
+  sampleIntervalMs: { description: 'scrape interval per endpoint (default 100)', schema: between(10, 600_000).default(100), placeholder: 'N' },
+  scrapeTimeoutMs: { description: 'per-scrape timeout (default 500)', schema: between(10, 600_000).default(500), placeholder: 'N' },
+  scrapeFailureThreshold: { description: 'consecutive failures after which an endpoint is scraped only once per probe interval until it answers again (default 3)', schema: between(1, 1_000).default(3), placeholder: 'N' },
+  metricsPath: { description: 'model-server metrics path (default /metrics)', schema: path.default('/metrics'), placeholder: 'PATH' },
+  probeIntervalMs: { description: 'HTTP health probe interval; 0 disables probing (default 1000)', schema: between(0, 600_000).default(1_000), placeholder: 'N' },
+  probeTimeoutMs: { description: 'probe timeout (default 500)', schema: between(10, 600_000).default(500), placeholder: 'N' },
+  probePath: { description: 'probe path (default /health)', schema: path.default('/health'), placeholder: 'PATH' },
+  probeSuccessThreshold: { description: 'consecutive successes to become ready (default 1)', schema: between(1, 1_000).default(1), placeholder: 'N' },
+  probeFailureThreshold: { description: 'consecutive failures to become not ready (default 2)', schema: between(1, 1_000).default(2), placeholder: 'N' },
+  readinessRepublishMs: { description: 'readiness re-publish period (default 30000)', schema: between(100, 30_000).default(30_000), placeholder: 'N' },
+  metricsPort: { description: "port of the collector's own Prometheus /metrics (default 9091; 0 = off)", schema: port(9091), placeholder: 'N' },
+  logLevel: { description: 'pino level (default info)', schema: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'), placeholder: 'LEVEL' },
+} satisfies FlagSpecs;
+
+export const HELP = renderHelp(
+  'spillway-collector',
+  [
+    'spillway-collector: scrapes model servers and watches readiness; publishes v1 events to NATS.',
+    'Needs --pool, --zone and a readiness source: --endpoints FILE, --kube-namespace NS, or both.',
+  ].join('\n'),
+  collectorFlags,
+);
 
 export interface CollectorConfig {
   nats: NatsSettings;
@@ -138,69 +69,17 @@ export interface CollectorConfig {
   logLevel: string;
 }
 
-/** A bad flag or environment value; the message starts with the flag's name. */
-export class ConfigError extends Error {
-  override readonly name = 'ConfigError';
-  constructor(
-    readonly flag: string,
-    message: string,
-  ) {
-    super(`--${flag}: ${message}`);
-  }
-}
-
-export function envName(flag: string): string {
-  return `SPILLWAY_${flag.toUpperCase().replace(/-/g, '_')}`;
-}
-
 export type ParsedArgs = { help: true } | { help: false; config: CollectorConfig };
 
-/** Parses argv (without node and script) and the environment. Throws ConfigError. */
-export function parseCollectorArgs(argv: readonly string[], env: Readonly<Record<string, string | undefined>> = process.env): ParsedArgs {
-  let values: Record<string, string | boolean | undefined>;
-  try {
-    ({ values } = parseArgs({ args: [...argv], options: collectorFlagSpec, strict: true, allowPositionals: false }));
-  } catch (error) {
-    // node:util names the offending option in its message (unknown option, missing value).
-    const message = (error as Error).message;
-    const flag = /'(--?[\w-]+)/.exec(message)?.[1]?.replace(/^-+/, '') ?? 'flags';
-    throw new ConfigError(flag, message);
+/** Parses argv (without node and script) and the environment. Throws CliError naming the bad flag. */
+export function parseCollectorArgs(argv: readonly string[], env: NodeJS.ProcessEnv = process.env): ParsedArgs {
+  const parsed = parseCommandLine(collectorFlags, argv, env);
+  if (parsed.help) return { help: true };
+  const f = parsed.values;
+  if (f.endpoints === undefined && f.kubeNamespace === undefined) {
+    throw new CliError('--endpoints: give --endpoints FILE or --kube-namespace NS (or both)', 'endpoints');
   }
-  if (values['help'] === true) return { help: true };
-
-  const merged: Record<string, string | boolean | undefined> = {};
-  const fromEnvironment = new Set<string>();
-  const natsFlags = new Set<string>(Object.keys(natsFlagSpec));
-  let nats: NatsSettings;
-  try {
-    nats = natsOptionsFromFlags(values, env);
-  } catch (error) {
-    if (error instanceof NatsOptionsError) throw new ConfigError(error.flag, error.message.replace(/^--[\w-]+: /, ''));
-    throw error;
-  }
-  for (const [flag, spec] of Object.entries(collectorFlagSpec)) {
-    if (flag === 'help' || natsFlags.has(flag)) continue;
-    const fromEnv = env[envName(flag)];
-    let value = values[flag];
-    if (value === undefined && fromEnv !== undefined && fromEnv !== '') {
-      if (spec.type === 'boolean') {
-        if (!/^(true|false|1|0)$/i.test(fromEnv)) throw new ConfigError(flag, `${envName(flag)}=${fromEnv} must be true or false`);
-        value = /^(true|1)$/i.test(fromEnv);
-      } else {
-        value = fromEnv;
-      }
-    }
-    if (values[flag] === undefined && value !== undefined) fromEnvironment.add(flag);
-    merged[flag] = value;
-  }
-  const parsed = flagsSchema.safeParse(merged);
-  if (!parsed.success) {
-    const issue = parsed.error.issues[0];
-    const flag = String(issue?.path[0] ?? 'flags');
-    const message = issue?.code === 'invalid_type' && merged[flag] === undefined ? 'is required' : (issue?.message ?? 'invalid');
-    throw new ConfigError(flag, fromEnvironment.has(flag) ? `${message} (from ${envName(flag)})` : message);
-  }
-  const f = parsed.data;
+  const nats: NatsSettings = natsSettingsFromValues(f, env);
   return {
     help: false,
     config: {
@@ -210,26 +89,26 @@ export function parseCollectorArgs(argv: readonly string[], env: Readonly<Record
       zone: f.zone,
       region: f.region,
       endpointsFile: f.endpoints,
-      endpointsPollMs: f['endpoints-poll-ms'],
+      endpointsPollMs: f.endpointsPollMs,
       kube:
-        f['kube-namespace'] === undefined
+        f.kubeNamespace === undefined
           ? undefined
-          : { namespace: f['kube-namespace'], selector: f['kube-selector'], port: f['kube-port'], allZones: f['kube-all-zones'], kubeconfig: f.kubeconfig },
+          : { namespace: f.kubeNamespace, selector: f.kubeSelector, port: f.kubePort, allZones: f.kubeAllZones, kubeconfig: f.kubeconfig },
       engine: f.engine,
-      sampleIntervalMs: f['sample-interval-ms'],
-      scrapeTimeoutMs: f['scrape-timeout-ms'],
-      scrapeFailureThreshold: f['scrape-failure-threshold'],
-      metricsPath: f['metrics-path'],
+      sampleIntervalMs: f.sampleIntervalMs,
+      scrapeTimeoutMs: f.scrapeTimeoutMs,
+      scrapeFailureThreshold: f.scrapeFailureThreshold,
+      metricsPath: f.metricsPath,
       probe: {
-        intervalMs: f['probe-interval-ms'],
-        timeoutMs: f['probe-timeout-ms'],
-        path: f['probe-path'],
-        successThreshold: f['probe-success-threshold'],
-        failureThreshold: f['probe-failure-threshold'],
+        intervalMs: f.probeIntervalMs,
+        timeoutMs: f.probeTimeoutMs,
+        path: f.probePath,
+        successThreshold: f.probeSuccessThreshold,
+        failureThreshold: f.probeFailureThreshold,
       },
-      readinessRepublishMs: f['readiness-republish-ms'],
-      metricsPort: f['metrics-port'],
-      logLevel: f['log-level'],
+      readinessRepublishMs: f.readinessRepublishMs,
+      metricsPort: f.metricsPort,
+      logLevel: f.logLevel,
     },
   };
 }

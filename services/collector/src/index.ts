@@ -1,6 +1,6 @@
 export { Collector } from './collector.js';
 export type { CollectorOptions, EndpointStatus } from './collector.js';
-export { parseCollectorArgs, ConfigError, HELP, collectorFlagSpec, envName } from './config.js';
+export { parseCollectorArgs, HELP, collectorFlags } from './config.js';
 export type { CollectorConfig, ParsedArgs } from './config.js';
 export { startCollector } from './app.js';
 export type { RunningCollector, StartOptions } from './app.js';

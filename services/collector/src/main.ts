@@ -1,19 +1,11 @@
-import { ConfigError, HELP, parseCollectorArgs } from './config.js';
+import { CliError, runMain } from '@spillway/cli';
+import { HELP, parseCollectorArgs } from './config.js';
 import { EndpointsFileError } from './endpoints-file.js';
 import { startCollector } from './app.js';
 
-/** The spillway-collector binary: flags → running collector; exits non-zero naming a bad flag. */
-async function main(): Promise<void> {
-  let parsed;
-  try {
-    parsed = parseCollectorArgs(process.argv.slice(2));
-  } catch (error) {
-    if (error instanceof ConfigError) {
-      process.stderr.write(`spillway-collector: ${error.message}\n(see --help)\n`);
-      process.exit(2);
-    }
-    throw error;
-  }
+/** The spillway-collector binary: flags → running collector; exits 2 naming a bad flag. */
+runMain(async () => {
+  const parsed = parseCollectorArgs(process.argv.slice(2), process.env);
   if (parsed.help) {
     process.stdout.write(HELP);
     return;
@@ -22,10 +14,7 @@ async function main(): Promise<void> {
   try {
     running = await startCollector(parsed.config, { defaultMetrics: true });
   } catch (error) {
-    if (error instanceof EndpointsFileError) {
-      process.stderr.write(`spillway-collector: --endpoints: ${error.message}\n`);
-      process.exit(2);
-    }
+    if (error instanceof EndpointsFileError) throw new CliError(`--endpoints: ${error.message}`, 'endpoints');
     throw error;
   }
   let stopping = false;
@@ -40,9 +29,4 @@ async function main(): Promise<void> {
   };
   process.on('SIGINT', () => shutdown('SIGINT'));
   process.on('SIGTERM', () => shutdown('SIGTERM'));
-}
-
-main().catch((error: unknown) => {
-  process.stderr.write(`spillway-collector: ${(error as Error).stack ?? String(error)}\n`);
-  process.exit(1);
 });

@@ -1,19 +1,20 @@
 import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { ConfigError, parseCollectorArgs } from '../src/config.js';
+import { CliError, envName } from '@spillway/cli';
+import { parseCollectorArgs } from '../src/config.js';
 import { EndpointsFileError, parseEndpointsFile } from '../src/endpoints-file.js';
 
 const base = ['--pool', 'llama', '--zone', 'zone-a', '--endpoints', 'eps.yaml'];
 
-function flagError(argv: string[], env: Record<string, string> = {}): ConfigError {
+function flagError(argv: string[], env: Record<string, string> = {}): CliError {
   try {
     parseCollectorArgs(argv, env);
   } catch (error) {
-    if (error instanceof ConfigError) return error;
+    if (error instanceof CliError) return error;
     throw error;
   }
-  throw new Error('expected a ConfigError');
+  throw new Error('expected a CliError');
 }
 
 describe('flags', () => {
@@ -74,7 +75,10 @@ describe('flags', () => {
     it(`${what} names --${flag}`, () => {
       const error = flagError(argv, env);
       expect(error.flag).toBe(flag);
-      expect(error.message.startsWith(`--${flag}:`)).toBe(true);
+      // A value from the environment is reported by its variable (SPILLWAY_<FLAG>), as in every binary.
+      const camel = flag.replace(/-([a-z])/g, (_, c: string) => c.toUpperCase());
+      const named = Object.keys(env).length > 0 ? envName(camel) : `--${flag}`;
+      expect(error.message.startsWith(`${named}:`)).toBe(true);
     });
   }
 

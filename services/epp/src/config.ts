@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { CliError, durationMs, loadConfigFile, parseCommandLine, port, positiveInt, renderHelp, type FlagSpecs } from '@spillway/cli';
-import { natsOptionsFromFlags, NatsOptionsError, type NatsFlag, type NatsSettings } from '@spillway/bus';
+import { natsFlags, natsSettingsFromValues, type NatsSettings } from '@spillway/bus';
 import { schedulerConfigSchema, type SchedulerConfig } from '@spillway/scheduler';
 import type { ModelRewriteRule } from '@spillway/protocol';
 
@@ -15,16 +15,7 @@ export const eppFlags = {
   pool: { description: 'InferencePool (event pool) this EPP serves', schema: z.string().min(1), placeholder: 'NAME' },
   zone: { description: "this EPP's zone: the local zone for picking", schema: z.string().min(1), placeholder: 'ZONE' },
   region: { description: "this EPP's region: same-region zones are preferred when spilling", schema: optionalString, placeholder: 'REGION' },
-  nats: { description: 'NATS server URL(s), comma-separated (also NATS_URL)', schema: optionalString, placeholder: 'URL' },
-  natsName: { description: 'NATS connection name', schema: optionalString, placeholder: 'NAME' },
-  natsUser: { description: 'NATS user (with --nats-password)', schema: optionalString, placeholder: 'USER' },
-  natsPassword: { description: 'NATS password', schema: optionalString, placeholder: 'PASS' },
-  natsToken: { description: 'NATS token', schema: optionalString, placeholder: 'TOKEN' },
-  natsNkeySeed: { description: 'file holding an nkey user seed', schema: optionalString, placeholder: 'FILE' },
-  natsCreds: { description: 'NATS JWT credentials file', schema: optionalString, placeholder: 'FILE' },
-  natsTlsCa: { description: 'CA bundle to verify the NATS server', schema: optionalString, placeholder: 'FILE' },
-  natsTlsCert: { description: 'client certificate for NATS mTLS', schema: optionalString, placeholder: 'FILE' },
-  natsTlsKey: { description: 'client key for NATS mTLS', schema: optionalString, placeholder: 'FILE' },
+  ...natsFlags,
   stream: { description: 'JetStream stream to replay (a zone aggregate in multi-zone NATS)', schema: z.string().min(1).default('SPILLWAY'), placeholder: 'NAME' },
   ensureStream: { description: 'create the stream when it is missing (turn off when the stream is managed elsewhere)', schema: z.union([z.boolean(), z.enum(['true', 'false']).transform((v) => v === 'true')]).default(true), placeholder: 'true|false' },
   host: { description: 'address the gRPC, health and metrics servers bind to', schema: z.string().min(1).default('0.0.0.0'), placeholder: 'ADDR' },
@@ -82,19 +73,6 @@ export const EPP_HELP = renderHelp(
   eppFlags,
 );
 
-const NATS_FLAG_KEYS: Record<NatsFlag, keyof typeof eppFlags> = {
-  nats: 'nats',
-  'nats-name': 'natsName',
-  'nats-user': 'natsUser',
-  'nats-password': 'natsPassword',
-  'nats-token': 'natsToken',
-  'nats-nkey-seed': 'natsNkeySeed',
-  'nats-creds': 'natsCreds',
-  'nats-tls-ca': 'natsTlsCa',
-  'nats-tls-cert': 'natsTlsCert',
-  'nats-tls-key': 'natsTlsKey',
-};
-
 /** Reads `--config` (or SPILLWAY_CONFIG) ahead of the other flags, since its values sit beneath them. */
 function configPath(argv: readonly string[], env: NodeJS.ProcessEnv): string | undefined {
   for (let i = 0; i < argv.length; i++) {
@@ -120,14 +98,7 @@ export function loadEppConfig(argv: readonly string[], env: NodeJS.ProcessEnv): 
   if (flags.tlsClientCa !== undefined && flags.tlsCert === undefined) {
     throw new CliError('--tls-client-ca: client certificates need TLS (--tls-cert and --tls-key)');
   }
-  let nats: NatsSettings;
-  try {
-    const natsValues = Object.fromEntries(Object.entries(NATS_FLAG_KEYS).map(([flag, key]) => [flag, flags[key]]));
-    nats = natsOptionsFromFlags({ ...natsValues, 'nats-name': flags.natsName ?? `spillway-epp-${flags.zone}` }, env);
-  } catch (error) {
-    if (error instanceof NatsOptionsError) throw new CliError(error.message);
-    throw error;
-  }
+  const nats = natsSettingsFromValues({ ...flags, natsName: flags.natsName ?? `spillway-epp-${flags.zone}` }, env);
   const { modelRewrites, ...rest } = file;
   const schedulerInput: Record<string, unknown> = {};
   for (const key of Object.keys(schedulerConfigSchema.shape)) {

@@ -1,19 +1,12 @@
+import { runMain } from '@spillway/cli';
 import { startSim } from './server.js';
-import { HELP, UsageError, parseSimArgs } from './options.js';
-import type { ParsedArgs } from './options.js';
+import { HELP, parseSimArgs } from './options.js';
 
 /** The spillway-sim binary: parse flags, start, stop cleanly on SIGINT/SIGTERM. */
-async function main(): Promise<void> {
-  let parsed: ParsedArgs;
-  try {
-    parsed = parseSimArgs(process.argv.slice(2), process.env);
-  } catch (err) {
-    if (!(err instanceof UsageError)) throw err;
-    process.stderr.write(`spillway-sim: ${err.message}\n\n${HELP}\n`);
-    process.exit(2);
-  }
+runMain(async () => {
+  const parsed = parseSimArgs(process.argv.slice(2), process.env);
   if (parsed.help) {
-    process.stdout.write(`${HELP}\n`);
+    process.stdout.write(HELP);
     return;
   }
   const sim = await startSim({
@@ -28,9 +21,4 @@ async function main(): Promise<void> {
   };
   process.once('SIGINT', stop);
   process.once('SIGTERM', stop);
-}
-
-main().catch((err: unknown) => {
-  process.stderr.write(`spillway-sim: ${err instanceof Error ? err.message : String(err)}\n`);
-  process.exit(1);
 });

@@ -47,7 +47,7 @@ async function stderrOf(child: ChildProcess): Promise<string> {
 
 describe('spillway-sim binary', () => {
   it('starts on an ephemeral port, serves, and stops on SIGTERM', async () => {
-    const child = run(['--port', '0', '--preset', 'test', '--lora', 'sql-lora'], { SPILLWAY_SIM_TIME_SCALE: '100' });
+    const child = run(['--port', '0', '--preset', 'test', '--lora', 'sql-lora'], { SPILLWAY_TIME_SCALE: '100' });
     const url = await boundUrl(child);
     expect(url).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
     expect((await fetch(`${url}/health`)).status).toBe(200);

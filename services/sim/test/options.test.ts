@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { UsageError, parseSimArgs } from '../src/index.js';
+import { CliError } from '@spillway/cli';
+import { parseSimArgs } from '../src/index.js';
 
 const opts = (argv: string[], env: NodeJS.ProcessEnv = {}) => {
   const r = parseSimArgs(argv, env);
@@ -18,8 +19,8 @@ describe('spillway-sim flags', () => {
     ).toMatchObject({ port: 0, lora: ['a', 'b', 'c'], timeScale: 100, maxNumSeqs: 8, numBlocks: 100, maxWaiting: 0, engineMetrics: 'sglang', stall: true, errorRate: 0.25, preset: 'test', crashAfterMs: 5 });
   });
 
-  it('reads SPILLWAY_SIM_* and lets flags win', () => {
-    const env = { SPILLWAY_SIM_TIME_SCALE: '50', SPILLWAY_SIM_MODEL: 'qwen', SPILLWAY_SIM_STALL: 'true', SPILLWAY_SIM_PORT: '9' };
+  it('reads SPILLWAY_* and lets flags win', () => {
+    const env = { SPILLWAY_TIME_SCALE: '50', SPILLWAY_MODEL: 'qwen', SPILLWAY_STALL: 'true', SPILLWAY_PORT: '9' };
     expect(opts(['--port', '10'], env)).toMatchObject({ timeScale: 50, model: 'qwen', stall: true, port: 10 });
   });
 
@@ -39,11 +40,11 @@ describe('spillway-sim flags', () => {
     [['--max-num-seqs', '0'], {}, /--max-num-seqs/],
     [['--num-blocks', '2.5'], {}, /--num-blocks/],
     [['extra'], {}, /positional|extra/i],
-    [[], { SPILLWAY_SIM_STALL: 'maybe' }, /--stall/],
-    [[], { SPILLWAY_SIM_SEED: 'x' }, /--seed/],
+    [[], { SPILLWAY_STALL: 'maybe' }, /SPILLWAY_STALL/],
+    [[], { SPILLWAY_SEED: 'x' }, /SPILLWAY_SEED/],
   ];
   it.each(bad)('rejects %j %j naming the flag', (argv, env, message) => {
-    expect(() => parseSimArgs(argv, env)).toThrow(UsageError);
+    expect(() => parseSimArgs(argv, env)).toThrow(CliError);
     expect(() => parseSimArgs(argv, env)).toThrow(message);
   });
 });
