@@ -25,6 +25,12 @@ export const streamSettingsSchema = z.object({
   duplicateWindowMs: z.number().int().min(0).default(2 * 60 * 1000),
   storage: z.enum(['file', 'memory']).default('file'),
   replicas: z.number().int().min(1).max(5).default(1),
+  /**
+   * What the caller needs an existing stream to capture, when less than `subjects` (which is what
+   * a new stream gets). A zone's collector needs only its own zone's subjects, which a per-zone
+   * stream (`spillway.v1.*.<zone>.>`) covers without capturing `spillway.v1.>`.
+   */
+  requiredSubjects: z.array(z.string().min(1)).min(1).optional(),
 });
 
 export type StreamSettings = z.output<typeof streamSettingsSchema>;
@@ -111,7 +117,8 @@ async function reconcile(jsm: JetStreamManager, settings: StreamSettings, info: 
   // A stream fed by sources (a zone's aggregate, nats.md §4) must not capture subjects itself:
   // it would also take live traffic routed over leaf nodes. Leave its (empty) subjects alone.
   const sourced = (config.sources?.length ?? 0) > 0 || config.mirror !== undefined;
-  const missing = sourced ? [] : settings.subjects.filter((s) => !have.some((h) => subjectCovers(h, s)));
+  const required = settings.requiredSubjects ?? settings.subjects;
+  const missing = sourced ? [] : required.filter((s) => !have.some((h) => subjectCovers(h, s)));
   let addedSubjects: string[] = [];
   let current = info;
   if (missing.length > 0) {

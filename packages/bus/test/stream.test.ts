@@ -77,6 +77,14 @@ describe('ensureStream', () => {
     expect(result.info.config.subjects ?? []).toEqual([]);
   });
 
+  it('checks an existing stream against the subjects the caller needs, when given', async () => {
+    await jsm.streams.add({ name: 'ZONE_A', subjects: ['zonea.v1.*.zone-a.>'] });
+    const result = await ensureStream(jsm, { name: 'ZONE_A', subjects: ['zonea.v1.>'], requiredSubjects: ['zonea.v1.llama.zone-a.>'] });
+    expect(result).toMatchObject({ created: false, addedSubjects: [], differences: [] });
+    const wider = await ensureStream(jsm, { name: 'ZONE_A', requiredSubjects: ['zonea.v1.llama.zone-b.>'] });
+    expect(wider.addedSubjects).toEqual(['zonea.v1.llama.zone-b.>']);
+  });
+
   it('survives two processes creating the same stream at once', async () => {
     const other = await connectNats({ servers: [server.url] });
     try {

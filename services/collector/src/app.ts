@@ -1,3 +1,4 @@
+import { zoneFilter } from '@spillway/events';
 import type { Server } from 'node:http';
 import { pino, type Logger } from 'pino';
 import { Collector } from './collector.js';
@@ -46,7 +47,7 @@ export async function startCollector(config: CollectorConfig, options: StartOpti
     initialText = await readFile(config.endpointsFile, 'utf8').catch(() => undefined);
   }
 
-  const sink = options.sink ?? new NatsSink({ settings: config.nats, stream: config.stream, logger });
+  const sink = options.sink ?? new NatsSink({ settings: config.nats, stream: config.stream, requiredSubjects: [zoneFilter(config.pool, config.zone)], logger });
   const dispatcher = createAgent();
   const collector = new Collector({
     pool: config.pool,

@@ -9,6 +9,8 @@ type NatsConnection = Awaited<ReturnType<typeof connectNats>>;
 export interface NatsSinkOptions {
   settings: NatsSettings;
   stream: string;
+  /** Subjects this collector publishes (its pool and zone); an existing stream need capture only these. */
+  requiredSubjects?: string[];
   logger: Logger;
   /** How long one readiness publish retries before giving up (the periodic re-publish covers the rest). */
   readinessRetryMs?: number;
@@ -83,7 +85,7 @@ export class NatsSink implements EventSink {
     for (let attempt = 0; !this.closed && !nc.isClosed(); attempt++) {
       try {
         const jsm = await jetstreamManager(nc, { checkAPI: false });
-        const result = await ensureStream(jsm, { name: stream });
+        const result = await ensureStream(jsm, { name: stream, requiredSubjects: this.options.requiredSubjects });
         if (result.created) logger.info({ stream }, 'created stream');
         for (const line of describeDifferences(result)) logger.warn(line);
         return;
