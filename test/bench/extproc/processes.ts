@@ -1,0 +1,168 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { jetstreamManager } from '@nats-io/jetstream';
+import { ensureStream } from '@spillway/bus';
+import { ServingStatus } from '@spillway/protocol';
+import { eventually, freePort } from '@spillway/testkit';
+import { healthStatus, POOL, type PodSpec, type TestPublisher } from '../../../services/epp/test/helpers.js';
+
+/** The child processes of the ext_proc bench: spillway-epp (built binary), the bare server, the pod publisher. */
+
+const here = dirname(fileURLToPath(import.meta.url));
+const root = join(here, '..', '..', '..');
+export const EPP_BIN = join(root, 'services', 'epp', 'bin', 'spillway-epp.js');
+const EPP_MAIN = join(root, 'services', 'epp', 'dist', 'main.js');
+const BARE_SERVER = join(here, 'bare-server.ts');
+
+export interface Child {
+  readonly name: string;
+  readonly process: ChildProcess;
+  readonly pid: number | undefined;
+  /** The last few KB of its stdout and stderr, for error messages. */
+  output(): string;
+  stop(): Promise<void>;
+}
+
+function track(name: string, child: ChildProcess): Child {
+  let output = '';
+  const keep = (c: Buffer): void => {
+    output = (output + c.toString()).slice(-8000);
+  };
+  child.stdout?.on('data', keep);
+  child.stderr?.on('data', keep);
+  // Should the bench process die without running its finally blocks, take the child with it.
+  const killOnExit = (): void => {
+    child.kill('SIGKILL');
+  };
+  process.once('exit', killOnExit);
+  const exited = new Promise<void>((resolve) => {
+    const done = (): void => {
+      process.off('exit', killOnExit);
+      resolve();
+    };
+    if (child.exitCode !== null || child.signalCode !== null) done();
+    else child.once('exit', done);
+  });
+  return {
+    name,
+    process: child,
+    pid: child.pid,
+    output: () => output,
+    /** SIGTERM (so a --cpu-prof profile gets written), SIGKILL after 5 s. */
+    async stop() {
+      if (child.exitCode !== null || child.signalCode !== null) return;
+      child.kill('SIGTERM');
+      const timer = setTimeout(() => child.kill('SIGKILL'), 5_000);
+      await exited;
+      clearTimeout(timer);
+    },
+  };
+}
+
+/** Extra node flags for the servers, e.g. `--cpu-prof --cpu-prof-dir DIR` from SPILLWAY_BENCH_NODE_FLAGS. */
+function nodeFlags(): string[] {
+  return (process.env['SPILLWAY_BENCH_NODE_FLAGS'] ?? '').split(/\s+/).filter((f) => f.length > 0);
+}
+
+export interface RunningEppChild extends Child {
+  grpcPort: number;
+  metricsPort: number;
+}
+
+/** Starts the built spillway-epp and waits until its gRPC health says readiness SERVING. */
+export async function startEppChild(natsUrl: string, zone: string): Promise<RunningEppChild> {
+  if (!existsSync(EPP_MAIN)) throw new Error(`${EPP_MAIN} is missing: build first (npm run build, or npx tsc -b services/epp)`);
+  const [grpcPort, healthPort, metricsPort] = [await freePort(), await freePort(), await freePort()];
+  const args = [
+    ...nodeFlags(),
+    EPP_BIN,
+    '--pool', POOL,
+    '--zone', zone,
+    '--nats', natsUrl,
+    '--host', '127.0.0.1',
+    '--grpc-port', String(grpcPort),
+    '--health-port', String(healthPort),
+    '--metrics-port', String(metricsPort),
+    '--log-level', 'warn',
+  ];
+  const child = track('spillway-epp', spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe'] }));
+  try {
+    await eventually(async () => {
+      if (child.process.exitCode !== null) throw new Error(`spillway-epp exited with ${child.process.exitCode}: ${child.output()}`);
+      const status = await healthStatus(healthPort, 'readiness');
+      if (status !== ServingStatus.SERVING) throw new Error(`spillway-epp readiness is ${String(status)} after 30 s: ${child.output()}`);
+    }, 30_000, 100);
+  } catch (error) {
+    await child.stop();
+    throw error;
+  }
+  return { ...child, grpcPort, metricsPort };
+}
+
+export interface RunningBare extends Child {
+  port: number;
+}
+
+export async function startBareServer(): Promise<RunningBare> {
+  const args = [...nodeFlags(), '--conditions=@spillway/source', '--import', 'tsx', BARE_SERVER];
+  const spawned = spawn(process.execPath, args, { cwd: root, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = track('bare ext_proc server', spawned);
+  try {
+    const port = await new Promise<number>((resolve, reject) => {
+      // Node flags such as --trace-gc also write to stdout: look for the one line that names the port.
+      let text = '';
+      spawned.stdout.on('data', (c: Buffer) => {
+        text += c.toString();
+        const match = /^\{"port":(\d+)\}$/m.exec(text);
+        if (match) resolve(Number(match[1]));
+      });
+      spawned.once('exit', (code) => reject(new Error(`bare ext_proc server exited with ${code}: ${child.output()}`)));
+    });
+    return { ...child, port };
+  } catch (error) {
+    await child.stop();
+    throw error;
+  }
+}
+
+/** spillway_requests_total by outcome, from the EPP's /metrics. */
+export async function eppOutcomes(metricsPort: number): Promise<Map<string, number>> {
+  const text = await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text();
+  const outcomes = new Map<string, number>();
+  for (const match of text.matchAll(/^spillway_requests_total\{[^}]*outcome="([^"]+)"[^}]*\} (\S+)$/gm)) {
+    outcomes.set(match[1] as string, Number(match[2]));
+  }
+  return outcomes;
+}
+
+/**
+ * A pool of pods over three zones, published once (readiness + metrics) and then kept fresh with a
+ * new metrics sample per pod every `intervalMs`, load figures varying a little, as a collector would.
+ */
+export function podPool(count: number, zones: string[]): PodSpec[] {
+  return Array.from({ length: count }, (_, i) => ({
+    pod: `vllm-${i}`,
+    zone: zones[i % zones.length] as string,
+    region: 'region-1',
+    address: `10.${zones.indexOf(zones[i % zones.length] as string)}.${i >> 8}.${i & 255}:8000`,
+  }));
+}
+
+export async function keepPodsFresh(publisher: TestPublisher, pods: PodSpec[], intervalMs: number): Promise<() => void> {
+  const sample = (spec: PodSpec): PodSpec => ({
+    ...spec,
+    waiting: Math.floor(Math.random() * 3),
+    running: Math.floor(Math.random() * 24),
+    kv: 0.1 + Math.random() * 0.5,
+  });
+  // The stream is provisioned first, as a deployment does; the EPP then replays it.
+  await ensureStream(await jetstreamManager(publisher.nc), { name: 'SPILLWAY' });
+  await publisher.pods(pods.map(sample));
+  const timer = setInterval(() => {
+    const now = Date.now();
+    for (const spec of pods) publisher.metrics(sample(spec), now);
+  }, intervalMs);
+  return () => clearInterval(timer);
+}
