@@ -4,6 +4,8 @@ import { compileModelRewrites, type ErrorStatus, type ModelRewriter, type Prepar
 import { Scheduler, type Decision, type PickRequest } from '@spillway/scheduler';
 import type { EppMetrics, Outcome } from './metrics.js';
 import type { EppConfig } from './config.js';
+import { DeadlineSweeper } from './deadlines.js';
+import { LabelCache } from './label-cache.js';
 
 export interface EppLimits {
   maxBodyBytes: number;
@@ -20,6 +22,12 @@ export class EppCore {
   readonly scheduler: Scheduler;
   readonly rewriter: ModelRewriter | undefined;
   readonly limits: EppLimits;
+  readonly deadlines: DeadlineSweeper;
+  // Prometheus children per label set, so the request path does not build label objects.
+  private readonly routed;
+  private readonly objectiveRequests: LabelCache<ReturnType<EppMetrics['objectiveRequests']['labels']>>;
+  private readonly running: LabelCache<ReturnType<EppMetrics['runningRequests']['labels']>>;
+  private readonly entryReasons: LabelCache<ReturnType<EppMetrics['listEntries']['labels']>>;
 
   constructor(
     config: EppConfig,
@@ -38,6 +46,14 @@ export class EppCore {
     });
     this.rewriter = config.modelRewrites.length > 0 ? compileModelRewrites(config.modelRewrites) : undefined;
     this.limits = { maxBodyBytes: config.flags.maxBodyBytes, requestTimeoutMs: config.flags.requestTimeoutMs };
+    this.deadlines = new DeadlineSweeper(now);
+    this.routed = metrics.requests.labels({ outcome: 'routed' });
+    this.objectiveRequests = new LabelCache((key) => {
+      const [model, priority] = key.split('\u0000') as [string, string];
+      return metrics.objectiveRequests.labels({ model_name: model, target_model_name: model, priority });
+    });
+    this.running = new LabelCache((model) => metrics.runningRequests.labels({ model_name: model }));
+    this.entryReasons = new LabelCache((reason) => metrics.listEntries.labels({ reason }));
   }
 
   pick(request: PickRequest, prepared: PreparedRequest | undefined): Decision {
@@ -50,7 +66,7 @@ export class EppCore {
     if (decision.counts.subsetIgnored > 0) m.subsetEntriesIgnored.inc(decision.counts.subsetIgnored);
     if (decision.status === 'routed') {
       m.listLength.observe(decision.entries.length);
-      for (const entry of decision.entries) m.listEntries.inc({ reason: entry.reason });
+      for (const entry of decision.entries) this.entryReasons.get(entry.reason).inc();
       if (decision.rule === 'spill') m.spills.inc();
     }
     if (this.logger.isLevelEnabled('debug')) {
@@ -75,9 +91,9 @@ export class EppCore {
 
   commit(decision: Decision, model: string): void {
     this.scheduler.commit(decision, this.now());
-    this.metrics.requests.inc({ outcome: 'routed' });
-    this.metrics.objectiveRequests.inc({ model_name: model, target_model_name: model, priority: String(decision.priority) });
-    this.metrics.runningRequests.inc({ model_name: model });
+    this.routed.inc();
+    this.objectiveRequests.get(`${model}\u0000${decision.priority}`).inc();
+    this.running.get(model).inc();
   }
 
   reportServed(decision: Decision, served: string): void {
@@ -90,7 +106,7 @@ export class EppCore {
 
   release(decision: Decision, model: string): void {
     this.scheduler.release(decision);
-    this.metrics.runningRequests.dec({ model_name: model });
+    this.running.get(model).dec();
   }
 
   countRejection(status: ErrorStatus, model: string, code: string): void {

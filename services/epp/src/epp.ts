@@ -116,6 +116,7 @@ export async function startEpp(config: EppConfig, options: StartOptions = {}): P
       closed = true;
       clearInterval(tick);
       clearInterval(housekeeping);
+      core.deadlines.close();
       health.setReady(false);
       health.closeWatchers();
       await Promise.all([shutdownGrpc(grpc, 2000), shutdownGrpc(healthServer, 2000), closeHttp(metricsServer.server)]);

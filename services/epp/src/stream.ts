@@ -23,6 +23,7 @@ import {
 } from '@spillway/protocol';
 import type { Decision } from '@spillway/scheduler';
 import type { EppCore } from './core.js';
+import type { Deadline } from './deadlines.js';
 
 type Call = ServerDuplexStream<ProcessingRequest, ProcessingResponse>;
 
@@ -51,7 +52,7 @@ class ExtProcStream {
   private decision: Decision | undefined;
   private model = '';
   private servedSeen = false;
-  private timer: NodeJS.Timeout | undefined;
+  private deadline: Deadline | undefined;
 
   constructor(
     private readonly core: EppCore,
@@ -62,8 +63,8 @@ class ExtProcStream {
     call.on('cancelled', () => this.finish(false));
     call.on('error', () => this.finish(false));
     call.on('close', () => this.finish(false));
-    this.timer = setTimeout(() => this.onRequestTimeout(), core.limits.requestTimeoutMs);
-    this.timer.unref();
+    this.deadline = { at: Date.now() + core.limits.requestTimeoutMs, expire: () => this.onRequestTimeout() };
+    core.deadlines.add(this.deadline);
   }
 
   private onMessage(message: ProcessingRequest): void {
@@ -200,8 +201,8 @@ class ExtProcStream {
   }
 
   private clearTimer(): void {
-    if (this.timer !== undefined) clearTimeout(this.timer);
-    this.timer = undefined;
+    if (this.deadline !== undefined) this.core.deadlines.remove(this.deadline);
+    this.deadline = undefined;
   }
 
   /** However the stream ends, release what the request holds; idempotent. */
