@@ -1,7 +1,9 @@
 import type { BenchPart } from './part.js';
 import { collector } from './collector.js';
 import { events } from './events.js';
+import { extproc } from './extproc.js';
 import { pick } from './pick.js';
+import { routing } from './routing.js';
 
 /** Every part of `npm run bench`, in the order they run and appear in BENCHMARKS.md. */
-export const parts: BenchPart[] = [events, pick, collector];
+export const parts: BenchPart[] = [events, pick, extproc, collector, routing];
