@@ -39,6 +39,8 @@ export interface SystemOptions {
   eppArgs?: string[];
   gatewayArgs?: string[];
   logLevel?: string;
+  /** Aborting it during `start` stops whatever was started and rejects the start. */
+  signal?: AbortSignal;
 }
 
 export interface SimProcess {
@@ -75,115 +77,32 @@ export class LocalSystem {
     readonly zones: Map<string, ZoneProcesses>,
   ) {}
 
-  /** Starts everything, in dependency order, and waits until every EPP reports ready. */
+  /**
+   * Starts everything, in dependency order, and waits until every EPP reports ready. If a step fails,
+   * or `options.signal` aborts, every process started so far is stopped before the promise rejects.
+   */
   static async start(options: SystemOptions, say: (line: string) => void = () => undefined): Promise<LocalSystem> {
     const logs = join(options.dir, 'logs');
     mkdirSync(logs, { recursive: true });
-    const logLevel = options.logLevel ?? 'warn';
-    const topologyKind = options.natsTopology ?? 'single';
     if (!options.natsUrl && !natsServerAvailable()) throw new Error(INSTALL_HINT);
-
-    const nats = await startNats(options, logs, topologyKind);
-    const urlFor = (zone: string) => {
-      if (options.natsUrl) return { url: options.natsUrl };
-      if (!nats.topology) return { url: `nats://127.0.0.1:${(nats.servers.get('single') as ManagedProcess & { port: number }).port}` };
-      const z = nats.topology.zones.find((t) => t.zone === zone);
-      if (!z) throw new Error(`no NATS server for ${zone}`);
-      return { url: z.url, collector: z.users.collector, epp: z.users.epp };
-    };
-    say(`NATS: ${topologyKind}${options.natsUrl ? ` (${options.natsUrl})` : ''}`);
-
-    // Model servers.
+    options.signal?.throwIfAborted();
+    const nats: NatsProcesses = { servers: new Map(), topology: undefined };
     const sims: SimProcess[] = [];
-    for (const spec of options.zones) {
-      for (let i = 0; i < spec.servers; i++) {
-        const port = await freePort();
-        const pod = `sim-${spec.zone}-${i}`;
-        const process = new ManagedProcess({
-          name: pod,
-          command: globalThis.process.execPath,
-          args: [bin('sim', 'spillway-sim'), '--port', String(port), '--model', MODEL, '--seed', String(sims.length + 1), '--log-level', logLevel, ...(options.simArgs ?? [])],
-          logFile: join(logs, `${pod}.log`),
-          ready: () => waitForPort(port, 20_000),
-        });
-        sims.push({ pod, zone: spec.zone, region: spec.region, address: `127.0.0.1:${port}`, port, process });
-      }
-    }
-    await Promise.all(sims.map((s) => s.process.start()));
-    say(`model servers: ${sims.length}`);
-
-    const allEndpoints = join(options.dir, 'endpoints-all.json');
-    writeFileSync(allEndpoints, JSON.stringify(sims.map((s) => ({ pod: s.pod, address: s.address, zone: s.zone, region: s.region, engine: 'vllm' })), null, 2));
-
     const zones = new Map<string, ZoneProcesses>();
-    for (const spec of options.zones) {
-      const nz = urlFor(spec.zone);
-      const endpointsFile = join(options.dir, `endpoints-${spec.zone}.json`);
-      writeFileSync(
-        endpointsFile,
-        JSON.stringify(sims.filter((s) => s.zone === spec.zone).map((s) => ({ pod: s.pod, address: s.address, zone: s.zone, region: s.region, engine: 'vllm' })), null, 2),
-      );
-      const auth = (creds: { user: string; pass: string } | undefined) => (creds ? ['--nats-user', creds.user, '--nats-password', creds.pass] : []);
-      const collectorMetrics = await freePort();
-      const collector = new ManagedProcess({
-        name: `collector-${spec.zone}`,
-        command: process.execPath,
-        args: [
-          bin('collector', 'spillway-collector'),
-          '--nats', nz.url, ...auth(nz.collector),
-          ...(nats.topology ? ['--stream', zoneStreamName(spec.zone)] : []),
-          '--pool', POOL, '--zone', spec.zone, '--region', spec.region,
-          '--endpoints', endpointsFile,
-          '--metrics-port', String(collectorMetrics),
-          '--log-level', logLevel,
-          ...(options.collectorArgs ?? []),
-        ],
-        logFile: join(logs, `collector-${spec.zone}.log`),
-        ready: () => waitUntil(`collector-${spec.zone}`, () => httpOk(`http://127.0.0.1:${collectorMetrics}/metrics`), 20_000),
-      });
-      const eppPorts = { grpc: await freePort(), health: await freePort(), metrics: await freePort() };
-      const epp = new ManagedProcess({
-        name: `epp-${spec.zone}`,
-        command: process.execPath,
-        args: [
-          bin('epp', 'spillway-epp'),
-          '--pool', POOL, '--zone', spec.zone, '--region', spec.region,
-          '--nats', nz.url, ...auth(nz.epp),
-          '--host', '127.0.0.1',
-          '--grpc-port', String(eppPorts.grpc), '--health-port', String(eppPorts.health), '--metrics-port', String(eppPorts.metrics),
-          '--subset-mode', 'locality',
-          '--log-level', logLevel,
-          ...(options.eppArgs ?? []),
-        ],
-        logFile: join(logs, `epp-${spec.zone}.log`),
-        ready: () => waitUntil(`epp-${spec.zone}`, () => httpOk(`http://127.0.0.1:${eppPorts.metrics}/readyz`), 60_000),
-      });
-      const gatewayPort = await freePort();
-      const gateway = new ManagedProcess({
-        name: `gateway-${spec.zone}`,
-        command: process.execPath,
-        args: [
-          bin('gateway', 'spillway-gateway'),
-          '--epp', `127.0.0.1:${eppPorts.grpc}`,
-          '--zone', spec.zone,
-          '--endpoints', allEndpoints,
-          '--port', String(gatewayPort),
-          '--log-level', logLevel,
-          ...(options.gatewayArgs ?? []),
-        ],
-        logFile: join(logs, `gateway-${spec.zone}.log`),
-        ready: () => waitUntil(`gateway-${spec.zone}`, () => httpOk(`http://127.0.0.1:${gatewayPort}/gateway/stats`), 20_000),
-      });
-      zones.set(spec.zone, { spec, nats: nz, collector, epp, eppPorts, gateway, gatewayUrl: `http://127.0.0.1:${gatewayPort}` });
+    const partial = new LocalSystem(options, nats, sims, zones);
+    let stopping: Promise<void> | undefined;
+    const abandon = () => (stopping ??= partial.stop());
+    options.signal?.addEventListener('abort', abandon, { once: true });
+    try {
+      await startAll(options, logs, nats, sims, zones, say, () => options.signal?.throwIfAborted());
+      options.signal?.throwIfAborted();
+      return partial;
+    } catch (error) {
+      await abandon();
+      throw options.signal?.aborted ? (options.signal.reason ?? error) : error;
+    } finally {
+      options.signal?.removeEventListener('abort', abandon);
     }
-    const all = [...zones.values()];
-    await Promise.all(all.map((z) => z.collector.start()));
-    say('collectors: publishing');
-    await Promise.all(all.map((z) => z.epp.start()));
-    say('EPPs: ready (replay caught up)');
-    await Promise.all(all.map((z) => z.gateway.start()));
-    say('gateways: listening');
-    return new LocalSystem(options, nats, sims, zones);
   }
 
   zone(name: string): ZoneProcesses {
@@ -216,11 +135,136 @@ export class LocalSystem {
   }
 }
 
-async function startNats(options: SystemOptions, logs: string, kind: 'single' | 'zones'): Promise<NatsProcesses> {
-  const servers = new Map<string, ManagedProcess>();
+async function startAll(
+  options: SystemOptions,
+  logs: string,
+  nats: NatsProcesses,
+  sims: SimProcess[],
+  zones: Map<string, ZoneProcesses>,
+  say: (line: string) => void,
+  checkpoint: () => void,
+): Promise<void> {
+  const logLevel = options.logLevel ?? 'warn';
+  const topologyKind = options.natsTopology ?? 'single';
+  await startNats(options, logs, topologyKind, nats, checkpoint);
+  checkpoint();
+  const urlFor = (zone: string) => {
+    if (options.natsUrl) return { url: options.natsUrl };
+    if (!nats.topology) return { url: `nats://127.0.0.1:${(nats.servers.get('single') as ManagedProcess & { port: number }).port}` };
+    const z = nats.topology.zones.find((t) => t.zone === zone);
+    if (!z) throw new Error(`no NATS server for ${zone}`);
+    return { url: z.url, collector: z.users.collector, epp: z.users.epp };
+  };
+  say(`NATS: ${topologyKind}${options.natsUrl ? ` (${options.natsUrl})` : ''}`);
+
+  // Model servers.
+  for (const spec of options.zones) {
+    for (let i = 0; i < spec.servers; i++) {
+      const port = await freePort();
+      const pod = `sim-${spec.zone}-${i}`;
+      const process = new ManagedProcess({
+        name: pod,
+        command: globalThis.process.execPath,
+        args: [bin('sim', 'spillway-sim'), '--port', String(port), '--model', MODEL, '--seed', String(sims.length + 1), '--log-level', logLevel, ...(options.simArgs ?? [])],
+        logFile: join(logs, `${pod}.log`),
+        ready: () => waitForPort(port, 20_000),
+      });
+      sims.push({ pod, zone: spec.zone, region: spec.region, address: `127.0.0.1:${port}`, port, process });
+    }
+  }
+  checkpoint(); // nothing is spawned after an abort
+  await Promise.all(sims.map((s) => s.process.start()));
+  checkpoint();
+  say(`model servers: ${sims.length}`);
+
+  const allEndpoints = join(options.dir, 'endpoints-all.json');
+  writeFileSync(allEndpoints, JSON.stringify(sims.map((s) => ({ pod: s.pod, address: s.address, zone: s.zone, region: s.region, engine: 'vllm' })), null, 2));
+
+  for (const spec of options.zones) {
+    const nz = urlFor(spec.zone);
+    const endpointsFile = join(options.dir, `endpoints-${spec.zone}.json`);
+    writeFileSync(
+      endpointsFile,
+      JSON.stringify(sims.filter((s) => s.zone === spec.zone).map((s) => ({ pod: s.pod, address: s.address, zone: s.zone, region: s.region, engine: 'vllm' })), null, 2),
+    );
+    const auth = (creds: { user: string; pass: string } | undefined) => (creds ? ['--nats-user', creds.user, '--nats-password', creds.pass] : []);
+    const collectorMetrics = await freePort();
+    const collector = new ManagedProcess({
+      name: `collector-${spec.zone}`,
+      command: process.execPath,
+      args: [
+        bin('collector', 'spillway-collector'),
+        '--nats', nz.url, ...auth(nz.collector),
+        ...(nats.topology ? ['--stream', zoneStreamName(spec.zone)] : []),
+        '--pool', POOL, '--zone', spec.zone, '--region', spec.region,
+        '--endpoints', endpointsFile,
+        '--metrics-port', String(collectorMetrics),
+        '--log-level', logLevel,
+        ...(options.collectorArgs ?? []),
+      ],
+      logFile: join(logs, `collector-${spec.zone}.log`),
+      ready: () => waitUntil(`collector-${spec.zone}`, () => httpOk(`http://127.0.0.1:${collectorMetrics}/metrics`), 20_000),
+    });
+    const eppPorts = { grpc: await freePort(), health: await freePort(), metrics: await freePort() };
+    const epp = new ManagedProcess({
+      name: `epp-${spec.zone}`,
+      command: process.execPath,
+      args: [
+        bin('epp', 'spillway-epp'),
+        '--pool', POOL, '--zone', spec.zone, '--region', spec.region,
+        '--nats', nz.url, ...auth(nz.epp),
+        '--host', '127.0.0.1',
+        '--grpc-port', String(eppPorts.grpc), '--health-port', String(eppPorts.health), '--metrics-port', String(eppPorts.metrics),
+        '--subset-mode', 'locality',
+        '--log-level', logLevel,
+        ...(options.eppArgs ?? []),
+      ],
+      logFile: join(logs, `epp-${spec.zone}.log`),
+      ready: () => waitUntil(`epp-${spec.zone}`, () => httpOk(`http://127.0.0.1:${eppPorts.metrics}/readyz`), 60_000),
+    });
+    const gatewayPort = await freePort();
+    const gateway = new ManagedProcess({
+      name: `gateway-${spec.zone}`,
+      command: process.execPath,
+      args: [
+        bin('gateway', 'spillway-gateway'),
+        '--epp', `127.0.0.1:${eppPorts.grpc}`,
+        '--zone', spec.zone,
+        '--endpoints', allEndpoints,
+        '--port', String(gatewayPort),
+        '--log-level', logLevel,
+        ...(options.gatewayArgs ?? []),
+      ],
+      logFile: join(logs, `gateway-${spec.zone}.log`),
+      ready: () => waitUntil(`gateway-${spec.zone}`, () => httpOk(`http://127.0.0.1:${gatewayPort}/gateway/stats`), 20_000),
+    });
+    zones.set(spec.zone, { spec, nats: nz, collector, epp, eppPorts, gateway, gatewayUrl: `http://127.0.0.1:${gatewayPort}` });
+  }
+  const all = [...zones.values()];
+  checkpoint();
+  await Promise.all(all.map((z) => z.collector.start()));
+  checkpoint();
+  say('collectors: publishing');
+  await Promise.all(all.map((z) => z.epp.start()));
+  checkpoint();
+  say('EPPs: ready (replay caught up)');
+  checkpoint();
+  await Promise.all(all.map((z) => z.gateway.start()));
+  say('gateways: listening');
+}
+
+/** Starts the NATS servers, adding each to `nats` before it starts (so a failed start can stop it). */
+async function startNats(
+  options: SystemOptions,
+  logs: string,
+  kind: 'single' | 'zones',
+  nats: NatsProcesses,
+  checkpoint: () => void,
+): Promise<void> {
+  const servers = nats.servers;
   if (options.natsUrl) {
     if (kind === 'zones') throw new Error('--nats-url works with the single topology only');
-    return { servers, topology: undefined };
+    return;
   }
   const natsDir = join(options.dir, 'nats');
   mkdirSync(natsDir, { recursive: true });
@@ -232,9 +276,10 @@ async function startNats(options: SystemOptions, logs: string, kind: 'single' | 
     const configPath = join(natsDir, 'single.conf');
     writeFileSync(configPath, renderSingleServer({ port, storeDir: join(natsDir, 'single') }));
     const server = Object.assign(serverProcess('single', configPath, port), { port });
-    await server.start();
     servers.set('single', server);
-    return { servers, topology: undefined };
+    checkpoint();
+    await server.start();
+    return;
   }
 
   const topology = renderZoneTopology({
@@ -242,13 +287,16 @@ async function startNats(options: SystemOptions, logs: string, kind: 'single' | 
     zones: await Promise.all(options.zones.map(async (z) => ({ zone: z.zone, clientPort: await freePort(), storeDir: join(natsDir, z.zone) }))),
   });
   const paths = await writeZoneTopology(topology, natsDir);
+  nats.topology = topology;
   const hub = serverProcess('hub', paths['hub'] as string, topology.hub.clientPort);
-  await hub.start();
   servers.set('hub', hub);
+  checkpoint();
+  await hub.start();
   for (const zone of topology.zones) {
     const server = serverProcess(zone.zone, paths[zone.zone] as string, zone.clientPort);
-    await server.start();
     servers.set(zone.zone, server);
+    checkpoint();
+    await server.start();
   }
   const names = topology.zones.map((z) => z.zone);
   for (const zone of topology.zones) {
@@ -259,5 +307,4 @@ async function startNats(options: SystemOptions, logs: string, kind: 'single' | 
       await nc.close();
     }
   }
-  return { servers, topology };
 }
