@@ -11,5 +11,6 @@ export default defineConfig({
     hookTimeout: 30_000,
     pool: 'forks',
     maxWorkers: 2,
+    reporters: ['default', './test/summary-reporter.ts'],
   },
 });
