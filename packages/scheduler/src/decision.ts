@@ -103,8 +103,11 @@ export class DecisionRecord implements Decision {
     readonly prefixBlocks: number,
     readonly prefixMatched: number,
     readonly at: number,
-    /** The prompt's block hashes, kept for commit to index. */
-    readonly prefixHashes: Float64Array | undefined,
+    /**
+     * The prompt's block hashes, kept for commit to index. A plain array: a Float64Array of more
+     * than 8 hashes would get an off-heap backing store, which V8 allocates and frees slowly.
+     */
+    readonly prefixHashes: readonly number[] | undefined,
   ) {}
 
   get primary(): Endpoint | undefined {

@@ -12,8 +12,34 @@ import type { Endpoint } from '@spillway/fleet';
  * binary search over membership — O(log blocks) per candidate instead of walking every holder of a
  * shared system prompt through every block.
  */
+/**
+ * One endpoint's blocks in recency order, plus the chain most recently inserted. Inserting a chain
+ * moves its blocks to the recent end, so inserting the same chain again with nothing in between
+ * leaves the map exactly as it is: insert() detects that and skips the map work (the common case of
+ * prefix affinity, the same prompt prefix sent to the same endpoint request after request).
+ */
+class Lru extends Map<number, true> {
+  last = new Float64Array(0);
+  lastCount = 0;
+
+  /** The previous insert was exactly these hashes (nothing else has changed this map since). */
+  repeats(hashes: ArrayLike<number>, count: number): boolean {
+    if (count !== this.lastCount) return false;
+    const last = this.last;
+    // Deepest block first: two chains of one prompt family differ there first.
+    for (let i = count - 1; i >= 0; i--) if (last[i] !== hashes[i]) return false;
+    return true;
+  }
+
+  remember(hashes: ArrayLike<number>, count: number): void {
+    if (this.last.length < count) this.last = new Float64Array(Math.max(count, 2 * this.last.length));
+    for (let i = 0; i < count; i++) this.last[i] = hashes[i] as number;
+    this.lastCount = count;
+  }
+}
+
 export class PrefixIndex {
-  private readonly byEndpoint = new Map<Endpoint, Map<number, true>>();
+  private readonly byEndpoint = new Map<Endpoint, Lru>();
   private readonly holders = new Map<number, Set<Endpoint>>();
   // Per-pick state of prepare(): the prompt's hashes and the holder sets fetched so far.
   private hashes: Float64Array = new Float64Array(0);
@@ -75,9 +101,24 @@ export class PrefixIndex {
     if (count === 0) return;
     let lru = this.byEndpoint.get(endpoint);
     if (!lru) {
-      lru = new Map();
+      lru = new Lru();
       this.byEndpoint.set(endpoint, lru);
     }
+    if (!lru.repeats(hashes, count)) this.touch(lru, endpoint, hashes, count);
+    // Still evict: the capacity may have shrunk since the last insert.
+    while (lru.size > capacity) {
+      const oldest = lru.keys().next().value as number;
+      lru.delete(oldest);
+      this.unhold(oldest, endpoint);
+    }
+    // Eviction may have taken blocks of the chain itself (capacity below its length): then a repeat
+    // is no longer a no-op (a larger capacity would keep more of it), so it must not be skipped.
+    if (lru.size < count) lru.lastCount = -1;
+    this.epoch = (this.epoch + 1) | 0; // holder sets may have been created or dropped
+  }
+
+  /** Moves the chain's blocks to the recent end of `lru` (tail first), adding the new ones to their holder sets. */
+  private touch(lru: Lru, endpoint: Endpoint, hashes: ArrayLike<number>, count: number): void {
     for (let i = count - 1; i >= 0; i--) {
       const hash = hashes[i] as number;
       if (lru.delete(hash)) {
@@ -92,12 +133,7 @@ export class PrefixIndex {
       }
       set.add(endpoint);
     }
-    while (lru.size > capacity) {
-      const oldest = lru.keys().next().value as number;
-      lru.delete(oldest);
-      this.unhold(oldest, endpoint);
-    }
-    this.epoch = (this.epoch + 1) | 0; // holder sets may have been created or dropped
+    lru.remember(hashes, count);
   }
 
   /** Forgets an endpoint (deleted pod, or a restart that emptied its cache). */

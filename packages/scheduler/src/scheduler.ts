@@ -510,9 +510,16 @@ export class Scheduler {
       blocks,
       primary ? this.prefixMatch(primary) : 0,
       now,
-      routed && blocks > 0 ? this.hashes.slice(0, blocks) : undefined,
+      routed && blocks > 0 ? copyHashes(this.hashes, blocks) : undefined,
     );
   }
+}
+
+/** The first `count` hashes as an on-heap array of doubles (see DecisionRecord.prefixHashes). */
+function copyHashes(hashes: Float64Array, count: number): number[] {
+  const out: number[] = [];
+  for (let i = 0; i < count; i++) out.push(hashes[i] as number);
+  return out;
 }
 
 /** Copies a TopK selection into a ranked group; the key is the score unless scores are given. */

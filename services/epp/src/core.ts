@@ -2,10 +2,18 @@ import type { Logger } from 'pino';
 import { Fleet } from '@spillway/fleet';
 import { compileModelRewrites, type ErrorStatus, type ModelRewriter, type PreparedRequest } from '@spillway/protocol';
 import { Scheduler, type Decision, type PickRequest } from '@spillway/scheduler';
-import type { EppMetrics, Outcome } from './metrics.js';
+import { PendingCount, type EppMetrics, type Outcome } from './metrics.js';
 import type { EppConfig } from './config.js';
 import { DeadlineSweeper } from './deadlines.js';
 import { LabelCache } from './label-cache.js';
+
+const MODEL_LIMIT = 1024;
+
+/** One target model's batched metric children. */
+interface ModelCounts {
+  readonly running: PendingCount;
+  readonly byPriority: Map<number, PendingCount>;
+}
 
 export interface EppLimits {
   maxBodyBytes: number;
@@ -24,10 +32,15 @@ export class EppCore {
   readonly limits: EppLimits;
   readonly deadlines: DeadlineSweeper;
   // Prometheus children per label set, so the request path does not build label objects.
-  private readonly routed;
-  private readonly objectiveRequests: LabelCache<ReturnType<EppMetrics['objectiveRequests']['labels']>>;
-  private readonly running: LabelCache<ReturnType<EppMetrics['runningRequests']['labels']>>;
-  private readonly entryReasons: LabelCache<ReturnType<EppMetrics['listEntries']['labels']>>;
+  // Batched (see PendingCount): the per-request counters with fixed labels.
+  private readonly routed: PendingCount;
+  private readonly attemptSucceeded: PendingCount;
+  private readonly attemptFailed: PendingCount;
+  private readonly spills: PendingCount;
+  private readonly entryReasons: LabelCache<PendingCount>;
+  // Per target model: running requests and requests by priority, batched. Model names come from
+  // clients, so the map is bounded: past MODEL_LIMIT models it is flushed and starts over.
+  private readonly models = new Map<string, ModelCounts>();
 
   constructor(
     config: EppConfig,
@@ -47,27 +60,28 @@ export class EppCore {
     this.rewriter = config.modelRewrites.length > 0 ? compileModelRewrites(config.modelRewrites) : undefined;
     this.limits = { maxBodyBytes: config.flags.maxBodyBytes, requestTimeoutMs: config.flags.requestTimeoutMs };
     this.deadlines = new DeadlineSweeper(now);
-    this.routed = metrics.requests.labels({ outcome: 'routed' });
-    this.objectiveRequests = new LabelCache((key) => {
-      const [model, priority] = key.split('\u0000') as [string, string];
-      return metrics.objectiveRequests.labels({ model_name: model, target_model_name: model, priority });
-    });
-    this.running = new LabelCache((model) => metrics.runningRequests.labels({ model_name: model }));
-    this.entryReasons = new LabelCache((reason) => metrics.listEntries.labels({ reason }));
+    this.routed = metrics.batched(metrics.requests.labels({ outcome: 'routed' }));
+    this.attemptSucceeded = metrics.batched(metrics.schedulerAttempts.labels({ status: 'success' }));
+    this.attemptFailed = metrics.batched(metrics.schedulerAttempts.labels({ status: 'failure' }));
+    this.spills = metrics.batched(metrics.spills);
+    metrics.onRead(() => this.flushModels());
+    // Reasons are the scheduler's fixed EntryReason set, far below the cache limit: the cache never resets.
+    this.entryReasons = new LabelCache((reason) => metrics.batched(metrics.listEntries.labels({ reason })));
   }
 
   pick(request: PickRequest, prepared: PreparedRequest | undefined): Decision {
-    const started = process.hrtime.bigint();
+    // performance.now() (a double, sub-microsecond) rather than hrtime.bigint(): no BigInt per reading.
+    const started = performance.now();
     const decision = this.scheduler.pick(request, this.now());
-    const seconds = Number(process.hrtime.bigint() - started) / 1e9;
+    const seconds = (performance.now() - started) / 1e3;
     const m = this.metrics;
     m.schedulerDuration.observe(seconds);
-    m.schedulerAttempts.inc({ status: decision.status === 'routed' ? 'success' : 'failure' });
+    (decision.status === 'routed' ? this.attemptSucceeded : this.attemptFailed).inc();
     if (decision.counts.subsetIgnored > 0) m.subsetEntriesIgnored.inc(decision.counts.subsetIgnored);
     if (decision.status === 'routed') {
       m.listLength.observe(decision.entries.length);
       for (const entry of decision.entries) this.entryReasons.get(entry.reason).inc();
-      if (decision.rule === 'spill') m.spills.inc();
+      if (decision.rule === 'spill') this.spills.inc();
     }
     if (this.logger.isLevelEnabled('debug')) {
       this.logger.debug(
@@ -92,8 +106,15 @@ export class EppCore {
   commit(decision: Decision, model: string): void {
     this.scheduler.commit(decision, this.now());
     this.routed.inc();
-    this.objectiveRequests.get(`${model}\u0000${decision.priority}`).inc();
-    this.running.get(model).inc();
+    const counts = this.modelCounts(model);
+    // By priority: no key string is built per request. Priorities come from config, so this map stays small.
+    let requests = counts.byPriority.get(decision.priority);
+    if (requests === undefined) {
+      requests = new PendingCount(this.metrics.objectiveRequests.labels({ model_name: model, target_model_name: model, priority: String(decision.priority) }));
+      counts.byPriority.set(decision.priority, requests);
+    }
+    requests.inc();
+    counts.running.inc();
   }
 
   reportServed(decision: Decision, served: string): void {
@@ -106,7 +127,27 @@ export class EppCore {
 
   release(decision: Decision, model: string): void {
     this.scheduler.release(decision);
-    this.running.get(model).dec();
+    this.modelCounts(model).running.dec();
+  }
+
+  private modelCounts(model: string): ModelCounts {
+    let counts = this.models.get(model);
+    if (counts === undefined) {
+      if (this.models.size >= MODEL_LIMIT) {
+        this.flushModels();
+        this.models.clear();
+      }
+      counts = { running: new PendingCount(this.metrics.runningRequests.labels({ model_name: model })), byPriority: new Map() };
+      this.models.set(model, counts);
+    }
+    return counts;
+  }
+
+  private flushModels(): void {
+    for (const counts of this.models.values()) {
+      counts.running.flush();
+      for (const requests of counts.byPriority.values()) requests.flush();
+    }
   }
 
   countRejection(status: ErrorStatus, model: string, code: string): void {

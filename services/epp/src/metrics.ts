@@ -7,20 +7,61 @@ import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom
  */
 export type Outcome = 'routed' | '400' | '404' | '429' | '500' | '503';
 
+/**
+ * Increments of one counter child, summed in a plain number on the request path and handed to
+ * prom-client when the metric is read: prom-client's inc costs a hash-map lookup and validation per
+ * call, several times per request. Every read of a metric (registry.metrics(), metric.get()) runs
+ * its `collect`, which flushes, so readers see exactly the counts they would have seen.
+ */
+export class PendingCount {
+  private delta = 0;
+  // Touched since the last flush: a gauge's +1 -1 nets to 0 but must still create its series.
+  private dirty = false;
+
+  constructor(private readonly child: { inc(value: number): void }) {}
+
+  inc(value = 1): void {
+    this.delta += value;
+    this.dirty = true;
+  }
+
+  dec(): void {
+    this.delta -= 1;
+    this.dirty = true;
+  }
+
+  flush(): void {
+    if (!this.dirty) return;
+    const delta = this.delta;
+    this.delta = 0;
+    this.dirty = false;
+    this.child.inc(delta);
+  }
+}
+
 export class EppMetrics {
   readonly registry = new Registry();
+  // Only children with a fixed, small label set are batched, so this never grows with client input.
+  private readonly pending: PendingCount[] = [];
+  private readonly readHooks: (() => void)[] = [];
+  private readonly flushPending = (): void => {
+    for (const count of this.pending) count.flush();
+    for (const hook of this.readHooks) hook();
+  };
 
   readonly requests = new Counter({
     name: 'spillway_requests_total',
     help: 'Requests handled, by outcome (routed, 400, 429, 503, ...).',
     labelNames: ['outcome'] as const,
     registers: [this.registry],
+    collect: this.flushPending,
   });
   readonly objectiveRequests = new Counter({
     name: 'inference_objective_request_total',
     help: '[ALPHA] Counter of inference objective requests broken out for each model and target model.',
     labelNames: ['model_name', 'target_model_name', 'priority'] as const,
     registers: [this.registry],
+    collect: this.flushPending,
   });
   readonly objectiveErrors = new Counter({
     name: 'inference_objective_request_error_total',
@@ -33,6 +74,7 @@ export class EppMetrics {
     help: '[ALPHA] Inference objective number of running requests in each model.',
     labelNames: ['model_name'] as const,
     registers: [this.registry],
+    collect: this.flushPending,
   });
   readonly requestSizes = new Histogram({
     name: 'inference_objective_request_sizes',
@@ -59,6 +101,7 @@ export class EppMetrics {
     help: '[ALPHA] Number of scheduling attempts by status (success, failure).',
     labelNames: ['status'] as const,
     registers: [this.registry],
+    collect: this.flushPending,
   });
   readonly listLength = new Histogram({
     name: 'spillway_destination_list_length',
@@ -71,11 +114,13 @@ export class EppMetrics {
     help: 'Entries of returned destination lists by reason (local-best, local, spill, cross-zone-fallback, last-resort).',
     labelNames: ['reason'] as const,
     registers: [this.registry],
+    collect: this.flushPending,
   });
   readonly spills = new Counter({
     name: 'spillway_spills_total',
     help: 'Requests whose primary endpoint is in another zone because the local zone was overloaded.',
     registers: [this.registry],
+    collect: this.flushPending,
   });
   readonly servedElsewhere = new Counter({
     name: 'spillway_served_fallback_total',
@@ -156,6 +201,24 @@ export class EppMetrics {
     labelNames: ['commit', 'build_ref'] as const,
     registers: [this.registry],
   });
+
+  /**
+   * A batched child of `requests`, `schedulerAttempts`, `listEntries` or `spills` (metrics that
+   * flush on read), flushed here on every read. Call once per label set, at startup.
+   */
+  batched(child: { inc(value: number): void }): PendingCount {
+    const count = new PendingCount(child);
+    this.pending.push(count);
+    return count;
+  }
+
+  /**
+   * Runs `hook` before any batched metric (those above plus `objectiveRequests` and
+   * `runningRequests`) is read: for pending counts whose owner flushes them itself.
+   */
+  onRead(hook: () => void): void {
+    this.readHooks.push(hook);
+  }
 
   constructor() {
     collectDefaultMetrics({ register: this.registry });

@@ -43,7 +43,10 @@ export function handleStream(core: EppCore, call: Call): void {
   new ExtProcStream(core, call);
 }
 
-class ExtProcStream {
+// The stream is its own request deadline (at + expire), which saves an object and a closure per stream.
+class ExtProcStream implements Deadline {
+  /** Deadline: when the request phase must be complete. */
+  readonly at: number;
   private state: State = 'awaiting-headers';
   private modes: BodyModes | undefined;
   private headers: RequestHeaders | undefined;
@@ -60,11 +63,19 @@ class ExtProcStream {
   ) {
     call.on('data', (message: ProcessingRequest) => this.onMessage(message));
     call.on('end', () => this.finish(true));
-    call.on('cancelled', () => this.finish(false));
-    call.on('error', () => this.finish(false));
-    call.on('close', () => this.finish(false));
-    this.deadline = { at: Date.now() + core.limits.requestTimeoutMs, expire: () => this.onRequestTimeout() };
-    core.deadlines.add(this.deadline);
+    // One listener object for the three ways a stream goes away (finish is idempotent).
+    const gone = (): void => this.finish(false);
+    call.on('cancelled', gone);
+    call.on('error', gone);
+    call.on('close', gone);
+    this.at = Date.now() + core.limits.requestTimeoutMs;
+    this.deadline = this;
+    core.deadlines.add(this);
+  }
+
+  /** Deadline: the sweeper found the request phase still open at `at`. */
+  expire(): void {
+    this.onRequestTimeout();
   }
 
   private onMessage(message: ProcessingRequest): void {
