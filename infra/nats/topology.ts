@@ -17,16 +17,8 @@
  */
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import {
-  DiscardPolicy,
-  JetStreamApiError,
-  RetentionPolicy,
-  StorageType,
-  type JetStreamManager,
-  type StreamConfig,
-  type StreamInfo,
-} from '@nats-io/jetstream';
-import { nanos } from '@nats-io/nats-core';
+import type { JetStreamManager, StreamConfig } from '@nats-io/jetstream';
+import { findStream, streamConfigFor, streamSettingsSchema } from '@spillway/bus';
 import { SUBJECT_ROOT, escapeToken } from '@spillway/events';
 
 /** The stream every EPP reads: the whole stream on one server, the local aggregate in a zone. */
@@ -36,10 +28,6 @@ export const SPILLWAY_ACCOUNT = 'SPILLWAY';
 /** The hub's own JetStream domain. The hub stores nothing; see renderHub for why it has one. */
 export const HUB_DOMAIN = 'hub';
 
-const DUPLICATE_WINDOW_MS = 2 * 60 * 1000;
-const MAX_AGE_MS = 24 * 60 * 60 * 1000;
-/** JetStream's error code for "stream not found". */
-const STREAM_NOT_FOUND = 10059;
 
 /** Zone names are used as JetStream domains and config identifiers, so keep them to one plain token. */
 const ZONE_NAME = /^[A-Za-z0-9_-]{1,64}$/;
@@ -68,20 +56,13 @@ export function zoneSubjects(zone: string): string {
   return `${SUBJECT_ROOT}.*.${escapeToken(zone)}.>`;
 }
 
-/** Limits shared by the zone streams and the aggregates: the DESIGN §3 last-value stream settings. */
+/**
+ * Limits shared by the zone streams and the aggregates: the DESIGN §3 last-value stream settings,
+ * from the same definition the services use when they create the single-server stream.
+ */
 function lastValueLimits(): Partial<StreamConfig> {
-  return {
-    retention: RetentionPolicy.Limits,
-    storage: StorageType.File,
-    max_msgs_per_subject: 1,
-    // A stream of last values must never refuse a newer event, so the old value gives way.
-    discard: DiscardPolicy.Old,
-    allow_direct: true,
-    duplicate_window: nanos(DUPLICATE_WINDOW_MS),
-    // Garbage-collects pods that vanished without a tombstone (readiness is re-published every 30 s).
-    max_age: nanos(MAX_AGE_MS),
-    num_replicas: 1,
-  };
+  const { name: _name, subjects: _subjects, ...limits } = streamConfigFor(streamSettingsSchema.parse({}));
+  return limits;
 }
 
 export type StreamDefinition = Partial<StreamConfig> & { name: string };
@@ -150,7 +131,7 @@ export async function provisionZoneStreams(
 ): Promise<ProvisionResult> {
   const result: ProvisionResult = { created: [], existing: [] };
   for (const config of [zoneStreamConfig(localZone), aggregateStreamConfig(localZone, zones, aggregate)]) {
-    if (await streamInfo(jsm, config.name)) {
+    if (await findStream(jsm, config.name)) {
       result.existing.push(config.name);
       continue;
     }
@@ -160,14 +141,6 @@ export async function provisionZoneStreams(
   return result;
 }
 
-async function streamInfo(jsm: JetStreamManager, name: string): Promise<StreamInfo | undefined> {
-  try {
-    return await jsm.streams.info(name);
-  } catch (error) {
-    if (error instanceof JetStreamApiError && error.code === STREAM_NOT_FOUND) return undefined;
-    throw error;
-  }
-}
 
 // ---------------------------------------------------------------------------------------------
 // Config rendering

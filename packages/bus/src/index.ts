@@ -3,7 +3,7 @@ export type { NatsSettings, NatsSettingsInput, NatsFlagKey, NatsFlagValues, Envi
 export { connectNats, connectionOptions } from './connect.js';
 export { ConnectionTracker } from './connection-state.js';
 export type { ConnectionState, ConnectionStatus } from './connection-state.js';
-export { ensureStream, streamSettingsSchema, streamConfigFor, describeDifferences, subjectCovers, DEFAULT_STREAM } from './stream.js';
+export { ensureStream, findStream, streamSettingsSchema, streamConfigFor, describeDifferences, subjectCovers, DEFAULT_STREAM } from './stream.js';
 export type { StreamSettings, StreamSettingsInput, EnsureStreamResult, StreamDifference } from './stream.js';
 export { EventPublisher, readinessMsgId } from './publisher.js';
 export type { PublisherOptions, PublisherCounters, ReadinessAck } from './publisher.js';

@@ -87,7 +87,7 @@ export function streamConfigFor(settings: StreamSettings): Partial<StreamConfig>
 export async function ensureStream(jsm: JetStreamManager, input: StreamSettingsInput = {}): Promise<EnsureStreamResult> {
   const settings = streamSettingsSchema.parse(input);
   const wanted = streamConfigFor(settings);
-  const existing = await streamInfo(jsm, settings.name);
+  const existing = await findStream(jsm, settings.name);
   if (!existing) {
     try {
       const info = await jsm.streams.add(wanted);
@@ -101,7 +101,8 @@ export async function ensureStream(jsm: JetStreamManager, input: StreamSettingsI
   return reconcile(jsm, settings, info);
 }
 
-async function streamInfo(jsm: JetStreamManager, name: string): Promise<StreamInfo | undefined> {
+/** The stream's info, or undefined when it does not exist (other errors are thrown). */
+export async function findStream(jsm: JetStreamManager, name: string): Promise<StreamInfo | undefined> {
   try {
     return await jsm.streams.info(name);
   } catch (error) {
