@@ -5,6 +5,7 @@ import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSyn
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, beforeEach } from 'vitest';
 import { freePort } from '@spillway/testkit';
 import { httpOk, ManagedProcess, waitUntil } from '../../infra/demo/process.js';
 import { LocalSystem, MODEL, type SystemOptions } from '../../infra/demo/system.js';
@@ -16,6 +17,28 @@ export interface E2eSystem {
   dir: string;
   /** Stops everything; removes the directory unless `keepLogs` (a test failed). */
   stop(keepLogs: boolean): Promise<void>;
+}
+
+/**
+ * The system of one test file: started before its tests, stopped after them (logs kept when a test
+ * failed). Call inside the file's describe block; read `system` from the tests.
+ */
+export function useSystem(name: string, options: Omit<SystemOptions, 'dir'>): { readonly system: LocalSystem } {
+  let e2e: E2eSystem | undefined;
+  let failed = false;
+  beforeAll(async () => {
+    e2e = await startSystem(name, options);
+  }, 300_000); // includes waiting for another e2e file's system to stop
+  beforeEach(({ onTestFailed }) => onTestFailed(() => void (failed = true)));
+  afterAll(async () => {
+    await e2e?.stop(failed);
+  }, 60_000);
+  return {
+    get system(): LocalSystem {
+      if (!e2e) throw new Error(`the ${name} system did not start`);
+      return e2e.system;
+    },
+  };
 }
 
 /**
@@ -125,8 +148,9 @@ const extras = new WeakMap<LocalSystem, ManagedProcess[]>();
  * A second gateway for `zone` that sends no subset hint (like Istio): the EPP then picks from its
  * own view only, so its destination lists show what the EPP believes is ready.
  */
-export async function startHintlessGateway(e2e: E2eSystem, zone: string): Promise<string> {
-  const z = e2e.system.zone(zone);
+export async function startHintlessGateway(system: LocalSystem, zone: string): Promise<string> {
+  const z = system.zone(zone);
+  const dir = system.options.dir;
   const port = await freePort();
   const gateway = new ManagedProcess({
     name: `gateway-${zone}-nohint`,
@@ -135,15 +159,15 @@ export async function startHintlessGateway(e2e: E2eSystem, zone: string): Promis
       join(ROOT, 'services', 'gateway', 'bin', 'spillway-gateway.js'),
       '--epp', `127.0.0.1:${z.eppPorts.grpc}`,
       '--zone', zone,
-      '--endpoints', join(e2e.dir, 'endpoints-all.json'),
+      '--endpoints', join(dir, 'endpoints-all.json'),
       '--port', String(port),
       '--subset-hint', 'off',
       '--log-level', 'info',
     ],
-    logFile: join(e2e.dir, 'logs', `gateway-${zone}-nohint.log`),
+    logFile: join(dir, 'logs', `gateway-${zone}-nohint.log`),
     ready: () => waitUntil(`gateway-${zone}-nohint`, () => httpOk(`http://127.0.0.1:${port}/gateway/stats`), 20_000),
   });
-  extras.get(e2e.system)?.push(gateway);
+  extras.get(system)?.push(gateway);
   await gateway.start();
   return `http://127.0.0.1:${port}`;
 }

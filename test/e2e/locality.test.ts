@@ -1,9 +1,9 @@
 // End-to-end, locality mode (the per-zone deployment): one NATS server, three zones of two small
 // simulators, per zone a collector, an EPP and a gateway, all real processes on loopback.
 // Scenarios run in order on one system; the destructive ones (EPP restart, simulator kill) last.
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { eventually } from '@spillway/testkit';
-import { complete, eppMetric, readyz, scrape, sample, startHintlessGateway, startSystem, summarize, Traffic, type Completion, type E2eSystem } from './helpers.js';
+import { complete, eppMetric, readyz, scrape, sample, startHintlessGateway, useSystem, summarize, Traffic, type Completion } from './helpers.js';
 
 const ZONES = ['zone-a', 'zone-b', 'zone-c'];
 /** With --max-num-seqs 2 and --time-scale 2, ~0.4–0.8 s per request: long enough to pile up. */
@@ -12,22 +12,11 @@ const LONG = 60;
 const SHORT = 16;
 
 describe.sequential('e2e: locality mode, three zones on one NATS server', () => {
-  let e2e: E2eSystem;
-  let failed = false;
-
-  beforeAll(async () => {
-    e2e = await startSystem('locality', {
+  const e2e = useSystem('locality', {
       zones: ZONES.map((zone) => ({ zone, region: 'r1', servers: 2 })),
       natsTopology: 'single',
       simArgs: ['--max-num-seqs', '2', '--time-scale', '2'],
     });
-  }, 300_000); // includes waiting for another e2e file's system to stop
-
-  beforeEach(({ onTestFailed }) => onTestFailed(() => void (failed = true)));
-
-  afterAll(async () => {
-    await e2e?.stop(failed);
-  }, 60_000);
 
   const gateway = (zone: string) => e2e.system.zone(zone).gatewayUrl;
   const metricsPort = (zone: string) => e2e.system.zone(zone).eppPorts.metrics;
@@ -117,7 +106,7 @@ describe.sequential('e2e: locality mode, three zones on one NATS server', () => 
     if (!victim) throw new Error('no zone-a simulator');
     // A gateway without a subset hint shows the EPP's own view in its destination lists (the zone
     // gateway also drops the dead server from its hint by its own health checks).
-    const hintless = await startHintlessGateway(e2e, 'zone-a');
+    const hintless = await startHintlessGateway(e2e.system, 'zone-a');
     const traffic = new Traffic(e2e.system, gateway('zone-a'), { workers: 3, maxRequests: 300, maxTokens: SHORT, pauseMs: 20 });
     let results: Completion[];
     try {

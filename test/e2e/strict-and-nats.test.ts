@@ -1,32 +1,21 @@
 // End-to-end, strict subset mode on one NATS server: two zones of two small simulators, per zone a
 // collector, an EPP (--subset-mode strict) and a gateway sending its zone-local subset. First the
 // subset holds under overload; then the NATS server is killed and restarted under traffic.
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { eventually } from '@spillway/testkit';
-import { eppMetric, readyz, scrape, sample, startSystem, summarize, Traffic, type Completion, type E2eSystem } from './helpers.js';
+import { eppMetric, readyz, scrape, sample, useSystem, summarize, Traffic, type Completion } from './helpers.js';
 
 const ZONES = ['zone-a', 'zone-b'];
 const LONG = 60;
 const SHORT = 16;
 
 describe.sequential('e2e: strict subset mode, two zones on one NATS server', () => {
-  let e2e: E2eSystem;
-  let failed = false;
-
-  beforeAll(async () => {
-    e2e = await startSystem('strict', {
+  const e2e = useSystem('strict', {
       zones: ZONES.map((zone) => ({ zone, region: 'r1', servers: 2 })),
       natsTopology: 'single',
       simArgs: ['--max-num-seqs', '2', '--time-scale', '2'],
       eppArgs: ['--subset-mode', 'strict'],
     });
-  }, 300_000); // includes waiting for another e2e file's system to stop
-
-  beforeEach(({ onTestFailed }) => onTestFailed(() => void (failed = true)));
-
-  afterAll(async () => {
-    await e2e?.stop(failed);
-  }, 60_000);
 
   const gateway = (zone: string) => e2e.system.zone(zone).gatewayUrl;
   const metricsPort = (zone: string) => e2e.system.zone(zone).eppPorts.metrics;

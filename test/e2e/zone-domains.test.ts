@@ -1,30 +1,19 @@
 // End-to-end on the per-zone NATS topology: each zone its own JetStream domain (a leaf node of a
 // hub) with a local aggregate stream sourcing every zone; two zones of two simulators, per zone a
 // collector, an EPP (locality mode) and a gateway. The hub is stopped and brought back under traffic.
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { eventually } from '@spillway/testkit';
-import { eppMetric, scrape, sample, startSystem, summarize, Traffic, type Completion, type E2eSystem } from './helpers.js';
+import { eppMetric, scrape, sample, useSystem, summarize, Traffic, type Completion } from './helpers.js';
 
 const ZONES = ['zone-a', 'zone-b'] as const;
 const SHORT = 16;
 
 describe.sequential('e2e: one JetStream domain per zone, hub stopped and restarted', () => {
-  let e2e: E2eSystem;
-  let failed = false;
-
-  beforeAll(async () => {
-    e2e = await startSystem('zones', {
+  const e2e = useSystem('zones', {
       zones: ZONES.map((zone) => ({ zone, region: 'r1', servers: 2 })),
       natsTopology: 'zones',
       simArgs: ['--max-num-seqs', '2', '--time-scale', '2'],
     });
-  }, 300_000); // includes waiting for another e2e file's system to stop
-
-  beforeEach(({ onTestFailed }) => onTestFailed(() => void (failed = true)));
-
-  afterAll(async () => {
-    await e2e?.stop(failed);
-  }, 60_000);
 
   const gateway = (zone: string) => e2e.system.zone(zone).gatewayUrl;
   const metricsPort = (zone: string) => e2e.system.zone(zone).eppPorts.metrics;
