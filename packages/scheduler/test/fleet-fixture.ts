@@ -42,23 +42,7 @@ export function applyPod(fleet: Fleet, spec: PodSpec, now: number): void {
     now - 5000,
   );
   if (spec.noMetrics) return;
-  const at = now - (spec.metricsAge ?? 0);
-  fleet.apply(
-    {
-      v: 1,
-      kind: 'metrics',
-      pool: POOL,
-      zone: spec.zone,
-      pod: spec.pod,
-      observedAt: at,
-      waitingRequests: spec.waiting ?? 0,
-      runningRequests: spec.running ?? 0,
-      kvCacheUsage: spec.kv ?? 0.1,
-      lora: spec.lora,
-      cache: spec.cache,
-    },
-    at,
-  );
+  sample(fleet, spec, now - (spec.metricsAge ?? 0));
 }
 
 export function buildFleet(pods: readonly PodSpec[], now = T0): Fleet {
