@@ -8,6 +8,9 @@ import { parseEndpointAddress } from './address.js';
 const name = z.string().min(1).max(253);
 const count = z.number().int().nonnegative().max(Number.MAX_SAFE_INTEGER);
 const epochMs = z.number().finite().nonnegative().max(8.64e15);
+/** A per-second rate measured at the source (service rates, DESIGN §5 v2). */
+const rate = z.number().finite().nonnegative().max(1e9);
+const durationMs = z.number().finite().nonnegative().max(3_600_000);
 const address = z.string().refine((text) => parseEndpointAddress(text) !== undefined, {
   message: 'must be ip:port, or [ipv6]:port, with a port in 1..65535',
 });
@@ -47,6 +50,18 @@ export const metricsEventSchema = z.object({
     })
     .optional(),
   cache: z.object({ blockSize: count.min(1), numBlocks: count }).optional(),
+  rates: z
+    .object({
+      windowMs: z.number().int().min(1).max(3_600_000),
+      promptTokensPerS: rate,
+      generationTokensPerS: rate,
+      requestsPerS: rate,
+      ttftMs: durationMs.optional(),
+      queueMs: durationMs.optional(),
+      itlMs: durationMs.optional(),
+      prefixHitRate: z.number().min(0).max(1).optional(),
+    })
+    .optional(),
 });
 
 export const spillwayEventSchema = z.discriminatedUnion('kind', [readinessEventSchema, metricsEventSchema]);

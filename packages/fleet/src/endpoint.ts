@@ -9,6 +9,8 @@ export interface MetricsSample {
   readonly kvCacheUsage: number;
   readonly lora: MetricsEvent['lora'];
   readonly cache: MetricsEvent['cache'];
+  /** Service rates measured at the source (optional field of the metrics event). */
+  readonly rates: MetricsEvent['rates'];
 }
 
 /**
@@ -36,6 +38,14 @@ export interface Endpoint {
    * sample under-reports. The scheduler adds it to the sample so a burst spreads between samples.
    */
   readonly unsampledPicks: number;
+  /**
+   * Requests this EPP sent here before the latest sample (so the sample counted them) that have
+   * finished since it: the load the sample over-reports. With unsampledPicks it turns an old sample
+   * into an estimate of the load now (DESIGN §5 v2 "event gaps").
+   */
+  readonly releasedSinceSample: number;
+  /** When the latest applied readiness event was received (EPP clock, or stream time on replay); -Infinity before any. */
+  readonly readinessReceivedAt: number;
 }
 
 /** Internal mutable record behind an Endpoint. */
@@ -50,6 +60,8 @@ export class EndpointRecord implements Endpoint {
   labels: Readonly<Record<string, string>> | undefined = undefined;
   metrics: MetricsSample | undefined = undefined;
   inFlight = 0;
+  releasedSinceSample = 0;
+  readinessReceivedAt = Number.NEGATIVE_INFINITY;
 
   /** observedAt and canonical payload of the applied event per kind, for ordering and tie-breaks. */
   readinessAt = -1;

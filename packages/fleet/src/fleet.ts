@@ -54,7 +54,8 @@ export class Fleet {
 
   apply(event: SpillwayEvent, receivedAt: number): ApplyOutcome {
     const record = this.recordFor(event.pool, event.pod);
-    const outcome = event.kind === 'readiness' ? this.applyReadiness(record, event) : this.applyMetrics(record, event, receivedAt);
+    const outcome =
+      event.kind === 'readiness' ? this.applyReadiness(record, event, receivedAt) : this.applyMetrics(record, event, receivedAt);
     if (outcome === 'applied') this.counters.applied++;
     else this.counters.ignored++;
     return outcome;
@@ -123,9 +124,11 @@ export class Fleet {
     for (let i = times.length - 1; i >= record.pickHead; i--) {
       if (times[i] === pickedAt) {
         times.splice(i, 1);
-        break;
+        return;
       }
     }
+    // Not among the unsampled picks: the latest sample counted this request, and it is gone now.
+    if (record.metrics !== undefined) record.releasedSinceSample++;
   }
 
   private recordFor(poolName: string, pod: string): EndpointRecord {
@@ -142,7 +145,7 @@ export class Fleet {
     return record;
   }
 
-  private applyReadiness(record: EndpointRecord, event: ReadinessEvent): ApplyOutcome {
+  private applyReadiness(record: EndpointRecord, event: ReadinessEvent, receivedAt: number): ApplyOutcome {
     if (!isNewer(event, record.readinessAt, this.lastReadiness.get(record))) return 'ignored';
     const address = parseEndpointAddress(event.address);
     // The schema already validated the address; an unparsable one here means a caller skipped decoding.
@@ -151,8 +154,10 @@ export class Fleet {
     pool.unindex(record);
     record.applyReadiness(event, address);
     record.readinessAt = event.observedAt;
+    record.readinessReceivedAt = receivedAt;
     this.lastReadiness.set(record, event);
     pool.index(record);
+    pool.noteReadiness(event.zone, receivedAt);
     this.topologyVersion++;
     return 'applied';
   }
@@ -167,9 +172,12 @@ export class Fleet {
       kvCacheUsage: event.kvCacheUsage,
       lora: event.lora,
       cache: event.cache,
+      rates: event.rates,
     };
     record.metricsAt = event.observedAt;
+    record.releasedSinceSample = 0;
     this.lastMetrics.set(record, event);
+    (this.pools.get(record.pool) as PoolState).noteSample(event.zone, receivedAt);
     absorbSampledPicks(record, Math.max(event.observedAt - this.pickTransitMs, receivedAt - this.maxSampleLagMs));
     return 'applied';
   }

@@ -17,6 +17,9 @@ export interface PodSpec {
   kv?: number;
   lora?: MetricsEvent['lora'];
   cache?: MetricsEvent['cache'];
+  rates?: MetricsEvent['rates'];
+  /** Milliseconds between the readiness event's arrival and `now` (default 5000). */
+  readinessAge?: number;
   /** Milliseconds between the sample's arrival and `now`; undefined = no metrics at all when `noMetrics`. */
   metricsAge?: number;
   noMetrics?: boolean;
@@ -37,9 +40,9 @@ export function applyPod(fleet: Fleet, spec: PodSpec, now: number): void {
       address: spec.address,
       ready: spec.ready ?? true,
       deleted: spec.deleted,
-      observedAt: now - 5000,
+      observedAt: now - (spec.readinessAge ?? 5000),
     },
-    now - 5000,
+    now - (spec.readinessAge ?? 5000),
   );
   if (spec.noMetrics) return;
   sample(fleet, spec, now - (spec.metricsAge ?? 0));
@@ -66,6 +69,7 @@ export function sample(fleet: Fleet, spec: PodSpec, now: number): void {
       kvCacheUsage: spec.kv ?? 0.1,
       lora: spec.lora,
       cache: spec.cache,
+      rates: spec.rates,
     },
     now,
   );

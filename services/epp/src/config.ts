@@ -24,11 +24,12 @@ export const eppFlags = {
   metricsPort: { description: 'Prometheus /metrics port', schema: port(9090), placeholder: 'N' },
   maxEndpoints: { description: 'most endpoints in the destination list (1 for single-address gateways)', schema: positiveInt().max(64).optional(), placeholder: 'N' },
   subsetMode: { description: 'strict: pick only inside the subset hint; locality: subset = local preference, spill beyond it', schema: z.enum(['strict', 'locality']).optional(), placeholder: 'MODE' },
+  policy: { description: 'cost: price every endpoint in ms of expected time to first token; weighted: the reference scorers', schema: z.enum(['cost', 'weighted']).optional(), placeholder: 'POLICY' },
   config: { description: 'YAML or JSON config file', schema: optionalString, placeholder: 'FILE' },
   tlsCert: { description: 'serve gRPC over TLS with this certificate (with --tls-key)', schema: optionalString, placeholder: 'FILE' },
   tlsKey: { description: 'private key for --tls-cert', schema: optionalString, placeholder: 'FILE' },
   tlsClientCa: { description: 'require client certificates signed by this CA (mTLS)', schema: optionalString, placeholder: 'FILE' },
-  metricsStaleMs: { description: 'pod metrics older than this are stale (saturated)', schema: durationMs().default(1000), placeholder: 'MS' },
+  metricsStaleMs: { description: 'pod metrics older than this are stale: the pod is then estimated from its last sample and this EPP\'s own picks', schema: durationMs().default(1000), placeholder: 'MS' },
   viewStaleLimitMs: { description: 'readiness turns NOT_SERVING when the view has been stale this long without NATS', schema: durationMs().default(30_000), placeholder: 'MS' },
   requestTimeoutMs: { description: 'a request whose body is not complete by then ends the stream', schema: durationMs().default(60_000), placeholder: 'MS' },
   maxBodyBytes: { description: 'largest request body accepted (413 above)', schema: positiveInt().default(8 * 1024 * 1024), placeholder: 'BYTES' },
@@ -45,7 +46,7 @@ const flagKeys = Object.keys(eppFlags) as (keyof typeof eppFlags)[];
 // Flag values in the file are checked by the flag schemas, once flags and environment are merged.
 const flagFields = Object.fromEntries(flagKeys.map((key) => [key, z.unknown().optional()])) as Record<keyof typeof eppFlags, z.ZodOptional<z.ZodUnknown>>;
 export const eppConfigFileSchema = schedulerConfigSchema
-  .omit({ maxEndpoints: true, subsetMode: true })
+  .omit({ maxEndpoints: true, subsetMode: true, policy: true })
   .extend({
     modelRewrites: z.array(modelRewriteSchema).default([]),
     ...flagFields,
@@ -106,6 +107,7 @@ export function loadEppConfig(argv: readonly string[], env: NodeJS.ProcessEnv): 
   }
   if (flags.maxEndpoints !== undefined) schedulerInput['maxEndpoints'] = flags.maxEndpoints;
   if (flags.subsetMode !== undefined) schedulerInput['subsetMode'] = flags.subsetMode;
+  if (flags.policy !== undefined) schedulerInput['policy'] = flags.policy;
   const scheduler = schedulerConfigSchema.safeParse(schedulerInput);
   if (!scheduler.success) {
     const issue = scheduler.error.issues[0];

@@ -5,6 +5,7 @@ import { Scheduler, type Decision, type PickRequest } from '@spillway/scheduler'
 import { PendingCount, type EppMetrics, type Outcome } from './metrics.js';
 import type { EppConfig } from './config.js';
 import { DeadlineSweeper } from './deadlines.js';
+import { DecisionLog } from './decision-log.js';
 import { LabelCache } from './label-cache.js';
 
 const MODEL_LIMIT = 1024;
@@ -31,6 +32,8 @@ export class EppCore {
   readonly rewriter: ModelRewriter | undefined;
   readonly limits: EppLimits;
   readonly deadlines: DeadlineSweeper;
+  /** The last decisions, for `GET /debug/decisions`. */
+  readonly decisions = new DecisionLog();
   // Prometheus children per label set, so the request path does not build label objects.
   // Batched (see PendingCount): the per-request counters with fixed labels.
   private readonly routed: PendingCount;
@@ -76,6 +79,7 @@ export class EppCore {
     const seconds = (performance.now() - started) / 1e3;
     const m = this.metrics;
     m.schedulerDuration.observe(seconds);
+    this.decisions.record(decision);
     (decision.status === 'routed' ? this.attemptSucceeded : this.attemptFailed).inc();
     if (decision.counts.subsetIgnored > 0) m.subsetEntriesIgnored.inc(decision.counts.subsetIgnored);
     if (decision.status === 'routed') {
@@ -91,7 +95,7 @@ export class EppCore {
           status: decision.status,
           rule: decision.rule,
           destination: decision.destination,
-          entries: decision.entries.map((e) => ({ address: e.address, zone: e.zone, reason: e.reason, saturated: e.saturated })),
+          entries: decision.entries.map((e) => ({ address: e.address, zone: e.zone, reason: e.reason, full: e.full, cost: e.cost })),
           localOverloaded: decision.localOverloaded,
           counts: decision.counts,
           priority: decision.priority,

@@ -56,6 +56,7 @@ export async function startEpp(config: EppConfig, options: StartOptions = {}): P
   const metricsServer = await startMetricsServer(metrics.registry, flags.host, flags.metricsPort, {
     isReady: () => health.isReady,
     beforeScrape: () => refreshViewGauges(metrics, core.fleet, core.scheduler, flags.pool, Date.now()),
+    recentDecisions: (limit) => core.decisions.recent(limit),
   });
   logger.info({ grpcPort, healthPort, metricsPort: metricsServer.port, tls: flags.tlsCert !== undefined }, 'listening');
 
