@@ -179,6 +179,52 @@ describe('in-flight accounting', () => {
   });
 });
 
+describe('what event gaps need (picking v2)', () => {
+  it('counts completions of sampled requests since the latest sample; a new sample resets them', () => {
+    const fleet = new Fleet();
+    fleet.apply(readiness('a0'), T0);
+    fleet.apply(metrics('a0', { observedAt: T0 }), T0);
+    const a0 = fleet.get('llama', 'a0')!;
+    fleet.recordPick(a0, T0 + 10); // after the sample: unsampled
+    fleet.recordPick(a0, T0 + 11);
+    fleet.apply(metrics('a0', { observedAt: T0 + 100, runningRequests: 2 }), T0 + 100); // sees both
+    expect(a0.unsampledPicks).toBe(0);
+    fleet.recordPick(a0, T0 + 120); // unsampled again
+    fleet.releasePick(a0, T0 + 10); // sampled: the sample over-reports by one now
+    fleet.releasePick(a0, T0 + 120); // unsampled: just leaves the unsampled count
+    expect(a0.releasedSinceSample).toBe(1);
+    expect(a0.unsampledPicks).toBe(0);
+    fleet.apply(metrics('a0', { observedAt: T0 + 200, runningRequests: 1 }), T0 + 200);
+    expect(a0.releasedSinceSample).toBe(0);
+  });
+
+  it('records when readiness and samples were received, per pod and per zone', () => {
+    const fleet = new Fleet();
+    const pool = () => fleet.pool('llama')!;
+    fleet.apply(readiness('a0'), T0 + 5);
+    fleet.apply(readiness('a1', { address: '10.0.0.2:8000', observedAt: T0 + 50 }), T0 + 60);
+    expect(fleet.get('llama', 'a0')?.readinessReceivedAt).toBe(T0 + 5);
+    expect(pool().zoneLastReadinessAt('zone-a')).toBe(T0 + 60);
+    expect(pool().zoneLastSampleAt('zone-a')).toBe(Number.NEGATIVE_INFINITY);
+    fleet.apply(metrics('a0', { observedAt: T0 + 70 }), T0 + 80);
+    fleet.apply(metrics('a1', { observedAt: T0 + 60 }), T0 + 75); // received earlier: the zone keeps the newest
+    expect(pool().zoneLastSampleAt('zone-a')).toBe(T0 + 80);
+    expect(pool().zoneLastSampleAt('zone-b')).toBe(Number.NEGATIVE_INFINITY);
+    // An ignored (older) readiness does not refresh the pod's receive time.
+    fleet.apply(readiness('a0', { observedAt: T0 - 1 }), T0 + 500);
+    expect(fleet.get('llama', 'a0')?.readinessReceivedAt).toBe(T0 + 5);
+  });
+
+  it('keeps the measured service rates of the latest sample', () => {
+    const fleet = new Fleet();
+    const rates = { windowMs: 2000, promptTokensPerS: 1000, generationTokensPerS: 500, requestsPerS: 4, ttftMs: 120 };
+    fleet.apply(metrics('a0', { rates }), T0);
+    expect(fleet.get('llama', 'a0')?.metrics?.rates).toEqual(rates);
+    fleet.apply(metrics('a0', { observedAt: T0 + 1 }), T0 + 1);
+    expect(fleet.get('llama', 'a0')?.metrics?.rates).toBeUndefined();
+  });
+});
+
 describe('order independence (property)', () => {
   const pods = ['p0', 'p1', 'p2', 'p.3'];
   const zones = ['zone-a', 'zone-b'];
