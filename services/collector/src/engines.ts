@@ -78,6 +78,9 @@ export const ENGINE_FAMILIES: Readonly<Record<Engine, ReadonlySet<string>>> = {
   triton: new Set(seriesNames(ENGINE_SPECS.triton)),
 };
 
+/** Every engine's families: what a scrape keeps while its endpoint's engine is still unknown. */
+export const ALL_FAMILIES: ReadonlySet<string> = new Set(Object.values(ENGINE_FAMILIES).flatMap((set) => [...set]));
+
 /**
  * Guesses the engine from the text of an exposition: the first engine whose waiting-queue family
  * appears. Works on raw text so it costs one substring search per engine, before any parsing.

@@ -1,6 +1,6 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 
-export type ScrapeFailureReason = 'timeout' | 'connect' | 'http-status' | 'too-large' | 'parse' | 'invalid' | 'unknown-engine';
+export type ScrapeFailureReason = 'timeout' | 'connect' | 'http-status' | 'too-large' | 'too-slow' | 'parse' | 'invalid' | 'unknown-engine';
 export type EndpointState = 'ready' | 'not-ready' | 'unknown' | 'scrape-failing';
 
 /** The collector's own Prometheus metrics, in a registry of its own (tests run several collectors). */
@@ -26,7 +26,7 @@ export class CollectorMetrics {
     });
     this.scrapeFailures = new Counter({
       name: 'spillway_collector_scrape_failures_total',
-      help: 'Scrapes that produced no event, by reason (malformed expositions are parse or invalid).',
+      help: 'Scrapes that produced no event, by reason (malformed expositions are parse or invalid; over the byte or CPU budget too-large or too-slow).',
       labelNames: ['reason'],
       registers,
     });

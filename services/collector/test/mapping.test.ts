@@ -1,9 +1,11 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { ExpositionError, parseExposition } from '../src/exposition.js';
+import { ExpositionError, FamilyFilter, parseExposition } from '../src/exposition.js';
 import { detectEngine, mapExposition } from '../src/engines.js';
-import { ExtractError, extractSample } from '../src/scrape.js';
+import fc from 'fast-check';
+import { BudgetError, DEFAULT_SCRAPE_LIMITS } from '../src/budget.js';
+import { ExtractError, ScrapeReader, extractSample } from '../src/scrape.js';
 
 const fixture = (name: string): string => readFileSync(join(import.meta.dirname, 'fixtures', name), 'utf8');
 
@@ -131,5 +133,65 @@ describe('malformed expositions are rejected', () => {
     expect(() => mapExposition('triton', parseExposition('nv_trt_llm_request_metrics{request_type="waiting"} 1\n'))).toThrow(
       /nv_trt_llm_request_metrics\{request_type="scheduled"\}/,
     );
+  });
+});
+
+describe('scrape budgets (bad inputs cost bounded memory and CPU)', () => {
+  const vllm = fixture('vllm-v0.10.prom');
+
+  it('reading in arbitrary pieces gives the same sample as reading the whole text', () => {
+    const whole = extractSample(vllm, undefined);
+    fc.assert(
+      fc.property(fc.array(fc.integer({ min: 0, max: vllm.length }), { maxLength: 20 }), (cuts) => {
+        const bytes = Buffer.from(vllm, 'utf8');
+        const points = [...new Set(cuts)].sort((a, b) => a - b);
+        const reader = new ScrapeReader(undefined);
+        let from = 0;
+        for (const at of [...points, bytes.length]) {
+          reader.push(bytes.subarray(from, at));
+          from = at;
+        }
+        expect(reader.finish()).toEqual(whole);
+      }),
+    );
+  });
+
+  it('keeps only the wanted families, whatever else the exposition holds', () => {
+    const filter = new FamilyFilter(new Set(['a', 'b_total']));
+    filter.push('# HELP a help\n# TYPE a gauge\na{x="1"} 1\nc 3\n  b_total 2\r\n# TYPE c gauge\nab 4\na');
+    filter.push(' 5');
+    expect(filter.finish()).toBe('# TYPE a gauge\na{x="1"} 1\nb_total 2\na 5\n');
+  });
+
+  const limits = { ...DEFAULT_SCRAPE_LIMITS, maxLineLength: 100, maxKeptLength: 200, maxKeptLines: 5 };
+  const budgetReason = (work: () => unknown): string | undefined => {
+    try {
+      work();
+    } catch (error) {
+      return error instanceof BudgetError ? error.reason : `not a budget error: ${String(error)}`;
+    }
+    return undefined;
+  };
+
+  it('a line longer than the limit fails as too-large before its end arrives', () => {
+    const filter = new FamilyFilter(new Set(['a']), limits);
+    expect(budgetReason(() => filter.push(`junk ${'x'.repeat(200)}`))).toBe('too-large');
+  });
+
+  it('too many wanted lines, or too many characters of them, fail as too-large', () => {
+    const lines = Array.from({ length: 6 }, (_, i) => `a{i="${i}"} 1\n`).join('');
+    expect(budgetReason(() => new FamilyFilter(new Set(['a']), limits).push(lines))).toBe('too-large');
+    const long = `a{x="${'y'.repeat(90)}"} 1\n`.repeat(3);
+    expect(budgetReason(() => new FamilyFilter(new Set(['a']), limits).push(long))).toBe('too-large');
+    // Unwanted lines cost nothing kept.
+    expect(budgetReason(() => new FamilyFilter(new Set(['a']), limits).push(`junk 1\n`.repeat(10_000)))).toBeUndefined();
+  });
+
+  it('a scrape over its CPU budget fails as too-slow', () => {
+    const reader = new ScrapeReader('vllm', { ...DEFAULT_SCRAPE_LIMITS, cpuBudgetMs: 1e-6 });
+    expect(budgetReason(() => {
+      reader.push(Buffer.from(vllm.repeat(20)));
+      reader.finish();
+    })).toBe('too-slow');
   });
 });
