@@ -126,6 +126,7 @@ async function measureCollector(addresses: string[], natsUrl: string, warmupMs: 
     scrapeFailureThreshold: 3,
     scrapeBackoffMaxMs: 30_000,
     scrapeLimits: DEFAULT_SCRAPE_LIMITS,
+    ratesWindowMs: 2_000,
     metricsPath: '/metrics',
     probe: { intervalMs: 0, timeoutMs: 500, path: '/health', successThreshold: 1, failureThreshold: 2 },
     readinessRepublishMs: 30_000,

@@ -57,6 +57,7 @@ export async function startCollector(config: CollectorConfig, options: StartOpti
     scrapeFailureThreshold: config.scrapeFailureThreshold,
     scrapeBackoffMaxMs: config.scrapeBackoffMaxMs,
     scrapeLimits: config.scrapeLimits,
+    ratesWindowMs: config.ratesWindowMs,
     metricsPath: config.metricsPath,
     probe: config.probe,
     readinessRepublishMs: config.readinessRepublishMs,

@@ -1,9 +1,10 @@
-import { metricsEventSchema, readinessEventSchema, type Engine, type MetricsEvent, type ReadinessEvent } from '@spillway/events';
+import { metricsEventSchema, readinessEventSchema, type Engine, type MetricsEvent, type ReadinessEvent, type ServiceRates } from '@spillway/events';
 import type { Logger } from 'pino';
 import type { Dispatcher } from 'undici';
 import type { ScrapeLimits } from './budget.js';
 import { sameSpec, type EndpointSpec } from './endpoint.js';
 import { Prober, type ProbeOptions, type ProbeState } from './prober.js';
+import { RateWindow } from './rates.js';
 import { LatestWinsQueue } from './readiness-queue.js';
 import type { Extracted } from './scrape.js';
 import { Scraper } from './scraper.js';
@@ -21,6 +22,8 @@ export interface CollectorOptions {
   scrapeBackoffMaxMs: number;
   /** Byte, line and CPU bounds of one scrape. */
   scrapeLimits: ScrapeLimits;
+  /** Span of the counter deltas behind the service rates. */
+  ratesWindowMs: number;
   metricsPath: string;
   /** `intervalMs: 0` disables probing: readiness is then the source's word alone. */
   probe: ProbeOptions;
@@ -45,6 +48,10 @@ interface Tracked {
   lastFailureReason: ScrapeFailureReason | undefined;
   /** The scraper is backing off (logged when it starts, not on every attempt). */
   backingOff: boolean;
+  /** Counter history for service rates. */
+  rates: RateWindow;
+  /** The last reason rates were left out, so a lasting one is logged once. */
+  lastRatesIssue: string | undefined;
 }
 
 export interface EndpointStatus {
@@ -151,6 +158,8 @@ export class Collector {
       decidedReady: undefined,
       lastFailureReason: undefined,
       backingOff: false,
+      rates: new RateWindow(this.options.ratesWindowMs),
+      lastRatesIssue: undefined,
     };
     this.tracked.set(spec.pod, t);
     this.log.info({ pod: spec.pod, address: spec.address, zone: spec.zone }, 'endpoint added');
@@ -281,6 +290,8 @@ export class Collector {
       observedAt: startedAt,
       ...extracted.sample,
     };
+    const rates = this.serviceRates(t, extracted, startedPerf);
+    if (rates) candidate.rates = rates;
     const parsed = metricsEventSchema.safeParse(candidate);
     if (!parsed.success) {
       o.metrics.scrapeFailures.inc({ reason: 'invalid' });
@@ -296,6 +307,21 @@ export class Collector {
     } else {
       o.metrics.eventsDropped.inc({ kind: 'metrics', reason: 'disconnected' });
     }
+  }
+
+  /** This scrape's rates from the endpoint's counter history; problems are counted and logged once per kind. */
+  private serviceRates(t: Tracked, extracted: Extracted, startedPerf: number): ServiceRates | undefined {
+    const { counters, invalid } = extracted.counters;
+    const update = t.rates.update(startedPerf, counters);
+    const issue = invalid.length > 0 ? 'invalid-counter' : update.reset ? 'counter-reset' : update.outOfRange ? 'out-of-range' : undefined;
+    if (issue !== undefined) {
+      this.options.metrics.ratesOmitted.inc({ reason: issue });
+      const fields = { pod: t.spec.pod, reason: issue, series: invalid.length > 0 ? invalid : undefined };
+      if (issue !== t.lastRatesIssue) this.log.warn(fields, issue === 'counter-reset' ? 'model-server counters went down (restart?); rates start afresh' : 'service rates left out of the sample');
+      else this.log.debug(fields, 'service rates left out of the sample');
+    }
+    t.lastRatesIssue = issue;
+    return update.rates;
   }
 
   private readinessEvent(spec: EndpointSpec, ready: boolean, engine: Engine | undefined, deleted: boolean): ReadinessEvent {

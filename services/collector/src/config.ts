@@ -3,6 +3,7 @@ import { CliError, nonNegativeInt, parseCommandLine, port, renderHelp, type Flag
 import { ENGINES, type Engine } from '@spillway/events';
 import { z } from 'zod';
 import { DEFAULT_SCRAPE_LIMITS, type ScrapeLimits } from './budget.js';
+import { DEFAULT_RATES_WINDOW_MS } from './rates.js';
 
 /**
  * The collector's flags (DESIGN §6), for `@spillway/cli`: each is also `SPILLWAY_<FLAG>` (upper
@@ -33,6 +34,7 @@ export const collectorFlags = {
   scrapeBackoffMaxMs: { description: 'longest back-off of a failing endpoint (default 30000)', schema: between(10, 3_600_000).default(30_000), placeholder: 'N' },
   scrapeMaxBytes: { description: `bytes of exposition read per scrape; a larger one fails (too-large) and is backed off at once (default ${DEFAULT_SCRAPE_LIMITS.maxBytes})`, schema: between(64 * 1024, 1024 * 1024 * 1024).default(DEFAULT_SCRAPE_LIMITS.maxBytes), placeholder: 'N' },
   scrapeCpuBudgetMs: { description: `CPU time one scrape may spend filtering, parsing and mapping; beyond it the scrape fails (too-slow) and is backed off at once (default ${DEFAULT_SCRAPE_LIMITS.cpuBudgetMs})`, schema: between(1, 10_000).default(DEFAULT_SCRAPE_LIMITS.cpuBudgetMs), placeholder: 'N' },
+  ratesWindowMs: { description: `span of the counter deltas behind the service rates in metrics events (default ${DEFAULT_RATES_WINDOW_MS})`, schema: between(200, 600_000).default(DEFAULT_RATES_WINDOW_MS), placeholder: 'N' },
   metricsPath: { description: 'model-server metrics path (default /metrics)', schema: path.default('/metrics'), placeholder: 'PATH' },
   probeIntervalMs: { description: 'HTTP health probe interval; 0 disables probing (default 1000)', schema: between(0, 600_000).default(1_000), placeholder: 'N' },
   probeTimeoutMs: { description: 'probe timeout (default 500)', schema: between(10, 600_000).default(500), placeholder: 'N' },
@@ -69,6 +71,7 @@ export interface CollectorConfig {
   scrapeFailureThreshold: number;
   scrapeBackoffMaxMs: number;
   scrapeLimits: ScrapeLimits;
+  ratesWindowMs: number;
   metricsPath: string;
   probe: { intervalMs: number; timeoutMs: number; path: string; successThreshold: number; failureThreshold: number };
   readinessRepublishMs: number;
@@ -108,6 +111,7 @@ export function parseCollectorArgs(argv: readonly string[], env: NodeJS.ProcessE
       scrapeFailureThreshold: f.scrapeFailureThreshold,
       scrapeBackoffMaxMs: f.scrapeBackoffMaxMs,
       scrapeLimits: { ...DEFAULT_SCRAPE_LIMITS, maxBytes: f.scrapeMaxBytes, cpuBudgetMs: f.scrapeCpuBudgetMs },
+      ratesWindowMs: f.ratesWindowMs,
       metricsPath: f.metricsPath,
       probe: {
         intervalMs: f.probeIntervalMs,

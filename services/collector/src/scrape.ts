@@ -1,7 +1,9 @@
 import { StringDecoder } from 'node:string_decoder';
 import type { Engine } from '@spillway/events';
 import { BudgetError, DEFAULT_SCRAPE_LIMITS, type ScrapeLimits } from './budget.js';
-import { ALL_FAMILIES, ENGINE_FAMILIES, detectEngine, mapExposition, type EngineSample } from './engines.js';
+import { readCounters, type CounterReading } from './counters.js';
+import { detectEngine, mapExposition, type EngineSample } from './engines.js';
+import { ALL_FAMILIES, ENGINE_FAMILIES } from './families.js';
 import { ExpositionError, FamilyFilter, parseExposition } from './exposition.js';
 
 export type ExtractFailureReason = 'parse' | 'invalid' | 'unknown-engine';
@@ -19,6 +21,8 @@ export class ExtractError extends Error {
 export interface Extracted {
   engine: Engine;
   sample: EngineSample;
+  /** The server's cumulative counters, for service rates. */
+  counters: CounterReading;
 }
 
 /**
@@ -88,7 +92,7 @@ function extractFiltered(kept: string, engine: Engine | undefined): Extracted {
     throw new ExtractError('parse', (error as Error).message);
   }
   try {
-    return { engine: chosen, sample: mapExposition(chosen, exposition) };
+    return { engine: chosen, sample: mapExposition(chosen, exposition), counters: readCounters(chosen, exposition) };
   } catch (error) {
     if (error instanceof ExpositionError) throw new ExtractError('invalid', error.message);
     throw error;

@@ -14,6 +14,7 @@ export class CollectorMetrics {
   readonly probeFailures: Counter<'reason'>;
   readonly endpoints: Gauge<'state'>;
   readonly sourceErrors: Counter<'source'>;
+  readonly ratesOmitted: Counter<'reason'>;
 
   constructor(options: { defaultMetrics?: boolean } = {}) {
     const registers = [this.registry];
@@ -63,6 +64,12 @@ export class CollectorMetrics {
       name: 'spillway_collector_source_errors_total',
       help: 'Errors reading a readiness source (endpoints file, Kubernetes watch).',
       labelNames: ['source'],
+      registers,
+    });
+    this.ratesOmitted = new Counter({
+      name: 'spillway_collector_rates_omitted_total',
+      help: 'Samples published without service rates because of the counters: invalid-counter (NaN, Inf or negative), counter-reset (a server restart), out-of-range.',
+      labelNames: ['reason'],
       registers,
     });
     if (options.defaultMetrics) collectDefaultMetrics({ register: this.registry, prefix: 'spillway_collector_' });
