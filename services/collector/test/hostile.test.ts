@@ -85,7 +85,8 @@ describe('spillway-collector next to hostile model servers', () => {
     const window = samples.slice(from);
 
     const ages = window.map((s) => s.at - s.observedAt).sort((a, b) => a - b);
-    const gaps = window.slice(1).map((s, i) => s.at - window[i]!.at);
+    // Gaps between scrape starts: the collector's own rhythm, whatever delays the test process.
+    const gaps = window.slice(1).map((s, i) => s.observedAt - window[i]!.observedAt);
     const pct = (values: number[], p: number): number => values[Math.min(values.length - 1, Math.floor((p / 100) * values.length))] ?? NaN;
     const maxRss = Math.max(...rss);
     const attempts = await hostile.attempts();
