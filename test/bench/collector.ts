@@ -2,7 +2,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { Collector, CollectorMetrics, createAgent, getText, NatsSink, type EndpointSpec } from '@spillway/collector';
+import { Collector, CollectorMetrics, createAgent, DEFAULT_SCRAPE_LIMITS, getText, NatsSink, type EndpointSpec } from '@spillway/collector';
 import { natsOptionsFromFlags } from '@spillway/bus';
 import { startNatsServer } from '@spillway/testkit';
 import { pino } from 'pino';
@@ -124,6 +124,9 @@ async function measureCollector(addresses: string[], natsUrl: string, warmupMs: 
     sampleIntervalMs: INTERVAL_MS,
     scrapeTimeoutMs: TIMEOUT_MS,
     scrapeFailureThreshold: 3,
+    scrapeBackoffMaxMs: 30_000,
+    scrapeLimits: DEFAULT_SCRAPE_LIMITS,
+    ratesWindowMs: 2_000,
     metricsPath: '/metrics',
     probe: { intervalMs: 0, timeoutMs: 500, path: '/health', successThreshold: 1, failureThreshold: 2 },
     readinessRepublishMs: 30_000,

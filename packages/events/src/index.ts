@@ -5,9 +5,10 @@ export {
   readinessEventSchema,
   metricsEventSchema,
   spillwayEventSchema,
+  serviceRatesSchema,
   ENGINES,
 } from './schema.js';
-export type { ReadinessEvent, MetricsEvent, SpillwayEvent, EventKind, Engine } from './schema.js';
+export type { ReadinessEvent, MetricsEvent, ServiceRates, SpillwayEvent, EventKind, Engine } from './schema.js';
 export { SUBJECT_ROOT, ALL_SUBJECTS, subjectFor, subjectOf, poolFilter, zoneFilter, parseSubject } from './subject.js';
 export type { SubjectParts } from './subject.js';
 export { encodeEvent, decodeEvent, MAX_EVENT_BYTES } from './codec.js';

@@ -8,14 +8,32 @@ import { parseEndpointAddress } from './address.js';
 const name = z.string().min(1).max(253);
 const count = z.number().int().nonnegative().max(Number.MAX_SAFE_INTEGER);
 const epochMs = z.number().finite().nonnegative().max(8.64e15);
-/** A per-second rate measured at the source (service rates, DESIGN §5 v2). */
-const rate = z.number().finite().nonnegative().max(1e9);
-const durationMs = z.number().finite().nonnegative().max(3_600_000);
 const address = z.string().refine((text) => parseEndpointAddress(text) !== undefined, {
   message: 'must be ip:port, or [ipv6]:port, with a port in 1..65535',
 });
 
 export const ENGINES = ['vllm', 'sglang', 'trtllm', 'triton'] as const;
+
+// Generous ceilings: far above any real server, low enough that a broken counter cannot pass
+// off as a rate. A latency of an hour or a window of an hour is already meaningless for picking.
+const perSecond = z.number().finite().nonnegative().max(1e9);
+const latencyMs = z.number().finite().nonnegative().max(3_600_000);
+
+/**
+ * Service rates measured at the source (optional part of a metrics event): deltas of the model
+ * server's counters and histogram `_sum`/`_count` over the last `windowMs`. The three throughputs
+ * come together or not at all; the means are left out when nothing happened in the window.
+ */
+export const serviceRatesSchema = z.object({
+  windowMs: z.number().int().min(1).max(3_600_000),
+  promptTokensPerS: perSecond,
+  generationTokensPerS: perSecond,
+  requestsPerS: perSecond,
+  ttftMs: latencyMs.optional(),
+  queueMs: latencyMs.optional(),
+  itlMs: latencyMs.optional(),
+  prefixHitRate: z.number().min(0).max(1).optional(),
+});
 
 export const readinessEventSchema = z.object({
   v: z.literal(1),
@@ -50,24 +68,14 @@ export const metricsEventSchema = z.object({
     })
     .optional(),
   cache: z.object({ blockSize: count.min(1), numBlocks: count }).optional(),
-  rates: z
-    .object({
-      windowMs: z.number().int().min(1).max(3_600_000),
-      promptTokensPerS: rate,
-      generationTokensPerS: rate,
-      requestsPerS: rate,
-      ttftMs: durationMs.optional(),
-      queueMs: durationMs.optional(),
-      itlMs: durationMs.optional(),
-      prefixHitRate: z.number().min(0).max(1).optional(),
-    })
-    .optional(),
+  rates: serviceRatesSchema.optional(),
 });
 
 export const spillwayEventSchema = z.discriminatedUnion('kind', [readinessEventSchema, metricsEventSchema]);
 
 export type ReadinessEvent = z.infer<typeof readinessEventSchema>;
 export type MetricsEvent = z.infer<typeof metricsEventSchema>;
+export type ServiceRates = z.infer<typeof serviceRatesSchema>;
 export type SpillwayEvent = z.infer<typeof spillwayEventSchema>;
 export type EventKind = SpillwayEvent['kind'];
 export type Engine = (typeof ENGINES)[number];

@@ -29,6 +29,17 @@ const metrics = {
   cache: { blockSize: 16, numBlocks: 29000 },
 };
 
+const rates = {
+  windowMs: 2000,
+  promptTokensPerS: 5234.1,
+  generationTokensPerS: 2411,
+  requestsPerS: 10.5,
+  ttftMs: 182,
+  queueMs: 40,
+  itlMs: 14,
+  prefixHitRate: 0.62,
+};
+
 function decode(value: unknown, subject?: string) {
   return decodeEvent(JSON.stringify(value), subject);
 }
@@ -44,6 +55,20 @@ describe('v1 events', () => {
     expect(decode({ ...minimal, address: '[fd00::5]:8000' }).ok).toBe(true);
     const { lora: _lo, cache: _c, ...bare } = metrics;
     expect(decode(bare).ok).toBe(true);
+  });
+
+  it('accepts service rates, whole or with only the three throughputs', () => {
+    expect(decode({ ...metrics, rates })).toEqual({ ok: true, event: { ...metrics, rates } });
+    const { ttftMs: _t, queueMs: _q, itlMs: _i, prefixHitRate: _p, ...throughputs } = rates;
+    expect(decode({ ...metrics, rates: throughputs }).ok).toBe(true);
+    expect(decode({ ...metrics, rates: { ...throughputs, promptTokensPerS: 0, generationTokensPerS: 0, requestsPerS: 0 } }).ok).toBe(true);
+  });
+
+  it('JSON has no NaN or Infinity: a computed NaN rate serialises as null and is rejected', () => {
+    const encoded = JSON.stringify({ ...metrics, rates: { ...rates, ttftMs: Number.NaN } });
+    const result = decodeEvent(encoded);
+    expect(result.ok).toBe(false);
+    if (!result.ok) expect(result.error.message).toContain('rates.ttftMs');
   });
 
   it('ignores unknown fields, and drops them from the decoded event', () => {
@@ -79,6 +104,17 @@ describe('v1 events', () => {
     ['negative observedAt', { ...readiness, observedAt: -5 }, 'observedAt'],
     ['label value not a string', { ...readiness, labels: { a: 1 } }, 'labels.a'],
     ['unknown kind', { ...readiness, kind: 'spec' }, 'kind'],
+    ['rates.windowMs zero', { ...metrics, rates: { ...rates, windowMs: 0 } }, 'rates.windowMs'],
+    ['rates.windowMs fractional', { ...metrics, rates: { ...rates, windowMs: 1.5 } }, 'rates.windowMs'],
+    ['rates.windowMs above an hour', { ...metrics, rates: { ...rates, windowMs: 3_600_001 } }, 'rates.windowMs'],
+    ['negative rates.promptTokensPerS', { ...metrics, rates: { ...rates, promptTokensPerS: -1 } }, 'rates.promptTokensPerS'],
+    ['rates.generationTokensPerS not a number', { ...metrics, rates: { ...rates, generationTokensPerS: 'fast' } }, 'rates.generationTokensPerS'],
+    ['absurd rates.requestsPerS', { ...metrics, rates: { ...rates, requestsPerS: 1e12 } }, 'rates.requestsPerS'],
+    ['rates without requestsPerS', { ...metrics, rates: { ...rates, requestsPerS: undefined } }, 'rates.requestsPerS'],
+    ['negative rates.ttftMs', { ...metrics, rates: { ...rates, ttftMs: -3 } }, 'rates.ttftMs'],
+    ['rates.queueMs above an hour', { ...metrics, rates: { ...rates, queueMs: 3_600_001 } }, 'rates.queueMs'],
+    ['rates.itlMs null', { ...metrics, rates: { ...rates, itlMs: null } }, 'rates.itlMs'],
+    ['rates.prefixHitRate above 1', { ...metrics, rates: { ...rates, prefixHitRate: 1.01 } }, 'rates.prefixHitRate'],
   ];
   it.each(invalid)('rejects %s with a message naming the field', (_name, value, field) => {
     const result = decode(value);

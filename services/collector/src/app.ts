@@ -55,6 +55,9 @@ export async function startCollector(config: CollectorConfig, options: StartOpti
     sampleIntervalMs: config.sampleIntervalMs,
     scrapeTimeoutMs: config.scrapeTimeoutMs,
     scrapeFailureThreshold: config.scrapeFailureThreshold,
+    scrapeBackoffMaxMs: config.scrapeBackoffMaxMs,
+    scrapeLimits: config.scrapeLimits,
+    ratesWindowMs: config.ratesWindowMs,
     metricsPath: config.metricsPath,
     probe: config.probe,
     readinessRepublishMs: config.readinessRepublishMs,
@@ -110,8 +113,8 @@ export async function startCollector(config: CollectorConfig, options: StartOpti
   let server: Server | undefined;
   let metricsPort: number | undefined;
   if (config.metricsPort > 0) {
-    ({ server, port: metricsPort } = await startMetricsServer(metrics.registry, config.metricsPort));
-    logger.info({ port: metricsPort }, 'collector metrics on /metrics');
+    ({ server, port: metricsPort } = await startMetricsServer(metrics.registry, config.metricsPort, config.metricsHost));
+    logger.info({ host: config.metricsHost, port: metricsPort }, 'collector metrics on /metrics');
   }
 
   return {

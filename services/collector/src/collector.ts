@@ -1,8 +1,10 @@
-import { metricsEventSchema, readinessEventSchema, type Engine, type MetricsEvent, type ReadinessEvent } from '@spillway/events';
+import { metricsEventSchema, readinessEventSchema, type Engine, type MetricsEvent, type ReadinessEvent, type ServiceRates } from '@spillway/events';
 import type { Logger } from 'pino';
 import type { Dispatcher } from 'undici';
+import type { ScrapeLimits } from './budget.js';
 import { sameSpec, type EndpointSpec } from './endpoint.js';
 import { Prober, type ProbeOptions, type ProbeState } from './prober.js';
+import { RateWindow } from './rates.js';
 import { LatestWinsQueue } from './readiness-queue.js';
 import type { Extracted } from './scrape.js';
 import { Scraper } from './scraper.js';
@@ -16,6 +18,12 @@ export interface CollectorOptions {
   sampleIntervalMs: number;
   scrapeTimeoutMs: number;
   scrapeFailureThreshold: number;
+  /** Longest back-off of a failing endpoint (the first is the probe interval, doubling from there). */
+  scrapeBackoffMaxMs: number;
+  /** Byte, line and CPU bounds of one scrape. */
+  scrapeLimits: ScrapeLimits;
+  /** Span of the counter deltas behind the service rates. */
+  ratesWindowMs: number;
   metricsPath: string;
   /** `intervalMs: 0` disables probing: readiness is then the source's word alone. */
   probe: ProbeOptions;
@@ -38,6 +46,12 @@ interface Tracked {
   /** The readiness last decided (and queued for publishing); undefined before the first decision. */
   decidedReady: boolean | undefined;
   lastFailureReason: ScrapeFailureReason | undefined;
+  /** The scraper is backing off (logged when it starts, not on every attempt). */
+  backingOff: boolean;
+  /** Counter history for service rates. */
+  rates: RateWindow;
+  /** The last reason rates were left out, so a lasting one is logged once. */
+  lastRatesIssue: string | undefined;
 }
 
 export interface EndpointStatus {
@@ -143,6 +157,9 @@ export class Collector {
       scraper: undefined,
       decidedReady: undefined,
       lastFailureReason: undefined,
+      backingOff: false,
+      rates: new RateWindow(this.options.ratesWindowMs),
+      lastRatesIssue: undefined,
     };
     this.tracked.set(spec.pod, t);
     this.log.info({ pod: spec.pod, address: spec.address, zone: spec.zone }, 'endpoint added');
@@ -226,23 +243,27 @@ export class Collector {
         timeoutMs: o.scrapeTimeoutMs,
         path: o.metricsPath,
         failureThreshold: o.scrapeFailureThreshold,
-        backoffMs: Math.max(o.sampleIntervalMs, o.probe.intervalMs || 1_000),
+        backoffMs: Math.min(Math.max(o.sampleIntervalMs, o.probe.intervalMs || 1_000), o.scrapeBackoffMaxMs),
+        maxBackoffMs: o.scrapeBackoffMaxMs,
+        limits: o.scrapeLimits,
       },
       {
         onSample: (extracted, startedAt, startedPerf) => this.publishSample(t, extracted, startedAt, startedPerf),
-        onFailure: (reason, message, consecutive) => {
+        onFailure: (reason, message, consecutive, retryInMs) => {
           o.metrics.scrapeFailures.inc({ reason });
-          const threshold = o.scrapeFailureThreshold;
-          // One line when failures start, change kind, or cross the threshold; not one per tick.
-          const loud = consecutive === 1 || consecutive === threshold || reason !== t.lastFailureReason;
+          const wasFailing = t.backingOff;
+          t.backingOff = retryInMs !== undefined;
+          // One line when failures start, change kind, or turn into a back-off; not one per attempt.
+          const loud = consecutive === 1 || reason !== t.lastFailureReason || (t.backingOff && !wasFailing);
           t.lastFailureReason = reason;
-          const fields = { pod: t.spec.pod, address: t.spec.address, reason, consecutive, error: message };
-          if (loud) this.log.warn(fields, consecutive >= threshold ? 'scrape failing; metrics stop until it answers' : 'scrape failed');
+          const fields = { pod: t.spec.pod, address: t.spec.address, reason, consecutive, retryInMs, error: message };
+          if (loud) this.log.warn(fields, retryInMs !== undefined ? 'scrape failing; metrics stop and the endpoint is backed off until it answers' : 'scrape failed');
           else this.log.debug(fields, 'scrape failed');
-          if (consecutive === threshold) this.refreshGauge();
+          if (t.backingOff !== wasFailing) this.refreshGauge();
         },
         onRecovered: (failures) => {
           t.lastFailureReason = undefined;
+          t.backingOff = false;
           this.log.info({ pod: t.spec.pod, failures }, 'scrape recovered');
           this.refreshGauge();
         },
@@ -269,6 +290,8 @@ export class Collector {
       observedAt: startedAt,
       ...extracted.sample,
     };
+    const rates = this.serviceRates(t, extracted, startedPerf);
+    if (rates) candidate.rates = rates;
     const parsed = metricsEventSchema.safeParse(candidate);
     if (!parsed.success) {
       o.metrics.scrapeFailures.inc({ reason: 'invalid' });
@@ -284,6 +307,21 @@ export class Collector {
     } else {
       o.metrics.eventsDropped.inc({ kind: 'metrics', reason: 'disconnected' });
     }
+  }
+
+  /** This scrape's rates from the endpoint's counter history; problems are counted and logged once per kind. */
+  private serviceRates(t: Tracked, extracted: Extracted, startedPerf: number): ServiceRates | undefined {
+    const { counters, invalid } = extracted.counters;
+    const update = t.rates.update(startedPerf, counters);
+    const issue = invalid.length > 0 ? 'invalid-counter' : update.reset ? 'counter-reset' : update.outOfRange ? 'out-of-range' : undefined;
+    if (issue !== undefined) {
+      this.options.metrics.ratesOmitted.inc({ reason: issue });
+      const fields = { pod: t.spec.pod, reason: issue, series: invalid.length > 0 ? invalid : undefined };
+      if (issue !== t.lastRatesIssue) this.log.warn(fields, issue === 'counter-reset' ? 'model-server counters went down (restart?); rates start afresh' : 'service rates left out of the sample');
+      else this.log.debug(fields, 'service rates left out of the sample');
+    }
+    t.lastRatesIssue = issue;
+    return update.rates;
   }
 
   private readinessEvent(spec: EndpointSpec, ready: boolean, engine: Engine | undefined, deleted: boolean): ReadinessEvent {

@@ -2,6 +2,8 @@ import { natsFlags, natsSettingsFromValues, type NatsSettings } from '@spillway/
 import { CliError, nonNegativeInt, parseCommandLine, port, renderHelp, type FlagSpecs } from '@spillway/cli';
 import { ENGINES, type Engine } from '@spillway/events';
 import { z } from 'zod';
+import { DEFAULT_SCRAPE_LIMITS, type ScrapeLimits } from './budget.js';
+import { DEFAULT_RATES_WINDOW_MS } from './rates.js';
 
 /**
  * The collector's flags (DESIGN §6), for `@spillway/cli`: each is also `SPILLWAY_<FLAG>` (upper
@@ -28,7 +30,11 @@ export const collectorFlags = {
   engine: { description: `engine for endpoints that name none: ${ENGINES.join(' | ')} (default: detect from metric names)`, schema: z.enum(ENGINES).optional(), placeholder: 'ENGINE' },
   sampleIntervalMs: { description: 'scrape interval per endpoint (default 100)', schema: between(10, 600_000).default(100), placeholder: 'N' },
   scrapeTimeoutMs: { description: 'per-scrape timeout (default 500)', schema: between(10, 600_000).default(500), placeholder: 'N' },
-  scrapeFailureThreshold: { description: 'consecutive failures after which an endpoint is scraped only once per probe interval until it answers again (default 3)', schema: between(1, 1_000).default(3), placeholder: 'N' },
+  scrapeFailureThreshold: { description: 'consecutive failures after which an endpoint is backed off: retried after one probe interval, doubling up to --scrape-backoff-max-ms, until it answers again (default 3)', schema: between(1, 1_000).default(3), placeholder: 'N' },
+  scrapeBackoffMaxMs: { description: 'longest back-off of a failing endpoint (default 30000)', schema: between(10, 3_600_000).default(30_000), placeholder: 'N' },
+  scrapeMaxBytes: { description: `bytes of exposition read per scrape; a larger one fails (too-large) and is backed off at once (default ${DEFAULT_SCRAPE_LIMITS.maxBytes})`, schema: between(64 * 1024, 1024 * 1024 * 1024).default(DEFAULT_SCRAPE_LIMITS.maxBytes), placeholder: 'N' },
+  scrapeCpuBudgetMs: { description: `CPU time one scrape may spend filtering, parsing and mapping; beyond it the scrape fails (too-slow) and is backed off at once (default ${DEFAULT_SCRAPE_LIMITS.cpuBudgetMs})`, schema: between(1, 10_000).default(DEFAULT_SCRAPE_LIMITS.cpuBudgetMs), placeholder: 'N' },
+  ratesWindowMs: { description: `span of the counter deltas behind the service rates in metrics events (default ${DEFAULT_RATES_WINDOW_MS})`, schema: between(200, 600_000).default(DEFAULT_RATES_WINDOW_MS), placeholder: 'N' },
   metricsPath: { description: 'model-server metrics path (default /metrics)', schema: path.default('/metrics'), placeholder: 'PATH' },
   probeIntervalMs: { description: 'HTTP health probe interval; 0 disables probing (default 1000)', schema: between(0, 600_000).default(1_000), placeholder: 'N' },
   probeTimeoutMs: { description: 'probe timeout (default 500)', schema: between(10, 600_000).default(500), placeholder: 'N' },
@@ -37,6 +43,7 @@ export const collectorFlags = {
   probeFailureThreshold: { description: 'consecutive failures to become not ready (default 2)', schema: between(1, 1_000).default(2), placeholder: 'N' },
   readinessRepublishMs: { description: 'readiness re-publish period (default 30000)', schema: between(100, 30_000).default(30_000), placeholder: 'N' },
   metricsPort: { description: "port of the collector's own Prometheus /metrics (default 9091; 0 = off)", schema: port(9091), placeholder: 'N' },
+  metricsHost: { description: "address the collector's /metrics listens on (default 0.0.0.0, for Prometheus scraping the pod IP; 127.0.0.1 keeps it local)", schema: z.string().min(1).default('0.0.0.0'), placeholder: 'ADDR' },
   logLevel: { description: 'pino level (default info)', schema: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'), placeholder: 'LEVEL' },
 } satisfies FlagSpecs;
 
@@ -62,10 +69,14 @@ export interface CollectorConfig {
   sampleIntervalMs: number;
   scrapeTimeoutMs: number;
   scrapeFailureThreshold: number;
+  scrapeBackoffMaxMs: number;
+  scrapeLimits: ScrapeLimits;
+  ratesWindowMs: number;
   metricsPath: string;
   probe: { intervalMs: number; timeoutMs: number; path: string; successThreshold: number; failureThreshold: number };
   readinessRepublishMs: number;
   metricsPort: number;
+  metricsHost: string;
   logLevel: string;
 }
 
@@ -98,6 +109,9 @@ export function parseCollectorArgs(argv: readonly string[], env: NodeJS.ProcessE
       sampleIntervalMs: f.sampleIntervalMs,
       scrapeTimeoutMs: f.scrapeTimeoutMs,
       scrapeFailureThreshold: f.scrapeFailureThreshold,
+      scrapeBackoffMaxMs: f.scrapeBackoffMaxMs,
+      scrapeLimits: { ...DEFAULT_SCRAPE_LIMITS, maxBytes: f.scrapeMaxBytes, cpuBudgetMs: f.scrapeCpuBudgetMs },
+      ratesWindowMs: f.ratesWindowMs,
       metricsPath: f.metricsPath,
       probe: {
         intervalMs: f.probeIntervalMs,
@@ -108,6 +122,7 @@ export function parseCollectorArgs(argv: readonly string[], env: NodeJS.ProcessE
       },
       readinessRepublishMs: f.readinessRepublishMs,
       metricsPort: f.metricsPort,
+      metricsHost: f.metricsHost,
       logLevel: f.logLevel,
     },
   };

@@ -5,7 +5,7 @@ import { ExpositionError, type Exposition, type Sample } from './exposition.js';
 export type EngineSample = Pick<MetricsEvent, 'waitingRequests' | 'runningRequests' | 'kvCacheUsage' | 'lora' | 'cache'>;
 
 /** A metric family, optionally narrowed to the series whose labels have these values. */
-interface Series {
+export interface Series {
   readonly name: string;
   readonly match?: Readonly<Record<string, string>>;
 }
@@ -62,21 +62,14 @@ export const ENGINE_SPECS: Readonly<Record<Engine, EngineSpec>> = {
   },
 };
 
-function seriesNames(spec: EngineSpec): string[] {
+/** The metric families the gauge mapping of `spec` reads. */
+export function gaugeFamilies(spec: EngineSpec): string[] {
   const all: Series[] = [spec.waiting, spec.running, ...spec.kv];
   if (spec.lora) all.push(spec.lora);
   if (spec.cache.kind === 'labels') all.push(spec.cache.series);
   else all.push(spec.cache.blockSize, spec.cache.numBlocks);
   return [...new Set(all.map((s) => s.name))];
 }
-
-/** The metric families each engine's mapping reads (for filtering an exposition before parsing). */
-export const ENGINE_FAMILIES: Readonly<Record<Engine, ReadonlySet<string>>> = {
-  vllm: new Set(seriesNames(ENGINE_SPECS.vllm)),
-  sglang: new Set(seriesNames(ENGINE_SPECS.sglang)),
-  trtllm: new Set(seriesNames(ENGINE_SPECS.trtllm)),
-  triton: new Set(seriesNames(ENGINE_SPECS.triton)),
-};
 
 /**
  * Guesses the engine from the text of an exposition: the first engine whose waiting-queue family
@@ -89,7 +82,8 @@ export function detectEngine(text: string): Engine | undefined {
   return undefined;
 }
 
-function matching(exposition: Exposition, series: Series): readonly Sample[] {
+/** The samples of `series.name` whose labels match `series.match`. */
+export function matching(exposition: Exposition, series: Series): readonly Sample[] {
   const samples = exposition.get(series.name) ?? [];
   const match = series.match;
   if (!match) return samples;
@@ -127,7 +121,7 @@ function fraction(exposition: Exposition, candidates: readonly Series[]): number
   throw new ExpositionError(`missing ${candidates.map(describe).join(' or ')}`);
 }
 
-function describe(series: Series): string {
+export function describe(series: Series): string {
   const match = series.match ? `{${Object.entries(series.match).map(([k, v]) => `${k}="${v}"`).join(',')}}` : '';
   return `${series.name}${match}`;
 }

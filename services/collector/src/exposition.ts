@@ -1,4 +1,5 @@
 import parsePrometheusTextFormat from 'parse-prometheus-text-format';
+import { BudgetError, DEFAULT_SCRAPE_LIMITS, type ScrapeLimits } from './budget.js';
 
 /** One sample of a metric family, its value already read as a number (NaN when unreadable). */
 export interface Sample {
@@ -26,29 +27,83 @@ function readValue(text: string | undefined, name: string): number {
 }
 
 /**
- * Keeps only the samples and `# TYPE` lines of the wanted families. A vLLM exposition is mostly
- * histograms and help texts the collector never reads, and the parser walks its input one
- * character at a time, so parsing only a handful of gauges keeps a 100 ms scrape of hundreds of
- * endpoints cheap. (`# HELP` lines are dropped too: long, and never read.)
+ * Keeps only the samples and `# TYPE` lines of the wanted families, from text fed in pieces as it
+ * arrives, so a scrape never holds more of the exposition than one line plus what it keeps. A vLLM
+ * exposition is mostly histograms and help texts the collector never reads, and the parser walks
+ * its input one character at a time, so parsing only a handful of series keeps a 100 ms scrape of
+ * hundreds of endpoints cheap. (`# HELP` lines are dropped too: long, and never read.)
+ *
+ * Throws BudgetError (`too-large`) for a line longer than `maxLineLength` or once the kept lines
+ * exceed `maxKeptLength` characters or `maxKeptLines` lines.
  */
-export function selectFamilies(text: string, wanted: ReadonlySet<string>): string {
-  const kept: string[] = [];
-  for (const line of text.split('\n')) {
-    const trimmed = line.trim();
-    let name: string;
-    if (trimmed.startsWith('#')) {
-      if (!trimmed.startsWith('# TYPE ')) continue;
-      const end = trimmed.indexOf(' ', 7);
-      name = trimmed.slice(7, end < 0 ? undefined : end);
-    } else {
-      const brace = trimmed.indexOf('{');
-      const space = trimmed.search(/[ \t]/);
-      const end = brace >= 0 && (space < 0 || brace < space) ? brace : space;
-      name = end < 0 ? trimmed : trimmed.slice(0, end);
+export class FamilyFilter {
+  private partial = '';
+  private readonly kept: string[] = [];
+  private keptLength = 0;
+
+  constructor(
+    private readonly wanted: ReadonlySet<string>,
+    private readonly limits: Pick<ScrapeLimits, 'maxLineLength' | 'maxKeptLength' | 'maxKeptLines'> = DEFAULT_SCRAPE_LIMITS,
+  ) {}
+
+  push(piece: string): void {
+    const text = this.partial.length > 0 ? this.partial + piece : piece;
+    let start = 0;
+    for (let newline = text.indexOf('\n'); newline >= 0; newline = text.indexOf('\n', start)) {
+      this.line(text, start, newline);
+      start = newline + 1;
     }
-    if (wanted.has(name)) kept.push(trimmed);
+    this.partial = start === 0 ? text : text.slice(start);
+    if (this.partial.length > this.limits.maxLineLength) {
+      throw new BudgetError('too-large', `a line of the exposition exceeds ${this.limits.maxLineLength} characters`);
+    }
   }
-  return kept.join('\n');
+
+  /** The kept lines, newline-terminated; the text must have been fed completely. */
+  finish(): string {
+    if (this.partial.length > 0) this.line(this.partial, 0, this.partial.length);
+    this.partial = '';
+    return this.kept.length === 0 ? '' : `${this.kept.join('\n')}\n`;
+  }
+
+  /** Looks at text[from, to) without copying it unless it is kept. */
+  private line(text: string, from: number, to: number): void {
+    let start = from;
+    while (start < to && isBlank(text.charCodeAt(start))) start++;
+    if (start === to) return;
+    let nameStart = start;
+    if (text.charCodeAt(start) === HASH) {
+      if (!text.startsWith('# TYPE ', start)) return;
+      nameStart = start + 7;
+    }
+    let nameEnd = nameStart;
+    while (nameEnd < to) {
+      const c = text.charCodeAt(nameEnd);
+      if (c === OPEN_BRACE || isBlank(c)) break;
+      nameEnd++;
+    }
+    if (!this.wanted.has(text.slice(nameStart, nameEnd))) return;
+    const line = text.slice(start, to).trimEnd();
+    this.keptLength += line.length + 1;
+    this.kept.push(line);
+    if (this.keptLength > this.limits.maxKeptLength || this.kept.length > this.limits.maxKeptLines) {
+      throw new BudgetError('too-large', `more than ${this.limits.maxKeptLines} lines or ${this.limits.maxKeptLength} characters of wanted series`);
+    }
+  }
+}
+
+const HASH = 0x23;
+const OPEN_BRACE = 0x7b;
+
+function isBlank(c: number): boolean {
+  return c === 0x20 || c === 0x09 || c === 0x0d;
+}
+
+/** The wanted families of a complete exposition text (see FamilyFilter). */
+export function selectFamilies(text: string, wanted: ReadonlySet<string>, limits?: ScrapeLimits): string {
+  const filter = new FamilyFilter(wanted, limits);
+  filter.push(text);
+  return filter.finish();
 }
 
 /**

@@ -1,6 +1,10 @@
+import { StringDecoder } from 'node:string_decoder';
 import type { Engine } from '@spillway/events';
-import { ENGINE_FAMILIES, detectEngine, mapExposition, type EngineSample } from './engines.js';
-import { ExpositionError, parseExposition, selectFamilies } from './exposition.js';
+import { BudgetError, DEFAULT_SCRAPE_LIMITS, type ScrapeLimits } from './budget.js';
+import { readCounters, type CounterReading } from './counters.js';
+import { detectEngine, mapExposition, type EngineSample } from './engines.js';
+import { ALL_FAMILIES, ENGINE_FAMILIES } from './families.js';
+import { ExpositionError, FamilyFilter, parseExposition } from './exposition.js';
 
 export type ExtractFailureReason = 'parse' | 'invalid' | 'unknown-engine';
 
@@ -17,25 +21,78 @@ export class ExtractError extends Error {
 export interface Extracted {
   engine: Engine;
   sample: EngineSample;
+  /** The server's cumulative counters, for service rates. */
+  counters: CounterReading;
+}
+
+/**
+ * One scrape's body, read as it arrives: bytes → text → the lines of the engine's families (of
+ * every engine's, while the engine is still to be detected) → parsed and mapped at the end. CPU
+ * spent in this work is counted against `cpuBudgetMs`, and the filter bounds what is kept, so a
+ * huge or pathological exposition fails this scrape (BudgetError) instead of stalling the others.
+ */
+export class ScrapeReader {
+  private readonly decoder = new StringDecoder('utf8');
+  private readonly filter: FamilyFilter;
+  private cpuMicros = 0;
+
+  constructor(
+    private readonly engine: Engine | undefined,
+    private readonly limits: ScrapeLimits = DEFAULT_SCRAPE_LIMITS,
+  ) {
+    this.filter = new FamilyFilter(engine === undefined ? ALL_FAMILIES : ENGINE_FAMILIES[engine], limits);
+  }
+
+  push(chunk: Buffer): void {
+    this.metered(() => this.filter.push(this.decoder.write(chunk)));
+  }
+
+  /** Parses and maps what was kept. Throws ExtractError or BudgetError. */
+  finish(): Extracted {
+    return this.metered(() => {
+      this.filter.push(this.decoder.end());
+      return extractFiltered(this.filter.finish(), this.engine);
+    });
+  }
+
+  private metered<T>(work: () => T): T {
+    // CPU time, not wall time: a busy machine that preempts the collector must not fail its scrapes.
+    const before = process.cpuUsage();
+    const result = work();
+    const used = process.cpuUsage(before);
+    this.cpuMicros += used.user + used.system;
+    if (this.cpuMicros > this.limits.cpuBudgetMs * 1000) {
+      throw new BudgetError('too-slow', `reading the exposition took more than ${this.limits.cpuBudgetMs} ms of CPU`);
+    }
+    return result;
+  }
 }
 
 /**
  * Exposition text → engine sample. The engine is the endpoint's own, else the collector's
  * default, else guessed from the metric names. Only the engine's few families are parsed.
  * Throws ExtractError: `parse` for text the parser rejects, `invalid` for missing gauges or
- * out-of-range values, `unknown-engine` when no engine's metrics are present.
+ * out-of-range values, `unknown-engine` when no engine's metrics are present; BudgetError when
+ * the text exceeds the default scrape limits.
  */
 export function extractSample(text: string, engine: Engine | undefined): Extracted {
-  const chosen = engine ?? detectEngine(text);
+  const reader = new ScrapeReader(engine);
+  reader.push(Buffer.from(text, 'utf8'));
+  return reader.finish();
+}
+
+/** Maps the already-filtered lines of an exposition. */
+function extractFiltered(kept: string, engine: Engine | undefined): Extracted {
+  const chosen = engine ?? detectEngine(kept);
   if (chosen === undefined) throw new ExtractError('unknown-engine', 'no vLLM, SGLang, TensorRT-LLM or Triton metrics in the exposition');
   let exposition;
   try {
-    exposition = parseExposition(selectFamilies(text, ENGINE_FAMILIES[chosen]));
+    exposition = parseExposition(kept);
   } catch (error) {
     throw new ExtractError('parse', (error as Error).message);
   }
   try {
-    return { engine: chosen, sample: mapExposition(chosen, exposition) };
+    return { engine: chosen, sample: mapExposition(chosen, exposition), counters: readCounters(chosen, exposition) };
   } catch (error) {
     if (error instanceof ExpositionError) throw new ExtractError('invalid', error.message);
     throw error;

@@ -1,6 +1,6 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 
-export type ScrapeFailureReason = 'timeout' | 'connect' | 'http-status' | 'too-large' | 'parse' | 'invalid' | 'unknown-engine';
+export type ScrapeFailureReason = 'timeout' | 'connect' | 'http-status' | 'too-large' | 'too-slow' | 'parse' | 'invalid' | 'unknown-engine';
 export type EndpointState = 'ready' | 'not-ready' | 'unknown' | 'scrape-failing';
 
 /** The collector's own Prometheus metrics, in a registry of its own (tests run several collectors). */
@@ -14,6 +14,7 @@ export class CollectorMetrics {
   readonly probeFailures: Counter<'reason'>;
   readonly endpoints: Gauge<'state'>;
   readonly sourceErrors: Counter<'source'>;
+  readonly ratesOmitted: Counter<'reason'>;
 
   constructor(options: { defaultMetrics?: boolean } = {}) {
     const registers = [this.registry];
@@ -26,7 +27,7 @@ export class CollectorMetrics {
     });
     this.scrapeFailures = new Counter({
       name: 'spillway_collector_scrape_failures_total',
-      help: 'Scrapes that produced no event, by reason (malformed expositions are parse or invalid).',
+      help: 'Scrapes that produced no event, by reason (malformed expositions are parse or invalid; over the byte or CPU budget too-large or too-slow).',
       labelNames: ['reason'],
       registers,
     });
@@ -63,6 +64,12 @@ export class CollectorMetrics {
       name: 'spillway_collector_source_errors_total',
       help: 'Errors reading a readiness source (endpoints file, Kubernetes watch).',
       labelNames: ['source'],
+      registers,
+    });
+    this.ratesOmitted = new Counter({
+      name: 'spillway_collector_rates_omitted_total',
+      help: 'Samples published without service rates because of the counters: invalid-counter (NaN, Inf or negative), counter-reset (a server restart), out-of-range.',
+      labelNames: ['reason'],
       registers,
     });
     if (options.defaultMetrics) collectDefaultMetrics({ register: this.registry, prefix: 'spillway_collector_' });

@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { eventually } from '@spillway/testkit';
 import { metricsEventSchema, readinessEventSchema } from '@spillway/events';
-import { startFakeModelServer, vllmExposition, type FakeModelServer } from './helpers/model-server.js';
+import { startFakeModelServer, vllmCounters, vllmExposition, type FakeModelServer } from './helpers/model-server.js';
 import { startTestCollector, type TestCollector } from './helpers/collector.js';
 
 const cleanups: (() => Promise<void>)[] = [];
@@ -106,7 +106,8 @@ describe('collector over HTTP endpoints (in-process, memory sink)', () => {
 
   it('malformed expositions are rejected with counted errors and never published; good ones resume', async () => {
     const [a] = await servers(1, vllmExposition(1, 1, 0.1));
-    const c = await collector([{ pod: 'a', address: a!.address, engine: 'vllm' }]);
+    // A short back-off cap keeps the failing endpoint tried often enough to count each kind.
+    const c = await collector([{ pod: 'a', address: a!.address, engine: 'vllm' }], ['--scrape-backoff-max-ms', '100']);
     await eventually(() => expect(c.sink.metricsOf('a').length).toBeGreaterThan(0));
     const bad = [vllmExposition(1, 1, 1.7), vllmExposition(-1, 1, 0.1), 'vllm:num_requests_waiting{engine="0" 1\n', vllmExposition(1, 1, 0.1).replace(/vllm:num_requests_running[^\n]*\n/, '')];
     for (const text of bad) {
@@ -124,6 +125,70 @@ describe('collector over HTTP endpoints (in-process, memory sink)', () => {
     a!.exposition = vllmExposition(4, 4, 0.4);
     await eventually(() => expect(c.sink.metricsOf('a').at(-1)).toMatchObject({ waitingRequests: 4, kvCacheUsage: 0.4 }));
     await eventually(async () => expect(await c.metric('spillway_collector_endpoints', { state: 'scrape-failing' })).toBe(0));
+  });
+
+  it('an exposition over --scrape-max-bytes fails as too-large, is backed off at once, exponentially, and recovers when it shrinks', async () => {
+    const [a, b] = await servers(2, vllmExposition(1, 1, 0.1));
+    const c = await collector(
+      [
+        { pod: 'a', address: a!.address, engine: 'vllm' },
+        { pod: 'b', address: b!.address, engine: 'vllm' },
+      ],
+      ['--scrape-max-bytes', String(64 * 1024), '--scrape-backoff-max-ms', '400'],
+    );
+    await eventually(() => expect(c.sink.metricsOf('a').length).toBeGreaterThan(0));
+    a!.exposition = vllmExposition(1, 1, 0.1) + `# HELP padding ${'x'.repeat(100)}\n`.repeat(1_000);
+    await eventually(async () => expect(await c.metric('spillway_collector_scrape_failures_total', { reason: 'too-large' })).toBe(1));
+    // One attempt over budget is enough to back off; the neighbour is unaffected.
+    expect(await c.metric('spillway_collector_endpoints', { state: 'scrape-failing' })).toBe(1);
+    const scrapes = a!.scrapes;
+    const bBefore = c.sink.metricsOf('b').length;
+    await sleep(1_000);
+    // Back-off of 50, 100, 200, 400, 400 ms (probe interval doubling, capped) instead of a scrape every 20 ms.
+    expect(a!.scrapes - scrapes).toBeLessThanOrEqual(6);
+    expect(c.sink.metricsOf('b').length).toBeGreaterThan(bBefore + 10);
+    a!.exposition = vllmExposition(2, 2, 0.2);
+    await eventually(() => expect(c.sink.metricsOf('a').at(-1)).toMatchObject({ waitingRequests: 2 }));
+    expect(await c.metric('spillway_collector_endpoints', { state: 'scrape-failing' })).toBe(0);
+  });
+
+  it('service rates from the server’s counters; resets, NaN, negative and absurd counters never make an invalid event', async () => {
+    const [a] = await servers(1);
+    const c = await collector([{ pod: 'a', address: a!.address, engine: 'vllm' }], ['--rates-window-ms', '400']);
+    // Counters grow with the wall clock: 1000 prompt tokens, 100 generated and 10 requests a second.
+    const started = Date.now();
+    const growing = (): string => {
+      const s = (Date.now() - started) / 1000;
+      return vllmExposition(1, 1, 0.1) + vllmCounters(1e6 + 1000 * s, 1e5 + 100 * s, 1e4 + 10 * s);
+    };
+    const timer = setInterval(() => (a!.exposition = growing()), 5);
+    cleanups.push(async () => clearInterval(timer));
+    await eventually(() => {
+      const rates = c.sink.metricsOf('a').at(-1)?.rates;
+      expect(rates?.promptTokensPerS).toBeGreaterThan(500);
+      expect(rates?.promptTokensPerS).toBeLessThan(2000);
+      expect(rates?.requestsPerS).toBeGreaterThan(5);
+    });
+
+    // A restarted server: counters start again from zero. Counted, and rates resume afterwards.
+    clearInterval(timer);
+    a!.exposition = vllmExposition(1, 1, 0.1) + vllmCounters(5, 1, 0);
+    await eventually(async () => expect(await c.metric('spillway_collector_rates_omitted_total', { reason: 'counter-reset' })).toBeGreaterThan(0));
+    for (const bad of [vllmCounters('NaN', 1, 0), vllmCounters(5, -3, 0), vllmCounters(5, 1, '+Inf')]) {
+      a!.exposition = vllmExposition(1, 1, 0.1) + bad;
+      const before = await c.metric('spillway_collector_rates_omitted_total', { reason: 'invalid-counter' });
+      await eventually(async () => expect(await c.metric('spillway_collector_rates_omitted_total', { reason: 'invalid-counter' })).toBeGreaterThan(before));
+    }
+    a!.exposition = vllmExposition(1, 1, 0.1) + vllmCounters(5, 1, 0);
+    await sleep(300);
+    a!.exposition = vllmExposition(1, 1, 0.1) + vllmCounters(1e300, 1, 0);
+    await eventually(async () => expect(await c.metric('spillway_collector_rates_omitted_total', { reason: 'out-of-range' })).toBeGreaterThan(0));
+
+    // Every sample was published, gauges intact, and every one is a valid v1 event.
+    const published = c.sink.metricsOf('a');
+    for (const event of published) expect(metricsEventSchema.safeParse(event).success).toBe(true);
+    expect(published.at(-1)).toMatchObject({ waitingRequests: 1, runningRequests: 1 });
+    expect(await c.metric('spillway_collector_scrape_failures_total')).toBe(0);
   });
 
   it('while disconnected, samples are dropped (not queued); after reconnecting readiness is re-published and samples are fresh', async () => {

@@ -2,7 +2,9 @@ import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { CliError, envName } from '@spillway/cli';
+import { Registry } from 'prom-client';
 import { parseCollectorArgs } from '../src/config.js';
+import { startMetricsServer } from '../src/metrics-server.js';
 import { EndpointsFileError, parseEndpointsFile } from '../src/endpoints-file.js';
 
 const base = ['--pool', 'llama', '--zone', 'zone-a', '--endpoints', 'eps.yaml'];
@@ -32,7 +34,14 @@ describe('flags', () => {
       engine: undefined,
       kube: undefined,
       probe: { intervalMs: 1000, path: '/health', successThreshold: 1, failureThreshold: 2 },
+      scrapeBackoffMaxMs: 30_000,
+      scrapeLimits: { maxBytes: 4 * 1024 * 1024, cpuBudgetMs: 50 },
+      metricsPort: 9091,
+      metricsHost: '0.0.0.0',
     });
+    const tuned = parseCollectorArgs([...base, '--scrape-max-bytes', '1048576', '--scrape-cpu-budget-ms', '20', '--metrics-host', '127.0.0.1'], {});
+    if (tuned.help) throw new Error('help');
+    expect(tuned.config).toMatchObject({ scrapeLimits: { maxBytes: 1_048_576, cpuBudgetMs: 20 }, metricsHost: '127.0.0.1' });
     expect(parsed.config.nats.servers).toEqual(['nats://127.0.0.1:4222']);
   });
 
@@ -65,6 +74,10 @@ describe('flags', () => {
     ['unknown engine from the environment', base, { SPILLWAY_ENGINE: 'llamacpp' }, 'engine'],
     ['port out of range', [...base, '--metrics-port', '70000'], {}, 'metrics-port'],
     ['probe path without /', [...base, '--probe-path', 'health'], {}, 'probe-path'],
+    ['scrape byte limit below 64 KiB', [...base, '--scrape-max-bytes', '1000'], {}, 'scrape-max-bytes'],
+    ['scrape CPU budget of zero', [...base, '--scrape-cpu-budget-ms', '0'], {}, 'scrape-cpu-budget-ms'],
+    ['back-off cap not a number', [...base, '--scrape-backoff-max-ms', 'long'], {}, 'scrape-backoff-max-ms'],
+    ['empty metrics host', [...base, '--metrics-host', ''], {}, 'metrics-host'],
     ['unknown flag', [...base, '--smaple-interval-ms', '5'], {}, 'smaple-interval-ms'],
     ['flag missing its value', [...base, '--zone'], {}, 'zone'],
     ['bad boolean in the environment', [...base], { SPILLWAY_KUBE_ALL_ZONES: 'maybe' }, 'kube-all-zones'],
@@ -125,4 +138,19 @@ describe('endpoints file', () => {
       expect(() => parseEndpointsFile(text, defaults)).toThrow(message);
     });
   }
+});
+
+describe('the metrics server address', () => {
+  it('binds --metrics-host: all interfaces by default, loopback when asked', async () => {
+    const registry = new Registry();
+    for (const [host, expected] of [[undefined, '0.0.0.0'], ['127.0.0.1', '127.0.0.1']] as const) {
+      const { server, port } = await startMetricsServer(registry, 0, host);
+      try {
+        expect(server.address()).toMatchObject({ address: expected, port });
+        expect((await fetch(`http://127.0.0.1:${port}/health`)).status).toBe(200);
+      } finally {
+        await new Promise((resolve) => server.close(resolve));
+      }
+    }
+  });
 });

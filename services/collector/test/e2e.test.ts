@@ -48,7 +48,7 @@ describe('spillway-collector against spillway-sim processes and nats-server', ()
       // a runs slowly so requests stay running long enough to be seen.
       spawnSim(['--time-scale', '0.05', '--model', 'm']),
       spawnSim(['--engine-metrics', 'sglang']),
-      spawnSim([]),
+      spawnSim(['--admin']),
     ]);
     sims = { a: a!, b: b!, c: c! };
     file = join(mkdtempSync(join(tmpdir(), 'spillway-e2e-')), 'endpoints.yaml');
@@ -101,6 +101,60 @@ describe('spillway-collector against spillway-sim processes and nats-server', ()
       expect(Math.abs((seen?.kvCacheUsage ?? 0) - own.kvCacheUsage)).toBeLessThan(0.05);
     }, 15_000);
     void Promise.all(requests);
+  });
+
+  it('service rates under load are plausible against the simulator’s own counters', { timeout: 60_000 }, async () => {
+    // Closed-loop load, 4 at a time, on sim-c (vLLM names) and sim-b (SGLang names).
+    let running = true;
+    const lane = async (url: string, n: number): Promise<void> => {
+      for (let i = 0; running; i++) {
+        const body = JSON.stringify({ model: 'meta-llama/Llama-3.1-8B-Instruct', prompt: `lane ${n} request ${i} `.repeat(20), max_tokens: 24 });
+        await fetch(`${url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body }).then((r) => r.text()).catch(() => '');
+      }
+    };
+    const lanes = [0, 1, 2, 3].flatMap((n) => [lane(sims.c.url, n), lane(sims.b.url, n)]);
+    const own = async (url: string) => ({ at: Date.now(), counters: extractSample(await (await fetch(`${url}/metrics`)).text(), undefined).counters.counters });
+    try {
+      await new Promise((r) => setTimeout(r, 1_500));
+      const [c0, b0] = await Promise.all([own(sims.c.url), own(sims.b.url)]);
+      await new Promise((r) => setTimeout(r, 3_000));
+      const [c1, b1] = await Promise.all([own(sims.c.url), own(sims.b.url)]);
+      for (const [pod, before, after] of [['sim-c', c0, c1], ['sim-b', b0, b1]] as const) {
+        const seconds = (after.at - before.at) / 1000;
+        const truth = {
+          promptTokensPerS: (after.counters.promptTokens! - before.counters.promptTokens!) / seconds,
+          generationTokensPerS: (after.counters.generationTokens! - before.counters.generationTokens!) / seconds,
+          requestsPerS: (after.counters.requests! - before.counters.requests!) / seconds,
+          ttftMs: (after.counters.ttft!.sumMs - before.counters.ttft!.sumMs) / (after.counters.ttft!.count - before.counters.ttft!.count),
+        };
+        // The published samples whose window lies inside the measured interval.
+        const inside = (metrics.get(pod) ?? []).filter((e) => e.rates && e.observedAt - e.rates.windowMs >= before.at - 200 && e.observedAt <= after.at);
+        expect(inside.length).toBeGreaterThan(5);
+        const mean = (f: (r: NonNullable<MetricsEvent['rates']>) => number | undefined): number => {
+          const values = inside.map((e) => f(e.rates!)).filter((v): v is number => v !== undefined);
+          return values.reduce((a, b) => a + b, 0) / values.length;
+        };
+        expect(truth.requestsPerS).toBeGreaterThan(2);
+        const published = Object.fromEntries(Object.keys(truth).map((key) => [key, mean((r) => r[key as keyof typeof truth])]));
+        console.log(`rates ${pod}: published ${JSON.stringify(published)} simulator ${JSON.stringify(truth)}`);
+        for (const [key, value] of Object.entries(truth) as [keyof typeof truth, number][]) {
+          const seen = published[key]!;
+          expect(seen, `${pod} ${key}: published ${seen}, simulator ${value}`).toBeGreaterThan(value * 0.5);
+          expect(seen, `${pod} ${key}: published ${seen}, simulator ${value}`).toBeLessThan(value * 2);
+        }
+        for (const e of inside) {
+          expect(e.rates!.windowMs).toBeGreaterThanOrEqual(1_000);
+          expect(e.rates!.windowMs).toBeLessThanOrEqual(2_600);
+          expect(e.rates!.prefixHitRate).toBeGreaterThanOrEqual(0);
+          expect(e.rates!.queueMs).toBeGreaterThanOrEqual(0);
+          expect(e.rates!.itlMs).toBeGreaterThan(0);
+        }
+      }
+    } finally {
+      running = false;
+      await Promise.all(lanes);
+    }
+    expect(bad).toEqual([]);
   });
 
   it('a hung simulator does not slow the others', async () => {

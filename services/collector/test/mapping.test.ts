@@ -1,17 +1,20 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { ExpositionError, parseExposition } from '../src/exposition.js';
+import { ExpositionError, FamilyFilter, parseExposition } from '../src/exposition.js';
 import { detectEngine, mapExposition } from '../src/engines.js';
-import { ExtractError, extractSample } from '../src/scrape.js';
+import fc from 'fast-check';
+import { BudgetError, DEFAULT_SCRAPE_LIMITS } from '../src/budget.js';
+import { ExtractError, ScrapeReader, extractSample, type Extracted } from '../src/scrape.js';
 
 const fixture = (name: string): string => readFileSync(join(import.meta.dirname, 'fixtures', name), 'utf8');
+const withoutCounters = ({ counters: _c, ...rest }: Extracted): Omit<Extracted, 'counters'> => rest;
 
 describe('engine mappings of real-format expositions', () => {
   it('vLLM v0.10: kv_cache_usage_perc, the newest LoRA series, cache config labels', () => {
     const text = fixture('vllm-v0.10.prom');
     expect(detectEngine(text)).toBe('vllm');
-    expect(extractSample(text, undefined)).toEqual({
+    expect(withoutCounters(extractSample(text, undefined))).toEqual({
       engine: 'vllm',
       sample: {
         waitingRequests: 2,
@@ -51,7 +54,7 @@ describe('engine mappings of real-format expositions', () => {
   it('SGLang', () => {
     const text = fixture('sglang.prom');
     expect(detectEngine(text)).toBe('sglang');
-    expect(extractSample(text, undefined)).toEqual({
+    expect(withoutCounters(extractSample(text, undefined))).toEqual({
       engine: 'sglang',
       sample: { waitingRequests: 3, runningRequests: 28, kvCacheUsage: 0.28, cache: { blockSize: 1, numBlocks: 30000 } },
     });
@@ -60,7 +63,7 @@ describe('engine mappings of real-format expositions', () => {
   it('TensorRT-LLM (trtllm-serve)', () => {
     const text = fixture('trtllm.prom');
     expect(detectEngine(text)).toBe('trtllm');
-    expect(extractSample(text, undefined)).toEqual({
+    expect(withoutCounters(extractSample(text, undefined))).toEqual({
       engine: 'trtllm',
       sample: { waitingRequests: 4, runningRequests: 9, kvCacheUsage: 0.625, cache: { blockSize: 32, numBlocks: 8192 } },
     });
@@ -69,7 +72,7 @@ describe('engine mappings of real-format expositions', () => {
   it('Triton TensorRT-LLM backend: request_type and kv_cache_block_type series', () => {
     const text = fixture('triton.prom');
     expect(detectEngine(text)).toBe('triton');
-    expect(extractSample(text, undefined)).toEqual({
+    expect(withoutCounters(extractSample(text, undefined))).toEqual({
       engine: 'triton',
       sample: { waitingRequests: 2, runningRequests: 6, kvCacheUsage: 0.25, cache: { blockSize: 64, numBlocks: 6239 } },
     });
@@ -85,6 +88,79 @@ describe('engine mappings of real-format expositions', () => {
   it('reads an exposition without a trailing newline completely', () => {
     const text = fixture('vllm-dp2.prom').trimEnd();
     expect(extractSample(text, 'vllm').sample.kvCacheUsage).toBeCloseTo(0.4, 10);
+  });
+});
+
+describe('counters for service rates, read from real-format expositions', () => {
+  const counters = (name: string) => extractSample(fixture(name), undefined).counters;
+
+  it('vLLM v0.10: tokens, requests summed over finished_reason, TTFT, queue and ITL histograms, prefix tokens', () => {
+    expect(counters('vllm-v0.10.prom')).toEqual({
+      counters: {
+        promptTokens: 340_000,
+        generationTokens: 8_125,
+        requests: 120,
+        ttft: { sumMs: 12_500, count: 125 },
+        queue: { sumMs: 2_500, count: 125 },
+        itl: { sumMs: 98_100, count: 8_000 },
+        prefixHits: 120_000,
+        prefixQueries: 340_000,
+      },
+      invalid: [],
+    });
+  });
+
+  it('vLLM v0.6: the old per-output-token histogram name; no queue or prefix counters', () => {
+    const { counters: c } = counters('vllm-v0.6.prom');
+    expect(c).toEqual({ promptTokens: 52_000, generationTokens: 21_000, requests: 101, itl: { sumMs: 420_000, count: 20_899 } });
+  });
+
+  it('vLLM without counters (an exposition of gauges only): nothing to rate', () => {
+    expect(counters('vllm-dp2.prom')).toEqual({ counters: {}, invalid: [] });
+  });
+
+  it('SGLang: num_requests_total, cached tokens over prompt tokens, queue_time_seconds', () => {
+    expect(counters('sglang.prom').counters).toEqual({
+      promptTokens: 8_128_902,
+      generationTokens: 7_557_572,
+      requests: 11_228,
+      ttft: { sumMs: 2.3518979474117756e9, count: 11_008 },
+      queue: { sumMs: 5_614_000, count: 11_228 },
+      itl: { sumMs: 866964.5791549598 * 1000, count: 7_400_757 },
+      prefixHits: 61_000,
+      prefixQueries: 8_128_902,
+    });
+  });
+
+  it('TensorRT-LLM: request_success_total, per-output-token histogram, reused and missed KV blocks', () => {
+    expect(counters('trtllm.prom').counters).toEqual({
+      promptTokens: 210_000,
+      generationTokens: 52_000,
+      requests: 412,
+      ttft: { sumMs: 19_200, count: 412 },
+      queue: { sumMs: 8_240, count: 412 },
+      itl: { sumMs: 6_180, count: 412 },
+      prefixHits: 1_500,
+      prefixQueries: 6_000,
+    });
+  });
+
+  it('Triton: tokens and requests from the TensorRT-LLM backend token-length histograms, nothing else', () => {
+    expect(counters('triton.prom').counters).toEqual({ promptTokens: 109_568, generationTokens: 27_392, requests: 214 });
+  });
+
+  it('a NaN, infinite or negative counter is left out and reported, and the gauges still map', () => {
+    const text = fixture('vllm-v0.10.prom')
+      .replace(/(vllm:generation_tokens_total\{[^}]*\}) 8125.0/, '$1 NaN')
+      .replace(/(vllm:request_queue_time_seconds_count\{[^}]*\}) 125.0/, '$1 -1')
+      .replace(/(vllm:prefix_cache_hits_total\{[^}]*\}) 1.2e\+05/, '$1 +Inf');
+    const { sample, counters: reading } = extractSample(text, 'vllm');
+    expect(sample.waitingRequests).toBe(2);
+    expect(reading.counters.generationTokens).toBeUndefined();
+    expect(reading.counters.queue).toBeUndefined();
+    expect(reading.counters.prefixHits).toBeUndefined();
+    expect(reading.counters.promptTokens).toBe(340_000);
+    expect(reading.invalid).toEqual(['vllm:generation_tokens_total', 'vllm:request_queue_time_seconds_count', 'vllm:prefix_cache_hits_total']);
   });
 });
 
@@ -131,5 +207,65 @@ describe('malformed expositions are rejected', () => {
     expect(() => mapExposition('triton', parseExposition('nv_trt_llm_request_metrics{request_type="waiting"} 1\n'))).toThrow(
       /nv_trt_llm_request_metrics\{request_type="scheduled"\}/,
     );
+  });
+});
+
+describe('scrape budgets (bad inputs cost bounded memory and CPU)', () => {
+  const vllm = fixture('vllm-v0.10.prom');
+
+  it('reading in arbitrary pieces gives the same sample as reading the whole text', () => {
+    const whole = extractSample(vllm, undefined);
+    fc.assert(
+      fc.property(fc.array(fc.integer({ min: 0, max: vllm.length }), { maxLength: 20 }), (cuts) => {
+        const bytes = Buffer.from(vllm, 'utf8');
+        const points = [...new Set(cuts)].sort((a, b) => a - b);
+        const reader = new ScrapeReader(undefined);
+        let from = 0;
+        for (const at of [...points, bytes.length]) {
+          reader.push(bytes.subarray(from, at));
+          from = at;
+        }
+        expect(reader.finish()).toEqual(whole);
+      }),
+    );
+  });
+
+  it('keeps only the wanted families, whatever else the exposition holds', () => {
+    const filter = new FamilyFilter(new Set(['a', 'b_total']));
+    filter.push('# HELP a help\n# TYPE a gauge\na{x="1"} 1\nc 3\n  b_total 2\r\n# TYPE c gauge\nab 4\na');
+    filter.push(' 5');
+    expect(filter.finish()).toBe('# TYPE a gauge\na{x="1"} 1\nb_total 2\na 5\n');
+  });
+
+  const limits = { ...DEFAULT_SCRAPE_LIMITS, maxLineLength: 100, maxKeptLength: 200, maxKeptLines: 5 };
+  const budgetReason = (work: () => unknown): string | undefined => {
+    try {
+      work();
+    } catch (error) {
+      return error instanceof BudgetError ? error.reason : `not a budget error: ${String(error)}`;
+    }
+    return undefined;
+  };
+
+  it('a line longer than the limit fails as too-large before its end arrives', () => {
+    const filter = new FamilyFilter(new Set(['a']), limits);
+    expect(budgetReason(() => filter.push(`junk ${'x'.repeat(200)}`))).toBe('too-large');
+  });
+
+  it('too many wanted lines, or too many characters of them, fail as too-large', () => {
+    const lines = Array.from({ length: 6 }, (_, i) => `a{i="${i}"} 1\n`).join('');
+    expect(budgetReason(() => new FamilyFilter(new Set(['a']), limits).push(lines))).toBe('too-large');
+    const long = `a{x="${'y'.repeat(90)}"} 1\n`.repeat(3);
+    expect(budgetReason(() => new FamilyFilter(new Set(['a']), limits).push(long))).toBe('too-large');
+    // Unwanted lines cost nothing kept.
+    expect(budgetReason(() => new FamilyFilter(new Set(['a']), limits).push(`junk 1\n`.repeat(10_000)))).toBeUndefined();
+  });
+
+  it('a scrape over its CPU budget fails as too-slow', () => {
+    const reader = new ScrapeReader('vllm', { ...DEFAULT_SCRAPE_LIMITS, cpuBudgetMs: 1e-6 });
+    expect(budgetReason(() => {
+      reader.push(Buffer.from(vllm.repeat(20)));
+      reader.finish();
+    })).toBe('too-slow');
   });
 });

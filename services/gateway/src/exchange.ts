@@ -24,7 +24,7 @@ import { ProtocolViolation, applyHeaderMutation, destinationEntries, destination
 import type { Headers, LocalReply } from './mutations.js';
 import type { ResolvedOptions } from './options.js';
 import type { Stats } from './stats.js';
-import type { Upstreams } from './upstream.js';
+import type { UpstreamResponse, Upstreams } from './upstream.js';
 
 export interface ExchangeContext {
   readonly eppClient: Client;
@@ -46,6 +46,15 @@ class Stop extends Error {
     super('exchange stopped');
   }
 }
+
+/** Reading the committed upstream response failed (connection reset, server killed). */
+class UpstreamBodyError extends Error {
+  constructor(cause: unknown) {
+    super(cause instanceof Error ? `${(cause as { code?: string }).code ?? cause.name}: ${cause.message}` : String(cause));
+  }
+}
+
+const NEVER = new Promise<never>(() => undefined);
 
 export async function handleExchange(ctx: ExchangeContext, req: IncomingMessage, res: ServerResponse): Promise<void> {
   await new Exchange(ctx, req, res).run();
@@ -259,7 +268,7 @@ class Exchange {
 
   // ---- override_host: walk the list ----------------------------------------------------------
 
-  async #forward(request: { headers: Headers; body: Buffer | undefined }): Promise<{ address: string; response: Dispatcher.ResponseData }> {
+  async #forward(request: { headers: Headers; body: Buffer | undefined }): Promise<{ address: string; response: UpstreamResponse }> {
     const { upstreams, health, stats, options } = this.#ctx;
     const entries = destinationEntries(destinationOf(this.#metadata, request.headers));
     this.#destination = entries.join(',');
@@ -296,7 +305,7 @@ class Exchange {
       if (result.response.statusCode >= 500 && !lastChance) {
         health.reportFailure(address);
         this.#ctx.logger.info({ endpoint: address, status: result.response.statusCode }, 'upstream answered 5xx, trying the next endpoint');
-        await result.response.body.dump().catch(() => undefined);
+        result.response.discard();
         continue;
       }
       return { address, response: result.response };
@@ -323,7 +332,7 @@ class Exchange {
 
   // ---- response path: headers and body to the EPP, its echo to the client --------------------
 
-  async #responsePhase({ address, response }: { address: string; response: Dispatcher.ResponseData }): Promise<void> {
+  async #responsePhase({ address, response }: { address: string; response: UpstreamResponse }): Promise<void> {
     const { health, stats } = this.#ctx;
     this.#served = address;
     if (response.statusCode >= 500) health.reportFailure(address);
@@ -332,12 +341,22 @@ class Exchange {
     stats.served(address, first === undefined || canonicalAddress(first) !== address);
 
     const upstreamHeaders = responseHeaders(response.headers);
-    const bodiless = this.#req.method === 'HEAD' || response.statusCode === 204 || response.statusCode === 304 || response.headers['content-length'] === '0';
+    const { bodiless } = response;
     const headersMessage = responseHeadersMessage([[':status', String(response.statusCode)], ...upstreamHeaders], bodiless, this.#metadata.forwarded());
-    const sending = this.#stream.send([headersMessage]).then(() => (bodiless ? response.body.dump() : this.#sendResponseBody(response.body)));
-    sending.catch(() => undefined);
+    const sending = this.#stream.send([headersMessage]).then(() => (bodiless ? undefined : this.#sendResponseBody(response.body)));
+    // An upstream that fails mid-body ends the exchange at once, as Envoy resets the downstream
+    // stream: the client must not wait for its own timeout on a response that can never complete.
+    let over = false;
+    const upstreamFailed = sending.then(
+      () => NEVER,
+      (error: unknown) => {
+        if (error instanceof UpstreamBodyError && !over) throw this.#upstreamReset(address, error);
+        return NEVER;
+      },
+    );
+    upstreamFailed.catch(() => undefined);
     try {
-      const headersResponse = this.#expect(await this.#nextResponse(), 'responseHeaders');
+      const headersResponse = this.#expect(await this.#nextResponse(upstreamFailed), 'responseHeaders');
       // In FULL_DUPLEX_STREAMED Envoy drops content-length: the EPP may change the body.
       const headers = this.#applyCommon(upstreamHeaders, headersResponse).filter(([name]) => name !== 'content-length');
       this.#res.writeHead(response.statusCode, [...flat(headers), ...flat(this.#observability())]);
@@ -347,7 +366,7 @@ class Exchange {
         return;
       }
       for (;;) {
-        const mutation = this.#expect(await this.#nextResponse(), 'responseBody')?.bodyMutation?.mutation;
+        const mutation = this.#expect(await this.#nextResponse(upstreamFailed), 'responseBody')?.bodyMutation?.mutation;
         if (mutation?.$case !== 'streamedResponse') {
           throw this.#violation('a response body response without streamed_response in FULL_DUPLEX_STREAMED mode');
         }
@@ -357,19 +376,39 @@ class Exchange {
       this.#res.end();
     } finally {
       // Stops reading the upstream if the EPP or the client ended the exchange early.
-      if (!response.body.readableEnded && !response.body.destroyed) response.body.destroy();
+      over = true;
+      response.discard();
     }
   }
 
-  async #sendResponseBody(body: Dispatcher.ResponseData['body']): Promise<void> {
-    for await (const chunk of body as AsyncIterable<Buffer>) {
-      await this.#stream.send(bodyMessages('response', chunk, false, this.#metadata.forwarded()));
+  /** Upstream body chunks to the EPP; a failure to read the upstream is an UpstreamBodyError. */
+  async #sendResponseBody(body: AsyncIterable<Uint8Array>): Promise<void> {
+    const chunks = body[Symbol.asyncIterator]();
+    for (;;) {
+      let next: IteratorResult<Uint8Array>;
+      try {
+        next = await chunks.next();
+      } catch (error) {
+        // Our own abort (client gone, request timeout) is not the upstream's failure.
+        if (this.#abort.signal.aborted) throw error;
+        throw new UpstreamBodyError(error);
+      }
+      if (next.done === true) break;
+      await this.#stream.send(bodyMessages('response', next.value, false, this.#metadata.forwarded()));
     }
     await this.#stream.send(bodyMessages('response', EMPTY, true, this.#metadata.forwarded()));
   }
 
-  async #nextResponse(): Promise<ProcessingResponse> {
-    return this.#message(await this.#stream.next(), 'response');
+  /** The EPP's next message on the response path, unless the upstream fails first. */
+  async #nextResponse(upstreamFailed: Promise<never>): Promise<ProcessingResponse> {
+    return this.#message(await Promise.race([this.#stream.next(), upstreamFailed]), 'response');
+  }
+
+  #upstreamReset(address: string, error: UpstreamBodyError): Stop {
+    this.#ctx.health.reportFailure(address);
+    this.#ctx.stats.upstreamReset();
+    this.#ctx.logger.warn({ endpoint: address, message: error.message, clientHasHeaders: this.#res.headersSent }, 'upstream failed mid-response; ending the client response');
+    return new Stop(gatewayError(502, 'upstream_reset', `upstream ${address} failed during the response: ${error.message}`));
   }
 
   async #write(chunk: Uint8Array): Promise<void> {

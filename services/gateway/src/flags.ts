@@ -41,7 +41,7 @@ export const gatewayFlags = {
   outlierEjectionMs: { description: `how long an ejected endpoint stays out of the hint (default ${DEFAULTS.outlierEjectionMs})`, schema: durationMs().default(DEFAULTS.outlierEjectionMs), placeholder: 'MS' },
   requestTimeoutMs: { description: `deadline of a whole request, ext_proc stream included (default ${DEFAULTS.requestTimeoutMs})`, schema: positiveInt().default(DEFAULTS.requestTimeoutMs), placeholder: 'MS' },
   eppTimeoutMs: { description: `wait for each EPP reply once the request is sent (default ${DEFAULTS.eppTimeoutMs})`, schema: positiveInt().default(DEFAULTS.eppTimeoutMs), placeholder: 'MS' },
-  perTryTimeoutMs: { description: 'per attempt: connect plus time to response headers; 0 = none (default 0)', schema: durationMs().default(DEFAULTS.perTryTimeoutMs), placeholder: 'MS' },
+  perTryTimeoutMs: { description: 'per attempt: connect, response headers and the first body byte (never the rest of a stream); 0 = none (default 0)', schema: durationMs().default(DEFAULTS.perTryTimeoutMs), placeholder: 'MS' },
   connectTimeoutMs: { description: `upstream connect timeout (default ${DEFAULTS.connectTimeoutMs})`, schema: positiveInt().default(DEFAULTS.connectTimeoutMs), placeholder: 'MS' },
   maxBodyBytes: { description: `largest request body buffered for forwarding and retries (default ${DEFAULTS.maxBodyBytes})`, schema: positiveInt().default(DEFAULTS.maxBodyBytes), placeholder: 'N' },
   logLevel: { description: `pino level (default ${DEFAULTS.logLevel})`, schema: logLevel.default(DEFAULTS.logLevel), placeholder: 'LEVEL' },

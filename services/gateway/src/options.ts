@@ -49,7 +49,7 @@ export interface GatewayOptions {
   readonly requestTimeoutMs?: number | undefined;
   /** How long to wait for the EPP's routing decision once the request body is complete. */
   readonly eppTimeoutMs?: number | undefined;
-  /** Per upstream attempt: connect plus time to the response headers; 0 = only the connect timeout. */
+  /** Per upstream attempt: connect, response headers and the first body byte; 0 = only the connect timeout. */
   readonly perTryTimeoutMs?: number | undefined;
   readonly connectTimeoutMs?: number | undefined;
   /** Largest request body (as the EPP returns it) buffered for forwarding and retries. */

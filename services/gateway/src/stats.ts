@@ -16,6 +16,8 @@ export interface StatsSnapshot {
   eppErrors: number;
   /** Clients that went away before their response was complete. */
   clientAborts: number;
+  /** Responses cut short because their upstream failed after the attempt was committed. */
+  upstreamResets: number;
 }
 
 function bump(map: Record<string, number>, key: string): void {
@@ -33,6 +35,7 @@ export class Stats {
     eppRejections: {},
     eppErrors: 0,
     clientAborts: 0,
+    upstreamResets: 0,
   };
 
   request(): void {
@@ -59,6 +62,9 @@ export class Stats {
   }
   clientAbort(): void {
     this.#data.clientAborts++;
+  }
+  upstreamReset(): void {
+    this.#data.upstreamResets++;
   }
 
   snapshot(): StatsSnapshot {

@@ -12,19 +12,45 @@ export interface UpstreamRequest {
   readonly body: Buffer | undefined;
 }
 
+/** An upstream response the exchange has committed to. */
+export interface UpstreamResponse {
+  readonly statusCode: number;
+  readonly headers: Dispatcher.ResponseData['headers'];
+  /** No body follows (HEAD, 204, 304, content-length 0). */
+  readonly bodiless: boolean;
+  /** The body, from its first chunk (already read for a committed 2xx–4xx answer). */
+  readonly body: AsyncIterable<Uint8Array>;
+  /** Stops reading the body and drops the connection (the exchange ended early). */
+  discard(): void;
+}
+
+export type AttemptFailure = 'connect-failure' | 'reset' | 'timeout' | 'aborted';
+
 export type AttemptResult =
-  | { readonly ok: true; readonly response: Dispatcher.ResponseData }
-  | { readonly ok: false; readonly reason: 'connect-failure' | 'reset' | 'timeout' | 'aborted'; readonly message: string };
+  | { readonly ok: true; readonly response: UpstreamResponse }
+  | { readonly ok: false; readonly reason: AttemptFailure; readonly message: string };
 
 const CONNECT_ERRORS = new Set(['ECONNREFUSED', 'EHOSTUNREACH', 'ENETUNREACH', 'EADDRNOTAVAIL', 'ENOTFOUND', 'UND_ERR_CONNECT_TIMEOUT']);
 const TIMEOUT_ERRORS = new Set(['UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT']);
 
 export interface UpstreamOptions {
   readonly connectTimeoutMs: number;
-  /** Connect plus time to response headers, per attempt; 0 = no limit beyond the connect timeout. */
+  /**
+   * Per attempt: connect, response headers and the first byte of the body (until the attempt is
+   * committed); 0 = no limit beyond the connect timeout. Never applies to the rest of the body.
+   */
   readonly perTryTimeoutMs: number;
 }
 
+/**
+ * Sends requests to model servers. An attempt is *committed* only once the first byte of a
+ * 2xx–4xx answer's body has arrived (or the answer has no body): a server that dies between its
+ * response headers and its first byte (a SIGKILLed vLLM with streaming requests still queued: it
+ * flushes their headers at once) fails the attempt like a reset before the headers, so the next
+ * entry can be tried while nothing has reached the client or the EPP's response path. Envoy commits
+ * at the response headers; waiting for the first byte costs nothing a client could see, because
+ * nothing useful reaches it before that byte anyway.
+ */
 export class Upstreams {
   readonly #pools = new Map<string, Pool>();
   readonly #options: UpstreamOptions;
@@ -33,15 +59,19 @@ export class Upstreams {
     this.#options = options;
   }
 
-  /** Sends the request to one endpoint and waits for its response headers. */
+  /** Sends the request to one endpoint; resolves once the attempt is committed or failed. */
   async attempt(address: string, request: UpstreamRequest, signal: AbortSignal): Promise<AttemptResult> {
-    const perTry = this.#options.perTryTimeoutMs > 0 ? AbortSignal.timeout(this.#options.perTryTimeoutMs) : undefined;
-    const combined = perTry === undefined ? signal : AbortSignal.any([signal, perTry]);
+    // Not AbortSignal.timeout: undici keeps the request's signal for the whole body, and a per-try
+    // limit must never cut a long stream once it has started.
+    const perTry = new AbortController();
+    const timer = this.#options.perTryTimeoutMs > 0 ? setTimeout(() => perTry.abort(), this.#options.perTryTimeoutMs) : undefined;
+    const combined = AbortSignal.any([signal, perTry.signal]);
     const headers: string[] = [];
     for (const [name, value] of request.headers) headers.push(name, value);
     if (request.body !== undefined) headers.push('content-length', String(request.body.length));
+    let data: Dispatcher.ResponseData | undefined;
     try {
-      const response = await this.#pool(address).request({
+      data = await this.#pool(address).request({
         method: request.method as Dispatcher.HttpMethod,
         path: request.path,
         headers,
@@ -52,15 +82,31 @@ export class Upstreams {
         headersTimeout: 0,
         bodyTimeout: 0,
       });
-      return { ok: true, response };
+      const bodiless = request.method === 'HEAD' || data.statusCode === 204 || data.statusCode === 304 || data.headers['content-length'] === '0';
+      const body = data.body;
+      const discard = (): void => {
+        if (body.readableEnded || body.destroyed) return;
+        // Destroying emits an abort error; nobody is left to care about it.
+        body.on('error', () => undefined);
+        body.destroy();
+      };
+      // A 5xx is either dropped for the next entry or passed on as is: nothing to wait for.
+      if (bodiless || data.statusCode >= 500) return { ok: true, response: { statusCode: data.statusCode, headers: data.headers, bodiless, body, discard } };
+      const rest = body[Symbol.asyncIterator]() as AsyncIterator<Uint8Array>;
+      const first = await rest.next();
+      return { ok: true, response: { statusCode: data.statusCode, headers: data.headers, bodiless, body: resumed(first, rest), discard } };
     } catch (error) {
+      if (data !== undefined && !data.body.destroyed) data.body.destroy();
       if (signal.aborted) return { ok: false, reason: 'aborted', message: 'request aborted' };
-      if (perTry?.aborted === true) return { ok: false, reason: 'timeout', message: `no response headers within ${this.#options.perTryTimeoutMs} ms` };
+      if (perTry.signal.aborted) return { ok: false, reason: 'timeout', message: `no response within the ${this.#options.perTryTimeoutMs} ms per-try timeout` };
       const code = (error as { code?: unknown }).code;
       const message = error instanceof Error ? error.message : String(error);
       if (typeof code === 'string' && CONNECT_ERRORS.has(code)) return { ok: false, reason: 'connect-failure', message: `${code}: ${message}` };
       if (typeof code === 'string' && TIMEOUT_ERRORS.has(code)) return { ok: false, reason: 'timeout', message };
-      return { ok: false, reason: 'reset', message: typeof code === 'string' ? `${code}: ${message}` : message };
+      const before = data === undefined ? 'before the response headers' : 'after the response headers, before the body';
+      return { ok: false, reason: 'reset', message: `${typeof code === 'string' ? `${code}: ` : ''}${message} (${before})` };
+    } finally {
+      clearTimeout(timer);
     }
   }
 
@@ -78,4 +124,15 @@ export class Upstreams {
     }
     return pool;
   }
+}
+
+/** The body again from its already-read first chunk. */
+function resumed(first: IteratorResult<Uint8Array>, rest: AsyncIterator<Uint8Array>): AsyncIterable<Uint8Array> {
+  return {
+    async *[Symbol.asyncIterator]() {
+      if (first.done === true) return;
+      yield first.value;
+      for (let next = await rest.next(); next.done !== true; next = await rest.next()) yield next.value;
+    },
+  };
 }

@@ -25,7 +25,8 @@ export function onCleanup(cleanup: () => Promise<void>): void {
 }
 
 export async function sim(options: { errorRate?: number } = {}): Promise<SimServer & { address: string }> {
-  const server = await startSim({ port: 0, preset: 'test', timeScale: 100, logLevel: 'silent', model: MODEL, ...options });
+  // admin: the tests stall simulators at runtime through /admin/fault.
+  const server = await startSim({ port: 0, preset: 'test', timeScale: 100, logLevel: 'silent', model: MODEL, admin: true, ...options });
   onCleanup(() => server.close());
   return Object.assign(server, { address: `127.0.0.1:${server.port}` });
 }

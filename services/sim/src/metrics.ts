@@ -21,7 +21,10 @@ const TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5
 const ITL_BUCKETS = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80];
 const E2E_BUCKETS = [0.3, 0.5, 0.8, 1, 1.5, 2, 2.5, 5, 10, 15, 20, 30, 40, 50, 60, 120, 240, 480, 960, 1920, 7680];
 
-/** Names per engine (shared/reference/reference-epp.md §6.1 for the scraped ones). */
+/**
+ * Names per engine: every family the collector reads, gauges and rate counters (the sources of
+ * each engine's names are listed in services/collector/src/counters.ts).
+ */
 interface Names {
   waiting: string;
   running: string;
@@ -29,12 +32,13 @@ interface Names {
   ttft: string;
   itl: string[];
   e2e: string;
-  queue?: string;
+  queue: string;
   promptTokens: string;
   generationTokens: string;
-  success?: string;
-  prefixHits?: string;
-  prefixQueries?: string;
+  /** Completed requests: a counter with `finished_reason` (vLLM, TensorRT-LLM) or a plain one mirrored from the engine (SGLang). */
+  success: { name: string; finishedReason: boolean };
+  /** Prefix-cache hits and lookups, in tokens (vLLM, SGLang: lookups are the prompt tokens) or KV blocks (TensorRT-LLM: hits and misses). */
+  prefix: { kind: 'tokens'; hits: string; queries?: string } | { kind: 'blocks'; hits: string; misses: string };
   preemptions?: string;
 }
 
@@ -50,9 +54,8 @@ const NAMES: Record<MetricsFlavor, Names> = {
     queue: 'vllm:request_queue_time_seconds',
     promptTokens: 'vllm:prompt_tokens_total',
     generationTokens: 'vllm:generation_tokens_total',
-    success: 'vllm:request_success_total',
-    prefixHits: 'vllm:prefix_cache_hits_total',
-    prefixQueries: 'vllm:prefix_cache_queries_total',
+    success: { name: 'vllm:request_success_total', finishedReason: true },
+    prefix: { kind: 'tokens', hits: 'vllm:prefix_cache_hits_total', queries: 'vllm:prefix_cache_queries_total' },
     preemptions: 'vllm:num_preemptions_total',
   },
   sglang: {
@@ -62,8 +65,11 @@ const NAMES: Record<MetricsFlavor, Names> = {
     ttft: 'sglang:time_to_first_token_seconds',
     itl: ['sglang:inter_token_latency_seconds'],
     e2e: 'sglang:e2e_request_latency_seconds',
+    queue: 'sglang:queue_time_seconds',
     promptTokens: 'sglang:prompt_tokens_total',
     generationTokens: 'sglang:generation_tokens_total',
+    success: { name: 'sglang:num_requests_total', finishedReason: false },
+    prefix: { kind: 'tokens', hits: 'sglang:cached_tokens_total' },
   },
   trtllm: {
     waiting: 'trtllm_num_requests_waiting',
@@ -72,8 +78,11 @@ const NAMES: Record<MetricsFlavor, Names> = {
     ttft: 'trtllm_time_to_first_token_seconds',
     itl: ['trtllm_time_per_output_token_seconds'],
     e2e: 'trtllm_e2e_request_latency_seconds',
+    queue: 'trtllm_request_queue_time_seconds',
     promptTokens: 'trtllm_prompt_tokens_total',
     generationTokens: 'trtllm_generation_tokens_total',
+    success: { name: 'trtllm_request_success_total', finishedReason: true },
+    prefix: { kind: 'blocks', hits: 'trtllm_kv_cache_reused_blocks_total', misses: 'trtllm_kv_cache_missed_blocks_total' },
   },
 };
 
@@ -115,8 +124,17 @@ export function createMetrics(flavor: MetricsFlavor, model: string, engine: Engi
   for (const name of n.kvUsage) gauge(registry, name, 'KV-cache usage. 1 means 100 percent usage.', labels, () => stats().kvUsage);
   mirroredCounter(registry, n.promptTokens, 'Number of prefill tokens processed.', model, () => stats().promptTokens);
   mirroredCounter(registry, n.generationTokens, 'Number of generation tokens processed.', model, () => stats().generationTokens);
-  if (n.prefixHits) mirroredCounter(registry, n.prefixHits, 'Prefix cache hits, in terms of number of cached tokens.', model, () => stats().prefixHitTokens);
-  if (n.prefixQueries) mirroredCounter(registry, n.prefixQueries, 'Prefix cache queries, in terms of number of queried tokens.', model, () => stats().prefixQueryTokens);
+  if (n.prefix.kind === 'tokens') {
+    mirroredCounter(registry, n.prefix.hits, 'Prefix cache hits, in terms of number of cached tokens.', model, () => stats().prefixHitTokens);
+    if (n.prefix.queries) mirroredCounter(registry, n.prefix.queries, 'Prefix cache queries, in terms of number of queried tokens.', model, () => stats().prefixQueryTokens);
+  } else {
+    // Whole blocks of the looked-up prompt tokens, as TensorRT-LLM counts reuse.
+    const { blockSize: size } = engine.stats();
+    mirroredCounter(registry, n.prefix.hits, 'Cumulative number of KV cache blocks reused (cache hits)', model, () => Math.floor(stats().prefixHitTokens / size));
+    mirroredCounter(registry, n.prefix.misses, 'Cumulative number of KV cache blocks missed (cache misses)', model, () =>
+      Math.floor(stats().prefixQueryTokens / size) - Math.floor(stats().prefixHitTokens / size));
+  }
+  if (!n.success.finishedReason) mirroredCounter(registry, n.success.name, 'Number of requests processed.', model, () => stats().finished);
   if (n.preemptions) mirroredCounter(registry, n.preemptions, 'Cumulative number of preemption from the engine.', model, () => stats().preemptions);
 
   const { blockSize, numBlocks } = engine.stats();
@@ -154,16 +172,16 @@ export function createMetrics(flavor: MetricsFlavor, model: string, engine: Engi
   const ttft = hist(n.ttft, 'Histogram of time to first token in seconds.', TTFT_BUCKETS).labels(labels);
   const itl = n.itl.map((name) => hist(name, 'Histogram of inter-token latency in seconds.', ITL_BUCKETS).labels(labels));
   const e2e = hist(n.e2e, 'Histogram of end to end request latency in seconds.', E2E_BUCKETS).labels(labels);
-  const queue = n.queue ? hist(n.queue, 'Histogram of time spent in WAITING phase for request.', TTFT_BUCKETS).labels(labels) : undefined;
-  const success = n.success
-    ? new Counter({ name: n.success, help: 'Count of successfully processed requests.', labelNames: ['model_name', 'engine', 'finished_reason'], registers: [registry] })
+  const queue = hist(n.queue, 'Histogram of time spent in WAITING phase for request.', TTFT_BUCKETS).labels(labels);
+  const success = n.success.finishedReason
+    ? new Counter({ name: n.success.name, help: 'Count of successfully processed requests.', labelNames: ['model_name', 'engine', 'finished_reason'], registers: [registry] })
     : undefined;
 
   return {
     registry,
     firstToken(ttftS, queueS) {
       ttft.observe(ttftS);
-      queue?.observe(queueS);
+      queue.observe(queueS);
     },
     token(itlS) {
       for (const h of itl) h.observe(itlS);

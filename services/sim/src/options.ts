@@ -23,6 +23,8 @@ export interface SimOptions {
   stall: boolean;
   stallAfterMs?: number;
   crashAfterMs?: number;
+  /** Serve `/admin/fault` (runtime fault injection); off by default, so nobody can reach it by accident. */
+  admin: boolean;
   logLevel: string;
 }
 
@@ -46,6 +48,7 @@ export const simFlags = {
   stall: { description: 'accept connections but never answer (completions, /health and /metrics hang)', schema: z.boolean().default(false), boolean: true },
   stallAfterMs: { description: 'start stalling this long after start', schema: int(0).optional(), placeholder: 'MS' },
   crashAfterMs: { description: 'exit the process this long after start', schema: int(0).optional(), placeholder: 'MS' },
+  admin: { description: 'serve GET|POST /admin/fault to change faults at runtime (default off: 404)', schema: z.boolean().default(false), boolean: true },
   logLevel: { description: 'pino level (default info)', schema: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'), placeholder: 'LEVEL' },
 } satisfies FlagSpecs;
 
@@ -54,7 +57,7 @@ export const HELP =
   [
     '',
     'Endpoints: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health,',
-    'GET /metrics, GET|POST /admin/fault {"errorRate","stall","crashAfterMs"}.',
+    'GET /metrics; with --admin also GET|POST /admin/fault {"errorRate","stall","crashAfterMs"}.',
     '',
   ].join('\n');
 

@@ -90,7 +90,7 @@ export async function startSim(input: StartSimOptions = {}): Promise<SimServer> 
   const route = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     const path = (req.url ?? '/').split('?')[0];
     const method = req.method ?? 'GET';
-    if (path === '/admin/fault') return admin(req, res, method);
+    if (path === '/admin/fault' && options.admin) return admin(req, res, method);
     // A stalled server accepts the connection and then says nothing, like a wedged process.
     if (faults.stall) return;
     switch (`${method} ${path}`) {

@@ -95,6 +95,15 @@ describe('spillway-sim: metrics follow load', () => {
     expect(m.labels('sglang:cache_config_info')).toMatchObject({ page_size: '16', num_pages: '1000' });
     expect([...m.families.keys()].some((k) => k.startsWith('vllm:'))).toBe(false);
     open.abort();
+    // The counters behind service rates, under SGLang's names.
+    await post(`${s.url}/v1/completions`, { model: MODEL, prompt: 'q'.repeat(400), max_tokens: 4 }).then((r) => r.json());
+    const done = await scrape(s.url);
+    expect(done.value('sglang:num_requests_total')).toBe(1);
+    expect(done.value('sglang:prompt_tokens_total')).toBeGreaterThan(0);
+    expect(done.value('sglang:generation_tokens_total')).toBeGreaterThanOrEqual(4);
+    expect(done.value('sglang:cached_tokens_total')).toBeGreaterThanOrEqual(0);
+    expect(done.value('sglang:queue_time_seconds')).toBeGreaterThanOrEqual(1);
+    expect(done.value('sglang:inter_token_latency_seconds')).toBeGreaterThanOrEqual(3);
   });
 
   it('exposes TensorRT-LLM names with --engine-metrics trtllm', async () => {
@@ -107,12 +116,22 @@ describe('spillway-sim: metrics follow load', () => {
     expect(m.value('trtllm_kv_cache_tokens_per_block')).toBe(16);
     expect(m.value('trtllm_kv_cache_max_blocks')).toBe(1000);
     open.abort();
+    await post(`${s.url}/v1/completions`, { model: MODEL, prompt: 'q'.repeat(400), max_tokens: 4 }).then((r) => r.json());
+    const done = await scrape(s.url);
+    expect(done.value('trtllm_request_success_total', { finished_reason: 'length' })).toBe(1);
+    expect(done.value('trtllm_request_queue_time_seconds')).toBeGreaterThanOrEqual(1);
+    expect(done.value('trtllm_time_per_output_token_seconds')).toBeGreaterThanOrEqual(3);
+    // Prefix reuse in whole KV blocks: the second identical prompt finds the first one's blocks.
+    await post(`${s.url}/v1/completions`, { model: MODEL, prompt: 'q'.repeat(400), max_tokens: 4 }).then((r) => r.json());
+    const again = await scrape(s.url);
+    expect(again.value('trtllm_kv_cache_reused_blocks_total')).toBeGreaterThan(0);
+    expect(again.value('trtllm_kv_cache_missed_blocks_total')).toBeGreaterThan(0);
   });
 });
 
 describe('spillway-sim: failure injection', () => {
   it('fails a fraction of requests with 500 and can be switched at runtime', async () => {
-    const s = await sim({ timeScale: 1000, errorRate: 1 });
+    const s = await sim({ timeScale: 1000, errorRate: 1, admin: true });
     const failed = await post(`${s.url}/v1/completions`, { model: MODEL, prompt: 'hi', max_tokens: 1 });
     expect(failed.status).toBe(500);
     expect(await failed.json()).toMatchObject({ error: { type: 'server_error', code: 500 } });
@@ -128,7 +147,7 @@ describe('spillway-sim: failure injection', () => {
   });
 
   it('stalls: completions, /health and /metrics hang until un-stalled', async () => {
-    const s = await sim({ timeScale: 1000, stall: true });
+    const s = await sim({ timeScale: 1000, stall: true, admin: true });
     const outcome = (p: Promise<Response>): Promise<string> => p.then(() => 'answered', () => 'dropped');
     const hung = outcome(fetch(`${s.url}/health`));
     const hungCompletion = outcome(post(`${s.url}/v1/completions`, { model: MODEL, prompt: 'hi' }));
@@ -143,7 +162,7 @@ describe('spillway-sim: failure injection', () => {
   });
 
   it('starts stalling after --stall-after-ms', async () => {
-    const s = await sim({ timeScale: 1000, stallAfterMs: 100 });
+    const s = await sim({ timeScale: 1000, stallAfterMs: 100, admin: true });
     expect((await fetch(`${s.url}/health`)).status).toBe(200);
     await eventually(async () => expect((await fetch(`${s.url}/admin/fault`).then((r) => r.json())) as object).toMatchObject({ stall: true }));
     await expect(fetch(`${s.url}/health`, { signal: AbortSignal.timeout(200) })).rejects.toThrow();
@@ -151,7 +170,7 @@ describe('spillway-sim: failure injection', () => {
 
   it('crash-after-ms kills the server', async () => {
     let crashed = false;
-    const s = await sim({ timeScale: 1000 });
+    const s = await sim({ timeScale: 1000, admin: true });
     await post(`${s.url}/admin/fault`, { crashAfterMs: 50 });
     // In-process the default crash closes the server; the binary exits instead (see bin.test.ts).
     await eventually(async () => {
@@ -161,8 +180,18 @@ describe('spillway-sim: failure injection', () => {
     expect(crashed).toBe(true);
   });
 
-  it('rejects bad fault patches', async () => {
+  it('serves /admin/fault only with --admin: a 404 otherwise, and nothing changes', async () => {
     const s = await sim({ timeScale: 1000 });
+    for (const res of [await fetch(`${s.url}/admin/fault`), await post(`${s.url}/admin/fault`, { stall: true, errorRate: 1 })]) {
+      expect(res.status).toBe(404);
+      expect(await res.json()).toMatchObject({ error: { code: 404 } });
+    }
+    expect(s.faults.state()).toMatchObject({ stall: false, errorRate: 0 });
+    expect((await post(`${s.url}/v1/completions`, { model: MODEL, prompt: 'hi', max_tokens: 1 })).status).toBe(200);
+  });
+
+  it('rejects bad fault patches', async () => {
+    const s = await sim({ timeScale: 1000, admin: true });
     for (const bad of [{ errorRate: 2 }, { stall: 'yes' }, { crashAfterMs: -1 }]) {
       const res = await post(`${s.url}/admin/fault`, bad);
       expect(res.status).toBe(400);

@@ -67,3 +67,17 @@ export function vllmExposition(waiting: number, running: number, kv: number): st
     '',
   ].join('\n');
 }
+
+/** vLLM's rate counters (prompt and generation tokens, completed requests), to append to an exposition. */
+export function vllmCounters(prompt: number | string, generation: number | string, requests: number | string): string {
+  const labels = 'engine="0",model_name="m"';
+  return [
+    '# TYPE vllm:prompt_tokens_total counter',
+    `vllm:prompt_tokens_total{${labels}} ${prompt}`,
+    '# TYPE vllm:generation_tokens_total counter',
+    `vllm:generation_tokens_total{${labels}} ${generation}`,
+    '# TYPE vllm:request_success_total counter',
+    `vllm:request_success_total{${labels},finished_reason="stop"} ${requests}`,
+    '',
+  ].join('\n');
+}

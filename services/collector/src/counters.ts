@@ -1,0 +1,175 @@
+import type { Engine } from '@spillway/events';
+import { describe, matching, type Series } from './engines.js';
+import type { Exposition } from './exposition.js';
+
+/**
+ * The cumulative counters a model server exposes, read at one scrape: what service rates are
+ * computed from (`rates.ts`). Each field is absent when the server does not expose it.
+ */
+export interface Counters {
+  promptTokens?: number;
+  generationTokens?: number;
+  /** Requests completed. */
+  requests?: number;
+  ttft?: Moments;
+  queue?: Moments;
+  itl?: Moments;
+  /** Prompt tokens (or KV blocks) found in the prefix cache, and looked up there. */
+  prefixHits?: number;
+  prefixQueries?: number;
+}
+
+/** A histogram's `_sum` (converted to ms) and `_count`. */
+export interface Moments {
+  sumMs: number;
+  count: number;
+}
+
+/** A histogram read through its `_sum` and `_count` series; `msPerUnit` converts the sum. */
+interface HistogramSeries {
+  readonly name: string;
+  readonly msPerUnit: number;
+}
+
+/**
+ * Where each engine keeps the counters; each field lists alternatives in order of preference
+ * (the first one present is read). Sources, checked against each project's code:
+ * - vLLM: `vllm/v1/metrics/loggers.py` (the v1 engine; `time_per_output_token_seconds` is the
+ *   pre-0.10 name of `inter_token_latency_seconds`; prefix counters are token counts).
+ * - SGLang: `python/sglang/srt/metrics/collector.py` (TokenizerMetricsCollector: counters bumped
+ *   when a request finishes; `cached_tokens_total` is only created at the first hit, so the hit
+ *   rate is left out until then; SchedulerMetricsCollector: `queue_time_seconds`; older releases
+ *   named the ITL histogram `time_per_output_token_seconds`).
+ * - TensorRT-LLM `trtllm-serve` (served on `/prometheus/metrics`: set `--metrics-path`):
+ *   `tensorrt_llm/metrics/collector.py`, prefix `trtllm_`; its per-output-token histogram is
+ *   observed once per request (a per-request mean); prefix reuse counts KV blocks.
+ * - Triton with the TensorRT-LLM backend: only token-length histograms
+ *   (`inflight_batcher_llm/src/custom_metrics_reporter` in triton-inference-server/tensorrtllm_backend):
+ *   their `_sum` counts tokens and `_count` requests. Triton has no TTFT, ITL or prefix counters
+ *   for it (its queue time is per model of an ensemble, not per request), so those are left out.
+ */
+interface CounterSpec {
+  readonly promptTokens: readonly Series[];
+  readonly generationTokens: readonly Series[];
+  readonly requests: readonly Series[];
+  readonly ttft: readonly HistogramSeries[];
+  readonly queue: readonly HistogramSeries[];
+  readonly itl: readonly HistogramSeries[];
+  readonly prefixHits: readonly Series[];
+  /** Lookups, or (when only misses are counted) hits + misses. */
+  readonly prefixQueries: readonly Series[];
+  readonly prefixMisses: readonly Series[];
+}
+
+const seconds = (name: string): HistogramSeries => ({ name, msPerUnit: 1000 });
+const one = (name: string, match?: Record<string, string>): Series[] => [match ? { name, match } : { name }];
+
+export const COUNTER_SPECS: Readonly<Record<Engine, CounterSpec>> = {
+  vllm: {
+    promptTokens: one('vllm:prompt_tokens_total'),
+    generationTokens: one('vllm:generation_tokens_total'),
+    requests: [{ name: 'vllm:request_success_total' }, { name: 'vllm:e2e_request_latency_seconds_count' }],
+    ttft: [seconds('vllm:time_to_first_token_seconds')],
+    queue: [seconds('vllm:request_queue_time_seconds')],
+    itl: [seconds('vllm:inter_token_latency_seconds'), seconds('vllm:time_per_output_token_seconds')],
+    prefixHits: one('vllm:prefix_cache_hits_total'),
+    prefixQueries: one('vllm:prefix_cache_queries_total'),
+    prefixMisses: [],
+  },
+  sglang: {
+    promptTokens: one('sglang:prompt_tokens_total'),
+    generationTokens: one('sglang:generation_tokens_total'),
+    requests: [{ name: 'sglang:num_requests_total' }, { name: 'sglang:e2e_request_latency_seconds_count' }],
+    ttft: [seconds('sglang:time_to_first_token_seconds')],
+    queue: [seconds('sglang:queue_time_seconds')],
+    itl: [seconds('sglang:inter_token_latency_seconds'), seconds('sglang:time_per_output_token_seconds')],
+    prefixHits: one('sglang:cached_tokens_total'),
+    prefixQueries: one('sglang:prompt_tokens_total'),
+    prefixMisses: [],
+  },
+  trtllm: {
+    promptTokens: one('trtllm_prompt_tokens_total'),
+    generationTokens: one('trtllm_generation_tokens_total'),
+    requests: [{ name: 'trtllm_request_success_total' }, { name: 'trtllm_e2e_request_latency_seconds_count' }],
+    ttft: [seconds('trtllm_time_to_first_token_seconds')],
+    queue: [seconds('trtllm_request_queue_time_seconds')],
+    itl: [seconds('trtllm_time_per_output_token_seconds')],
+    prefixHits: one('trtllm_kv_cache_reused_blocks_total'),
+    prefixQueries: [],
+    prefixMisses: one('trtllm_kv_cache_missed_blocks_total'),
+  },
+  triton: {
+    promptTokens: one('nv_llm_input_token_len_sum', { response_metric_type: 'total_input_tokens' }),
+    generationTokens: one('nv_llm_output_token_len_sum', { response_metric_type: 'total_output_tokens' }),
+    requests: one('nv_llm_output_token_len_count', { response_metric_type: 'total_output_tokens' }),
+    ttft: [],
+    queue: [],
+    itl: [],
+    prefixHits: [],
+    prefixQueries: [],
+    prefixMisses: [],
+  },
+};
+
+/** The metric families the counters of `spec` are read from (histograms by their `_sum`/`_count`). */
+export function counterFamilies(spec: CounterSpec): string[] {
+  const histograms = [...spec.ttft, ...spec.queue, ...spec.itl].flatMap((h) => [`${h.name}_sum`, `${h.name}_count`]);
+  const series = [...spec.promptTokens, ...spec.generationTokens, ...spec.requests, ...spec.prefixHits, ...spec.prefixQueries, ...spec.prefixMisses];
+  return [...new Set([...series.map((s) => s.name), ...histograms])];
+}
+
+/** What reading the counters of one exposition gave, and which series were unusable. */
+export interface CounterReading {
+  counters: Counters;
+  /** Series present but holding a value that is not a count (NaN, ±Inf, negative). */
+  invalid: string[];
+}
+
+/**
+ * Reads an engine's counters. Data-parallel ranks and label splits (`finished_reason`) are summed.
+ * A missing family leaves its field out; so does a bad value (NaN, ±Inf, negative), which is also
+ * reported in `invalid`: rates are an optional extra and never cost the pod its gauges.
+ */
+export function readCounters(engine: Engine, exposition: Exposition): CounterReading {
+  const spec = COUNTER_SPECS[engine];
+  const invalid: string[] = [];
+  const total = (alternatives: readonly Series[]): number | undefined => {
+    for (const series of alternatives) {
+      const samples = matching(exposition, series);
+      if (samples.length === 0) continue;
+      let sum = 0;
+      for (const s of samples) {
+        if (!Number.isFinite(s.value) || s.value < 0) {
+          invalid.push(describe(series));
+          return undefined;
+        }
+        sum += s.value;
+      }
+      return sum;
+    }
+    return undefined;
+  };
+  const moments = (alternatives: readonly HistogramSeries[]): Moments | undefined => {
+    for (const h of alternatives) {
+      const sum = total([{ name: `${h.name}_sum` }]);
+      const count = total([{ name: `${h.name}_count` }]);
+      if (sum !== undefined && count !== undefined) return { sumMs: sum * h.msPerUnit, count };
+    }
+    return undefined;
+  };
+  const counters: Counters = {};
+  const set = <K extends keyof Counters>(key: K, value: Counters[K] | undefined): void => {
+    if (value !== undefined) counters[key] = value;
+  };
+  set('promptTokens', total(spec.promptTokens));
+  set('generationTokens', total(spec.generationTokens));
+  set('requests', total(spec.requests));
+  set('ttft', moments(spec.ttft));
+  set('queue', moments(spec.queue));
+  set('itl', moments(spec.itl));
+  const hits = total(spec.prefixHits);
+  set('prefixHits', hits);
+  const misses = total(spec.prefixMisses);
+  set('prefixQueries', total(spec.prefixQueries) ?? (hits !== undefined && misses !== undefined ? hits + misses : undefined));
+  return { counters, invalid };
+}
