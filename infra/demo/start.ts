@@ -10,7 +10,7 @@ import { fileURLToPath } from 'node:url';
 import { z } from 'zod';
 import { CliError, parseCommandLine, renderHelp } from '@spillway/cli';
 import { PRESETS } from '@spillway/engine';
-import { INSTALL_HINT, natsServerAvailable } from '@spillway/testkit';
+import { INSTALL_HINT, natsServerAvailable } from '@spillway/proc';
 import { emptyWindow, formatSummary, formatTick, mergeWindows, record, tickHeader, zonePodsFromMetrics, type Style, type ZonePods, type ZoneWindow } from './report.js';
 import { MIN_DURATION_S, phaseAt, planScenario, serverCapacity, type Phase, type PhaseAction } from './scenario.js';
 import { LocalSystem, MODEL, type ZoneSpec } from './system.js';

@@ -3,7 +3,7 @@ import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { connect } from '@nats-io/transport-node';
 import { jetstreamManager } from '@nats-io/jetstream';
-import { freePort, natsServerAvailable, waitForPort, INSTALL_HINT } from '@spillway/testkit';
+import { freePort, natsServerAvailable, waitForPort, INSTALL_HINT } from '@spillway/proc';
 import { provisionZoneStreams, renderSingleServer, renderZoneTopology, writeZoneTopology, zoneStreamName, type RenderedTopology } from '../nats/topology.js';
 import { httpOk, ManagedProcess, waitUntil } from './process.js';
 
