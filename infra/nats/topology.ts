@@ -9,8 +9,7 @@
  *   data, and the aggregate's sources catch up by themselves when the link returns.
  *
  * The committed `*.conf` files in this folder are this module's output for `DEFAULT_*` options
- * (`node --conditions=@spillway/source --import tsx infra/nats/render.ts` rewrites them; a test
- * checks they are in sync). The demo launcher and the tests render the same configs for free ports
+ * (`npm run render` rewrites them; a test checks they are in sync). The demo launcher and the tests render the same configs for free ports
  * and temporary directories.
  *
  * Stays within nats-server 2.9 features: no subject transforms, no multiple filter subjects.
