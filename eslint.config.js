@@ -1,8 +1,86 @@
+import { readdirSync } from 'node:fs';
 import js from '@eslint/js';
+import boundaries from 'eslint-plugin-boundaries';
 import tseslint from 'typescript-eslint';
 
+/**
+ * The house rules for imports, enforced by eslint-plugin-boundaries (test/lint/boundaries.test.ts
+ * proves each one rejects a bad import). Workspace imports (`@spillway/x`) resolve to the source
+ * files through the `@spillway/source` condition, so a rule about a package holds however it is
+ * imported. Later policies override earlier ones.
+ */
+const workspaces = (dir) => readdirSync(new globalThis.URL(`./${dir}/`, import.meta.url), { withFileTypes: true }).filter((d) => d.isDirectory()).map((d) => d.name);
+const PACKAGES = workspaces('packages');
+const SERVICES = workspaces('services');
+
+/**
+ * The pure core: no I/O, no clock they were not handed. Each may import only the workspace
+ * packages and npm modules listed here, and no Node.js built-in module at all.
+ */
+const PURE = {
+  events: { packages: [], modules: ['zod'] },
+  fleet: { packages: ['events'], modules: [] },
+  // Never protocol: picking knows nothing of ext_proc.
+  scheduler: { packages: ['events', 'fleet'], modules: ['zod'] },
+  protocol: { packages: ['events'], modules: ['@bufbuild/protobuf'] },
+  engine: { packages: [], modules: [] },
+};
+
+const pkg = (name) => ({ element: { type: 'package', captured: { name } } });
+const testsOf = (kind, name) => ({ element: { type: `${kind}-tests`, captured: { name } } });
+const NON_TEST = { element: { types: ['package', 'service', 'infra'] } };
+
+const purePolicies = Object.entries(PURE).flatMap(([name, allowed]) => [
+  {
+    from: pkg(name),
+    disallow: { to: { element: { types: ['package', 'service'] } } },
+    message: `${name} is pure: it may import only ${allowed.packages.map((p) => `@spillway/${p}`).join(', ') || 'no workspace package'}`,
+  },
+  ...allowed.packages.map((p) => ({ from: pkg(name), allow: { to: pkg(p) } })),
+  {
+    from: pkg(name),
+    disallow: { to: { module: { origin: ['core', 'external'] } } },
+    message: `${name} is pure: no Node.js built-in (I/O) and no npm module beyond ${allowed.modules.join(', ') || 'none'}`,
+  },
+  ...allowed.modules.map((source) => ({ from: pkg(name), allow: { to: { module: { origin: 'external', source: [source, `${source}/**`] } } } })),
+]);
+
+const policies = [
+  ...purePolicies,
+  // events validates addresses with node:net's isIP* (pure functions); nothing else of node:net.
+  { from: pkg('events'), allow: { to: { module: { origin: 'core', source: 'node:net' } }, dependency: { specifiers: ['isIP', 'isIPv4', 'isIPv6'] } } },
+  {
+    from: pkg('events'),
+    disallow: { to: { module: { origin: 'core', source: 'node:net' } }, dependency: { specifiers: '!(isIP|isIPv4|isIPv6)' } },
+    message: 'events is pure: of node:net only the address validators isIP, isIPv4 and isIPv6',
+  },
+  // protocol's hand-written code names grpc-js types only (its generated stubs build the service definitions).
+  { from: pkg('protocol'), allow: { to: { module: { origin: 'external', source: '@grpc/grpc-js' } }, dependency: { kind: 'type' } } },
+  // Packages never import services.
+  {
+    from: { element: { types: ['package', 'package-tests'] } },
+    disallow: { to: { element: { types: ['service', 'service-tests'] } } },
+    message: 'packages never import services',
+  },
+  // Services import each other only through packages (a service's own files are internal, not checked).
+  { from: { element: { type: 'service' } }, disallow: { to: { element: { type: 'service' } } }, message: 'services import each other only through packages' },
+  // No workspace imports another's test/ (nor the repository's test/): only its own tests may.
+  {
+    disallow: { to: { element: { types: ['package-tests', 'service-tests', 'repo-tests'] } } },
+    message: "test helpers are private to their workspace's tests; shared ones belong in @spillway/testkit",
+  },
+  ...PACKAGES.map((name) => ({ from: testsOf('package', name), allow: { to: testsOf('package', name) } })),
+  ...SERVICES.map((name) => ({ from: testsOf('service', name), allow: { to: testsOf('service', name) } })),
+  { from: { element: { type: 'repo-tests' } }, allow: { to: { element: { type: 'repo-tests' } } } },
+  // The test kit is for tests; the demo and the binaries use @spillway/proc.
+  { from: NON_TEST, disallow: { to: pkg('testkit') }, message: 'only tests import @spillway/testkit' },
+  { from: pkg('testkit'), allow: { to: pkg('testkit') } },
+];
+
 export default tseslint.config(
-  { ignores: ['**/dist/**', '**/node_modules/**', 'proto/gen/**', 'packages/protocol/src/gen/**', 'coverage/**'] },
+  {
+    ignores: ['**/dist/**', '**/node_modules/**', 'proto/gen/**', 'packages/protocol/src/gen/**', 'coverage/**', 'test/lint/fixtures/**'],
+  },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {
@@ -10,6 +88,30 @@ export default tseslint.config(
       '@typescript-eslint/no-explicit-any': 'error',
       '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_', varsIgnorePattern: '^_' }],
       '@typescript-eslint/consistent-type-imports': 'error',
+    },
+  },
+  {
+    files: ['**/*.ts'],
+    plugins: { boundaries },
+    settings: {
+      'import/resolver': {
+        typescript: { project: ['tsconfig.check.json'], conditionNames: ['@spillway/source', 'types', 'import', 'node', 'default'] },
+      },
+      // A workspace's own node_modules (unhoisted npm modules) are npm modules, not the workspace.
+      'boundaries/ignore': ['**/node_modules/**'],
+      // Whole paths from the repository root; the first matching descriptor wins, so each
+      // workspace's test/ comes before the workspace.
+      'boundaries/elements': [
+        { type: 'package-tests', pattern: 'packages/*/test/**', capture: ['name'], partialMatch: false },
+        { type: 'service-tests', pattern: 'services/*/test/**', capture: ['name'], partialMatch: false },
+        { type: 'package', pattern: 'packages/*/**', capture: ['name'], partialMatch: false },
+        { type: 'service', pattern: 'services/*/**', capture: ['name'], partialMatch: false },
+        { type: 'infra', pattern: 'infra/**', partialMatch: false },
+        { type: 'repo-tests', pattern: 'test/**', partialMatch: false },
+      ],
+    },
+    rules: {
+      'boundaries/dependencies': ['error', { default: 'allow', checkAllOrigins: true, policies }],
     },
   },
   {

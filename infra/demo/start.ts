@@ -10,21 +10,20 @@ import { fileURLToPath } from 'node:url';
 import { z } from 'zod';
 import { CliError, parseCommandLine, renderHelp } from '@spillway/cli';
 import { PRESETS } from '@spillway/engine';
-import { INSTALL_HINT, natsServerAvailable } from '@spillway/testkit';
+import { INSTALL_HINT, natsServerAvailable } from '@spillway/proc';
 import { emptyWindow, formatSummary, formatTick, mergeWindows, record, tickHeader, zonePodsFromMetrics, type Style, type ZonePods, type ZoneWindow } from './report.js';
 import { MIN_DURATION_S, phaseAt, planScenario, serverCapacity, type Phase, type PhaseAction } from './scenario.js';
-import { LocalSystem, MODEL, type ZoneSpec } from './system.js';
+import { LocalSystem, MODEL, zoneSpecsOf, type ZoneSpec } from './system.js';
+import { loadTopology } from '../topology.js';
 import { TrafficDriver, type Outcome } from './traffic.js';
 
 const ROOT = resolve(fileURLToPath(new URL('../..', import.meta.url)));
 
-const ZONES: ZoneSpec[] = [
-  { zone: 'zone-a', region: 'r1', servers: 3 },
-  { zone: 'zone-b', region: 'r1', servers: 3 },
-  { zone: 'zone-c', region: 'r2', servers: 2 },
-];
-const OVERLOAD_ZONE = 'zone-a';
-const DOWN_ZONE = 'zone-b';
+/** The zones, regions and model servers of infra/topology.yaml, as the manifests deploy them. */
+const ZONES: ZoneSpec[] = zoneSpecsOf(loadTopology());
+if (ZONES.length < 2) throw new Error('infra/topology.yaml: the demo needs at least two zones (one overloads, one goes down)');
+const OVERLOAD_ZONE = ZONES[0]!.zone;
+const DOWN_ZONE = ZONES[1]!.zone;
 const OVERLOAD_FACTOR = 1.75;
 
 /**
@@ -76,10 +75,10 @@ const FLAGS = {
 };
 
 const SUMMARY =
-  'Spillway local demo: three zones (zone-a and zone-b in region r1, zone-c in r2) on loopback, each with\n' +
-  'simulated model servers, a collector, an EPP (locality mode) and a development gateway. A driver sends\n' +
-  'streaming completions to every gateway while a scenario plays: balanced -> overload (zone-a past its\n' +
-  'capacity) -> zone-down (zone-b\'s servers killed) -> recovery. Ctrl-C stops everything.';
+  `Spillway local demo: the zones of infra/topology.yaml (${ZONES.map((z) => `${z.zone} in region ${z.region}`).join(', ')}) on loopback,\n` +
+  'each with simulated model servers, a collector, an EPP (locality mode) and a development gateway. A driver\n' +
+  'sends streaming completions to every gateway while a scenario plays: balanced -> overload\n' +
+  `(${OVERLOAD_ZONE} past its capacity) -> zone-down (${DOWN_ZONE}'s servers killed) -> recovery. Ctrl-C stops everything.`;
 
 function out(line = ''): void {
   process.stdout.write(`${line}\n`);

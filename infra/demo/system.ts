@@ -3,8 +3,9 @@ import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { connect } from '@nats-io/transport-node';
 import { jetstreamManager } from '@nats-io/jetstream';
-import { freePort, natsServerAvailable, waitForPort, INSTALL_HINT } from '@spillway/testkit';
+import { freePort, natsServerAvailable, waitForPort, INSTALL_HINT } from '@spillway/proc';
 import { provisionZoneStreams, renderSingleServer, renderZoneTopology, writeZoneTopology, zoneStreamName, type RenderedTopology } from '../nats/topology.js';
+import type { Topology } from '../topology.js';
 import { httpOk, ManagedProcess, waitUntil } from './process.js';
 
 /**
@@ -24,6 +25,11 @@ export interface ZoneSpec {
   region: string;
   /** Model servers (simulators) in this zone. */
   servers: number;
+}
+
+/** The demo's zones: the zones, regions and model servers of the deployment topology. */
+export function zoneSpecsOf(topology: Topology): ZoneSpec[] {
+  return topology.zones.map((z) => ({ zone: z.name, region: z.region, servers: z.modelServers }));
 }
 
 export interface SystemOptions {

@@ -9,138 +9,25 @@
  *   data, and the aggregate's sources catch up by themselves when the link returns.
  *
  * The committed `*.conf` files in this folder are this module's output for `DEFAULT_*` options
- * (`node --conditions=@spillway/source --import tsx infra/nats/render.ts` rewrites them; a test
- * checks they are in sync). The demo launcher and the tests render the same configs for free ports
+ * (`npm run render` rewrites them; a test checks they are in sync). The demo launcher and the tests render the same configs for free ports
  * and temporary directories.
  *
  * Stays within nats-server 2.9 features: no subject transforms, no multiple filter subjects.
  */
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import type { JetStreamManager, StreamConfig } from '@nats-io/jetstream';
-import { findStream, streamConfigFor, streamSettingsSchema } from '@spillway/bus';
-import { SUBJECT_ROOT, escapeToken } from '@spillway/events';
+import { AGGREGATE_STREAM, HUB_DOMAIN, domainOf, uniqueZones, zoneStreamName, zoneSubjects } from '@spillway/bus';
+import { loadTopology } from '../topology.js';
 
-/** The stream every EPP reads: the whole stream on one server, the local aggregate in a zone. */
-export const AGGREGATE_STREAM = 'SPILLWAY';
+// The stream definitions and provisioning live in @spillway/bus (spillway-provision uses them in
+// a cluster); re-exported so the demo and the tests have one place for the whole topology.
+export {
+  AGGREGATE_STREAM, HUB_DOMAIN, aggregateStreamConfig, assertZoneName, domainOf, provisionZoneStreams, zoneStreamConfig, zoneStreamName, zoneSubjects,
+} from '@spillway/bus';
+export type { ProvisionResult, StreamDefinition } from '@spillway/bus';
+
 /** The NATS account that carries Spillway traffic in the zone topology (hub and zones). */
 export const SPILLWAY_ACCOUNT = 'SPILLWAY';
-/** The hub's own JetStream domain. The hub stores nothing; see renderHub for why it has one. */
-export const HUB_DOMAIN = 'hub';
-
-
-/** Zone names are used as JetStream domains and config identifiers, so keep them to one plain token. */
-const ZONE_NAME = /^[A-Za-z0-9_-]{1,64}$/;
-
-export function assertZoneName(zone: string): void {
-  if (!ZONE_NAME.test(zone)) {
-    throw new Error(`zone "${zone}": the NATS zone topology needs zone names of letters, digits, _ and - (it is a JetStream domain)`);
-  }
-  if (zone === HUB_DOMAIN) throw new Error(`zone "${zone}": the name is reserved for the hub's JetStream domain`);
-}
-
-/** The JetStream domain of a zone: the zone name itself, so `$JS.<zone>.API` reads naturally. */
-export function domainOf(zone: string): string {
-  assertZoneName(zone);
-  return zone;
-}
-
-/** `SPILLWAY_<ZONE>`: stream names may not contain `.`, `*`, `>` or spaces; zone names have none. */
-export function zoneStreamName(zone: string): string {
-  assertZoneName(zone);
-  return `${AGGREGATE_STREAM}_${zone.toUpperCase()}`;
-}
-
-/** Every pool's subjects of one zone: `spillway.v1.*.<zone>.>`. */
-export function zoneSubjects(zone: string): string {
-  return `${SUBJECT_ROOT}.*.${escapeToken(zone)}.>`;
-}
-
-/**
- * Limits shared by the zone streams and the aggregates: the DESIGN §3 last-value stream settings,
- * from the same definition the services use when they create the single-server stream.
- */
-function lastValueLimits(): Partial<StreamConfig> {
-  const { name: _name, subjects: _subjects, ...limits } = streamConfigFor(streamSettingsSchema.parse({}));
-  return limits;
-}
-
-export type StreamDefinition = Partial<StreamConfig> & { name: string };
-
-/**
- * A zone's own stream, created in the zone's domain. It captures only that zone's subjects, so the
- * zone streams of different domains never capture each other's publishes even though the leaf
- * nodes carry subject interest between them.
- */
-export function zoneStreamConfig(zone: string): StreamDefinition {
-  return { name: zoneStreamName(zone), subjects: [zoneSubjects(zone)], ...lastValueLimits() };
-}
-
-/**
- * The local aggregate of `localZone`: no `subjects` (with subjects it would also capture live
- * traffic crossing the leaf nodes, twice), sourcing the local zone stream directly and every other
- * zone's stream through that zone's JetStream API prefix. Sources keep retrying while a zone is
- * unreachable and resume where they stopped, which is the "catches up afterwards" of DESIGN §3.
- */
-export function aggregateStreamConfig(localZone: string, zones: readonly string[], name = AGGREGATE_STREAM): StreamDefinition {
-  assertZoneName(localZone);
-  const all = uniqueZones([localZone, ...zones]);
-  return {
-    name,
-    sources: all.map((zone) =>
-      zone === localZone
-        ? { name: zoneStreamName(zone) }
-        : // deliver "": no delivery prefix. The remote source consumer delivers on this server's
-          // own internal subject, which the leaf links carry because every server shares account
-          // SPILLWAY (a prefix is only needed when the streams live in different accounts).
-          { name: zoneStreamName(zone), external: { api: `$JS.${domainOf(zone)}.API`, deliver: '' } },
-    ),
-    ...lastValueLimits(),
-  };
-}
-
-function uniqueZones(zones: readonly string[]): string[] {
-  const seen = new Map<string, string>();
-  for (const zone of zones) {
-    assertZoneName(zone);
-    const stream = zoneStreamName(zone);
-    const other = seen.get(stream);
-    if (other !== undefined && other !== zone) throw new Error(`zones "${other}" and "${zone}" map to the same stream ${stream}`);
-    seen.set(stream, zone);
-  }
-  return [...seen.values()];
-}
-
-export interface ProvisionResult {
-  created: string[];
-  existing: string[];
-}
-
-/**
- * Creates the zone stream and the local aggregate in `localZone`'s domain when they are missing.
- * Existing streams are left as they are (DESIGN §3: never change an existing stream destructively).
- * `jsm` must be a manager of the zone's own domain with an admin user (the collector and EPP users
- * cannot create streams); with `jetstreamManager(nc)` on the zone's server, that is the default.
- * Call it once per zone before starting that zone's collector and EPP.
- */
-export async function provisionZoneStreams(
-  jsm: JetStreamManager,
-  localZone: string,
-  zones: readonly string[],
-  aggregate = AGGREGATE_STREAM,
-): Promise<ProvisionResult> {
-  const result: ProvisionResult = { created: [], existing: [] };
-  for (const config of [zoneStreamConfig(localZone), aggregateStreamConfig(localZone, zones, aggregate)]) {
-    if (await findStream(jsm, config.name)) {
-      result.existing.push(config.name);
-      continue;
-    }
-    await jsm.streams.add(config);
-    result.created.push(config.name);
-  }
-  return result;
-}
-
 
 // ---------------------------------------------------------------------------------------------
 // Config rendering
@@ -181,6 +68,13 @@ export interface ZoneTopologyOptions {
    * and the clients then need the plain text from elsewhere).
    */
   password?: (user: string) => string;
+  /**
+   * `inline` (default): passwords are written into the configs. `environment`: every password is
+   * a reference to an environment variable (`passwordVariable(user)`) and each zone's leaf remote
+   * URL, which carries its credentials, is `$NATS_LEAF_URL`; nats-server resolves them when it
+   * starts, so the configs can live in a ConfigMap and the secrets in a Secret (Kubernetes).
+   */
+  secrets?: 'inline' | 'environment';
   /** Name of the local aggregate stream, default `SPILLWAY` (the EPP's default `--stream`). */
   aggregateStream?: string;
 }
@@ -256,11 +150,29 @@ jetstream {
 `;
 }
 
-function userBlock(user: string, password: string, permissions: string | undefined, indent: string): string {
-  if (!permissions) return `${indent}{ user: ${q(user)}, password: ${q(password)} }`;
+/** The environment variable holding `user`'s password in `secrets: 'environment'` configs. */
+export function passwordVariable(user: string): string {
+  return `NATS_PASSWORD_${user.toUpperCase().replace(/[^A-Z0-9]/g, '_')}`;
+}
+
+/** The environment variable holding a zone server's leaf remote URL (with its credentials). */
+export const LEAF_URL_VARIABLE = 'NATS_LEAF_URL';
+
+/**
+ * A config value: a quoted string, or a variable reference (`$NAME`), which nats-server looks up in
+ * the environment when no variable of that name is defined in the file.
+ */
+type Value = { literal: string } | { variable: string };
+
+function value(v: Value): string {
+  return 'literal' in v ? q(v.literal) : `$${v.variable}`;
+}
+
+function userBlock(user: string, password: Value, permissions: string | undefined, indent: string): string {
+  if (!permissions) return `${indent}{ user: ${q(user)}, password: ${value(password)} }`;
   return `${indent}{
 ${indent}  user: ${q(user)}
-${indent}  password: ${q(password)}
+${indent}  password: ${value(password)}
 ${indent}  permissions: {
 ${permissions}
 ${indent}  }
@@ -326,7 +238,9 @@ export function renderZoneTopology(options: ZoneTopologyOptions): RenderedTopolo
   const aggregate = options.aggregateStream ?? AGGREGATE_STREAM;
   const zoneNames = uniqueZones(options.zones.map((z) => z.zone));
   if (zoneNames.length !== options.zones.length) throw new Error('each zone may appear only once');
-  const cred = (user: string): Credentials => ({ user, pass: password(user) });
+  const fromEnvironment = options.secrets === 'environment';
+  const cred = (user: string): Credentials => ({ user, pass: fromEnvironment ? `$${passwordVariable(user)}` : password(user) });
+  const secret = (c: Credentials): Value => (fromEnvironment ? { variable: passwordVariable(c.user) } : { literal: c.pass });
 
   const hubAdmin = cred('admin-hub');
   const leafUsers = zoneNames.map((zone) => cred(`leaf-${zone}`));
@@ -351,7 +265,7 @@ accounts {
   ${SPILLWAY_ACCOUNT} {
     jetstream: enabled
     users: [
-${userBlock(hubAdmin.user, hubAdmin.pass, undefined, '      ')}
+${userBlock(hubAdmin.user, secret(hubAdmin), undefined, '      ')}
     ]
   }
 }
@@ -364,7 +278,7 @@ leafnodes {
   # leaf connection automatically, so no zone's API call is ever answered by another domain.
   authorization {
     users: [
-${leafUsers.map((u) => `      { user: ${q(u.user)}, password: ${q(u.pass)}, account: ${q(SPILLWAY_ACCOUNT)} }`).join('\n')}
+${leafUsers.map((u) => `      { user: ${q(u.user)}, password: ${value(secret(u))}, account: ${q(SPILLWAY_ACCOUNT)} }`).join('\n')}
     ]
   }
 }
@@ -374,8 +288,9 @@ ${leafUsers.map((u) => `      { user: ${q(u.user)}, password: ${q(u.pass)}, acco
     const zone = z.zone;
     const leaf = cred(`leaf-${zone}`);
     const users = { admin: cred(`admin-${zone}`), collector: cred(`collector-${zone}`), epp: cred(`epp-${zone}`) };
-    // Credentials in the URL: remotes of 2.9 take user info there (a `credentials` file is for JWTs).
-    const hubUrl = `nats-leaf://${encodeURIComponent(leaf.user)}:${encodeURIComponent(leaf.pass)}@${hubAddress}:${options.hub.leafPort}`;
+    const hubUrl: Value = fromEnvironment
+      ? { variable: LEAF_URL_VARIABLE }
+      : { literal: leafUrl(leaf, hubAddress, options.hub.leafPort) };
     const config = `# Spillway NATS server of zone ${q(zone)}: JetStream domain ${q(domainOf(zone))}, leaf node of the hub.
 # Generated by infra/nats/topology.ts (renderZoneTopology); see infra/nats/README.md.
 #
@@ -399,9 +314,9 @@ accounts {
   ${SPILLWAY_ACCOUNT} {
     jetstream: enabled
     users: [
-${userBlock(users.admin.user, users.admin.pass, undefined, '      ')}
-${userBlock(users.collector.user, users.collector.pass, collectorPermissions(zone, '      '), '      ')}
-${userBlock(users.epp.user, users.epp.pass, eppPermissions(aggregate, '      '), '      ')}
+${userBlock(users.admin.user, secret(users.admin), undefined, '      ')}
+${userBlock(users.collector.user, secret(users.collector), collectorPermissions(zone, '      '), '      ')}
+${userBlock(users.epp.user, secret(users.epp), eppPermissions(aggregate, '      '), '      ')}
     ]
   }
 }
@@ -410,7 +325,7 @@ leafnodes {
   # Bound to account ${SPILLWAY_ACCOUNT} on both ends. The leaf reconnects by itself (every second
   # by default) when the hub comes back.
   remotes: [
-    { url: ${q(hubUrl)}, account: ${q(SPILLWAY_ACCOUNT)} }
+    { url: ${value(hubUrl)}, account: ${q(SPILLWAY_ACCOUNT)} }
   ]
 }
 `;
@@ -440,6 +355,14 @@ leafnodes {
   };
 }
 
+/**
+ * A zone's leaf remote URL to the hub. The credentials travel in the URL: remotes of 2.9 take user
+ * info there (a `credentials` file is for JWTs), so passwords must be URL-safe or are escaped here.
+ */
+export function leafUrl(leaf: Credentials, hubAddress: string, leafPort: number): string {
+  return `nats-leaf://${encodeURIComponent(leaf.user)}:${encodeURIComponent(leaf.pass)}@${hubAddress}:${leafPort}`;
+}
+
 /** Writes the hub's and every zone's config into `dir`; returns the paths by server (`hub`, zone names). */
 export async function writeZoneTopology(topology: RenderedTopology, dir: string): Promise<Record<string, string>> {
   await mkdir(dir, { recursive: true });
@@ -455,7 +378,8 @@ export async function writeZoneTopology(topology: RenderedTopology, dir: string)
 // ---------------------------------------------------------------------------------------------
 // The committed files: laptop defaults (loopback, fixed ports, data under ./.data/nats).
 
-export const DEFAULT_ZONES = ['zone-a', 'zone-b', 'zone-c'] as const;
+/** The zones of infra/topology.yaml, the deployment's one topology source. */
+export const DEFAULT_ZONES: readonly string[] = loadTopology().zones.map((z) => z.name);
 
 export const DEFAULT_SINGLE: SingleServerOptions = { port: 4222, storeDir: '.data/nats/single', monitorPort: 8222 };
 

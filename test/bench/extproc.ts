@@ -1,8 +1,7 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { startNatsServer } from '@spillway/testkit';
-import { TestPublisher } from '../../services/epp/test/helpers.js';
+import { startNatsServer, TestPublisher } from '@spillway/testkit';
 import { markdownTable, type BenchContext, type BenchPart } from './part.js';
 import { displayCommand, H2LOAD_INSTALL, h2loadVersion, runH2load, type LoadResult, type LoadSpec } from './extproc/h2load.js';
 import { eppOutcomes, keepPodsFresh, podPool, startBareServer, startEppChild, type Child } from './extproc/processes.js';

@@ -1,20 +1,33 @@
 /**
- * infra/envoy/envoy.yaml: structure checks (there is no Envoy binary here to run
- * `envoy --mode validate`). Each check is one of the things the EPP protocol relies on
- * (DESIGN §4, reference/envoy.md §2, §3, §6.2).
+ * infra/envoy: one config per zone of the topology, each read into Envoy's v3 Bootstrap with
+ * Envoy's own .proto files (envoy-schema.ts: unknown fields, wrong types, unknown type URLs fail),
+ * and checked for what the EPP protocol relies on (filter order, ext_proc modes and metadata
+ * namespaces, one override_host source, the served-endpoint key, retries, stripped headers, the
+ * HTTP/2 EPP cluster with its gRPC health check). There is no Envoy binary here to run
+ * `envoy --mode validate`.
  */
+import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { beforeAll, describe, expect, it } from 'vitest';
+import { eppAddressOf, envoyFileOf } from '../../infra/envoy/render.js';
+import { loadTopology } from '../../infra/topology.js';
+import { checkMessage, envoyApi } from './envoy-schema.js';
 import { at, list, node, readYaml, str, type Node } from './yaml-helpers.js';
 
-const ENVOY_YAML = join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'infra', 'envoy', 'envoy.yaml');
+const HERE = dirname(fileURLToPath(import.meta.url));
+const ENVOY_DIR = join(HERE, '..', '..', 'infra', 'envoy');
+const BOOTSTRAP = 'envoy.config.bootstrap.v3.Bootstrap';
 const TYPE = 'type.googleapis.com/';
+const topology = loadTopology();
 
-describe('infra/envoy/envoy.yaml', () => {
-  let config: unknown;
-  let hcm: Node;
-  let filters: Node[];
+/** The http filters and clusters of one config, for the structure checks. */
+function partsOf(config: unknown) {
+  const listeners = list(config, 'static_resources', 'listeners');
+  expect(listeners).toHaveLength(1);
+  const manager = list(listeners[0], 'filter_chains', 0, 'filters').find((f) => str(f, 'name') === 'envoy.filters.network.http_connection_manager');
+  const hcm = node(manager, 'typed_config');
+  const filters = list(hcm, 'http_filters').map((f) => node(f));
   const filter = (name: string): Node => {
     const found = filters.find((f) => f['name'] === name);
     if (!found) throw new Error(`no http filter ${name}`);
@@ -25,119 +38,131 @@ describe('infra/envoy/envoy.yaml', () => {
     if (!found) throw new Error(`no cluster ${name}`);
     return node(found);
   };
-  const routes = (): Node[] =>
-    list(hcm, 'route_config', 'virtual_hosts').flatMap((vh) => list(vh, 'routes').map((r) => node(r)));
+  const routes = list(hcm, 'route_config', 'virtual_hosts').flatMap((vh) => list(vh, 'routes').map((r) => node(r)));
+  return { hcm, filters, filter, cluster, routes };
+}
+
+describe("Envoy's schema check (Bootstrap from Envoy's .proto files)", () => {
+  let valid: Node;
+  beforeAll(() => {
+    envoyApi();
+    valid = readYaml(join(ENVOY_DIR, envoyFileOf(topology.zones[0]!.name))) as Node;
+  }, 60_000);
+
+  it('rejects the misspelt fixture, naming the field and its message', () => {
+    const problems = checkMessage(readYaml(join(HERE, 'fixtures', 'envoy-misspelt.yaml')), BOOTSTRAP);
+    expect(problems).toEqual([
+      'static_resources.listeners[0].filter_chains[0].filters[0].typed_config.http_filters[0].typed_config.procesing_mode: unknown field of envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor',
+    ]);
+  });
+
+  it('rejects a field in the wrong place, a wrong type, an unknown enum name, an unknown type URL and two members of a oneof', () => {
+    const mutate = (change: (config: Node) => void): string[] => {
+      const copy = structuredClone(valid);
+      change(copy);
+      return checkMessage(copy, BOOTSTRAP);
+    };
+    const hcmOf = (config: Node) => partsOf(config).hcm;
+    const extProcOf = (config: Node) => partsOf(config).filter('envoy.filters.http.ext_proc');
+    // retry_policy belongs to the route action, not to the route.
+    expect(mutate((c) => (partsOf(c).routes[0]!['retry_policy'] = { num_retries: 2 })).join('\n')).toMatch(/routes\[0\]\.retry_policy: unknown field of envoy\.config\.route\.v3\.Route$/);
+    expect(mutate((c) => (hcmOf(c)['stream_idle_timeout'] = 600)).join('\n')).toMatch(/stream_idle_timeout: a Duration is a string/);
+    expect(mutate((c) => (node(extProcOf(c), 'processing_mode')['response_body_mode'] = 'FULL_DUPLEX')).join('\n')).toMatch(/"FULL_DUPLEX" is not a value of .*BodySendMode/);
+    expect(mutate((c) => (extProcOf(c)['@type'] = `${TYPE}envoy.extensions.filters.http.ext_proc.v3.ExternalProcesor`)).join('\n')).toMatch(/names no message/);
+    expect(mutate((c) => (extProcOf(c)['failure_mode_allow'] = 'no')).join('\n')).toMatch(/failure_mode_allow: expected bool/);
+    // A cluster's discovery type and cluster_type are one oneof.
+    expect(mutate((c) => (partsOf(c).cluster('spillway_epp')['cluster_type'] = { name: 'x' })).join('\n')).toMatch(/are both set/);
+  });
+});
+
+describe.each(topology.zones.map((z) => [z.name]))('infra/envoy/envoy-%s.yaml', (zone) => {
+  const file = join(ENVOY_DIR, envoyFileOf(zone));
+  let config: unknown;
+  let parts: ReturnType<typeof partsOf>;
 
   beforeAll(() => {
-    config = readYaml(ENVOY_YAML);
-    const listeners = list(config, 'static_resources', 'listeners');
-    expect(listeners).toHaveLength(1);
-    const network = list(listeners[0], 'filter_chains', 0, 'filters');
-    const manager = network.find((f) => str(f, 'name') === 'envoy.filters.network.http_connection_manager');
-    hcm = node(manager, 'typed_config');
-    filters = list(hcm, 'http_filters').map((f) => node(f));
+    config = readYaml(file);
+    parts = partsOf(config);
+  });
+
+  it("is a valid Envoy v3 Bootstrap by Envoy's own schema", () => {
+    expect(checkMessage(config, BOOTSTRAP)).toEqual([]);
   });
 
   it('runs set_metadata, then ext_proc, then the router (router last)', () => {
-    expect(filters.map((f) => f['name'])).toEqual([
-      'envoy.filters.http.set_metadata',
-      'envoy.filters.http.ext_proc',
-      'envoy.filters.http.router',
-    ]);
-    expect(str(hcm, '@type')).toBe(`${TYPE}envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager`);
-    expect(str(filter('envoy.filters.http.router'), '@type')).toBe(`${TYPE}envoy.extensions.filters.http.router.v3.Router`);
+    expect(parts.filters.map((f) => f['name'])).toEqual(['envoy.filters.http.set_metadata', 'envoy.filters.http.ext_proc', 'envoy.filters.http.router']);
   });
 
-  it('set_metadata writes a zone-local subset of ip:port strings into envoy.lb.subset_hint', () => {
-    const setMetadata = filter('envoy.filters.http.set_metadata');
-    expect(str(setMetadata, '@type')).toBe(`${TYPE}envoy.extensions.filters.http.set_metadata.v3.Config`);
-    const entries = list(setMetadata, 'metadata');
+  it("set_metadata writes this zone's model servers as the subset, all known to the model-server cluster", () => {
+    const entries = list(parts.filter('envoy.filters.http.set_metadata'), 'metadata');
     expect(entries).toHaveLength(1);
     expect(str(entries[0], 'metadata_namespace')).toBe('envoy.lb.subset_hint');
     const subset = list(entries[0], 'value', 'x-gateway-destination-endpoint-subset');
-    expect(subset.length).toBeGreaterThan(0);
     for (const entry of subset) expect(entry).toMatch(/^\d+\.\d+\.\d+\.\d+:\d+$/);
-    // The subset names pods the model-server cluster knows, all in this gateway's zone.
-    const zoneA = list(cluster('model_servers'), 'load_assignment', 'endpoints').find((l) => str(l, 'locality', 'zone') === 'zone-a');
-    const zoneAAddresses = list(zoneA, 'lb_endpoints').map(
+    const locality = list(parts.cluster('model_servers'), 'load_assignment', 'endpoints').find((l) => str(l, 'locality', 'zone') === zone);
+    const addresses = list(locality, 'lb_endpoints').map(
       (e) => `${str(e, 'endpoint', 'address', 'socket_address', 'address')}:${String(at(e, 'endpoint', 'address', 'socket_address', 'port_value'))}`,
     );
-    expect([...subset].sort()).toEqual([...zoneAAddresses].sort());
+    expect([...subset].sort()).toEqual([...addresses].sort());
   });
 
-  it('ext_proc is full duplex both ways with trailers sent, fails closed, and moves the right metadata', () => {
-    const extProc = filter('envoy.filters.http.ext_proc');
-    expect(str(extProc, '@type')).toBe(`${TYPE}envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor`);
+  it('ext_proc streams the request body full duplex, sends only response headers, fails closed, and moves the right metadata', () => {
+    const extProc = parts.filter('envoy.filters.http.ext_proc');
+    // Response headers carry the served endpoint; bodies stay out of the EPP unless asked for (README).
     expect(node(extProc, 'processing_mode')).toEqual({
       request_header_mode: 'SEND',
       response_header_mode: 'SEND',
       request_body_mode: 'FULL_DUPLEX_STREAMED',
-      response_body_mode: 'FULL_DUPLEX_STREAMED',
       request_trailer_mode: 'SEND',
-      response_trailer_mode: 'SEND',
+      response_body_mode: 'NONE',
+      response_trailer_mode: 'SKIP',
     });
     expect(at(extProc, 'failure_mode_allow')).toBe(false);
-    expect(str(extProc, 'message_timeout')).toMatch(/^\d+s$/);
     expect(list(extProc, 'metadata_options', 'forwarding_namespaces', 'untyped')).toEqual(['envoy.lb', 'envoy.lb.subset_hint']);
     expect(list(extProc, 'metadata_options', 'receiving_namespaces', 'untyped')).toEqual(['envoy.lb']);
     expect(str(extProc, 'grpc_service', 'envoy_grpc', 'cluster_name')).toBe('spillway_epp');
-    cluster('spillway_epp');
   });
 
   it('the route strips client routing headers and retries down the list', () => {
-    const all = routes();
-    expect(all).toHaveLength(1);
-    const route = all[0]!;
+    expect(parts.routes).toHaveLength(1);
+    const route = parts.routes[0]!;
     expect(list(route, 'request_headers_to_remove')).toEqual(
-      expect.arrayContaining([
-        'x-gateway-destination-endpoint',
-        'x-gateway-destination-endpoint-subset',
-        'x-gateway-destination-endpoint-served',
-      ]),
+      expect.arrayContaining(['x-gateway-destination-endpoint', 'x-gateway-destination-endpoint-subset', 'x-gateway-destination-endpoint-served']),
     );
     expect(str(route, 'route', 'cluster')).toBe('model_servers');
     const retry = node(route, 'route', 'retry_policy');
     expect(new Set(str(retry, 'retry_on').split(','))).toEqual(new Set(['5xx', 'reset', 'connect-failure']));
     expect(at(retry, 'num_retries')).toBe(2);
-    // A host predicate would make override_host consume list entries without trying them.
     expect(retry['retry_host_predicate']).toBeUndefined();
   });
 
-  it('the model-server cluster uses override_host with exactly one source, the envoy.lb metadata key', () => {
-    const servers = cluster('model_servers');
+  it('the model-server cluster uses override_host with one metadata source and the served key, and knows every zone in its region', () => {
+    const servers = parts.cluster('model_servers');
     const policies = list(servers, 'load_balancing_policy', 'policies');
     expect(policies).toHaveLength(1);
-    expect(str(policies[0], 'typed_extension_config', 'name')).toBe('envoy.load_balancing_policies.override_host');
     const overrideHost = node(policies[0], 'typed_extension_config', 'typed_config');
     expect(str(overrideHost, '@type')).toBe(`${TYPE}envoy.extensions.load_balancing_policies.override_host.v3.OverrideHost`);
-    const sources = list(overrideHost, 'override_host_sources');
-    expect(sources).toEqual([{ metadata: { key: 'envoy.lb', path: [{ key: 'x-gateway-destination-endpoint' }] } }]);
+    expect(list(overrideHost, 'override_host_sources')).toEqual([{ metadata: { key: 'envoy.lb', path: [{ key: 'x-gateway-destination-endpoint' }] } }]);
     expect(node(overrideHost, 'selected_host_key')).toEqual({ key: 'envoy.lb', path: [{ key: 'x-gateway-destination-endpoint-served' }] });
-    const fallback = list(overrideHost, 'fallback_policy', 'policies');
-    expect(str(fallback[0], 'typed_extension_config', 'name')).toBe('envoy.load_balancing_policies.round_robin');
-    expect(str(fallback[0], 'typed_extension_config', 'typed_config', '@type')).toBe(
-      `${TYPE}envoy.extensions.load_balancing_policies.round_robin.v3.RoundRobin`,
-    );
-    // lb_policy would be ignored next to load_balancing_policy; ORIGINAL_DST would read a header.
     expect(servers['lb_policy']).toBeUndefined();
-    expect(servers['type']).not.toBe('ORIGINAL_DST');
+    const localities = list(servers, 'load_assignment', 'endpoints').map((l) => [str(l, 'locality', 'zone'), str(l, 'locality', 'region')]);
+    expect(localities).toEqual(topology.zones.map((z) => [z.name, z.region]));
   });
 
-  it('the model-server cluster holds every zone, so cross-zone fallbacks are known hosts', () => {
-    const zones = list(cluster('model_servers'), 'load_assignment', 'endpoints').map((l) => str(l, 'locality', 'zone'));
-    expect(new Set(zones)).toEqual(new Set(['zone-a', 'zone-b', 'zone-c']));
-  });
-
-  it('the EPP cluster speaks HTTP/2 on 9002 and health-checks the ExternalProcessor gRPC service', () => {
-    const epp = cluster('spillway_epp');
+  it("the EPP cluster speaks HTTP/2 to this zone's EPP Service and health-checks the ExternalProcessor service", () => {
+    const epp = parts.cluster('spillway_epp');
     const options = node(epp, 'typed_extension_protocol_options', 'envoy.extensions.upstreams.http.v3.HttpProtocolOptions');
-    expect(str(options, '@type')).toBe(`${TYPE}envoy.extensions.upstreams.http.v3.HttpProtocolOptions`);
     expect(node(options, 'explicit_http_config')).toHaveProperty('http2_protocol_options');
     const checks = list(epp, 'health_checks');
-    expect(checks).toHaveLength(1);
     expect(str(checks[0], 'grpc_health_check', 'service_name')).toBe('envoy.service.ext_proc.v3.ExternalProcessor');
     const endpoints = list(epp, 'load_assignment', 'endpoints', 0, 'lb_endpoints');
-    expect(endpoints.length).toBeGreaterThan(0);
-    for (const e of endpoints) expect(at(e, 'endpoint', 'address', 'socket_address', 'port_value')).toBe(9002);
+    const expected = eppAddressOf(topology, zone);
+    expect(endpoints.map((e) => [str(e, 'endpoint', 'address', 'socket_address', 'address'), at(e, 'endpoint', 'address', 'socket_address', 'port_value')])).toEqual([
+      [expected.host, expected.port],
+    ]);
+    // The address is the zone's EPP Service of infra/k8s, on its ext_proc port.
+    const manifests = readFileSync(join(ENVOY_DIR, '..', 'k8s', 'epp.yaml'), 'utf8');
+    expect(expected.host).toBe(`spillway-epp-${zone}.${topology.namespace}.svc.cluster.local`);
+    expect(manifests).toContain(`name: spillway-epp-${zone}\n`);
   });
 });

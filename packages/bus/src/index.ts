@@ -11,5 +11,7 @@ export { EventReader, startReader } from './reader.js';
 export type { EventSink, ReaderOptions, ReaderStatus } from './reader.js';
 export type { RejectReason } from './rejects.js';
 export type { Logger } from './logger.js';
-export { fleetRows, renderFleetTable, renderFleetStatus } from './table.js';
-export type { FleetRow } from './table.js';
+export {
+  AGGREGATE_STREAM, HUB_DOMAIN, aggregateStreamConfig, assertZoneName, domainOf, provisionZoneStreams, zoneStreamConfig, uniqueZones, zoneStreamName, zoneSubjects,
+} from './zones.js';
+export type { ProvisionResult, StreamDefinition } from './zones.js';

@@ -1,4 +1,9 @@
-export { freePort } from './ports.js';
-export { startNatsServer, natsServerAvailable, waitForPort, INSTALL_HINT } from './nats-server.js';
+// Process helpers live in @spillway/proc (the demo launcher uses them too); re-exported for tests.
+export { freePort, INSTALL_HINT, natsServerAvailable, waitForPort } from '@spillway/proc';
+export { startNatsServer } from './nats-server.js';
 export type { NatsServerHandle, NatsServerOptions } from './nats-server.js';
 export { eventually } from './eventually.js';
+export { metrics, podEvents, publishAll, readiness } from './event-fixtures.js';
+export { POOL, TestPublisher, type PodSpec } from './test-publisher.js';
+export { bodyMessage, envoyRequestMessages, type RequestOptions } from './envoy-messages.js';
+export { healthStatus } from './health.js';

@@ -1,9 +1,8 @@
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { connect as netConnect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { freePort } from './ports.js';
+import { freePort, INSTALL_HINT, natsServerAvailable, waitForPort } from '@spillway/proc';
 
 /**
  * A private nats-server for one test file (DESIGN §7): its own port and temporary JetStream store,
@@ -30,15 +29,6 @@ export interface NatsServerOptions {
   port?: number;
   /** Ignore NATS_URL and always start a private server (fault tests need their own). */
   forcePrivate?: boolean;
-}
-
-export const INSTALL_HINT =
-  'nats-server is not on PATH. Install it (Debian/Ubuntu: `apt-get install nats-server`) ' +
-  'or set NATS_URL to a running server with JetStream enabled.';
-
-export function natsServerAvailable(): boolean {
-  const probe = spawnSync('nats-server', ['--version'], { encoding: 'utf8' });
-  return probe.status === 0;
 }
 
 export async function startNatsServer(options: NatsServerOptions = {}): Promise<NatsServerHandle> {
@@ -108,21 +98,4 @@ function externalHandle(url: string): NatsServerHandle {
     restart: unsupported,
     stop: () => Promise.resolve(),
   };
-}
-
-/** Resolves once something accepts TCP connections on the port (the server is ready for clients). */
-export async function waitForPort(port: number, timeoutMs: number, host = '127.0.0.1'): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const ok = await new Promise<boolean>((resolve) => {
-      const socket = netConnect({ port, host }, () => {
-        socket.destroy();
-        resolve(true);
-      });
-      socket.on('error', () => resolve(false));
-    });
-    if (ok) return;
-    if (Date.now() > deadline) throw new Error(`nothing listening on ${host}:${port} after ${timeoutMs} ms`);
-    await new Promise((r) => setTimeout(r, 25));
-  }
 }

@@ -1,20 +1,11 @@
 import { credentials as grpcCredentials, type ChannelCredentials, type ClientDuplexStream, type ServiceError } from '@grpc/grpc-js';
-import { connect, type NatsConnection } from '@nats-io/transport-node';
-import type { MetricsEvent, ReadinessEvent } from '@spillway/events';
-import { EventPublisher } from '@spillway/bus';
-import type {
-  ServingStatus} from '@spillway/protocol';
-import {
-  BodySendMode,
-  ExternalProcessorClient,
-  HealthClient,
-  type ProcessingRequest,
-  type ProcessingResponse,
-} from '@spillway/protocol';
+import { ExternalProcessorClient, type ProcessingRequest, type ProcessingResponse } from '@spillway/protocol';
+import { POOL } from '@spillway/testkit';
 import pino from 'pino';
 import { loadEppConfig, startEpp, type RunningEpp } from '@spillway/epp';
 
-export const POOL = 'llama';
+// Shared with the ext_proc benchmark, so they live in the test kit.
+export { bodyMessage, envoyRequestMessages, healthStatus, POOL, TestPublisher, type PodSpec, type RequestOptions } from '@spillway/testkit';
 
 /** Starts an EPP in-process on ephemeral ports, configured through its real flag parser. */
 export async function startTestEpp(natsUrl: string, zone: string, extraArgs: string[] = []): Promise<RunningEpp> {
@@ -26,140 +17,8 @@ export async function startTestEpp(natsUrl: string, zone: string, extraArgs: str
   return startEpp(config, { logger: pino({ level: 'silent' }), tickMs: 50 });
 }
 
-export interface PodSpec {
-  pod: string;
-  zone: string;
-  address: string;
-  region?: string;
-  waiting?: number;
-  running?: number;
-  kv?: number;
-  ready?: boolean;
-}
-
-/** Publishes readiness and a fresh metrics sample for each pod, as a collector would. */
-export class TestPublisher {
-  private constructor(
-    readonly nc: NatsConnection,
-    readonly publisher: EventPublisher,
-  ) {}
-
-  static async connect(url: string): Promise<TestPublisher> {
-    const nc = await connect({ servers: url });
-    return new TestPublisher(nc, new EventPublisher(nc));
-  }
-
-  async pods(specs: PodSpec[], at = Date.now()): Promise<void> {
-    for (const spec of specs) {
-      const readiness: ReadinessEvent = {
-        v: 1,
-        kind: 'readiness',
-        pool: POOL,
-        zone: spec.zone,
-        pod: spec.pod,
-        address: spec.address,
-        ready: spec.ready ?? true,
-        observedAt: at,
-        ...(spec.region ? { region: spec.region } : {}),
-      };
-      await this.publisher.publishReadiness(readiness);
-      this.metrics(spec, at);
-    }
-    await this.nc.flush();
-  }
-
-  metrics(spec: PodSpec, at = Date.now()): void {
-    const event: MetricsEvent = {
-      v: 1,
-      kind: 'metrics',
-      pool: POOL,
-      zone: spec.zone,
-      pod: spec.pod,
-      observedAt: at,
-      waitingRequests: spec.waiting ?? 0,
-      runningRequests: spec.running ?? 0,
-      kvCacheUsage: spec.kv ?? 0,
-    };
-    this.publisher.publishMetrics(event);
-  }
-
-  async close(): Promise<void> {
-    await this.nc.close();
-  }
-}
-
 const utf8 = new TextEncoder();
 const text = new TextDecoder();
-
-export interface RequestOptions {
-  path?: string;
-  body?: string | Uint8Array;
-  /** Split the body into this many chunks. */
-  chunks?: number;
-  mode?: 'full-duplex' | 'buffered';
-  subset?: unknown;
-  headers?: Record<string, string>;
-  /** Send no protocol_config (Envoy before 1.34). */
-  noProtocolConfig?: boolean;
-}
-
-/** The messages Envoy sends for one HTTP request, as our generated types. */
-export function envoyRequestMessages(options: RequestOptions = {}): ProcessingRequest[] {
-  const body = typeof options.body === 'string' ? utf8.encode(options.body) : options.body;
-  const mode = options.mode === 'buffered' ? BodySendMode.BUFFERED : BodySendMode.FULL_DUPLEX_STREAMED;
-  const headers = {
-    ':method': body ? 'POST' : 'GET',
-    ':path': options.path ?? '/v1/completions',
-    ':authority': 'gateway',
-    'content-type': 'application/json',
-    ...options.headers,
-  };
-  const metadataContext =
-    options.subset === undefined
-      ? undefined
-      : { filterMetadata: { 'envoy.lb.subset_hint': { 'x-gateway-destination-endpoint-subset': options.subset } }, typedFilterMetadata: {} };
-  const messages: ProcessingRequest[] = [
-    {
-      request: {
-        $case: 'requestHeaders',
-        value: {
-          headers: { headers: Object.entries(headers).map(([key, value]) => ({ key, value: '', rawValue: utf8.encode(value) })) },
-          attributes: {},
-          endOfStream: body === undefined,
-        },
-      },
-      metadataContext,
-      attributes: {},
-      observabilityMode: false,
-      protocolConfig: options.noProtocolConfig
-        ? undefined
-        : { requestBodyMode: mode, responseBodyMode: mode, sendBodyWithoutWaitingForHeaderResponse: false },
-    },
-  ];
-  if (body) {
-    const n = Math.max(1, options.chunks ?? 1);
-    const size = Math.ceil(body.length / n);
-    for (let i = 0; i < n; i++) {
-      const chunk = body.subarray(i * size, Math.min(body.length, (i + 1) * size));
-      messages.push(bodyMessage('requestBody', chunk, i === n - 1, metadataContext));
-    }
-  }
-  return messages;
-}
-
-export function bodyMessage(
-  kind: 'requestBody' | 'responseBody',
-  chunk: Uint8Array,
-  endOfStream: boolean,
-  metadataContext?: ProcessingRequest['metadataContext'],
-): ProcessingRequest {
-  return {
-    request: { $case: kind, value: { body: chunk, endOfStream, endOfStreamWithoutMessage: false, grpcMessageCompressed: false } },
-    metadataContext,
-    attributes: {},
-    observabilityMode: false,
-  } as ProcessingRequest;
-}
 
 export function responseHeadersMessage(status: number, served?: string): ProcessingRequest {
   return {
@@ -224,19 +83,6 @@ export class EnvoyStream {
 
 export function extProcClient(port: number, creds: ChannelCredentials = grpcCredentials.createInsecure()): ExternalProcessorClient {
   return new ExternalProcessorClient(`127.0.0.1:${port}`, creds);
-}
-
-export function healthStatus(port: number, service: string, creds: ChannelCredentials = grpcCredentials.createInsecure()): Promise<ServingStatus | 'NOT_FOUND'> {
-  const client = new HealthClient(`127.0.0.1:${port}`, creds);
-  return new Promise((resolve, reject) => {
-    client.check({ service }, (error, response) => {
-      client.close();
-      if (error) {
-        if (error.code === 5) resolve('NOT_FOUND');
-        else reject(error);
-      } else resolve(response.status);
-    });
-  });
 }
 
 /** The destination a headers (or buffered body) response carries: header value and metadata value. */

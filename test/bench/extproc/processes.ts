@@ -5,8 +5,7 @@ import { fileURLToPath } from 'node:url';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { ensureStream } from '@spillway/bus';
 import { ServingStatus } from '@spillway/protocol';
-import { eventually, freePort } from '@spillway/testkit';
-import { healthStatus, POOL, type PodSpec, type TestPublisher } from '../../../services/epp/test/helpers.js';
+import { eventually, freePort, healthStatus, POOL, type PodSpec, type TestPublisher } from '@spillway/testkit';
 
 /** The child processes of the ext_proc bench: spillway-epp (built binary), the bare server, the pod publisher. */
 

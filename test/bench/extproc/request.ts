@@ -1,6 +1,6 @@
 import { connect, constants as h2 } from 'node:http2';
 import { EXT_PROC_PATH, ProcessingRequest, ProcessingResponse } from '@spillway/protocol';
-import { envoyRequestMessages } from '../../../services/epp/test/helpers.js';
+import { envoyRequestMessages } from '@spillway/testkit';
 
 /**
  * The one request the ext_proc bench sends, pre-encoded as the body of a gRPC POST: the messages

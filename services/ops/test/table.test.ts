@@ -1,8 +1,9 @@
 import { describe, expect, it } from 'vitest';
 import { Fleet } from '@spillway/fleet';
-import { fleetRows, renderFleetStatus, renderFleetTable, type FleetRow, type ReaderStatus } from '../src/index.js';
+import type { ReaderStatus } from '@spillway/bus';
+import { metrics, readiness } from '@spillway/testkit';
+import { fleetRows, renderFleetStatus, renderFleetTable, type FleetRow } from '../src/index.js';
 import { formatAge } from '../src/table.js';
-import { metrics, readiness } from './helpers.js';
 
 const row = (over: Partial<FleetRow>): FleetRow => ({
   zone: 'zone-a',

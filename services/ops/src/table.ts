@@ -1,5 +1,5 @@
 import type { Fleet, FleetCounters } from '@spillway/fleet';
-import type { ReaderStatus } from './reader.js';
+import type { ReaderStatus } from '@spillway/bus';
 
 /** One pod as the operator table shows it. Plain data, so rendering is a pure function. */
 export interface FleetRow {

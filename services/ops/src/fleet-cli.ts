@@ -3,10 +3,7 @@ import type { NatsConnection } from '@nats-io/nats-core';
 import { CliError, parseCommandLine, renderHelp, type FlagSpecs, type FlagValues } from '@spillway/cli';
 import { Fleet } from '@spillway/fleet';
 import { z } from 'zod';
-import { connectNats } from './connect.js';
-import { natsFlags, natsSettingsFromValues, type Environment, type NatsSettings } from './options.js';
-import { startReader } from './reader.js';
-import { DEFAULT_STREAM } from './stream.js';
+import { connectNats, DEFAULT_STREAM, natsFlags, natsSettingsFromValues, startReader, type Environment, type NatsSettings } from '@spillway/bus';
 import { fleetRows, renderFleetStatus, renderFleetTable } from './table.js';
 
 const ms = (min: number) =>

@@ -5,13 +5,12 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { jetstreamManager } from '@nats-io/jetstream';
 import type { NatsConnection } from '@nats-io/nats-core';
-import { startNatsServer, type NatsServerHandle } from '@spillway/testkit';
-import { connectNats, ensureStream, EventPublisher } from '../src/index.js';
-import { runFleetCli } from '../src/cli.js';
-import { podEvents, publishAll, readiness } from './helpers.js';
+import { connectNats, ensureStream, EventPublisher } from '@spillway/bus';
+import { podEvents, publishAll, readiness, startNatsServer, type NatsServerHandle } from '@spillway/testkit';
+import { runFleetCli } from '../src/index.js';
 
 const bin = join(dirname(fileURLToPath(import.meta.url)), '..', 'bin', 'spillway-fleet.js');
-const built = join(dirname(fileURLToPath(import.meta.url)), '..', 'dist', 'main.js');
+const built = join(dirname(fileURLToPath(import.meta.url)), '..', 'dist', 'fleet-main.js');
 
 let server: NatsServerHandle;
 let nc: NatsConnection;
@@ -38,7 +37,7 @@ async function inProcess(argv: string[], env: Record<string, string> = {}): Prom
 }
 
 function spawned(argv: string[]): Promise<{ code: number | null; out: string; err: string }> {
-  if (!existsSync(built)) throw new Error(`${built} is missing: build first with \`npx tsc -b packages/bus\` (npm test does)`);
+  if (!existsSync(built)) throw new Error(`${built} is missing: build first with \`npx tsc -b services/ops\` (npm test does)`);
   return new Promise((resolve, reject) => {
     const child = spawn(process.execPath, [bin, ...argv], { stdio: ['ignore', 'pipe', 'pipe'], env: { PATH: process.env['PATH'] ?? '' } });
     let out = '';

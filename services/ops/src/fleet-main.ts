@@ -1,5 +1,5 @@
 import { runMain } from '@spillway/cli';
-import { runFleetCli } from './cli.js';
+import { runFleetCli } from './fleet-cli.js';
 
 /** `spillway-fleet`: wires the command to the process (argv, env, stdout, signals, exit code). */
 runMain(async () => {

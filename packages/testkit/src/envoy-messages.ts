@@ -1,0 +1,74 @@
+import { BodySendMode, type ProcessingRequest } from '@spillway/protocol';
+
+/** The ext_proc messages Envoy sends, built for tests and benchmarks that play Envoy. */
+const utf8 = new TextEncoder();
+
+export interface RequestOptions {
+  path?: string;
+  body?: string | Uint8Array;
+  /** Split the body into this many chunks. */
+  chunks?: number;
+  mode?: 'full-duplex' | 'buffered';
+  subset?: unknown;
+  headers?: Record<string, string>;
+  /** Send no protocol_config (Envoy before 1.34). */
+  noProtocolConfig?: boolean;
+}
+
+/** The messages Envoy sends for one HTTP request, as our generated types. */
+export function envoyRequestMessages(options: RequestOptions = {}): ProcessingRequest[] {
+  const body = typeof options.body === 'string' ? utf8.encode(options.body) : options.body;
+  const mode = options.mode === 'buffered' ? BodySendMode.BUFFERED : BodySendMode.FULL_DUPLEX_STREAMED;
+  const headers = {
+    ':method': body ? 'POST' : 'GET',
+    ':path': options.path ?? '/v1/completions',
+    ':authority': 'gateway',
+    'content-type': 'application/json',
+    ...options.headers,
+  };
+  const metadataContext =
+    options.subset === undefined
+      ? undefined
+      : { filterMetadata: { 'envoy.lb.subset_hint': { 'x-gateway-destination-endpoint-subset': options.subset } }, typedFilterMetadata: {} };
+  const messages: ProcessingRequest[] = [
+    {
+      request: {
+        $case: 'requestHeaders',
+        value: {
+          headers: { headers: Object.entries(headers).map(([key, value]) => ({ key, value: '', rawValue: utf8.encode(value) })) },
+          attributes: {},
+          endOfStream: body === undefined,
+        },
+      },
+      metadataContext,
+      attributes: {},
+      observabilityMode: false,
+      protocolConfig: options.noProtocolConfig
+        ? undefined
+        : { requestBodyMode: mode, responseBodyMode: mode, sendBodyWithoutWaitingForHeaderResponse: false },
+    },
+  ];
+  if (body) {
+    const n = Math.max(1, options.chunks ?? 1);
+    const size = Math.ceil(body.length / n);
+    for (let i = 0; i < n; i++) {
+      const chunk = body.subarray(i * size, Math.min(body.length, (i + 1) * size));
+      messages.push(bodyMessage('requestBody', chunk, i === n - 1, metadataContext));
+    }
+  }
+  return messages;
+}
+
+export function bodyMessage(
+  kind: 'requestBody' | 'responseBody',
+  chunk: Uint8Array,
+  endOfStream: boolean,
+  metadataContext?: ProcessingRequest['metadataContext'],
+): ProcessingRequest {
+  return {
+    request: { $case: kind, value: { body: chunk, endOfStream, endOfStreamWithoutMessage: false, grpcMessageCompressed: false } },
+    metadataContext,
+    attributes: {},
+    observabilityMode: false,
+  } as ProcessingRequest;
+}
