@@ -44,10 +44,10 @@ describe('engine (step mode): scheduling', () => {
     const gapsWhileJoining = (cached: boolean): number => {
       const system = Array.from({ length: 40 }, (_, i) => i + 1); // 40 blocks = 640 tokens
       const gaps: { at: number; gap: number }[] = [];
-      let watched: Sequence | undefined;
+      const watch: { seq?: Sequence } = {};
       const engine = new Engine(
         { preset: 'test', mode: 'step', numBlocks: 400, maxNumBatchedTokens: 64, maxNumSeqs: 8 },
-        { onToken: (s, at) => void (s === watched && gaps.push({ at, gap: s.lastItlMs })) },
+        { onToken: (s, at) => void (s === watch.seq && gaps.push({ at, gap: s.lastItlMs })) },
       );
       if (cached) {
         engine.submit(req(640, 1, { blockHashes: system }), 0);
@@ -55,7 +55,7 @@ describe('engine (step mode): scheduling', () => {
       }
       const t0 = 10_000;
       const mates = [0, 1, 2].map(() => engine.submit(req(8, 400), t0));
-      watched = mates[0];
+      watch.seq = mates[0];
       engine.advance(t0 + 200);
       const joiner = engine.submit(req(656, 2, { blockHashes: [...system, 999] }), t0 + 200);
       drain(engine);
