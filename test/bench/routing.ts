@@ -1,5 +1,5 @@
 import { mkdirSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
-import { availableParallelism } from 'node:os';
+import { availableParallelism, loadavg } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import {
@@ -136,6 +136,8 @@ function chart(reports: readonly ScenarioReport[]): string {
 
 async function run(ctx: BenchContext): Promise<string> {
   const started = Date.now();
+  const loadBefore = loadavg()[0] ?? 0;
+  const cpuBefore = process.cpuUsage();
   const seeds = ctx.quick ? [1] : SEEDS;
   const list = entries(ctx.quick);
   const threads = Math.max(1, Math.min(availableParallelism(), 4));
@@ -167,6 +169,8 @@ async function run(ctx: BenchContext): Promise<string> {
     await pool.close();
   }
   const elapsed = (Date.now() - started) / 1000;
+  const loadAfter = loadavg()[0] ?? 0;
+  const cpu = process.cpuUsage(cpuBefore);
 
   const charts: string[] = [];
   if (!ctx.quick) {
@@ -220,7 +224,11 @@ async function run(ctx: BenchContext): Promise<string> {
   out.push('');
   for (const entry of list) out.push(...scenarioSection(entry, byEntry.get(entry.file) ?? []));
   if (charts.length > 0) out.push(`Charts (p90 TTFT vs load, median of seeds, log scale): ${charts.join(', ')}.`, '');
-  out.push(`${runs} simulated runs (${list.length} files × loads × strategies × seeds) in ${elapsed.toFixed(0)} s on ${threads} worker threads.`);
+  out.push(
+    `${runs} simulated runs (${list.length} files × loads × strategies × seeds) in ${elapsed.toFixed(0)} s wall time on ${threads} worker threads ` +
+      `(${((cpu.user + cpu.system) / 1e6).toFixed(0)} s of CPU in this process, workers included; 1-minute load average ${loadBefore.toFixed(1)} before, ${loadAfter.toFixed(1)} after — ` +
+      'on a shared machine the wall time stretches with the load).',
+  );
   return out.join('\n');
 }
 

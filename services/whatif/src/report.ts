@@ -133,7 +133,8 @@ export function windowTables(report: ScenarioReport, zones: readonly string[]): 
         median(ws, (x) => x.eventsDelivered).toFixed(0),
       ];
     });
-    return { title: `${w.name}, ${w.fromS}–${w.toS} s (before: the ${(w.toS - w.fromS).toFixed(0)} s preceding it)`, table: { header, rows } };
+    const before = w.before ? `; before: ${w.before.fromS}–${w.before.toS} s` : '';
+    return { title: `${w.name}, ${w.fromS}–${w.toS} s${before}`, table: { header, rows } };
   });
 }
 

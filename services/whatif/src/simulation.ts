@@ -153,7 +153,10 @@ class Simulation {
     this.collectorUp = s.zones.map(() => true);
     this.subsetCache = s.zones.map(() => undefined);
 
-    // The reference EPP is one pool-wide picker for every gateway; the others run per zone.
+    // The reference EPP is one pool-wide picker for every gateway; the others run per zone, each
+    // with its own fleet and scheduler. A sharing channel between a zone's EPPs (`epps.sharing`,
+    // rejected by the schema until it is modelled) would fold each EPP's picks, prefix placements
+    // and penalties into its peers' state here, after the channel's own delay.
     this.epps = [];
     if (this.global) {
       this.epps.push(this.newEpp(0, 0));
