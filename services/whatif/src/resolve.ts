@@ -102,8 +102,10 @@ export function resolveScenario(file: ScenarioFile, options: ResolveOptions = {}
   }));
   const rates: RateSchedule[] = zones.map((_, z) => ({ startsMs: zoneRates.map((s) => s.fromMs), rates: zoneRates.map((s) => s.rates[z] as number) }));
 
-  const faults = file.faults.map((f) => resolveFault(f, zones, file.epps.perZone)).sort((a, b) => a.atMs - b.atMs);
-  const windows = windowsOf(file.faults, zones, durationMs);
+  // A shorter --duration drops the faults it no longer reaches.
+  const inRun = file.faults.filter((f) => f.atS * 1000 < durationMs);
+  const faults = inRun.map((f) => resolveFault(f, zones, file.epps.perZone)).sort((a, b) => a.atMs - b.atMs);
+  const windows = windowsOf(inRun, zones, durationMs);
   const overflowShare = overflowOf(rates, faults, zones, capacity.perReplica, warmupMs, durationMs);
   const rtt = new RoundTrips(zones, file.network);
 

@@ -89,3 +89,13 @@ describe('scenario file: validation', () => {
     for (const f of files) expect(() => loadScenario(join(SCENARIOS, f)), f).not.toThrow();
   });
 });
+
+describe('scenario file: overrides', () => {
+  it('--duration drops the faults the shorter run no longer reaches', () => {
+    const file = parse(smallScenario({ durationS: 30, faults: [{ atS: 5, kind: 'nats-down' }, { atS: 8, kind: 'nats-up' }, { atS: 20, kind: 'collector-down', zone: 'zone-a' }] }));
+    const short = resolveScenario(file, { durationS: 10 });
+    expect(short.faults.map((f) => f.kind)).toEqual(['nats-down', 'nats-up']);
+    expect(short.windows.map((w) => [w.name, w.fromMs, w.toMs])).toEqual([['nats-down', 5000, 8000]]);
+    expect(resolveScenario(file).windows).toHaveLength(2);
+  });
+});
