@@ -108,7 +108,7 @@ export function windowTables(report: ScenarioReport, zones: readonly string[]): 
       '503 %',
       'aborted %',
       zone ? `stale ${zone} %` : 'stale (all zones) %',
-      'stale other zones %',
+      ...(zone ? ['stale other zones %'] : []),
       'events delivered',
     ];
     const rows = byStrategy(report).map(({ name, runs }) => {
@@ -129,7 +129,7 @@ export function windowTables(report: ScenarioReport, zones: readonly string[]): 
         pc(rate(ws, (x) => x.rejected503)),
         pc(rate(ws, (x) => x.aborted)),
         pc(median(ws, (x) => staleOf(x, true))),
-        pc(median(ws, (x) => staleOf(x, false))),
+        ...(zone ? [pc(median(ws, (x) => staleOf(x, false)))] : []),
         median(ws, (x) => x.eventsDelivered).toFixed(0),
       ];
     });

@@ -241,12 +241,14 @@ export function outageTargets(set: ResultSet, strategy = 'spillway'): Verdict[] 
     }
     const e503 = ws.reduce((n, w) => n + w.rejected503, 0);
     const ratio = p90(ws) / p90(before);
+    // Not part of the target, but the same rule as for a collector outage: a gap is not overload.
+    const shed = `429 during ${ws.reduce((n, w) => n + w.rejected429, 0)} vs ${before.reduce((n, w) => n + w.rejected429, 0)} before`;
     out.push({
       target,
       scenario: 'nats-outage',
       load,
       met: e503 === 0 && ratio <= 1.3,
-      detail: `${e503} × 503 during the outage; p90 during ${ms(p90(ws))} = ${x(ratio)} before (${ms(p90(before))}; ≤ 1.3×)`,
+      detail: `${e503} × 503 during the outage; p90 during ${ms(p90(ws))} = ${x(ratio)} before (${ms(p90(before))}; ≤ 1.3×); ${shed}`,
     });
   }
   return out;
