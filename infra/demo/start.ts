@@ -37,7 +37,8 @@ const MAX_NUM_SEQS = 2;
 const MAX_WAITING = 16;
 const MAX_TOKENS = 6;
 const PROMPT_TOKENS = 15; // the driver's prompts are ~60 characters, 4 characters a token
-const SIM_ARGS = ['--preset', PRESET, '--max-num-seqs', String(MAX_NUM_SEQS), '--max-waiting', String(MAX_WAITING)];
+// The demo's overload rates come from the closed-form capacity estimate (serverCapacity), so its servers run that mode.
+const SIM_ARGS = ['--preset', PRESET, '--engine-mode', 'closed-form', '--max-num-seqs', String(MAX_NUM_SEQS), '--max-waiting', String(MAX_WAITING)];
 const MAX_IN_FLIGHT_PER_ZONE = 40;
 /**
  * The EPP's queue threshold (default 5 waiting requests) scaled to batches of 2: a server with 2

@@ -5,6 +5,7 @@ import { KvPool } from './kv.js';
 import { Rng } from './rng.js';
 import { Sequence, SequenceList } from './sequence.js';
 import type { EngineRequest, RejectReason } from './sequence.js';
+import { StepBatch, stepMs } from './step.js';
 
 /**
  * Event callbacks. They run inside `advance`/`submit`/`cancel`, after the engine's state is
@@ -39,6 +40,10 @@ export interface EngineStats {
   cancelled: number;
   promptTokens: number;
   generationTokens: number;
+  /** Step mode: steps run, the tokens they computed (prefill and decode), and the virtual time they took. */
+  steps: number;
+  stepTokens: number;
+  busyMs: number;
 }
 
 export interface LoraInfo {
@@ -52,8 +57,12 @@ export interface EngineOptions extends Partial<EngineConfig> {
 }
 
 /**
- * One model-server replica (landscape.md §(d)): waiting FIFO, a running batch of at most
- * maxNumSeqs, KV blocks with a prefix cache, LoRA slots, preemption, closed-form timing.
+ * One model-server replica: waiting FIFO, a running batch of at most maxNumSeqs, KV blocks with a
+ * prefix cache, LoRA slots, preemption, and one of two timing modes (see EngineConfig):
+ * - closed form: each running sequence has its own next-token event in a heap; admission happens
+ *   as soon as a slot and blocks are free;
+ * - step: one event per engine step; admission, prefill chunks and decodes are scheduled at the
+ *   start of each step under the token budget, and every token of the step is emitted at its end.
  *
  * Time is whatever the caller says it is (milliseconds): call `advance(now)` to process every event
  * up to `now`, and `nextEventAt()` to learn when the next one is due. Events are processed at their
@@ -71,6 +80,15 @@ export class Engine<R extends EngineRequest = EngineRequest> {
   private clock = Number.NEGATIVE_INFINITY;
   private inAdvance = false;
   private order = 0;
+  private readonly stepMode: boolean;
+  /** Step mode: the step in flight (empty when idle) and when it ends. */
+  private readonly batch = new StepBatch<R>();
+  private stepEndAt = Number.POSITIVE_INFINITY;
+  /** Set while a step's results are applied: a listener's submit must not start a step mid-way. */
+  private finishing = false;
+  private steps = 0;
+  private stepTokens = 0;
+  private busyMs = 0;
 
   private prefixHits = 0;
   private prefixQueries = 0;
@@ -90,6 +108,7 @@ export class Engine<R extends EngineRequest = EngineRequest> {
     this.config = engineConfig(preset, overrides);
     this.kv = new KvPool(this.config.numBlocks);
     this.rng = new Rng(this.config.seed);
+    this.stepMode = this.config.mode === 'step';
   }
 
   /**
@@ -105,7 +124,9 @@ export class Engine<R extends EngineRequest = EngineRequest> {
     if (reason) return this.reject(seq, reason);
     this.waiting.pushBack(seq);
     this.bump(this.loraWaiting, request.lora, 1);
-    this.tryAdmit(at);
+    // Step mode admits at the start of a step: now if the engine is idle, else when the current step ends.
+    if (this.stepMode) this.startStep(at);
+    else this.tryAdmit(at);
     // Queue length is checked after admission so that maxWaiting = 0 means "no queue", not "no requests".
     if (seq.state === 'waiting' && this.waiting.size > this.config.maxWaiting) {
       this.unlinkWaiting(seq);
@@ -123,7 +144,8 @@ export class Engine<R extends EngineRequest = EngineRequest> {
     } else if (seq.state === 'running') {
       this.heap.remove(seq);
       this.unlinkRunning(seq);
-      this.tryAdmit(at);
+      // In step mode the step in flight still spends its tokens; the sequence is skipped at its end.
+      if (!this.stepMode) this.tryAdmit(at);
     } else {
       return false;
     }
@@ -140,11 +162,19 @@ export class Engine<R extends EngineRequest = EngineRequest> {
     this.inAdvance = true;
     let n = 0;
     try {
-      for (let s = this.heap.peek(); s !== undefined && s._nextAt <= now; s = this.heap.peek()) {
-        this.heap.pop();
-        this.clock = s._nextAt;
-        this.emitToken(s, s._nextAt);
-        n++;
+      if (this.stepMode) {
+        while (this.stepEndAt <= now) {
+          const at = this.stepEndAt;
+          this.clock = at;
+          n += this.finishStep(at);
+        }
+      } else {
+        for (let s = this.heap.peek(); s !== undefined && s._nextAt <= now; s = this.heap.peek()) {
+          this.heap.pop();
+          this.clock = s._nextAt;
+          this.emitToken(s, s._nextAt);
+          n++;
+        }
       }
       if (now > this.clock) this.clock = now;
     } finally {
@@ -153,8 +183,9 @@ export class Engine<R extends EngineRequest = EngineRequest> {
     return n;
   }
 
-  /** When the next token is due (Infinity when nothing is running). */
+  /** When the next token (step mode: the end of the current step) is due; Infinity when nothing is running. */
   nextEventAt(): number {
+    if (this.stepMode) return this.stepEndAt;
     return this.heap.peek()?._nextAt ?? Number.POSITIVE_INFINITY;
   }
 
@@ -193,6 +224,9 @@ export class Engine<R extends EngineRequest = EngineRequest> {
       cancelled: this.cancelled,
       promptTokens: this.promptTokens,
       generationTokens: this.generationTokens,
+      steps: this.steps,
+      stepTokens: this.stepTokens,
+      busyMs: this.busyMs,
     };
   }
 
@@ -272,6 +306,13 @@ export class Engine<R extends EngineRequest = EngineRequest> {
     this.running.pushBack(s);
     this.bump(this.loraRunning, s.request.lora, 1);
     const uncached = s.request.promptTokens + s.generated - s._publishFrom * cfg.blockSize;
+    if (this.stepMode) {
+      // The prefill is computed in chunks by the steps that follow (see startStep).
+      s._prefilling = true;
+      s._prefillLeft = uncached;
+      s._context = s._publishFrom * cfg.blockSize;
+      return;
+    }
     const prefill = (cfg.prefillOverheadMs + uncached * cfg.prefillPerTokenMs) * this.loadFactor() * this.jitter();
     s._prefilling = true;
     s._nextAt = at + prefill;
@@ -300,7 +341,7 @@ export class Engine<R extends EngineRequest = EngineRequest> {
       this.finished++;
       this.listener.onToken?.(s, at);
       this.listener.onFinish?.(s, at);
-      this.tryAdmit(at);
+      if (!this.stepMode) this.tryAdmit(at);
       return;
     }
 
@@ -316,12 +357,87 @@ export class Engine<R extends EngineRequest = EngineRequest> {
       }
       if (s.state === 'running') s._anonBlocks++;
     }
-    if (s.state === 'running') {
+    if (s.state === 'running' && !this.stepMode) {
       s._nextAt = at + this.config.interTokenMs * this.loadFactor() * this.jitter();
       this.heap.push(s);
     }
     this.listener.onToken?.(s, at);
-    if (preempted) this.tryAdmit(at);
+    if (preempted && !this.stepMode) this.tryAdmit(at);
+  }
+
+  /**
+   * Step mode: schedule the next step at `at` unless one is in flight. As vLLM's scheduler does,
+   * running sequences come first (a decode takes one token, an unfinished prefill its next chunk),
+   * then waiting requests are admitted in order while batch slots, KV blocks and LoRA slots allow,
+   * each with a first prefill chunk cut to what is left of the token budget.
+   */
+  private startStep(at: number): void {
+    if (this.stepEndAt !== Number.POSITIVE_INFINITY || this.finishing) return;
+    const cfg = this.config;
+    const batch = this.batch;
+    batch.reset(cfg.maxNumBatchedTokens);
+    for (let s = this.running.head; s !== null && batch.budget > 0; s = s._next) {
+      batch.add(s, s._prefillLeft > 0 ? s._prefillLeft : 1);
+    }
+    let s = this.waiting.head;
+    while (s !== null && batch.budget > 0 && this.running.size < cfg.maxNumSeqs) {
+      const lora = s.request.lora;
+      // Like vLLM, a request whose adapter cannot get a slot is skipped, not blocking the queue...
+      if (lora !== undefined && !this.loraRunning.has(lora) && this.loraRunning.size >= cfg.maxLoras) {
+        s = s._next;
+        continue;
+      }
+      // ...but a request that does not fit in KV blocks the queue (FCFS).
+      if (!this.allocate(s)) break;
+      const next = s._next;
+      this.unlinkWaiting(s);
+      this.start(s, at);
+      batch.add(s, s._prefillLeft);
+      s = next;
+    }
+    if (batch.size === 0) return;
+    const duration = stepMs(cfg, batch.totalTokens, batch.context) * this.jitter();
+    this.steps++;
+    this.stepTokens += batch.totalTokens;
+    this.busyMs += duration;
+    this.stepEndAt = at + duration;
+  }
+
+  /**
+   * Step mode: the step ending at `at` is done. Prefill chunks advance; a sequence whose prefill
+   * completes, and every decode, emits its token now. Then the next step starts. Returns the tokens emitted.
+   */
+  private finishStep(at: number): number {
+    this.stepEndAt = Number.POSITIVE_INFINITY;
+    let emitted: number;
+    this.finishing = true;
+    try {
+      emitted = this.applyStep(at);
+    } finally {
+      this.finishing = false;
+    }
+    this.batch.clear();
+    this.startStep(at);
+    return emitted;
+  }
+
+  private applyStep(at: number): number {
+    const batch = this.batch;
+    let emitted = 0;
+    for (let i = 0; i < batch.size; i++) {
+      const s = batch.seqs[i] as Sequence<R>;
+      // Cancelled, or preempted by a batch-mate's decode earlier in this loop.
+      if (s.state !== 'running') continue;
+      const tokens = batch.tokens[i] as number;
+      s._context += tokens;
+      if (s._prefillLeft > 0) {
+        s._prefillLeft -= tokens;
+        if (s._prefillLeft > 0) continue;
+      }
+      this.emitToken(s, at);
+      emitted++;
+    }
+    return emitted;
   }
 
   /** The prompt's full blocks are computed now, so later requests may hit them. */
@@ -341,6 +457,7 @@ export class Engine<R extends EngineRequest = EngineRequest> {
     this.unlinkRunning(s);
     s.state = 'waiting';
     s._prefilling = false;
+    s._prefillLeft = 0;
     s.preemptions++;
     this.preemptions++;
     this.waiting.pushFront(s);

@@ -43,6 +43,9 @@ export class Sequence<R extends EngineRequest = EngineRequest> {
   /** Admission counter, to break ties between equal event times deterministically. */
   _order = 0;
   _prefilling = false;
+  /** Step mode: prompt (+ recomputed) tokens still to prefill, and tokens whose KV is computed. */
+  _prefillLeft = 0;
+  _context = 0;
   _blocks: CachedBlock[] = [];
   _anonBlocks = 0;
   /** Prompt blocks [from, to) computed by the current prefill, to be published to the cache. */

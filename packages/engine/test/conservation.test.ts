@@ -29,7 +29,7 @@ function hashesFor(prefix: number, prompt: number): number[] {
   return Array.from({ length: Math.floor(prompt / 16) }, (_, i) => prefix * 1000 + i + 1);
 }
 
-describe('engine: conservation (property)', () => {
+describe.each(['closed-form', 'step'] as const)('engine (%s): conservation (property)', (mode) => {
   it('every request finishes, is rejected or is cancelled; blocks are never leaked', () => {
     fc.assert(
       fc.property(
@@ -38,7 +38,7 @@ describe('engine: conservation (property)', () => {
         (ops, cfg) => {
           const live = new Set<Sequence>();
           const done = new Set<Sequence>();
-          const engine = new Engine<EngineRequest>({ preset: 'test', ...cfg, jitter: 0.3, seed: 3 }, {
+          const engine = new Engine<EngineRequest>({ preset: 'test', mode, ...cfg, jitter: 0.3, seed: 3 }, {
             onFinish: (s) => {
               expect(live.delete(s)).toBe(true);
               done.add(s);

@@ -1,6 +1,6 @@
 import { commaList, parseCommandLine, port, renderHelp, type FlagSpecs } from '@spillway/cli';
-import { PRESET_NAMES } from '@spillway/engine';
-import type { PresetName } from '@spillway/engine';
+import { ENGINE_MODES, PRESET_NAMES } from '@spillway/engine';
+import type { EngineMode, PresetName } from '@spillway/engine';
 import { z } from 'zod';
 
 export type MetricsFlavor = 'vllm' | 'sglang' | 'trtllm';
@@ -12,6 +12,7 @@ export interface SimOptions {
   model: string;
   lora: string[];
   preset: PresetName;
+  engineMode: EngineMode;
   timeScale: number;
   maxNumSeqs?: number;
   numBlocks?: number;
@@ -37,6 +38,7 @@ export const simFlags = {
   model: { description: 'served model name (default meta-llama/Llama-3.1-8B-Instruct)', schema: z.string().min(1).default('meta-llama/Llama-3.1-8B-Instruct'), placeholder: 'NAME' },
   lora: { description: 'comma-separated LoRA adapter names served on top of the model', schema: commaList().default([]), placeholder: 'a,b' },
   preset: { description: `engine calibration: ${PRESET_NAMES.join(' | ')} (default llama-8b-h100)`, schema: z.enum(PRESET_NAMES as [PresetName, ...PresetName[]]).default('llama-8b-h100'), placeholder: 'P' },
+  engineMode: { description: 'engine timing: step (vLLM-style steps under a token budget) | closed-form (per-request formulas) (default step)', schema: z.enum(ENGINE_MODES as [EngineMode, ...EngineMode[]]).default('step'), placeholder: 'MODE' },
   timeScale: { description: 'run X times faster than real time: every latency is divided by X (default 1)', schema: z.coerce.number().positive().finite().default(1), placeholder: 'X' },
   maxNumSeqs: { description: 'maximum running requests (default from the preset)', schema: int(1).optional(), placeholder: 'N' },
   numBlocks: { description: 'KV-cache blocks of 16 tokens (default from the preset)', schema: int(1).optional(), placeholder: 'N' },

@@ -43,6 +43,7 @@ export async function startSim(input: StartSimOptions = {}): Promise<SimServer> 
   const runner = new RealtimeEngine(
     {
       preset: options.preset,
+      mode: options.engineMode,
       seed: options.seed,
       ...(options.maxNumSeqs === undefined ? {} : { maxNumSeqs: options.maxNumSeqs }),
       ...(options.numBlocks === undefined ? {} : { numBlocks: options.numBlocks }),

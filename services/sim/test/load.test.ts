@@ -5,8 +5,9 @@ import { eventually, post, scrape } from './helpers.js';
 
 const MODEL = 'm';
 const sims: SimServer[] = [];
+// These expectations are exact closed-form timings (a prefill costs at least its overhead, admission is immediate).
 async function sim(options: StartSimOptions): Promise<SimServer> {
-  const s = await startSim({ port: 0, model: MODEL, preset: 'test', logLevel: 'silent', ...options });
+  const s = await startSim({ port: 0, model: MODEL, preset: 'test', engineMode: 'closed-form', logLevel: 'silent', ...options });
   sims.push(s);
   return s;
 }

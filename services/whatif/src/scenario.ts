@@ -1,0 +1,296 @@
+import { ENGINE_MODES, engineConfig, PRESET_NAMES, type EngineConfig, type EngineMode, type PresetName } from '@spillway/engine';
+import { schedulerConfigSchema } from '@spillway/scheduler';
+import { z } from 'zod';
+import { STRATEGY_KINDS } from './strategies.js';
+
+/**
+ * The scenario file (YAML or JSON): zones, network, engine, workload, offered load, signals, EPPs,
+ * faults, strategies. Every object is strict, so a misspelt key is an error naming it; checks that
+ * span fields (shares summing to 1, faults naming known zones, ...) report the path of the field
+ * at fault. docs/whatif.md is the reference for users.
+ */
+const name = z.string().min(1).max(63).regex(/^[A-Za-z0-9][A-Za-z0-9_.-]*$/, 'letters, digits, "-", "_" and "." only');
+const seconds = z.number().finite().min(0).max(86_400);
+const positiveInt = z.number().int().min(1);
+const fraction = z.number().finite().min(0).max(1);
+const range = (min: number, max: number) =>
+  z
+    .tuple([z.number().int().min(min).max(max), z.number().int().min(min).max(max)])
+    .refine(([lo, hi]) => lo <= hi, 'the first number must not exceed the second');
+
+/** Any engine config field, each optional; `preset` picks the base. */
+const engineSchema = z.strictObject({
+  preset: z.enum(PRESET_NAMES as [PresetName, ...PresetName[]]).optional(),
+  mode: z.enum(ENGINE_MODES as [EngineMode, ...EngineMode[]]).optional(),
+  maxNumSeqs: positiveInt.optional(),
+  numBlocks: positiveInt.optional(),
+  blockSize: positiveInt.optional(),
+  maxLoras: z.number().int().min(0).optional(),
+  maxWaiting: z.number().int().min(0).optional(),
+  maxNumBatchedTokens: positiveInt.optional(),
+  stepOverheadMs: z.number().finite().min(0).optional(),
+  stepPerTokenMs: z.number().finite().min(0).optional(),
+  stepPerContextTokenMs: z.number().finite().min(0).optional(),
+  prefillOverheadMs: z.number().finite().min(0).optional(),
+  prefillPerTokenMs: z.number().finite().min(0).optional(),
+  interTokenMs: z.number().finite().min(0).optional(),
+  loadFactor: z.number().finite().min(1).optional(),
+  jitter: z.number().min(0).max(0.3).optional(),
+});
+export type EngineInput = z.output<typeof engineSchema>;
+
+const zoneSchema = z.strictObject({
+  zone: name,
+  region: name,
+  replicas: positiveInt.max(4096),
+  /** Engine fields for this zone's replicas, over the scenario's `engine`. */
+  engine: engineSchema.optional(),
+});
+
+const networkSchema = z.strictObject({
+  sameRegionMs: z.number().finite().min(0).max(10_000).default(1),
+  crossRegionMs: z.number().finite().min(0).max(10_000).default(30),
+  /** Round trips per zone pair (either direction), over the region defaults. */
+  rttMs: z.record(name, z.record(name, z.number().finite().min(0).max(10_000))).optional(),
+});
+
+const shareGpt = z.strictObject({
+  kind: z.literal('sharegpt'),
+  inputMean: z.number().min(1).max(32_768).default(250),
+  outputMean: z.number().min(1).max(8192).default(225),
+  sigma: z.number().min(0).max(3).default(0.8),
+});
+const sharedPrefix = z.strictObject({
+  kind: z.literal('shared-prefix'),
+  groups: positiveInt.max(100_000),
+  prefixTokens: range(16, 131_072),
+  questionTokens: range(1, 131_072),
+  outputTokens: z.number().min(1).max(8192).default(200),
+});
+const weighted = (s: typeof shareGpt | typeof sharedPrefix) => s.extend({ weight: z.number().positive().finite() });
+const workloadSchema = z.discriminatedUnion('kind', [
+  shareGpt.extend({ sheddableShare: fraction.default(0) }),
+  sharedPrefix.extend({ sheddableShare: fraction.default(0) }),
+  z.strictObject({
+    kind: z.literal('mixed'),
+    parts: z.array(z.discriminatedUnion('kind', [weighted(shareGpt), weighted(sharedPrefix)])).min(1).max(16),
+    sheddableShare: fraction.default(0),
+  }),
+]);
+export type WorkloadInput = z.output<typeof workloadSchema>;
+export type SingleWorkloadInput = z.output<typeof shareGpt> | z.output<typeof sharedPrefix>;
+
+const shares = z.record(name, fraction);
+const loadChange = z.strictObject({
+  atS: seconds,
+  clusterFraction: z.number().finite().min(0).max(10).optional(),
+  rps: z.number().finite().min(0).max(1_000_000).optional(),
+  zoneShares: shares.optional(),
+  /** Zones offered this multiple of their own capacity; the other zones share what is left of the cluster load. */
+  zoneFractions: z.record(name, z.number().finite().min(0).max(10)).optional(),
+});
+const loadSchema = z.strictObject({
+  clusterFraction: z.number().finite().min(0).max(10).optional(),
+  rps: z.number().finite().min(0).max(1_000_000).optional(),
+  zoneShares: shares.optional(),
+  zoneFractions: z.record(name, z.number().finite().min(0).max(10)).optional(),
+  timeline: z.array(loadChange).max(1000).default([]),
+});
+
+const signalsSchema = z.strictObject({
+  sampleEveryMs: z.number().finite().min(10).max(60_000).default(100),
+  /** Delivery delay from a collector to each EPP, uniform in [min, max] ms. */
+  delayMs: z
+    .tuple([z.number().finite().min(0).max(60_000), z.number().finite().min(0).max(60_000)])
+    .refine(([lo, hi]) => lo <= hi, 'the first number must not exceed the second')
+    .default([5, 20]),
+  /** Share of metric samples lost on the way to each EPP (readiness is acknowledged, never lost). */
+  lossRate: z.number().min(0).max(0.99).default(0),
+  staleAfterMs: z.number().finite().min(1).max(600_000).default(1000),
+  /** Collectors re-publish every pod's readiness this often. */
+  readinessEveryS: z.number().finite().min(1).max(3600).default(30),
+  /** From a replica's death until probes mark it not ready (gateways and readiness events). */
+  detectMs: z.number().finite().min(0).max(600_000).default(2000),
+});
+
+const eppsSchema = z.strictObject({
+  perZone: positiveInt.max(16).default(1),
+  /** How a gateway spreads its picks over its zone's EPPs. */
+  spread: z.enum(['round-robin', 'random']).default('round-robin'),
+  /** EPPs sharing picks and prefix placements (issue 13): rejected until the channel is modelled. */
+  sharing: z.boolean().default(false),
+});
+
+const faultSchema = z.discriminatedUnion('kind', [
+  z.strictObject({ kind: z.literal('replica-down'), atS: seconds, zone: name, count: positiveInt.optional(), pods: z.array(name).min(1).optional() }),
+  z.strictObject({ kind: z.literal('replica-up'), atS: seconds, zone: name, count: positiveInt.optional(), pods: z.array(name).min(1).optional() }),
+  z.strictObject({ kind: z.literal('collector-down'), atS: seconds, zone: name }),
+  z.strictObject({ kind: z.literal('collector-up'), atS: seconds, zone: name }),
+  z.strictObject({ kind: z.literal('nats-down'), atS: seconds }),
+  z.strictObject({ kind: z.literal('nats-up'), atS: seconds }),
+  z.strictObject({
+    kind: z.literal('epp-restart'),
+    atS: seconds,
+    zone: name,
+    /** Which of the zone's EPPs (0-based); all of them when absent. */
+    index: z.number().int().min(0).max(15).optional(),
+    /** Length of the fault's report window (default 10 s). */
+    windowS: z.number().finite().positive().max(86_400).default(10),
+  }),
+]);
+export type FaultInput = z.output<typeof faultSchema>;
+
+/**
+ * Scheduler config overrides stay raw here: parsing them alone would fill every default and mask a
+ * strategy kind's own settings. The merged config of each strategy is validated below.
+ */
+const configOverrides = z.record(z.string(), z.unknown());
+
+const strategyObject = z.strictObject({
+  name,
+  kind: z.enum(STRATEGY_KINDS),
+  config: configOverrides.optional(),
+});
+const strategyEntry = z.union([z.enum(STRATEGY_KINDS), strategyObject], {
+  error: `a strategy is one of ${STRATEGY_KINDS.join(', ')}, or { name, kind, config }`,
+});
+
+const scenarioObject = z.strictObject({
+    name,
+    title: z.string().max(200).optional(),
+    description: z.string().max(2000).optional(),
+    seed: z.number().int().min(0).max(2 ** 31).optional(),
+    seeds: z.array(z.number().int().min(0).max(2 ** 31)).min(1).max(100).optional(),
+    durationS: z.number().finite().positive().max(3600),
+    warmupS: seconds.default(10),
+    zones: z.array(zoneSchema).min(1).max(64),
+    network: networkSchema.prefault({}),
+    engine: engineSchema.prefault({}),
+    workload: workloadSchema,
+    load: loadSchema,
+    /** Cluster loads the benchmark iterates (each overrides load.clusterFraction). */
+    ladder: z.array(z.number().finite().positive().max(10)).min(1).max(20).optional(),
+    signals: signalsSchema.prefault({}),
+    epps: eppsSchema.prefault({}),
+    faults: z.array(faultSchema).max(1000).default([]),
+    strategies: z.array(strategyEntry).min(1).max(32).default(['random', 'round-robin', 'least-queue', 'reference', 'zone-local', 'spillway']),
+    /** Scheduler config overrides per strategy name (merged over the strategy's own). */
+    config: z.record(name, configOverrides).default({}),
+});
+
+export const scenarioSchema = scenarioObject.superRefine(checkScenario);
+
+export type ScenarioFile = z.output<typeof scenarioSchema>;
+
+type Ctx = z.RefinementCtx;
+
+function issue(ctx: Ctx, path: (string | number)[], message: string): void {
+  ctx.addIssue({ code: 'custom', path, message });
+}
+
+/** Checks that span fields; each issue names the field at fault. */
+function checkScenario(s: z.output<typeof scenarioObject>, ctx: Ctx): void {
+  if (s.seed !== undefined && s.seeds !== undefined) issue(ctx, ['seeds'], 'give either seed or seeds, not both');
+  if (s.warmupS >= s.durationS) issue(ctx, ['warmupS'], `must be less than durationS (${s.durationS})`);
+  const zones = new Set<string>();
+  s.zones.forEach((z, i) => {
+    if (zones.has(z.zone)) issue(ctx, ['zones', i, 'zone'], `zone ${z.zone} is listed twice`);
+    zones.add(z.zone);
+  });
+  checkEngine(ctx, ['engine'], s.engine, undefined);
+  s.zones.forEach((z, i) => z.engine && checkEngine(ctx, ['zones', i, 'engine'], s.engine, z.engine));
+
+  const knownZone = (path: (string | number)[], zone: string): boolean => {
+    if (zones.has(zone)) return true;
+    issue(ctx, path, `unknown zone ${zone} (zones: ${[...zones].join(', ')})`);
+    return false;
+  };
+  for (const [from, row] of Object.entries(s.network.rttMs ?? {})) {
+    knownZone(['network', 'rttMs', from], from);
+    for (const to of Object.keys(row)) knownZone(['network', 'rttMs', from, to], to);
+  }
+
+  checkLoad(ctx, ['load'], s.load, knownZone, true);
+  s.load.timeline.forEach((c, i) => {
+    checkLoad(ctx, ['load', 'timeline', i], c, knownZone, false);
+    if (c.atS >= s.durationS) issue(ctx, ['load', 'timeline', i, 'atS'], `must be before durationS (${s.durationS})`);
+    const prev = s.load.timeline[i - 1];
+    if (prev && c.atS <= prev.atS) issue(ctx, ['load', 'timeline', i, 'atS'], 'timeline entries must be in increasing atS order');
+  });
+
+  if (s.epps.sharing) issue(ctx, ['epps', 'sharing'], 'not supported yet: the modelled sharing channel between EPPs arrives with issue 13; use sharing: false');
+
+  const replicasOf = new Map(s.zones.map((z) => [z.zone, z.replicas]));
+  s.faults.forEach((f, i) => {
+    if (f.atS >= s.durationS) issue(ctx, ['faults', i, 'atS'], `must be before durationS (${s.durationS})`);
+    if (!('zone' in f)) return;
+    if (!knownZone(['faults', i, 'zone'], f.zone)) return;
+    const replicas = replicasOf.get(f.zone) ?? 0;
+    if (f.kind === 'replica-down' || f.kind === 'replica-up') {
+      if ((f.count === undefined) === (f.pods === undefined)) issue(ctx, ['faults', i], `${f.kind} needs either count or pods`);
+      if (f.count !== undefined && f.count > replicas) issue(ctx, ['faults', i, 'count'], `zone ${f.zone} has ${replicas} replicas`);
+      f.pods?.forEach((pod, k) => {
+        const m = /^vllm-(.+)-(\d+)$/.exec(pod);
+        if (!m || m[1] !== f.zone || Number(m[2]) >= replicas) issue(ctx, ['faults', i, 'pods', k], `unknown pod ${pod} in zone ${f.zone} (pods are vllm-${f.zone}-0 .. vllm-${f.zone}-${replicas - 1})`);
+      });
+    }
+    if (f.kind === 'epp-restart' && f.index !== undefined && f.index >= s.epps.perZone) {
+      issue(ctx, ['faults', i, 'index'], `zone ${f.zone} has ${s.epps.perZone} EPP(s) (epps.perZone)`);
+    }
+  });
+
+  const names = new Set<string>();
+  s.strategies.forEach((entry, i) => {
+    const n = typeof entry === 'string' ? entry : entry.name;
+    if (names.has(n)) issue(ctx, ['strategies', i], `strategy ${n} is listed twice`);
+    names.add(n);
+  });
+  for (const key of Object.keys(s.config)) {
+    if (!names.has(key)) issue(ctx, ['config', key], `no strategy named ${key} in strategies (${[...names].join(', ')})`);
+  }
+  s.strategies.forEach((entry, i) => {
+    if (typeof entry === 'string') return;
+    const r = schedulerConfigSchema.safeParse(entry.config ?? {});
+    if (!r.success) for (const e of r.error.issues) issue(ctx, ['strategies', i, 'config', ...e.path.map(String)], e.message);
+  });
+  for (const [key, overrides] of Object.entries(s.config)) {
+    const r = schedulerConfigSchema.safeParse(overrides);
+    if (!r.success) for (const e of r.error.issues) issue(ctx, ['config', key, ...e.path.map(String)], e.message);
+  }
+}
+
+function checkEngine(ctx: Ctx, path: string[] | (string | number)[], base: EngineInput, zone: EngineInput | undefined): void {
+  try {
+    resolveEngine(base, zone);
+  } catch (error) {
+    const message = (error as Error).message.replace(/^engine config: /, '');
+    const field = /^(\w+)/.exec(message)?.[1];
+    issue(ctx, field && field !== 'stepOverheadMs' ? [...path, field] : path, message);
+  }
+}
+
+function checkLoad(
+  ctx: Ctx,
+  path: (string | number)[],
+  load: { clusterFraction?: number | undefined; rps?: number | undefined; zoneShares?: Record<string, number> | undefined; zoneFractions?: Record<string, number> | undefined },
+  knownZone: (path: (string | number)[], zone: string) => boolean,
+  base: boolean,
+): void {
+  if (load.clusterFraction !== undefined && load.rps !== undefined) issue(ctx, path, 'give either clusterFraction or rps, not both');
+  if (base && load.clusterFraction === undefined && load.rps === undefined) issue(ctx, path, 'needs clusterFraction (of the calibrated capacity) or rps');
+  if (load.zoneShares && load.zoneFractions) issue(ctx, path, 'give either zoneShares or zoneFractions, not both');
+  if (load.zoneShares) {
+    for (const z of Object.keys(load.zoneShares)) knownZone([...path, 'zoneShares', z], z);
+    const sum = Object.values(load.zoneShares).reduce((a, b) => a + b, 0);
+    if (Math.abs(sum - 1) > 1e-6) issue(ctx, [...path, 'zoneShares'], `must sum to 1, got ${+sum.toFixed(6)}`);
+  }
+  if (load.zoneFractions) for (const z of Object.keys(load.zoneFractions)) knownZone([...path, 'zoneFractions', z], z);
+}
+
+/** A zone's engine config: preset, then the scenario's fields, then the zone's. Throws RangeError. */
+export function resolveEngine(base: EngineInput, zone: EngineInput | undefined): EngineConfig {
+  const { preset: basePreset, ...baseFields } = base;
+  const { preset: zonePreset, ...zoneFields } = zone ?? {};
+  // The simulations run vLLM-style steps unless the file asks for the closed form.
+  return engineConfig(zonePreset ?? basePreset ?? 'llama-8b-h100', { mode: 'step', ...baseFields, ...zoneFields });
+}

@@ -1,0 +1,113 @@
+import { describe, expect, it } from 'vitest';
+import { allTargets, balancedTargets, hotZoneTargets, outageTargets, prefixTargets, ResultSet, twoEppTargets, type RunResult, type ScenarioReport, type WindowResult } from '../src/index.js';
+
+/** A run with the given figures (everything else neutral). */
+function result(strategy: string, f: { p90: number; p99?: number; cross?: number; e503?: number; e429?: number; hit?: number; seed?: number; windows?: WindowResult[] }): RunResult {
+  const figures = {
+    arrivals: 1000,
+    served: 1000 - (f.e503 ?? 0) - (f.e429 ?? 0),
+    rejected429: f.e429 ?? 0,
+    rejected503: f.e503 ?? 0,
+    aborted: 0,
+    ttftMs: { p50: f.p90 / 2, p90: f.p90, p99: f.p99 ?? f.p90 * 2 },
+    e2eMs: { p50: 1000, p90: 2000 },
+    outputTokensPerS: 1000,
+    crossZoneShare: f.cross ?? 0,
+    fallbackShare: 0,
+    prefixHitShare: f.hit ?? 0,
+    servedByZone: {},
+    arrivalsByZone: {},
+    crossZoneShareByZone: {},
+  };
+  return { strategy, seed: f.seed ?? 1, ...figures, unbounded: false, queueGrowthPerS: 0, windows: f.windows ?? [] };
+}
+
+function report(scenario: string, load: number, results: RunResult[], overflowShare = 0): ScenarioReport {
+  return {
+    scenario,
+    title: scenario,
+    seeds: [1],
+    load,
+    overflowShare,
+    durationS: 60,
+    warmupS: 10,
+    capacity: { perReplicaRps: {}, clusterRps: 100, method: '' },
+    strategies: [...new Set(results.map((r) => r.strategy))].map((name) => ({ name, kind: name as 'spillway', description: '', config: {} })),
+    results,
+  };
+}
+
+function window(name: string, p90: number, before: number, extra: Partial<WindowResult> = {}): WindowResult {
+  const base = result('x', { p90 });
+  const { strategy: _s, seed: _seed, unbounded: _u, queueGrowthPerS: _q, windows: _w, ...figures } = base;
+  const { strategy: _s2, seed: _seed2, unbounded: _u2, queueGrowthPerS: _q2, windows: _w2, ...beforeFigures } = result('x', { p90: before });
+  return { name, fromS: 25, toS: 40, staleShareByZone: {}, eventsDelivered: 0, ...figures, before: { fromS: 10, toS: 25, ...beforeFigures }, ...extra };
+}
+
+describe('routing targets', () => {
+  it('balanced: met within the bound and under 1 % cross-zone, not met beyond either', () => {
+    const set = new ResultSet();
+    set.add(report('balanced-same-region', 0.6, [result('spillway', { p90: 104, cross: 0.002 }), result('least-queue', { p90: 100 }), result('random', { p90: 150 })]));
+    set.add(report('balanced-same-region', 0.95, [result('spillway', { p90: 110, cross: 0.002 }), result('reference', { p90: 100 })]));
+    set.add(report('balanced-mixed-region', 0.6, [result('spillway', { p90: 99, cross: 0.02 }), result('reference', { p90: 100 })]));
+    const v = balancedTargets(set);
+    expect(v.map((x) => [x.scenario, x.load, x.met])).toEqual([
+      ['balanced-same-region', 0.6, true],
+      ['balanced-same-region', 0.95, false],
+      ['balanced-mixed-region', 0.6, false],
+    ]);
+    expect(v[0]?.detail).toMatch(/1\.04× best zone-unaware \(least-queue 100 ms/);
+  });
+
+  it('hot zone: compares with the balanced case at the same load and with the overflow share', () => {
+    const set = new ResultSet();
+    set.add(report('balanced-same-region', 0.8, [result('spillway', { p90: 200 })]));
+    set.add(report('hot-zone-same-region', 0.8, [result('spillway', { p90: 240, cross: 0.22 })], 0.2));
+    set.add(report('hot-zone-same-region', 0.95, [result('spillway', { p90: 240, cross: 0.22 })], 0.2));
+    const v = hotZoneTargets(set);
+    expect(v[0]?.met).toBe(true);
+    // No balanced run at 95 %: not measured, never a silent pass.
+    expect(v[1]?.met).toBeUndefined();
+    set.add(report('hot-zone-mixed-region', 0.8, [result('spillway', { p90: 240, cross: 0.3, e503: 1 })], 0.2));
+    set.add(report('balanced-mixed-region', 0.8, [result('spillway', { p90: 200 })]));
+    const mixed = hotZoneTargets(set).find((x) => x.scenario === 'hot-zone-mixed-region');
+    expect(mixed?.met).toBe(false);
+    expect(mixed?.detail).toMatch(/1 × 503/);
+  });
+
+  it('prefix-heavy: needs both the fair bound and the 5× gap', () => {
+    const set = new ResultSet();
+    set.add(report('prefix-heavy-same-region', 0.4, [result('spillway', { p90: 100, hit: 0.8 }), result('reference', { p90: 95 }), result('random', { p90: 600 }), result('least-queue', { p90: 550 })]));
+    set.add(report('prefix-heavy-same-region', 0.8, [result('spillway', { p90: 100 }), result('reference', { p90: 80 }), result('random', { p90: 600 }), result('least-queue', { p90: 600 })]));
+    const v = prefixTargets(set);
+    expect(v.map((x) => x.met)).toEqual([true, false]);
+  });
+
+  it('outages: compare the window with the span before it', () => {
+    const set = new ResultSet();
+    const collector = window('collector-down zone-b', 110, 100, { crossZoneShareByZone: { 'zone-b': 0.01 } });
+    set.add(report('collector-outage', 0.6, [result('spillway', { p90: 100, windows: [collector] })]));
+    const shedding = window('collector-down zone-b', 110, 100, { crossZoneShareByZone: { 'zone-b': 0.01 }, rejected429: 5 });
+    set.add(report('nats-outage', 0.6, [result('spillway', { p90: 100, windows: [window('nats-down', 140, 100)] })]));
+    let v = outageTargets(set);
+    expect(v.map((x) => [x.target, x.met])).toEqual([
+      ['Collector outage in one zone', true],
+      ['NATS outage', false],
+    ]);
+    set.add(report('collector-outage', 0.6, [result('spillway', { p90: 100, windows: [shedding] })]));
+    v = outageTargets(set);
+    expect(v[0]?.met).toBe(false);
+    expect(v[0]?.detail).toMatch(/429 during 5 vs 0 before/);
+  });
+
+  it('two EPPs per zone: sharing is reported as not measured, with how much worse two unshared EPPs are', () => {
+    const set = new ResultSet();
+    set.add(report('hot-zone-same-region', 0.95, [result('spillway', { p90: 200, cross: 0.18 })], 0.175));
+    set.add(report('two-epps-hot-zone', 0.95, [result('spillway', { p90: 300, cross: 0.19 })], 0.175));
+    const v = twoEppTargets(set);
+    expect(v[0]?.met).toBeUndefined();
+    expect(v[0]?.detail).toMatch(/1\.50×/);
+    expect(v[1]?.met).toBe(true);
+    expect(allTargets(set).map((g) => g.verdicts.length).reduce((a, b) => a + b, 0)).toBeGreaterThanOrEqual(2);
+  });
+});
