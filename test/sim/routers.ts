@@ -138,7 +138,8 @@ class LeastQueueRouter implements Router {
   }
 
   private endpoint(gateway: number, replica: number): Endpoint | undefined {
-    return this.ctx.fleets[gateway]?.get(POOL, (this.ctx.replicas[replica] as ReplicaInfo).pod);
+    const info = this.ctx.replicas[replica] as ReplicaInfo;
+    return this.ctx.fleets[gateway]?.get(POOL, info.zone, info.pod);
   }
 
   private load(gateway: number, replica: number): number {

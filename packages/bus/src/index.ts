@@ -9,7 +9,7 @@ export { EventPublisher, readinessMsgId } from './publisher.js';
 export type { PublisherOptions, PublisherCounters, ReadinessAck } from './publisher.js';
 export { EventReader, startReader } from './reader.js';
 export type { EventSink, ReaderOptions, ReaderStatus } from './reader.js';
-export type { RejectReason } from './rejects.js';
+export type { RejectReason, SinkRefusal } from './rejects.js';
 export type { Logger } from './logger.js';
 export { fleetRows, renderFleetTable, renderFleetStatus } from './table.js';
 export type { FleetRow } from './table.js';

@@ -14,12 +14,14 @@ import { decodeEvent, poolFilter, type SpillwayEvent } from '@spillway/events';
 import { ConnectionTracker, type ConnectionState } from './connection-state.js';
 import type { Logger } from './logger.js';
 import { Notifier } from './notifier.js';
-import { RejectLog, type RejectReason } from './rejects.js';
+import { isSinkRefusal, RejectLog, type RejectReason } from './rejects.js';
 import { DEFAULT_STREAM } from './stream.js';
 
 /**
  * Where events go. The bus knows nothing else about the view (DESIGN §8); `Fleet` fits as is.
- * `receivedAt` is ms on the reader's clock (see EventReader for which clock when).
+ * `receivedAt` is ms on the reader's clock (see EventReader for which clock when). `apply` may
+ * return `'future'` or `'over-capacity'` to say it refused the event (the Fleet does): the reader
+ * then logs it (rate-limited) and counts it by reason; the sink counts it itself.
  */
 export interface EventSink {
   apply(event: SpillwayEvent, receivedAt: number): unknown;
@@ -61,6 +63,7 @@ export interface ReaderStatus {
   readonly lastSequence: number;
   /** Messages handled (applied, ignored as old, or rejected). */
   readonly received: number;
+  /** Messages that never reached the view: malformed, or valid but refused by the sink. */
   readonly rejected: number;
   readonly rejectedByReason: Readonly<Partial<Record<RejectReason, number>>>;
 }
@@ -258,7 +261,8 @@ export class EventReader {
     const decoded = decodeEvent(m.data, m.subject);
     if (decoded.ok) {
       try {
-        this.options.sink.apply(decoded.event, receivedAt);
+        const outcome = this.options.sink.apply(decoded.event, receivedAt);
+        if (isSinkRefusal(outcome)) this.rejects.record(m.subject, outcome, refusalDetail(outcome, decoded.event, receivedAt), now);
       } catch (error) {
         this.reject(m.subject, 'apply-failed', (error as Error).message, now);
       }
@@ -356,6 +360,12 @@ export class EventReader {
   private publish(): void {
     this.notifier.publish(this.status);
   }
+}
+
+function refusalDetail(reason: 'future' | 'over-capacity', event: SpillwayEvent, receivedAt: number): string {
+  return reason === 'future'
+    ? `observedAt ${event.observedAt} is ${event.observedAt - receivedAt} ms after the receive time ${receivedAt}`
+    : `zone ${event.zone} of pool ${event.pool} already holds the most pods allowed; new pod ${event.pod} refused`;
 }
 
 /** Starts a reader; `await reader.caughtUp` before reporting ready. */

@@ -283,7 +283,7 @@ export class Scheduler {
     const pool = this.fleet.pool(this.pool);
     const gone: Endpoint[] = [];
     for (const endpoint of this.index.endpoints()) {
-      if (endpoint.deleted || !pool || this.fleet.get(this.pool, endpoint.pod) !== endpoint) gone.push(endpoint);
+      if (endpoint.deleted || !pool || this.fleet.get(this.pool, endpoint.zone, endpoint.pod) !== endpoint) gone.push(endpoint);
     }
     for (const endpoint of gone) {
       this.index.drop(endpoint);
