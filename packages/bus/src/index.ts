@@ -1,6 +1,7 @@
 export { natsFlags, natsSettingsFromValues, natsOptionsFromFlags, parseNatsSettings, natsSettingsSchema, NatsOptionsError, DEFAULT_NATS_URL } from './options.js';
 export type { NatsSettings, NatsSettingsInput, NatsFlagKey, NatsFlagValues, Environment } from './options.js';
-export { connectNats, connectionOptions } from './connect.js';
+export { connectNats, connectNatsWithRetry, connectionOptions } from './connect.js';
+export type { RetryingConnectOptions } from './connect.js';
 export { ConnectionTracker } from './connection-state.js';
 export type { ConnectionState, ConnectionStatus } from './connection-state.js';
 export { ensureStream, findStream, streamSettingsSchema, streamConfigFor, describeDifferences, subjectCovers, DEFAULT_STREAM } from './stream.js';

@@ -54,7 +54,9 @@ class ExtProcStream implements Deadline {
   private body: BodyAccumulator | undefined;
   private decision: Decision | undefined;
   private model = '';
-  private servedSeen = false;
+  /** The served endpoint the gateway reported (canonical), once seen. */
+  private served: string | undefined;
+  private failureSeen = false;
   private deadline: Deadline | undefined;
 
   constructor(
@@ -80,9 +82,12 @@ class ExtProcStream implements Deadline {
 
   private onMessage(message: ProcessingRequest): void {
     if (this.state === 'done') return;
-    // Envoy attaches the forwarded namespaces to every message; the latest hint wins.
-    const hint = readSubsetHint(message.metadataContext);
-    if (hint !== undefined) this.subset = hint;
+    // Envoy attaches the forwarded namespaces to every message; the latest hint before the pick
+    // wins. After the pick it is not read (nor kept: a hint can be megabytes, a response minutes).
+    if (this.state !== 'picked') {
+      const hint = readSubsetHint(message.metadataContext);
+      if (hint !== undefined) this.subset = hint;
+    }
     const phase = decodePhase(message);
     switch (phase.kind) {
       case 'requestHeaders':
@@ -101,7 +106,10 @@ class ExtProcStream implements Deadline {
       case 'responseTrailers':
         if (this.state !== 'picked') return this.protocolError(`${phase.kind} before the request was routed`);
         this.noteServed(message);
-        if (phase.kind === 'responseHeaders') return this.write(responseHeadersResponse());
+        if (phase.kind === 'responseHeaders') {
+          this.noteStatus(phase.headers.status);
+          return this.write(responseHeadersResponse());
+        }
         if (phase.kind === 'responseTrailers') return this.write(responseTrailersResponse());
         this.write(responseBodyResponse(phase.chunk, phase.endOfStream, this.modes?.response === 'full-duplex'));
         return;
@@ -133,7 +141,11 @@ class ExtProcStream implements Deadline {
 
   private completeRequest(endedWithTrailers: boolean): void {
     const headers = this.headers as RequestHeaders;
-    const prepared = prepareRequest((this.body as BodyAccumulator).take(), headers, this.core.rewriter, Math.random);
+    const body = (this.body as BodyAccumulator).take();
+    // The stream lives as long as the response (minutes for a long generation): drop the request
+    // body's chunks now rather than hold up to --max-body-bytes per open stream.
+    this.body = undefined;
+    const prepared = prepareRequest(body, headers, this.core.rewriter, Math.random);
     if (!prepared.ok) return this.reject(prepared.error.status as ErrorStatus, prepared.error.message, prepared.error.code);
     this.route(this.modes?.request === 'buffered' ? 'buffered' : 'full-duplex', prepared.request, endedWithTrailers);
   }
@@ -155,6 +167,7 @@ class ExtProcStream implements Deadline {
     }
     this.decision = decision;
     this.state = 'picked';
+    this.subset = undefined;
     this.clearTimer();
     this.core.commit(decision, this.model);
     for (const response of routedResponses({
@@ -170,11 +183,24 @@ class ExtProcStream implements Deadline {
   }
 
   private noteServed(message: ProcessingRequest): void {
-    if (this.servedSeen || this.decision === undefined) return;
+    if (this.served !== undefined || this.decision === undefined) return;
     const served = readServedEndpoint(message.metadataContext);
     if (served === undefined) return;
-    this.servedSeen = true;
+    this.served = served;
     this.core.reportServed(this.decision, served);
+  }
+
+  /**
+   * A 5xx response status fails the primary (DESIGN §5 step 7) when the primary is what answered:
+   * the served endpoint is the primary, or the gateway named none. Envoy sends the same response
+   * headers for its own local reply when it could not connect (503, served = the last host tried),
+   * so a connection failure lands here too. A served fallback already penalised the primary.
+   */
+  private noteStatus(status: number | undefined): void {
+    if (status === undefined || status < 500 || status > 599 || this.failureSeen || this.decision === undefined) return;
+    this.failureSeen = true;
+    if (this.served !== undefined && this.served !== this.decision.entries[0]?.address) return;
+    this.core.reportFailed(this.decision, status);
   }
 
   private reject(status: ErrorStatus, message: string, code: string): void {
