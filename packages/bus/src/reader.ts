@@ -202,6 +202,11 @@ export class EventReader {
           if (!streamMissing) this.options.logger?.warn({ pool: this.options.pool, stream: this.stream }, 'the event stream is missing (deleted?); waiting for it to be created');
           streamMissing = true;
           if (this.options.onStreamMissing) {
+            // Observed with nats-server 2.9.10: a file stream created again within milliseconds of
+            // its deletion can come up broken (its per-subject limit not enforced, consumers never
+            // delivered to). Let the deletion settle first.
+            await this.pause(STREAM_RECREATE_DELAY_MS);
+            if (this.closing) break;
             try {
               await this.options.onStreamMissing();
             } catch (ensureError) {
@@ -396,6 +401,8 @@ function isStreamMissing(error: unknown): boolean {
 }
 
 const STREAM_NOT_FOUND = 10059;
+/** How long after finding the stream missing the reader asks for it to be created again. */
+const STREAM_RECREATE_DELAY_MS = 1_000;
 
 function refusalDetail(reason: 'future' | 'over-capacity', event: SpillwayEvent, receivedAt: number): string {
   return reason === 'future'
