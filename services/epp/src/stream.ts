@@ -226,8 +226,16 @@ class ExtProcStream implements Deadline {
     this.finish(false);
   }
 
+  /**
+   * Writes one reply. When the gateway reads replies slower than it sends messages (each response
+   * body chunk comes back as a reply), the stream stops reading until the replies drain, so HTTP/2
+   * flow control holds the gateway back instead of the EPP buffering its body without limit.
+   */
   private write(response: ProcessingResponse): void {
-    if (!this.call.destroyed && this.call.writable) this.call.write(response);
+    if (this.call.destroyed || !this.call.writable) return;
+    if (this.call.write(response) || this.call.isPaused()) return;
+    this.call.pause();
+    this.call.once('drain', () => this.call.resume());
   }
 
   private endStream(): void {

@@ -10,7 +10,18 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { eventually, freePort, startNatsServer, type NatsServerHandle } from '@spillway/testkit';
 import { ServingStatus } from '@spillway/protocol';
-import { EnvoyStream, TestPublisher, completion, destinationOf, envoyRequestMessages, extProcClient, healthStatus, immediateOf } from './helpers.js';
+import {
+  EnvoyStream,
+  TestPublisher,
+  bodyMessage,
+  completion,
+  destinationOf,
+  envoyRequestMessages,
+  extProcClient,
+  healthStatus,
+  immediateOf,
+  responseHeadersMessage,
+} from './helpers.js';
 
 const BIN = join(dirname(fileURLToPath(import.meta.url)), '..', 'bin', 'spillway-epp.js');
 const DIST = join(dirname(BIN), '..', 'dist', 'main.js');
@@ -128,6 +139,42 @@ describe('hostile requests against the binary', () => {
     expect(child.lines.length).toBeGreaterThan(3);
     expect(child.lines.every((line) => line['zone'] === 'zone-x')).toBe(true);
   }, 180_000);
+});
+
+describe('a gateway that stops reading the replies', () => {
+  it('cannot make the EPP buffer the response body it streams back (backpressure reaches the gateway)', async () => {
+    const p = await ports();
+    startBinary(['--zone', 'zone-w', '--nats', nats.url, ...p.args]);
+    await publisher.pods([{ pod: 'w0', zone: 'zone-w', address: '10.0.4.1:8000' }]);
+    await eventually(async () => expect(await healthStatus(p.health, 'readiness')).toBe(ServingStatus.SERVING), 20_000);
+    const rss = async () => sampleValue(await scrape(p.metrics), 'process_resident_memory_bytes');
+    const before = await rss();
+    const client = extProcClient(p.grpc);
+    const stream = new EnvoyStream(client);
+    try {
+      stream.send(envoyRequestMessages({ body: completion(), subset: ['10.0.4.1:8000'] }));
+      expect(destinationOf((await stream.waitFor(2))[0]).header).toBe('10.0.4.1:8000');
+      // The gateway stops reading the EPP's replies and streams a 200 MB response body at it.
+      stream.call.pause();
+      stream.send([responseHeadersMessage(200, '10.0.4.1:8000')]);
+      const chunk = new Uint8Array(1024 * 1024).fill(120);
+      for (let i = 0; i < 200; i++) stream.call.write(bodyMessage('responseBody', chunk, false));
+      // Wait until the EPP has taken all it will take: its memory stops growing.
+      let last = await rss();
+      await eventually(async () => {
+        await new Promise((resolve) => setTimeout(resolve, 1_000));
+        const now = await rss();
+        const settled = Math.abs(now - last) < 4 * 1024 * 1024;
+        last = now;
+        expect(settled).toBe(true);
+      }, 60_000, 0);
+      // Unbounded, the EPP holds every echoed chunk it read (about 200 MB); bounded, a few.
+      expect(last - before).toBeLessThan(100 * 1024 * 1024);
+    } finally {
+      stream.call.cancel();
+      client.close();
+    }
+  }, 90_000);
 });
 
 describe('NATS failures at start', () => {
