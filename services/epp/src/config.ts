@@ -42,6 +42,7 @@ export const eppFlags = {
   viewStaleLimitMs: { description: 'deprecated, ignored: readiness stays SERVING while NATS is unreachable', schema: durationMs().optional(), placeholder: 'MS' },
   requestTimeoutMs: { description: 'a request whose body is not complete by then ends the stream', schema: durationMs().default(60_000), placeholder: 'MS' },
   maxBodyBytes: { description: 'largest request body accepted (413 above)', schema: positiveInt().default(8 * 1024 * 1024), placeholder: 'BYTES' },
+  maxBufferedBodyBytes: { description: 'request-body bytes all open streams may hold together; a body that needs more gets 503', schema: positiveInt().default(512 * 1024 * 1024), placeholder: 'BYTES' },
   logLevel: { description: 'pino log level (debug logs one line per decision)', schema: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'), placeholder: 'LEVEL' },
 } satisfies FlagSpecs;
 

@@ -4,6 +4,7 @@ import { compileModelRewrites, type ErrorStatus, type ModelRewriter, type Prepar
 import { Scheduler, type Decision, type PickRequest } from '@spillway/scheduler';
 import { PendingCount, type EppMetrics, type Outcome } from './metrics.js';
 import type { EppConfig } from './config.js';
+import { BodyBudget } from './body-budget.js';
 import { DeadlineSweeper } from './deadlines.js';
 import { LabelCache } from './label-cache.js';
 import { ModelLabels } from './model-labels.js';
@@ -30,6 +31,8 @@ export class EppCore {
   readonly rewriter: ModelRewriter | undefined;
   readonly limits: EppLimits;
   readonly deadlines: DeadlineSweeper;
+  /** Request-body bytes held by all open streams (--max-buffered-body-bytes). */
+  readonly bodies: BodyBudget;
   // Prometheus children per label set, so the request path does not build label objects.
   // Batched (see PendingCount): the per-request counters with fixed labels.
   private readonly routed: PendingCount;
@@ -62,6 +65,7 @@ export class EppCore {
     this.modelLabels = new ModelLabels(config.modelRewrites, config.flags.metricModels);
     this.limits = { maxBodyBytes: config.flags.maxBodyBytes, requestTimeoutMs: config.flags.requestTimeoutMs };
     this.deadlines = new DeadlineSweeper(now);
+    this.bodies = new BodyBudget(config.flags.maxBufferedBodyBytes);
     this.routed = metrics.batched(metrics.requests.labels({ outcome: 'routed' }));
     this.attemptSucceeded = metrics.batched(metrics.schedulerAttempts.labels({ status: 'success' }));
     this.attemptFailed = metrics.batched(metrics.schedulerAttempts.labels({ status: 'failure' }));

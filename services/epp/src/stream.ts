@@ -57,6 +57,8 @@ class ExtProcStream implements Deadline {
   /** The served endpoint the gateway reported (canonical), once seen. */
   private served: string | undefined;
   private failureSeen = false;
+  /** Bytes of this request's body taken from the EPP-wide body budget. */
+  private reservedBytes = 0;
   private deadline: Deadline | undefined;
 
   constructor(
@@ -136,7 +138,18 @@ class ExtProcStream implements Deadline {
     if (!body.push(chunk)) {
       return this.reject(413, `request body exceeds ${body.limit} bytes`, 'request_too_large');
     }
+    if (!this.core.bodies.reserve(chunk.length)) {
+      return this.reject(503, 'the endpoint picker holds too many request bodies at once; retry', 'body_budget_exceeded');
+    }
+    this.reservedBytes += chunk.length;
     if (endOfStream) this.completeRequest(false);
+  }
+
+  /** Gives this request's body bytes back to the EPP-wide budget (the body was taken or dropped). */
+  private releaseBody(): void {
+    this.body = undefined;
+    this.core.bodies.release(this.reservedBytes);
+    this.reservedBytes = 0;
   }
 
   private completeRequest(endedWithTrailers: boolean): void {
@@ -144,7 +157,7 @@ class ExtProcStream implements Deadline {
     const body = (this.body as BodyAccumulator).take();
     // The stream lives as long as the response (minutes for a long generation): drop the request
     // body's chunks now rather than hold up to --max-body-bytes per open stream.
-    this.body = undefined;
+    this.releaseBody();
     const prepared = prepareRequest(body, headers, this.core.rewriter, Math.random);
     if (!prepared.ok) return this.reject(prepared.error.status as ErrorStatus, prepared.error.message, prepared.error.code);
     this.route(this.modes?.request === 'buffered' ? 'buffered' : 'full-duplex', prepared.request, endedWithTrailers);
@@ -253,6 +266,7 @@ class ExtProcStream implements Deadline {
   /** However the stream ends, release what the request holds; idempotent. */
   private finish(clientEnded: boolean): void {
     this.clearTimer();
+    this.releaseBody();
     if (this.decision !== undefined) {
       this.core.release(this.decision, this.model);
       this.decision = undefined;

@@ -21,6 +21,7 @@ import {
   envoyRequestMessages,
   extProcClient,
   healthStatus,
+  immediateOf,
   responseHeadersMessage,
   startTestEpp,
   type PodSpec,
@@ -204,6 +205,38 @@ describe('connections', () => {
     await start('zone-c', ['--host', '0.0.0.0'], open.logger);
     const warning = open.lines.find((l) => /ext_proc is served in plaintext on a non-loopback address/.test(String(l['msg'])));
     expect(warning).toMatchObject({ level: 40, host: '0.0.0.0' });
+  });
+});
+
+describe('request bodies held at once', () => {
+  it('refuses a body past --max-buffered-body-bytes with 503, and gives the bytes back when streams end', async () => {
+    const epp = await start('zone-b', ['--max-buffered-body-bytes', String(1024 * 1024)]);
+    await publisher.pods([{ pod: 'b0', zone: 'zone-b', address: '10.0.3.1:8000' }]);
+    await epp.ready;
+    const client = extProcClient(epp.grpcPort);
+    try {
+      const big = completion('llama', 'x'.repeat(800 * 1024));
+      // Stream A holds 800 KB and never finishes its body.
+      const a = new EnvoyStream(client);
+      a.send(envoyRequestMessages({ body: big, subset: ['10.0.3.1:8000'] }).map((m) => ({ ...m, request: m.request?.$case === 'requestBody' ? { ...m.request, value: { ...m.request.value, endOfStream: false } } : m.request })));
+      await eventually(() => expect(epp.core.bodies.used).toBeGreaterThan(800 * 1024));
+      // Stream B needs 400 KB more: over the 1 MiB budget.
+      const b = new EnvoyStream(client);
+      b.send(envoyRequestMessages({ body: completion('llama', 'y'.repeat(400 * 1024)), subset: ['10.0.3.1:8000'] }));
+      const refused = immediateOf((await b.waitFor(1))[0]);
+      expect(refused?.status).toBe(503);
+      expect(refused?.body.error.code).toBe('body_budget_exceeded');
+      // A goes away: its bytes return, and the same request fits.
+      a.call.cancel();
+      await eventually(() => expect(epp.core.bodies.used).toBe(0));
+      const c = new EnvoyStream(client);
+      c.send(envoyRequestMessages({ body: completion('llama', 'y'.repeat(400 * 1024)), subset: ['10.0.3.1:8000'] }));
+      expect(destinationOf((await c.waitFor(2))[0]).header).toBe('10.0.3.1:8000');
+      c.close();
+      await eventually(() => expect(epp.core.bodies.used).toBe(0));
+    } finally {
+      client.close();
+    }
   });
 });
 
