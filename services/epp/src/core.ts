@@ -7,7 +7,7 @@ import type { EppConfig } from './config.js';
 import { BodyBudget } from './body-budget.js';
 import { DeadlineSweeper } from './deadlines.js';
 import { LabelCache } from './label-cache.js';
-import { ModelLabels } from './model-labels.js';
+import { capLabel, ModelLabels } from './model-labels.js';
 
 /** One target model's batched metric children. */
 interface ModelCounts {
@@ -92,8 +92,9 @@ export class EppCore {
     if (this.logger.isLevelEnabled('debug')) {
       this.logger.debug(
         {
-          model: prepared?.requestedModel,
-          targetModel: request.model,
+          // Client-chosen: cut like a label value, so one request cannot write a megabyte line.
+          model: prepared === undefined ? undefined : capLabel(prepared.requestedModel),
+          targetModel: capLabel(request.model),
           status: decision.status,
           rule: decision.rule,
           destination: decision.destination,
