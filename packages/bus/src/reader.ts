@@ -41,7 +41,6 @@ export interface ReaderOptions {
   idleHeartbeatMs?: number;
   /** Messages per pull. */
   batch?: number;
-
   /**
    * Called when the stream turns out to be missing (deleted while running, or never created), before
    * the reader retries: the EPP re-creates it here when it may (`--ensure-stream`). Errors are logged.

@@ -10,7 +10,7 @@ import { jetstreamManager } from '@nats-io/jetstream';
 import { ensureStream, findStream } from '@spillway/bus';
 import { eventually, startNatsServer, type NatsServerHandle } from '@spillway/testkit';
 import { ServingStatus } from '@spillway/protocol';
-import type { RunningEpp } from '@spillway/epp';
+import { loadEppConfig, type RunningEpp } from '@spillway/epp';
 import {
   EnvoyStream,
   POOL,
@@ -254,5 +254,17 @@ describe('hostile events as the EPP wires them', () => {
     }, 15_000);
     expect(epp.core.fleet.get(POOL, 'zone-f', 'ahead')).toBeUndefined();
     expect(epp.core.fleet.pool(POOL)?.readyInZone('zone-f').size).toBe(3);
+  });
+});
+
+describe('the new settings as config-file fields', () => {
+  it('reads maxClockSkewMs, maxPodsPerZone, metricModels, healthTls and connectionTimeoutMs from the file, and flags --view-stale-limit-ms as deprecated', () => {
+    const file = join(dir, 'fields.yaml');
+    writeFileSync(file, 'maxClockSkewMs: 2000\nmaxPodsPerZone: 100\nmetricModels: [llama, mistral]\nconnectionTimeoutMs: 5000\nviewStaleLimitMs: 800\n');
+    const config = loadEppConfig(['--pool', POOL, '--zone', 'a', '--config', file], {});
+    expect(config?.flags).toMatchObject({ maxClockSkewMs: 2000, maxPodsPerZone: 100, metricModels: ['llama', 'mistral'], healthTls: false, connectionTimeoutMs: 5000 });
+    expect(config?.warnings).toEqual(['--view-stale-limit-ms is deprecated and ignored: readiness stays SERVING while NATS is unreachable']);
+    expect(loadEppConfig(['--pool', POOL, '--zone', 'a'], {})?.flags).toMatchObject({ maxClockSkewMs: 5000, maxPodsPerZone: 4096, metricModels: [], healthTls: false, connectionTimeoutMs: 20_000 });
+    expect(() => loadEppConfig(['--pool', POOL, '--zone', 'a', '--max-pods-per-zone', '0'], {})).toThrow(/--max-pods-per-zone/);
   });
 });
