@@ -25,7 +25,7 @@ const MAX_REMEMBERED = 10_000;
 const MAX_LINES_PER_INTERVAL = 500;
 
 /**
- * Counts dropped messages by reason and logs each subject at most once per minute (DESIGN §3), and
+ * Counts dropped messages by reason and logs each subject at most once per minute, and
  * at most MAX_LINES_PER_INTERVAL lines a minute in all: a broken publisher re-sends every
  * interval, and one log line per sample would drown the logs.
  */

@@ -185,7 +185,7 @@ describe('EventReader', () => {
 
     // An EPP started an hour later replays the same messages: judged by their stream time, still
     // refused. (The stream keeps the last message per subject, so the forged one replaced the true
-    // readiness there: the restarted EPP lacks the pod until its collector re-publishes, DESIGN §3.)
+    // readiness there: the restarted EPP lacks the pod until its collector re-publishes.)
     const replayed = new Fleet();
     const r2 = reader('future', replayed, { now: () => Date.now() + 3_600_000 });
     await r2.caughtUp;

@@ -276,7 +276,7 @@ export class Scheduler {
   }
 
   /**
-   * The primary failed outright (DESIGN §5 step 7): the response status was 5xx, or the gateway
+   * The primary failed outright (passive health): the response status was 5xx, or the gateway
    * reported a connection failure for it. Like a primary the gateway did not serve, it is
    * penalised for `penaltyMs`. The caller reports a decision once (a second report only extends
    * the penalty). Returns whether an endpoint was penalised.

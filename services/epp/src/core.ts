@@ -135,7 +135,7 @@ export class EppCore {
 
   /**
    * The primary answered 5xx, or the gateway could not reach it (Envoy then reports its own 503):
-   * it is penalised like a primary the gateway did not serve (DESIGN §5 step 7).
+   * it is penalised like a primary the gateway did not serve.
    */
   reportFailed(decision: Decision, status: number): void {
     if (!this.scheduler.reportFailed(decision, this.now())) return;

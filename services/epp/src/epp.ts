@@ -36,7 +36,7 @@ export interface StartOptions {
 /**
  * Wires the parts: gRPC servers first (reporting NOT_SERVING), then NATS in the background —
  * connected with retries, the stream ensured, the replay started into the fleet — and readiness
- * once the replay caught up. Readiness then stays SERVING (DESIGN §4): a NATS outage never stops
+ * once the replay caught up. Readiness then stays SERVING: a NATS outage never stops
  * picking, the EPP keeps serving its last view and exports and logs the view's age.
  */
 export async function startEpp(config: EppConfig, options: StartOptions = {}): Promise<RunningEpp> {
@@ -111,7 +111,7 @@ export async function startEpp(config: EppConfig, options: StartOptions = {}): P
     if (!closed) logger.error({ err: error }, 'NATS setup failed');
   });
 
-  // Readiness: SERVING once the first replay caught up, and it stays so (DESIGN §4).
+  // Readiness: SERVING once the first replay caught up, and it stays so (docs/hardening.md, finding 14).
   const staleLog = new StaleViewLog(logger);
   const tick = setInterval(() => {
     const status = reader?.status;

@@ -204,7 +204,7 @@ class ExtProcStream implements Deadline {
   }
 
   /**
-   * A 5xx response status fails the primary (DESIGN §5 step 7) when the primary is what answered:
+   * A 5xx response status fails the primary (passive health) when the primary is what answered:
    * the served endpoint is the primary, or the gateway named none. Envoy sends the same response
    * headers for its own local reply when it could not connect (503, served = the last host tried),
    * so a connection failure lands here too. A served fallback already penalised the primary.

@@ -6,7 +6,7 @@ const REPEAT_MS = 30_000;
 /**
  * Logs the event view's age while it is stale (NATS unreachable, consumer lost, stream missing):
  * a line when it turns stale, one every 30 s while it stays so, and one when it is live again.
- * Readiness does not follow it (DESIGN §4): a picker with an aging view beats no picker.
+ * Readiness does not follow it: a picker with an aging view beats no picker.
  */
 export class StaleViewLog {
   private staleSince: number | undefined;

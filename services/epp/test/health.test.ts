@@ -20,7 +20,7 @@ async function statuses(port: number) {
   return Promise.all([...SERVICES, 'liveness', 'no-such-service'].map((s) => healthStatus(port, s)));
 }
 
-describe('health follows the first replay, then stays SERVING (DESIGN §4)', () => {
+describe('health follows the first replay, then stays SERVING', () => {
   it('is NOT_SERVING until the replay caught up, SERVING after, and stays SERVING through a NATS outage', async () => {
     const port = await freePort();
     // The EPP starts before NATS exists: it must serve health (not ready) and keep trying. The
