@@ -59,6 +59,7 @@ type MutableCounts = { -readonly [K in keyof DecisionCounts]: DecisionCounts[K] 
  *   const d = scheduler.pick(request, now)      // never throws for bad input; d.status routed | 429 | 503
  *   if (d.status === 'routed') scheduler.commit(d, now)   // once the destination is sent
  *   scheduler.reportServed(d, servedAddress, now)         // when the response carries the served endpoint
+ *   scheduler.reportFailed(d, now)                         // when the primary answered 5xx or could not be reached
  *   scheduler.release(d)                                   // when the stream ends, however it ends (idempotent)
  */
 export class Scheduler {
@@ -275,6 +276,19 @@ export class Scheduler {
   }
 
   /**
+   * The primary failed outright (passive health): the response status was 5xx, or the gateway
+   * reported a connection failure for it. Like a primary the gateway did not serve, it is
+   * penalised for `penaltyMs`. The caller reports a decision once (a second report only extends
+   * the penalty). Returns whether an endpoint was penalised.
+   */
+  reportFailed(decision: Decision, now: number): boolean {
+    const primary = (decision as DecisionRecord).primary;
+    if (primary === undefined || this.config.penaltyMs <= 0) return false;
+    this.penalties.penalise(primary, now + this.config.penaltyMs);
+    return true;
+  }
+
+  /**
    * Housekeeping, for the EPP to call now and then (the reference purges every 2 min): forgets the
    * prefix entries of pods that were deleted or left the pool, and expired penalties.
    */
@@ -283,7 +297,7 @@ export class Scheduler {
     const pool = this.fleet.pool(this.pool);
     const gone: Endpoint[] = [];
     for (const endpoint of this.index.endpoints()) {
-      if (endpoint.deleted || !pool || this.fleet.get(this.pool, endpoint.pod) !== endpoint) gone.push(endpoint);
+      if (endpoint.deleted || !pool || this.fleet.get(this.pool, endpoint.zone, endpoint.pod) !== endpoint) gone.push(endpoint);
     }
     for (const endpoint of gone) {
       this.index.drop(endpoint);
