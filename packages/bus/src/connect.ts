@@ -6,6 +6,7 @@ import {
   type NatsConnection,
   type NodeConnectionOptions,
 } from '@nats-io/transport-node';
+import type { Logger } from './logger.js';
 import { NatsOptionsError, parseNatsSettings, type NatsSettings, type NatsSettingsInput } from './options.js';
 
 function readFlagFile(flag: string, path: string): Uint8Array {
@@ -72,4 +73,78 @@ export async function connectNats(
 ): Promise<NatsConnection> {
   const parsed = parseNatsSettings(settings);
   return connect({ ...connectionOptions(parsed), ...overrides });
+}
+
+export interface RetryingConnectOptions {
+  /** Where each failed attempt is reported (rate-limited: see below). */
+  logger?: Logger;
+  /** Aborting stops retrying at once; a connection that completes afterwards is closed. */
+  signal?: AbortSignal;
+  /** First pause between attempts; doubled after each failure up to `maxDelayMs`. */
+  initialDelayMs?: number;
+  maxDelayMs?: number;
+  /** The same cause is logged again only after this long (a new cause is logged at once). */
+  repeatLogMs?: number;
+  /** Overrides of the nats.js options, as for connectNats. */
+  overrides?: Partial<NodeConnectionOptions>;
+}
+
+/**
+ * Connects, retrying every failure with capped exponential backoff until it succeeds or `signal`
+ * aborts (then it resolves undefined). nats.js on its own retries a refused connection silently
+ * and gives up on the first authentication or TLS failure; a service starting before (or without)
+ * a reachable NATS needs every cause retried and reported, and must stop promptly when told to.
+ * Once connected, nats.js reconnects by itself forever (connectionOptions). Errors in the settings
+ * themselves (an unreadable file) are thrown at once: retrying cannot fix them.
+ */
+export async function connectNatsWithRetry(settings: NatsSettings | NatsSettingsInput, options: RetryingConnectOptions = {}): Promise<NatsConnection | undefined> {
+  const parsed = parseNatsSettings(settings);
+  const connectOptions: NodeConnectionOptions = { ...connectionOptions(parsed), ...options.overrides, waitOnFirstConnect: false };
+  const { signal, logger } = options;
+  const initialDelayMs = options.initialDelayMs ?? 250;
+  const maxDelayMs = options.maxDelayMs ?? 5_000;
+  const repeatLogMs = options.repeatLogMs ?? 30_000;
+  const aborted = new Promise<undefined>((resolve) => {
+    if (signal?.aborted) resolve(undefined);
+    signal?.addEventListener('abort', () => resolve(undefined), { once: true });
+  });
+  let lastCause: string | undefined;
+  let lastLoggedAt = -Infinity;
+  for (let attempt = 1; !signal?.aborted; attempt++) {
+    const connecting = connect(connectOptions);
+    try {
+      const nc = await Promise.race([connecting, aborted]);
+      if (nc !== undefined) return nc;
+      // Aborted mid-attempt: whatever the attempt yields is closed, not leaked.
+      connecting.then((late) => late.close()).catch(() => undefined);
+      return undefined;
+    } catch (error) {
+      const cause = describeConnectError(error);
+      const now = Date.now();
+      if (cause !== lastCause || now - lastLoggedAt >= repeatLogMs) {
+        logger?.warn({ servers: parsed.servers, attempt, cause }, 'cannot connect to NATS; retrying');
+        lastCause = cause;
+        lastLoggedAt = now;
+      }
+    }
+    await Promise.race([delay(Math.min(maxDelayMs, initialDelayMs * 2 ** Math.min(attempt - 1, 10))), aborted]);
+  }
+  return undefined;
+}
+
+/** The real cause of a failed connect: nats.js wraps socket and TLS errors in a generic one. */
+function describeConnectError(error: unknown): string {
+  const parts: string[] = [];
+  let current: unknown = error;
+  for (let depth = 0; current instanceof Error && depth < 4; depth++) {
+    const code = (current as NodeJS.ErrnoException).code;
+    const text = code !== undefined && !current.message.includes(code) ? `${current.message} (${code})` : current.message;
+    if (!parts.includes(text)) parts.push(text);
+    current = current.cause;
+  }
+  return parts.join(': ') || String(error);
+}
+
+function delay(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
 }

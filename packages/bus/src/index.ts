@@ -1,6 +1,7 @@
 export { natsFlags, natsSettingsFromValues, natsOptionsFromFlags, parseNatsSettings, natsSettingsSchema, NatsOptionsError, DEFAULT_NATS_URL } from './options.js';
 export type { NatsSettings, NatsSettingsInput, NatsFlagKey, NatsFlagValues, Environment } from './options.js';
-export { connectNats, connectionOptions } from './connect.js';
+export { connectNats, connectNatsWithRetry, connectionOptions } from './connect.js';
+export type { RetryingConnectOptions } from './connect.js';
 export { ConnectionTracker } from './connection-state.js';
 export type { ConnectionState, ConnectionStatus } from './connection-state.js';
 export { ensureStream, findStream, streamSettingsSchema, streamConfigFor, describeDifferences, subjectCovers, DEFAULT_STREAM } from './stream.js';
@@ -9,7 +10,7 @@ export { EventPublisher, readinessMsgId } from './publisher.js';
 export type { PublisherOptions, PublisherCounters, ReadinessAck } from './publisher.js';
 export { EventReader, startReader } from './reader.js';
 export type { EventSink, ReaderOptions, ReaderStatus } from './reader.js';
-export type { RejectReason } from './rejects.js';
+export type { RejectReason, SinkRefusal } from './rejects.js';
 export type { Logger } from './logger.js';
 export {
   AGGREGATE_STREAM, HUB_DOMAIN, aggregateStreamConfig, assertZoneName, domainOf, provisionZoneStreams, zoneStreamConfig, uniqueZones, zoneStreamName, zoneSubjects,

@@ -75,7 +75,7 @@ export class EventPublisher {
         if (ack.duplicate) this.counters.readinessDuplicates++;
         return { seq: ack.seq, duplicate: ack.duplicate };
       } catch (error) {
-        if (!retryable(error) || Date.now() >= deadline) throw error;
+        if (!retryable(error) || Date.now() >= deadline) throw explained(error, subject);
         this.counters.readinessRetries++;
         await sleep(Math.min(1_000, 100 * 2 ** Math.min(attempt, 4)));
       }
@@ -116,6 +116,16 @@ function fnv1a(bytes: Uint8Array): number {
     hash = Math.imul(hash, 0x01000193) >>> 0;
   }
   return hash;
+}
+
+/**
+ * nats.js reports a publish nobody acks as "jetstream is not enabled"; for Spillway that almost
+ * always means no stream captures the subject (deleted, never created, or subjects too narrow).
+ */
+function explained(error: unknown, subject: string): unknown {
+  // The class is not exported by @nats-io/jetstream; its name is set on every instance.
+  if (!(error instanceof Error) || error.name !== 'JetStreamNotEnabled') return error;
+  return new Error(`no stream captures ${subject}: the stream is missing (deleted or not created yet) or does not cover this subject`, { cause: error });
 }
 
 function retryable(error: unknown): boolean {

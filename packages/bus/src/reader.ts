@@ -14,12 +14,14 @@ import { decodeEvent, poolFilter, type SpillwayEvent } from '@spillway/events';
 import { ConnectionTracker, type ConnectionState } from './connection-state.js';
 import type { Logger } from './logger.js';
 import { Notifier } from './notifier.js';
-import { RejectLog, type RejectReason } from './rejects.js';
+import { isSinkRefusal, RejectLog, type RejectReason } from './rejects.js';
 import { DEFAULT_STREAM } from './stream.js';
 
 /**
  * Where events go. The bus knows nothing else about the view (DESIGN §8); `Fleet` fits as is.
- * `receivedAt` is ms on the reader's clock (see EventReader for which clock when).
+ * `receivedAt` is ms on the reader's clock (see EventReader for which clock when). `apply` may
+ * return `'future'` or `'over-capacity'` to say it refused the event (the Fleet does): the reader
+ * then logs it (rate-limited) and counts it by reason; the sink counts it itself.
  */
 export interface EventSink {
   apply(event: SpillwayEvent, receivedAt: number): unknown;
@@ -39,6 +41,11 @@ export interface ReaderOptions {
   idleHeartbeatMs?: number;
   /** Messages per pull. */
   batch?: number;
+  /**
+   * Called when the stream turns out to be missing (deleted while running, or never created), before
+   * the reader retries: the EPP re-creates it here when it may (`--ensure-stream`). Errors are logged.
+   */
+  onStreamMissing?: () => Promise<unknown>;
   /** Share a connection tracker (e.g. the EPP's, already following `nc.status()`). */
   connection?: ConnectionTracker;
   js?: JetStreamClient;
@@ -61,6 +68,7 @@ export interface ReaderStatus {
   readonly lastSequence: number;
   /** Messages handled (applied, ignored as old, or rejected). */
   readonly received: number;
+  /** Messages that never reached the view: malformed, or valid but refused by the sink. */
   readonly rejected: number;
   readonly rejectedByReason: Readonly<Partial<Record<RejectReason, number>>>;
 }
@@ -68,7 +76,7 @@ export interface ReaderStatus {
 const INTERRUPTED = Symbol('interrupted');
 
 /** Why the reader dropped its consumer and made a new one. */
-type RestartCause = 'reconnect' | 'recreated' | 'stalled' | 'ended';
+type RestartCause = 'reconnect' | 'recreated' | 'stalled' | 'ended' | 'deleted';
 
 /** Missed-heartbeat count at which the reader stops trusting the client's own recovery. */
 const STALL_HEARTBEATS = 4;
@@ -109,6 +117,8 @@ export class EventReader {
   private readonly filter: string;
 
   private cursor = 0;
+  /** Creation time of the stream the cursor belongs to: a different one means the stream was re-created. */
+  private streamCreated: string | undefined;
   private received = 0;
   private consumerRestarts = 0;
   private staleSince: number | undefined;
@@ -173,6 +183,7 @@ export class EventReader {
 
   private async run(): Promise<void> {
     let failures = 0;
+    let streamMissing = false;
     while (!this.closing && !this.nc.isClosed()) {
       // A JetStream request made while disconnected is buffered and can hang until its timeout
       // (5 s) even after the reconnect; wait for the connection instead.
@@ -181,19 +192,37 @@ export class EventReader {
       try {
         await this.session();
         failures = 0;
+        streamMissing = false;
       } catch (error) {
         if (this.closing || this.nc.isClosed()) break;
         failures++;
         // No consumer means no events: the view is stale until one catches up again.
         if (this.staleSince === undefined && this.isCaughtUp) this.staleSince = this.now();
-        // Once per outage, not once per retry.
-        if (failures === 1) this.options.logger?.warn({ pool: this.options.pool, stream: this.stream, error: (error as Error).message }, 'event consumer failed; retrying');
+        if (isStreamMissing(error)) {
+          if (!streamMissing) this.options.logger?.warn({ pool: this.options.pool, stream: this.stream }, 'the event stream is missing (deleted?); waiting for it to be created');
+          streamMissing = true;
+          if (this.options.onStreamMissing) {
+            // Observed with nats-server 2.9.10: a file stream created again within milliseconds of
+            // its deletion can come up broken (its per-subject limit not enforced, consumers never
+            // delivered to). Let the deletion settle first.
+            await this.pause(STREAM_RECREATE_DELAY_MS);
+            if (this.closing) break;
+            try {
+              await this.options.onStreamMissing();
+            } catch (ensureError) {
+              if (failures === 1) this.options.logger?.warn({ pool: this.options.pool, stream: this.stream, error: (ensureError as Error).message }, 'cannot re-create the event stream; retrying');
+            }
+          }
+        } else if (failures === 1) {
+          // Once per outage, not once per retry.
+          this.options.logger?.warn({ pool: this.options.pool, stream: this.stream, error: (error as Error).message }, 'event consumer failed; retrying');
+        }
         await this.pause(Math.min(2_000, 100 * 2 ** Math.min(failures, 5)));
       }
       if (!this.closing && this.restartCause === undefined) this.restartCause = 'ended';
       if (!this.closing) {
         this.consumerRestarts++;
-        this.options.logger?.info?.({ pool: this.options.pool, cause: this.restartCause, after: this.cursor }, 're-creating the event consumer');
+        if (failures <= 1) this.options.logger?.info?.({ pool: this.options.pool, cause: this.restartCause, after: this.cursor }, 're-creating the event consumer');
         this.publish();
       }
     }
@@ -207,7 +236,7 @@ export class EventReader {
     // its timeout (5 s) even after the reconnect: a restart abandons it instead.
     const race = <T>(request: Promise<T>): Promise<T | typeof INTERRUPTED> => Promise.race([request, interrupted]);
 
-    if (this.cursor > 0 && (await race(this.checkCursor())) === INTERRUPTED) return;
+    if ((await race(this.checkCursor())) === INTERRUPTED) return;
     const ordered: Partial<OrderedConsumerOptions> =
       this.cursor === 0
         ? { filter_subjects: this.filter, deliver_policy: DeliverPolicy.LastPerSubject }
@@ -239,15 +268,20 @@ export class EventReader {
     }
   }
 
-  /** If the stream now ends before the cursor it was deleted and recreated: start over. */
+  /**
+   * If the stream was deleted and created again since the cursor was taken (another creation time,
+   * or it now ends before the cursor), the cursor means nothing there: start over.
+   */
   private async checkCursor(): Promise<void> {
     this.jsm ??= await jetstreamManager(this.nc, { checkAPI: false });
     try {
       const info = await this.jsm.streams.info(this.stream);
-      if (info.state.last_seq < this.cursor) this.cursor = 0;
-    } catch (error) {
-      if (!(error instanceof JetStreamApiError)) throw error;
-      // Stream missing: the consumer create reports it and the session retries.
+      const recreated = this.streamCreated !== undefined && info.created !== this.streamCreated;
+      if (recreated || info.state.last_seq < this.cursor) this.cursor = 0;
+      this.streamCreated = info.created;
+    } catch {
+      // Stream missing (the consumer create reports it and the session retries), or no permission
+      // to look (the cursor is then trusted as before): neither stops the reader here.
     }
   }
 
@@ -258,7 +292,8 @@ export class EventReader {
     const decoded = decodeEvent(m.data, m.subject);
     if (decoded.ok) {
       try {
-        this.options.sink.apply(decoded.event, receivedAt);
+        const outcome = this.options.sink.apply(decoded.event, receivedAt);
+        if (isSinkRefusal(outcome)) this.rejects.record(m.subject, outcome, refusalDetail(outcome, decoded.event, receivedAt), now);
       } catch (error) {
         this.reject(m.subject, 'apply-failed', (error as Error).message, now);
       }
@@ -324,6 +359,8 @@ export class EventReader {
     for await (const s of messages.status()) {
       if (this.closing || this.messages !== messages) break;
       if (s.type === 'ordered_consumer_recreated') this.restart('recreated');
+      // The consumer went with its stream (deleted): do not wait for missed heartbeats to notice.
+      else if (s.type === 'consumer_deleted' || s.type === 'stream_not_found') this.restart('deleted');
       else if (s.type === 'heartbeats_missed' && s.count >= STALL_HEARTBEATS && this.tracker.status.state === 'connected') this.restart('stalled');
     }
   }
@@ -356,6 +393,21 @@ export class EventReader {
   private publish(): void {
     this.notifier.publish(this.status);
   }
+}
+
+/** JetStream's "stream not found" (10059), from a consumer create or a stream lookup. */
+function isStreamMissing(error: unknown): boolean {
+  return (error instanceof JetStreamApiError && error.code === STREAM_NOT_FOUND) || (error as Error | undefined)?.message === 'stream not found';
+}
+
+const STREAM_NOT_FOUND = 10059;
+/** How long after finding the stream missing the reader asks for it to be created again. */
+const STREAM_RECREATE_DELAY_MS = 1_000;
+
+function refusalDetail(reason: 'future' | 'over-capacity', event: SpillwayEvent, receivedAt: number): string {
+  return reason === 'future'
+    ? `observedAt ${event.observedAt} is ${event.observedAt - receivedAt} ms after the receive time ${receivedAt}`
+    : `zone ${event.zone} of pool ${event.pool} already holds the most pods allowed; new pod ${event.pod} refused`;
 }
 
 /** Starts a reader; `await reader.caughtUp` before reporting ready. */

@@ -1,21 +1,41 @@
 import type { DecodeErrorReason } from '@spillway/events';
 import type { Logger } from './logger.js';
 
-/** Why a message never reached the view: a decode failure, or the sink threw while applying it. */
-export type RejectReason = DecodeErrorReason | 'apply-failed';
+/**
+ * Why a message never reached the view: a decode failure, the sink threw while applying it, or
+ * the sink refused a valid event (`future`: dated too far ahead of its receive time;
+ * `over-capacity`: a new pod in a zone that holds the most pods allowed).
+ */
+export type RejectReason = DecodeErrorReason | 'apply-failed' | SinkRefusal;
+
+/** The refusals a sink (the Fleet) reports as its apply outcome; the reader logs and counts them. */
+export type SinkRefusal = 'future' | 'over-capacity';
+
+export function isSinkRefusal(outcome: unknown): outcome is SinkRefusal {
+  return outcome === 'future' || outcome === 'over-capacity';
+}
 
 const LOG_INTERVAL_MS = 60_000;
 /** Past this many remembered subjects, entries older than the interval are pruned. */
 const MAX_REMEMBERED = 10_000;
+/**
+ * Lines per interval over all subjects: a publisher naming 100,000 pods must not write 100,000
+ * lines a minute. Past it, lines are counted and one summary line says how many were left out.
+ */
+const MAX_LINES_PER_INTERVAL = 500;
 
 /**
- * Counts malformed messages by reason and logs each subject at most once per minute (DESIGN §3):
- * a broken publisher re-sends every interval, and one log line per sample would drown the logs.
+ * Counts dropped messages by reason and logs each subject at most once per minute, and
+ * at most MAX_LINES_PER_INTERVAL lines a minute in all: a broken publisher re-sends every
+ * interval, and one log line per sample would drown the logs.
  */
 export class RejectLog {
   readonly byReason: Partial<Record<RejectReason, number>> = {};
   total = 0;
   private readonly lastLogged = new Map<string, number>();
+  private windowStart = -Infinity;
+  private linesInWindow = 0;
+  private suppressed = 0;
 
   constructor(
     private readonly logger: Logger | undefined,
@@ -28,9 +48,25 @@ export class RejectLog {
     if (!this.logger) return;
     const last = this.lastLogged.get(subject);
     if (last !== undefined && now - last < LOG_INTERVAL_MS) return;
+    if (now - this.windowStart >= LOG_INTERVAL_MS) this.openWindow(now);
+    if (this.linesInWindow >= MAX_LINES_PER_INTERVAL) {
+      this.suppressed++;
+      return;
+    }
+    this.linesInWindow++;
     if (this.lastLogged.size >= MAX_REMEMBERED) this.prune(now);
     this.lastLogged.set(subject, now);
-    this.logger.warn({ pool: this.pool, subject, reason, detail: message.slice(0, 500) }, 'dropped a malformed event');
+    const refused = isSinkRefusal(reason);
+    this.logger.warn({ pool: this.pool, subject, reason, detail: message.slice(0, 500) }, refused ? 'refused an event' : 'dropped a malformed event');
+  }
+
+  private openWindow(now: number): void {
+    if (this.suppressed > 0) {
+      this.logger?.warn({ pool: this.pool, suppressed: this.suppressed, intervalMs: LOG_INTERVAL_MS }, 'more dropped events than log lines allowed; the rest were counted, not logged');
+    }
+    this.windowStart = now;
+    this.linesInWindow = 0;
+    this.suppressed = 0;
   }
 
   private prune(now: number): void {

@@ -1,10 +1,11 @@
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { nkeys } from '@nats-io/nats-core';
-import { startNatsServer, type NatsServerHandle } from '@spillway/testkit';
-import { connectNats, natsSettingsFromValues } from '../src/index.js';
+import { eventually, freePort, startNatsServer, type NatsServerHandle } from '@spillway/testkit';
+import { connectNats, connectNatsWithRetry, natsSettingsFromValues } from '../src/index.js';
 
 const user = nkeys.createUser();
 let server: NatsServerHandle;
@@ -44,5 +45,64 @@ describe('connectNats with authentication', () => {
     const notSeed = join(dir, 'junk');
     writeFileSync(notSeed, 'hello');
     await expect(connectNats(natsSettingsFromValues({ nats: server.url, natsNkeySeed: notSeed }, {}))).rejects.toThrow(/--nats-nkey-seed: .* does not hold a user nkey seed/);
+  });
+});
+
+describe('connectNatsWithRetry', () => {
+  const collect = () => {
+    const lines: { cause: string; attempt: number }[] = [];
+    return { lines, logger: { warn: (fields: Record<string, unknown>) => lines.push(fields as { cause: string; attempt: number }) } };
+  };
+
+  it('retries a wrong password, logging the real cause (rate-limited), and stops promptly when aborted', async () => {
+    const { lines, logger } = collect();
+    const abort = new AbortController();
+    const settings = natsSettingsFromValues({ nats: server.url, natsUser: 'alice', natsPassword: 'wrong' }, {});
+    const connecting = connectNatsWithRetry(settings, { logger, signal: abort.signal, initialDelayMs: 20, maxDelayMs: 50 });
+    await eventually(() => expect(lines.length).toBeGreaterThanOrEqual(1), 10_000);
+    expect(lines[0]?.cause).toMatch(/Authorization Violation/i);
+    // Many attempts, one line: the same cause is not repeated within the interval.
+    await new Promise((r) => setTimeout(r, 300));
+    expect(lines).toHaveLength(1);
+    const stoppedAt = Date.now();
+    abort.abort();
+    expect(await connecting).toBeUndefined();
+    expect(Date.now() - stoppedAt).toBeLessThan(5_000);
+  });
+
+  it('retries while no server listens, then connects once one does', async () => {
+    const { lines, logger } = collect();
+    const port = await freePort();
+    const connecting = connectNatsWithRetry({ servers: [`nats://127.0.0.1:${port}`] }, { logger, initialDelayMs: 20, maxDelayMs: 100 });
+    await eventually(() => expect(lines.length).toBeGreaterThanOrEqual(1), 10_000);
+    expect(lines[0]?.cause).toMatch(/ECONNREFUSED|refused/i);
+    const late = await startNatsServer({ forcePrivate: true, port });
+    try {
+      const nc = await connecting;
+      expect(nc?.isClosed()).toBe(false);
+      await nc?.close();
+    } finally {
+      await late.stop();
+    }
+  });
+
+  it('retries a TLS failure, naming it', async () => {
+    const certs = join(dir, 'tls');
+    mkdirSync(certs);
+    const run = (...args: string[]) => execFileSync('openssl', args, { cwd: certs, stdio: 'pipe' });
+    run('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'server.key', '-out', 'server.crt', '-days', '1', '-subj', '/CN=127.0.0.1', '-addext', 'subjectAltName=IP:127.0.0.1');
+    const tlsServer = await startNatsServer({ forcePrivate: true, extraConfig: `tls { cert_file: "${join(certs, 'server.crt')}", key_file: "${join(certs, 'server.key')}" }` });
+    const { lines, logger } = collect();
+    const abort = new AbortController();
+    try {
+      // No CA given: the self-signed server certificate cannot be verified.
+      const connecting = connectNatsWithRetry({ servers: [tlsServer.url.replace('nats://', 'tls://')] }, { logger, signal: abort.signal, initialDelayMs: 20, maxDelayMs: 100 });
+      await eventually(() => expect(lines.length).toBeGreaterThanOrEqual(1), 10_000);
+      expect(lines[0]?.cause).toMatch(/certificate|self.signed|TLS/i);
+      abort.abort();
+      expect(await connecting).toBeUndefined();
+    } finally {
+      await tlsServer.stop();
+    }
   });
 });

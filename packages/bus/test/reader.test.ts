@@ -5,7 +5,7 @@ import { encodeEvent, subjectFor, type SpillwayEvent } from '@spillway/events';
 import { Fleet, snapshotPool } from '@spillway/fleet';
 import { eventually, startNatsServer, type NatsServerHandle } from '@spillway/testkit';
 import { connectNats, ensureStream, EventPublisher, startReader, type EventReader, type Logger } from '../src/index.js';
-import { metrics, podEvents, publishAll, readiness, waitForStored } from './helpers.js';
+import { metrics, podEvents, publishAll, readiness, waitForStored, zoneOf } from './helpers.js';
 
 let server: NatsServerHandle;
 let nc: NatsConnection;
@@ -35,7 +35,8 @@ function reader(pool: string, fleet: Fleet, extra: { logger?: Logger; now?: () =
 
 function fedDirectly(events: readonly SpillwayEvent[]): Fleet {
   const fleet = new Fleet();
-  for (const e of events) fleet.apply(e, 0);
+  // Received when observed: these tests are about replay, not clock skew.
+  for (const e of events) fleet.apply(e, e.observedAt);
   return fleet;
 }
 
@@ -59,7 +60,7 @@ describe('EventReader', () => {
     await r.caughtUp;
     expect(r.status.caughtUp).toBe(true);
     expect(snapshotPool(fleet, 'replay')).toEqual(snapshotPool(fedDirectly([...old, ...latest]), 'replay'));
-    expect(fleet.get('replay', 'vllm-3')?.ready).toBe(false);
+    expect(fleet.get('replay', zoneOf(3), 'vllm-3')?.ready).toBe(false);
     expect(fleet.pool('replay')?.readyCount).toBe(28);
     // last_per_subject: 30 readiness + 30 metrics subjects, the superseded values are not replayed.
     expect(r.status.received).toBe(60);
@@ -84,7 +85,7 @@ describe('EventReader', () => {
 
     const update = metrics('live', 5, t + 100, { waitingRequests: 42 });
     publisher.publishMetrics(update);
-    await eventually(() => expect(first.get('live', 'vllm-5')?.metrics?.waitingRequests).toBe(42), 15_000);
+    await eventually(() => expect(first.get('live', zoneOf(5), 'vllm-5')?.metrics?.waitingRequests).toBe(42), 15_000);
 
     const second = new Fleet();
     const r2 = reader('live', second);
@@ -93,8 +94,8 @@ describe('EventReader', () => {
     // Both keep following.
     await publisher.publishReadiness(readiness('live', 99, t + 200));
     await eventually(() => {
-      expect(first.get('live', 'vllm-99')?.ready).toBe(true);
-      expect(second.get('live', 'vllm-99')?.ready).toBe(true);
+      expect(first.get('live', zoneOf(99), 'vllm-99')?.ready).toBe(true);
+      expect(second.get('live', zoneOf(99), 'vllm-99')?.ready).toBe(true);
     }, 15_000);
   });
 
@@ -109,13 +110,13 @@ describe('EventReader', () => {
     const fleet = new Fleet();
     const r = reader('clock', fleet, { now });
     await r.caughtUp;
-    const replayed = fleet.get('clock', 'vllm-0');
+    const replayed = fleet.get('clock', zoneOf(0), 'vllm-0');
     expect(replayed && fleet.metricsAge(replayed, now())).toBeGreaterThan(skew / 2);
     expect(replayed && fleet.isFresh(replayed, now())).toBe(false);
 
     publisher.publishMetrics(metrics('clock', 0, t + 500));
-    await eventually(() => expect(fleet.get('clock', 'vllm-0')?.metrics?.observedAt).toBe(t + 500), 15_000);
-    const live = fleet.get('clock', 'vllm-0');
+    await eventually(() => expect(fleet.get('clock', zoneOf(0), 'vllm-0')?.metrics?.observedAt).toBe(t + 500), 15_000);
+    const live = fleet.get('clock', zoneOf(0), 'vllm-0');
     expect(live && fleet.metricsAge(live, now())).toBeLessThan(skew / 2);
   });
 
@@ -146,8 +147,8 @@ describe('EventReader', () => {
     await publishAll(publisher, [good(1000), metrics('bad', 1000, t)]);
 
     await eventually(() => {
-      expect(fleet.get('bad', 'vllm-1000')?.ready).toBe(true);
-      expect(fleet.get('bad', 'vllm-1000')?.metrics).toBeDefined();
+      expect(fleet.get('bad', zoneOf(1000), 'vllm-1000')?.ready).toBe(true);
+      expect(fleet.get('bad', zoneOf(1000), 'vllm-1000')?.metrics).toBeDefined();
       expect(r.status.rejected).toBe(201);
     }, 15_000);
     expect(fleet.counters.rejected).toBe(201);
@@ -163,6 +164,38 @@ describe('EventReader', () => {
     await r2.caughtUp;
     expect(r2.status.rejected).toBe(200);
     expect(snapshotPool(replayed, 'bad')).toEqual(snapshotPool(fleet, 'bad'));
+  });
+
+  it('refuses a future-dated event live and on replay alike, logs it, and later true events still apply', async () => {
+    const t = Date.now();
+    const warnings: Record<string, unknown>[] = [];
+    const logger: Logger = { warn: (fields) => warnings.push(fields) };
+    const live = new Fleet();
+    const r = reader('future', live, { logger });
+    await r.caughtUp;
+    await publishAll(publisher, [readiness('future', 0, t)]);
+    await eventually(() => expect(live.get('future', zoneOf(0), 'vllm-0')?.ready).toBe(true), 15_000);
+    // A forged tombstone dated in the year 275,000, and a sample 10 minutes ahead.
+    await publishAll(publisher, [readiness('future', 0, 8.64e15, { ready: false, deleted: true }), metrics('future', 0, t + 600_000, { waitingRequests: 77 })]);
+    await eventually(() => expect(live.counters.future).toBe(2), 15_000);
+    expect(live.get('future', zoneOf(0), 'vllm-0')).toMatchObject({ ready: true, deleted: false, metrics: undefined });
+    expect(r.status.rejectedByReason).toEqual({ future: 2 });
+    expect(warnings.map((w) => w['reason'])).toEqual(['future', 'future']);
+    expect(String(warnings[0]?.['detail'])).toMatch(/ms after the receive time/);
+
+    // An EPP started an hour later replays the same messages: judged by their stream time, still
+    // refused. (The stream keeps the last message per subject, so the forged one replaced the true
+    // readiness there: the restarted EPP lacks the pod until its collector re-publishes.)
+    const replayed = new Fleet();
+    const r2 = reader('future', replayed, { now: () => Date.now() + 3_600_000 });
+    await r2.caughtUp;
+    expect(replayed.counters).toMatchObject({ future: 2, applied: 0 });
+    expect(replayed.get('future', zoneOf(0), 'vllm-0')).toBeUndefined();
+
+    // The re-published readiness applies on both, and they agree.
+    await publishAll(publisher, [readiness('future', 0, Date.now())]);
+    await eventually(() => expect(replayed.get('future', zoneOf(0), 'vllm-0')?.ready).toBe(true), 15_000);
+    expect(snapshotPool(replayed, 'future')).toEqual(snapshotPool(live, 'future'));
   });
 
   it('replays a 10,000-pod pool (readiness and metrics) and catches up', async () => {
@@ -189,7 +222,7 @@ describe('EventReader', () => {
     // A still-running reader sees it; the closed one must not.
     const other = new Fleet();
     await reader('closing', other).caughtUp;
-    expect(other.get('closing', 'vllm-1')?.ready).toBe(true);
-    expect(fleet.get('closing', 'vllm-1')).toBeUndefined();
+    expect(other.get('closing', zoneOf(1), 'vllm-1')?.ready).toBe(true);
+    expect(fleet.get('closing', zoneOf(1), 'vllm-1')).toBeUndefined();
   });
 });

@@ -5,7 +5,7 @@ import type { SpillwayEvent } from '@spillway/events';
 import { Fleet, snapshotPool } from '@spillway/fleet';
 import { eventually, startNatsServer, type NatsServerHandle } from '@spillway/testkit';
 import { ConnectionTracker, connectNats, ensureStream, EventPublisher, startReader, type ConnectionState, type EventReader, type ReaderStatus } from '../src/index.js';
-import { metrics, podEvents, publishAll, readiness } from './helpers.js';
+import { metrics, podEvents, publishAll, readiness, zoneOf } from './helpers.js';
 
 /**
  * Fault tests: SIGKILL the private nats-server and restart it on the same port and store.
@@ -66,9 +66,9 @@ describe('recovery across a nats-server kill and restart', () => {
     await eventually(() => expect(publisherConn.isClosed() || publisher.publishMetrics(metrics('crash', 2, t + 2_000, { waitingRequests: 33 }))).toBe(true), 15_000);
 
     await eventually(() => {
-      expect(fleet.get('crash', 'vllm-500')?.ready).toBe(true);
-      expect(fleet.get('crash', 'vllm-1')?.ready).toBe(false);
-      expect(fleet.get('crash', 'vllm-2')?.metrics?.waitingRequests).toBe(33);
+      expect(fleet.get('crash', zoneOf(500), 'vllm-500')?.ready).toBe(true);
+      expect(fleet.get('crash', zoneOf(1), 'vllm-1')?.ready).toBe(false);
+      expect(fleet.get('crash', zoneOf(2), 'vllm-2')?.metrics?.waitingRequests).toBe(33);
     }, 15_000);
 
     await eventually(() => expect(reader.status).toMatchObject({ connection: 'connected', staleSince: undefined }), 15_000);

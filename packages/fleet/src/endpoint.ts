@@ -19,9 +19,13 @@ export interface MetricsSample {
  */
 export interface Endpoint {
   readonly pool: string;
+  /**
+   * The zone of the subjects this pod's events arrive on: part of its identity (pool, zone, pod),
+   * so an event can only ever speak for a pod of its own zone.
+   */
+  readonly zone: string;
   readonly pod: string;
   /** From the latest readiness event; undefined while only metrics have been seen. */
-  readonly zone: string | undefined;
   readonly region: string | undefined;
   /** Canonical `ip:port` (IPv6 bracketed); undefined while only metrics have been seen. */
   readonly address: string | undefined;
@@ -50,7 +54,6 @@ export interface Endpoint {
 
 /** Internal mutable record behind an Endpoint. */
 export class EndpointRecord implements Endpoint {
-  zone: string | undefined = undefined;
   region: string | undefined = undefined;
   address: string | undefined = undefined;
   ip: string | undefined = undefined;
@@ -75,6 +78,7 @@ export class EndpointRecord implements Endpoint {
 
   constructor(
     readonly pool: string,
+    readonly zone: string,
     readonly pod: string,
   ) {}
 
@@ -88,7 +92,6 @@ export class EndpointRecord implements Endpoint {
   }
 
   applyReadiness(event: ReadinessEvent, address: { ip: string; key: string }): void {
-    this.zone = event.zone;
     this.region = event.region;
     this.address = address.key;
     this.ip = address.ip;

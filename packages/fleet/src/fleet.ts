@@ -1,6 +1,11 @@
 import { parseEndpointAddress, type MetricsEvent, type ReadinessEvent, type SpillwayEvent } from '@spillway/events';
 import { EndpointRecord, type Endpoint } from './endpoint.js';
-import { PoolState, type PoolView } from './pool.js';
+import { PoolState, type PoolView, type ZonePods } from './pool.js';
+
+/** An event dated further than this after its receive time is rejected (docs/hardening.md, finding 2). */
+export const DEFAULT_MAX_CLOCK_SKEW_MS = 5_000;
+/** Pods (live, metrics-only and tombstoned) one zone of a pool may hold; see FleetOptions. */
+export const DEFAULT_MAX_PODS_PER_ZONE = 4_096;
 
 export interface FleetOptions {
   /** Metrics older than this (from when they were received) are stale. DESIGN §3 default: 1 s. */
@@ -15,6 +20,19 @@ export interface FleetOptions {
    * observedAt says, so a source clock running behind cannot make picks count forever.
    */
   maxSampleLagMs?: number;
+  /**
+   * An event whose `observedAt` is more than this after the receive time it is applied with (the
+   * EPP's clock live, the stream timestamp on replay) is rejected as `future`: otherwise one bad
+   * clock or forged message would pin a pod's state, since later true events look older.
+   */
+  maxClockSkewMs?: number;
+  /**
+   * Most pods one zone of a pool holds. A zone's collector can name any pod of its zone, so this
+   * bounds what one zone's publish rights can cost every EPP (memory, pick time, replay). When a
+   * zone is full its oldest tombstone is forgotten to make room; with no tombstone to spare, an
+   * event for a new pod is rejected as `over-capacity`. Events for pods already held always apply.
+   */
+  maxPodsPerZone?: number;
 }
 
 export interface FleetCounters {
@@ -24,25 +42,37 @@ export interface FleetCounters {
   ignored: number;
   /** Messages the bus could not decode; counted here so one place reports the stream's health. */
   rejected: number;
+  /** Valid events dated more than `maxClockSkewMs` after their receive time; never applied. */
+  future: number;
+  /** Valid events for a new pod of a zone already holding `maxPodsPerZone` pods; never applied. */
+  overCapacity: number;
 }
 
-/** The outcome of applying one event, for callers that log or count. */
-export type ApplyOutcome = 'applied' | 'ignored';
+/**
+ * The outcome of applying one event, for callers that log or count. `future` and `over-capacity`
+ * are refusals: the event is dropped whole and the view is unchanged.
+ */
+export type ApplyOutcome = 'applied' | 'ignored' | 'future' | 'over-capacity';
 
 /**
  * The event-sourced view of the model-server pools (DESIGN §3). Pure: it reads no clock; every
- * call that depends on time is handed `now` or `receivedAt`. Applying is O(1) per event, and the
- * result does not depend on the order events arrive in: for each (pod, kind) the newest
- * `observedAt` wins, equal timestamps are settled by comparing payloads.
+ * call that depends on time is handed `now` or `receivedAt`. A pod is identified by (pool, zone,
+ * pod): the zone of the event's subject is part of the key, so per-zone publish permissions also
+ * bound which pods a publisher can change. Applying is O(1) per event, and the result does not
+ * depend on the order events arrive in: for each (pod, kind) the newest `observedAt` wins, equal
+ * timestamps are settled by comparing payloads. (Two exceptions, both refusals of hostile input:
+ * an event dated in the future is refused by its receive time, and a full zone refuses new pods.)
  */
 export class Fleet {
   readonly staleAfterMs: number;
   private readonly pickTransitMs: number;
   private readonly maxSampleLagMs: number;
+  readonly maxClockSkewMs: number;
+  readonly maxPodsPerZone: number;
   private readonly pools = new Map<string, PoolState>();
   private readonly lastReadiness = new WeakMap<EndpointRecord, ReadinessEvent>();
   private readonly lastMetrics = new WeakMap<EndpointRecord, MetricsEvent>();
-  readonly counters: FleetCounters = { applied: 0, ignored: 0, rejected: 0 };
+  readonly counters: FleetCounters = { applied: 0, ignored: 0, rejected: 0, future: 0, overCapacity: 0 };
   /** Bumped whenever routability or topology changes (readiness); schedulers may cache on it. */
   topologyVersion = 0;
 
@@ -50,10 +80,24 @@ export class Fleet {
     this.staleAfterMs = options.staleAfterMs ?? 1000;
     this.pickTransitMs = options.pickTransitMs ?? 2;
     this.maxSampleLagMs = options.maxSampleLagMs ?? 500;
+    this.maxClockSkewMs = options.maxClockSkewMs ?? DEFAULT_MAX_CLOCK_SKEW_MS;
+    this.maxPodsPerZone = options.maxPodsPerZone ?? DEFAULT_MAX_PODS_PER_ZONE;
   }
 
+  /**
+   * Applies one decoded event received at `receivedAt` (ms: the EPP's clock for live events, the
+   * stream timestamp on replay, so a running and a restarted EPP judge an event alike).
+   */
   apply(event: SpillwayEvent, receivedAt: number): ApplyOutcome {
-    const record = this.recordFor(event.pool, event.pod);
+    if (event.observedAt > receivedAt + this.maxClockSkewMs) {
+      this.counters.future++;
+      return 'future';
+    }
+    const record = this.recordFor(event.pool, event.zone, event.pod);
+    if (record === undefined) {
+      this.counters.overCapacity++;
+      return 'over-capacity';
+    }
     const outcome =
       event.kind === 'readiness' ? this.applyReadiness(record, event, receivedAt) : this.applyMetrics(record, event, receivedAt);
     if (outcome === 'applied') this.counters.applied++;
@@ -74,8 +118,9 @@ export class Fleet {
     return this.pools.keys();
   }
 
-  get(pool: string, pod: string): Endpoint | undefined {
-    return this.pools.get(pool)?.pods.get(pod);
+  /** The pod `pod` of `zone` in `pool`; pods of the same name in other zones are other pods. */
+  get(pool: string, zone: string, pod: string): Endpoint | undefined {
+    return this.pools.get(pool)?.zones.get(zone)?.pods.get(pod);
   }
 
   /** Milliseconds since the pod's latest sample was received; undefined when it has none. */
@@ -99,10 +144,12 @@ export class Fleet {
   pruneDeleted(before: number): number {
     let removed = 0;
     for (const pool of this.pools.values()) {
-      for (const [name, record] of pool.pods) {
-        if (record.deleted && record.readinessAt < before && record.inFlight === 0) {
-          pool.pods.delete(name);
-          removed++;
+      for (const zone of pool.zones.values()) {
+        for (const record of zone.deleted) {
+          if (record.readinessAt < before && record.inFlight === 0) {
+            zone.remove(record);
+            removed++;
+          }
         }
       }
     }
@@ -131,18 +178,25 @@ export class Fleet {
     if (record.metrics !== undefined) record.releasedSinceSample++;
   }
 
-  private recordFor(poolName: string, pod: string): EndpointRecord {
+  /** The pod's record, created if new; undefined when its zone is full (over capacity). */
+  private recordFor(poolName: string, zone: string, pod: string): EndpointRecord | undefined {
     let pool = this.pools.get(poolName);
     if (!pool) {
       pool = new PoolState(poolName);
       this.pools.set(poolName, pool);
     }
-    let record = pool.pods.get(pod);
+    const pods = pool.zonePods(zone);
+    let record = pods.pods.get(pod);
     if (!record) {
-      record = new EndpointRecord(poolName, pod);
-      pool.pods.set(pod, record);
+      if (pods.pods.size >= this.maxPodsPerZone && !pods.evictOldestTombstone()) return undefined;
+      record = new EndpointRecord(poolName, zone, pod);
+      pods.pods.set(pod, record);
     }
     return record;
+  }
+
+  private zoneOf(record: EndpointRecord): ZonePods {
+    return (this.pools.get(record.pool) as PoolState).zonePods(record.zone);
   }
 
   private applyReadiness(record: EndpointRecord, event: ReadinessEvent, receivedAt: number): ApplyOutcome {
@@ -158,6 +212,7 @@ export class Fleet {
     this.lastReadiness.set(record, event);
     pool.index(record);
     pool.noteReadiness(event.zone, receivedAt);
+    this.zoneOf(record).track(record);
     this.topologyVersion++;
     return 'applied';
   }

@@ -43,9 +43,43 @@ function removeFrom<K, V>(index: Map<K, V[]>, key: K, value: V): void {
   if (list.length === 0) index.delete(key);
 }
 
+/**
+ * The pods of one zone of a pool, by name. `deleted` holds its tombstoned pods in the order they
+ * were deleted, so the oldest tombstone is the first to go when the zone is full.
+ */
+export class ZonePods {
+  readonly pods = new Map<string, EndpointRecord>();
+  readonly deleted = new Set<EndpointRecord>();
+
+  constructor(readonly zone: string) {}
+
+  /** Keeps `deleted` in step with a record whose readiness just changed. */
+  track(record: EndpointRecord): void {
+    if (record.deleted) this.deleted.add(record);
+    else this.deleted.delete(record);
+  }
+
+  remove(record: EndpointRecord): void {
+    this.pods.delete(record.pod);
+    this.deleted.delete(record);
+  }
+
+  /** Forgets the oldest tombstone no request still holds; false when there is none. */
+  evictOldestTombstone(): boolean {
+    for (const record of this.deleted) {
+      if (record.inFlight === 0) {
+        this.remove(record);
+        return true;
+      }
+    }
+    return false;
+  }
+}
+
 /** The indexes of one pool. Only the fleet mutates them, around each readiness change. */
 export class PoolState implements PoolView {
-  readonly pods = new Map<string, EndpointRecord>();
+  /** Pods by zone, then by name: a pod is identified by (pool, zone, pod). */
+  readonly zones = new Map<string, ZonePods>();
   private readonly readyByZone = new Map<string, Set<EndpointRecord>>();
   private readonly byAddress = new Map<string, EndpointRecord[]>();
   private readonly byIp = new Map<string, EndpointRecord[]>();
@@ -75,8 +109,8 @@ export class PoolState implements PoolView {
 
   /** Takes a pod out of the routing indexes before its readiness changes. */
   unindex(record: EndpointRecord): void {
-    if (record.zone !== undefined && record.region !== undefined && !record.deleted) this.countRegion(record.zone, record.region, -1);
-    if (!record.routable || record.zone === undefined) return;
+    if (record.region !== undefined && !record.deleted) this.countRegion(record.zone, record.region, -1);
+    if (!record.routable) return;
     const zoneSet = this.readyByZone.get(record.zone);
     if (zoneSet?.delete(record)) {
       this.readyCount--;
@@ -88,8 +122,8 @@ export class PoolState implements PoolView {
 
   /** Puts a pod back into the routing indexes after its readiness changed. */
   index(record: EndpointRecord): void {
-    if (record.zone !== undefined && record.region !== undefined && !record.deleted) this.countRegion(record.zone, record.region, 1);
-    if (!record.routable || record.zone === undefined || record.address === undefined || record.ip === undefined) return;
+    if (record.region !== undefined && !record.deleted) this.countRegion(record.zone, record.region, 1);
+    if (!record.routable || record.address === undefined || record.ip === undefined) return;
     let zoneSet = this.readyByZone.get(record.zone);
     if (!zoneSet) {
       zoneSet = new Set();
@@ -101,8 +135,18 @@ export class PoolState implements PoolView {
     addTo(this.byIp, record.ip, record);
   }
 
-  endpoints(): IterableIterator<Endpoint> {
-    return this.pods.values();
+  *endpoints(): IterableIterator<Endpoint> {
+    for (const zone of this.zones.values()) yield* zone.pods.values();
+  }
+
+  /** The pods of one zone, created on first use. */
+  zonePods(zone: string): ZonePods {
+    let pods = this.zones.get(zone);
+    if (!pods) {
+      pods = new ZonePods(zone);
+      this.zones.set(zone, pods);
+    }
+    return pods;
   }
 
   readyInZone(zone: string): ReadonlySet<Endpoint> {

@@ -4,7 +4,7 @@ import type { Fleet } from './fleet.js';
 /** A plain, ordered copy of a pool's view: for tests comparing replicas and for operator output. */
 export interface EndpointSnapshot {
   pod: string;
-  zone: string | undefined;
+  zone: string;
   region: string | undefined;
   address: string | undefined;
   ready: boolean;
@@ -53,9 +53,7 @@ export function snapshotPool(fleet: Fleet, pool: string): EndpointSnapshot[] {
   const view = fleet.pool(pool);
   if (!view) return [];
   return [...view.endpoints()].map(snapshotOf).sort((a, b) => {
-    const za = a.zone ?? '';
-    const zb = b.zone ?? '';
-    if (za !== zb) return za < zb ? -1 : 1;
+    if (a.zone !== b.zone) return a.zone < b.zone ? -1 : 1;
     return a.pod < b.pod ? -1 : a.pod > b.pod ? 1 : 0;
   });
 }

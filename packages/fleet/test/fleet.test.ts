@@ -33,18 +33,33 @@ describe('Fleet', () => {
     expect(pool.routableOnIp('10.0.0.1').map((e) => e.pod).sort()).toEqual(['a0', 'a1']);
     expect(pool.routableAt('10.0.0.9:8000')).toEqual([]);
     expect(fleet.pool('other')).toBeUndefined();
-    expect(fleet.counters).toEqual({ applied: 4, ignored: 0, rejected: 0 });
+    expect(fleet.counters).toEqual({ applied: 4, ignored: 0, rejected: 0, future: 0, overCapacity: 0 });
   });
 
-  it('moves a pod between zones and addresses when its readiness says so', () => {
+  it('moves a pod between addresses when its readiness says so', () => {
     const fleet = new Fleet();
-    fleet.apply(readiness('p', { zone: 'zone-a', address: '10.0.0.1:80' }), T0);
-    fleet.apply(readiness('p', { zone: 'zone-b', address: '10.0.0.2:80', observedAt: T0 + 1 }), T0);
+    fleet.apply(readiness('p', { address: '10.0.0.1:80' }), T0);
+    fleet.apply(readiness('p', { address: '10.0.0.2:80', observedAt: T0 + 1 }), T0);
     const pool = fleet.pool('llama');
-    expect(pool?.readyInZone('zone-a').size).toBe(0);
     expect(pool?.routableAt('10.0.0.1:80')).toEqual([]);
     expect(pool?.routableAt('10.0.0.2:80').map((e) => e.pod)).toEqual(['p']);
     expect(pool?.readyCount).toBe(1);
+  });
+
+  it('identifies a pod by (pool, zone, pod): an event speaks only for the pod of its own zone', () => {
+    const fleet = new Fleet();
+    fleet.apply(readiness('sim-b-1', { zone: 'zone-b', region: 'r2', address: '10.0.2.1:8000' }), T0);
+    fleet.apply(metrics('sim-b-1', { zone: 'zone-b', waitingRequests: 1 }), T0);
+    // zone-a's publisher names zone-b's pod, newer: it creates zone-a's own sim-b-1, nothing else.
+    expect(fleet.apply(readiness('sim-b-1', { zone: 'zone-a', address: '10.0.2.1:8000', ready: false, deleted: true, observedAt: T0 + 1000 }), T0 + 1000)).toBe('applied');
+    expect(fleet.apply(metrics('sim-b-1', { zone: 'zone-a', waitingRequests: 99, observedAt: T0 + 1000 }), T0 + 1000)).toBe('applied');
+    const b = fleet.get('llama', 'zone-b', 'sim-b-1');
+    expect(b).toMatchObject({ zone: 'zone-b', ready: true, deleted: false, address: '10.0.2.1:8000' });
+    expect(b?.metrics?.waitingRequests).toBe(1);
+    expect(fleet.get('llama', 'zone-a', 'sim-b-1')).toMatchObject({ zone: 'zone-a', deleted: true });
+    expect([...(fleet.pool('llama')?.readyInZone('zone-b') ?? [])].map((e) => e.pod)).toEqual(['sim-b-1']);
+    expect(fleet.pool('llama')?.routableAt('10.0.2.1:8000').map((e) => e.zone)).toEqual(['zone-b']);
+    expect(fleet.pool('llama')?.regionOf('zone-b')).toBe('r2');
   });
 
   it('ignores events older than the applied one per (pod, kind), and duplicates', () => {
@@ -52,24 +67,25 @@ describe('Fleet', () => {
     expect(fleet.apply(readiness('p', { observedAt: T0 + 10 }), T0)).toBe('applied');
     expect(fleet.apply(readiness('p', { observedAt: T0 + 5, ready: false }), T0)).toBe('ignored');
     expect(fleet.apply(readiness('p', { observedAt: T0 + 10 }), T0)).toBe('ignored');
-    expect(fleet.get('llama', 'p')?.ready).toBe(true);
+    expect(fleet.get('llama', 'zone-a', 'p')?.ready).toBe(true);
     // Metrics order independently of readiness.
     expect(fleet.apply(metrics('p', { observedAt: T0 + 1, waitingRequests: 3 }), T0)).toBe('applied');
     expect(fleet.apply(metrics('p', { observedAt: T0, waitingRequests: 9 }), T0)).toBe('ignored');
-    expect(fleet.get('llama', 'p')?.metrics?.waitingRequests).toBe(3);
-    expect(fleet.counters).toEqual({ applied: 2, ignored: 3, rejected: 0 });
+    expect(fleet.get('llama', 'zone-a', 'p')?.metrics?.waitingRequests).toBe(3);
+    expect(fleet.counters).toEqual({ applied: 2, ignored: 3, rejected: 0, future: 0, overCapacity: 0 });
   });
 
   it('keeps metrics that arrive before readiness, without making the pod routable', () => {
     const fleet = new Fleet();
     fleet.apply(metrics('p', { waitingRequests: 4 }), T0);
-    const pod = fleet.get('llama', 'p');
+    const pod = fleet.get('llama', 'zone-a', 'p');
     expect(pod?.metrics?.waitingRequests).toBe(4);
-    expect(pod?.zone).toBeUndefined();
+    expect(pod?.zone).toBe('zone-a');
+    expect(pod?.address).toBeUndefined();
     expect(fleet.pool('llama')?.readyCount).toBe(0);
     fleet.apply(readiness('p'), T0);
     expect(fleet.pool('llama')?.readyCount).toBe(1);
-    expect(fleet.get('llama', 'p')?.metrics?.waitingRequests).toBe(4);
+    expect(fleet.get('llama', 'zone-a', 'p')?.metrics?.waitingRequests).toBe(4);
   });
 
   it('removes a pod on a tombstone, and an older readiness cannot bring it back', () => {
@@ -77,7 +93,7 @@ describe('Fleet', () => {
     fleet.apply(readiness('p', { observedAt: T0 }), T0);
     fleet.apply(readiness('p', { observedAt: T0 + 100, ready: false, deleted: true }), T0);
     expect(fleet.pool('llama')?.readyCount).toBe(0);
-    expect(fleet.get('llama', 'p')?.deleted).toBe(true);
+    expect(fleet.get('llama', 'zone-a', 'p')?.deleted).toBe(true);
     expect(fleet.apply(readiness('p', { observedAt: T0 + 50 }), T0)).toBe('ignored');
     expect(fleet.pool('llama')?.readyCount).toBe(0);
     // A newer readiness (the pod re-created under the same name) is a live pod again.
@@ -91,25 +107,25 @@ describe('Fleet', () => {
     fleet.apply(readiness('recent', { observedAt: T0 + 5000, deleted: true, ready: false }), T0);
     fleet.apply(readiness('live', { observedAt: T0 }), T0);
     expect(fleet.pruneDeleted(T0 + 1000)).toBe(1);
-    expect(fleet.get('llama', 'old')).toBeUndefined();
-    expect(fleet.get('llama', 'recent')?.deleted).toBe(true);
-    expect(fleet.get('llama', 'live')?.ready).toBe(true);
+    expect(fleet.get('llama', 'zone-a', 'old')).toBeUndefined();
+    expect(fleet.get('llama', 'zone-a', 'recent')?.deleted).toBe(true);
+    expect(fleet.get('llama', 'zone-a', 'live')?.ready).toBe(true);
     // A pruned pod that comes back is simply new.
-    fleet.apply(readiness('old', { observedAt: T0 + 9000 }), T0);
+    fleet.apply(readiness('old', { observedAt: T0 + 9000 }), T0 + 9000);
     expect(fleet.pool('llama')?.readyCount).toBe(2);
   });
 
   it('treats a tombstone that says ready: true as not ready', () => {
     const fleet = new Fleet();
     fleet.apply(readiness('p', { deleted: true, ready: true }), T0);
-    expect(fleet.get('llama', 'p')?.ready).toBe(false);
+    expect(fleet.get('llama', 'zone-a', 'p')?.ready).toBe(false);
     expect(fleet.pool('llama')?.readyCount).toBe(0);
   });
 
   it('reports staleness at a given now, from when the sample was received', () => {
     const fleet = new Fleet({ staleAfterMs: 1000 });
     fleet.apply(readiness('p'), T0);
-    const pod = fleet.get('llama', 'p');
+    const pod = fleet.get('llama', 'zone-a', 'p');
     if (!pod) throw new Error('pod missing');
     expect(fleet.isFresh(pod, T0)).toBe(false); // no metrics is never fresh
     expect(fleet.metricsAge(pod, T0)).toBeUndefined();
@@ -123,8 +139,63 @@ describe('Fleet', () => {
     const fleet = new Fleet();
     fleet.recordRejected();
     fleet.recordRejected();
-    expect(fleet.counters).toEqual({ applied: 0, ignored: 0, rejected: 2 });
+    expect(fleet.counters).toEqual({ applied: 0, ignored: 0, rejected: 2, future: 0, overCapacity: 0 });
     expect([...fleet.poolNames()]).toEqual([]);
+  });
+});
+
+describe('hostile input', () => {
+  it('rejects an event dated more than maxClockSkewMs after its receive time, so it cannot pin a pod', () => {
+    const fleet = new Fleet({ maxClockSkewMs: 5000 });
+    fleet.apply(readiness('p'), T0);
+    // A forged readiness from the year 275,000 (the schema's largest date), and one just over the skew.
+    expect(fleet.apply(readiness('p', { ready: false, observedAt: 8.64e15 }), T0)).toBe('future');
+    expect(fleet.apply(metrics('p', { waitingRequests: 50, observedAt: T0 + 5001 }), T0)).toBe('future');
+    // Exactly at the limit is accepted: a source clock a little ahead is normal.
+    expect(fleet.apply(metrics('p', { waitingRequests: 2, observedAt: T0 + 5000 }), T0)).toBe('applied');
+    expect(fleet.get('llama', 'zone-a', 'p')?.ready).toBe(true);
+    // Later true events still apply: nothing was pinned.
+    expect(fleet.apply(readiness('p', { ready: false, observedAt: T0 + 10 }), T0 + 10)).toBe('applied');
+    expect(fleet.get('llama', 'zone-a', 'p')?.ready).toBe(false);
+    // A future event for an unknown pod creates nothing.
+    expect(fleet.apply(readiness('ghost', { observedAt: T0 + 60_000 }), T0)).toBe('future');
+    expect(fleet.get('llama', 'zone-a', 'ghost')).toBeUndefined();
+    expect(fleet.counters).toMatchObject({ applied: 3, future: 3 });
+  });
+
+  it('holds at most maxPodsPerZone pods per zone: a full zone forgets its oldest tombstone, else refuses new pods', () => {
+    const fleet = new Fleet({ maxPodsPerZone: 3 });
+    for (const pod of ['a', 'b', 'c']) expect(fleet.apply(readiness(pod), T0)).toBe('applied');
+    // Full of live pods: a new pod (readiness or metrics) is refused; known pods still update.
+    expect(fleet.apply(readiness('d'), T0)).toBe('over-capacity');
+    expect(fleet.apply(metrics('d'), T0)).toBe('over-capacity');
+    expect(fleet.apply(metrics('a', { waitingRequests: 4 }), T0)).toBe('applied');
+    expect(fleet.get('llama', 'zone-a', 'd')).toBeUndefined();
+    // Other zones have their own room.
+    expect(fleet.apply(readiness('d', { zone: 'zone-b' }), T0)).toBe('applied');
+    // Deleting frees room: the oldest tombstone goes first.
+    fleet.apply(readiness('a', { deleted: true, ready: false, observedAt: T0 + 1 }), T0 + 1);
+    fleet.apply(readiness('b', { deleted: true, ready: false, observedAt: T0 + 2 }), T0 + 2);
+    expect(fleet.apply(readiness('d', { observedAt: T0 + 3 }), T0 + 3)).toBe('applied');
+    expect(fleet.get('llama', 'zone-a', 'a')).toBeUndefined();
+    expect(fleet.get('llama', 'zone-a', 'b')?.deleted).toBe(true);
+    // A flood of tombstones for pods never seen stays within the cap: each replaces the oldest.
+    for (let i = 0; i < 1000; i++) fleet.apply(readiness(`fake-${i}`, { deleted: true, ready: false, observedAt: T0 + 10 + i }), T0 + 10 + i);
+    expect([...(fleet.pool('llama')?.endpoints() ?? [])].filter((e) => e.zone === 'zone-a').map((e) => e.pod).sort()).toEqual(['c', 'd', 'fake-999']);
+    expect(fleet.pool('llama')?.readyCount).toBe(3);
+    expect(fleet.counters.overCapacity).toBe(2);
+  });
+
+  it('keeps a tombstone a request still holds, and refuses the new pod instead', () => {
+    const fleet = new Fleet({ maxPodsPerZone: 1 });
+    fleet.apply(readiness('a'), T0);
+    const a = fleet.get('llama', 'zone-a', 'a');
+    if (!a) throw new Error('pod missing');
+    fleet.recordPick(a, T0);
+    fleet.apply(readiness('a', { deleted: true, ready: false, observedAt: T0 + 1 }), T0 + 1);
+    expect(fleet.apply(readiness('b', { observedAt: T0 + 2 }), T0 + 2)).toBe('over-capacity');
+    fleet.releasePick(a, T0);
+    expect(fleet.apply(readiness('b', { observedAt: T0 + 3 }), T0 + 3)).toBe('applied');
   });
 });
 
@@ -133,7 +204,7 @@ describe('in-flight accounting', () => {
     const fleet = new Fleet({ pickTransitMs: 2, maxSampleLagMs: 500 });
     fleet.apply(readiness('p'), T0);
     fleet.apply(metrics('p', { observedAt: T0 }), T0);
-    const pod = fleet.get('llama', 'p');
+    const pod = fleet.get('llama', 'zone-a', 'p');
     if (!pod) throw new Error('pod missing');
     fleet.recordPick(pod, T0 + 10);
     fleet.recordPick(pod, T0 + 20);
@@ -157,7 +228,7 @@ describe('in-flight accounting', () => {
   it('absorbs picks by receive time when the source clock runs behind', () => {
     const fleet = new Fleet({ pickTransitMs: 2, maxSampleLagMs: 500 });
     fleet.apply(readiness('p'), T0);
-    const pod = fleet.get('llama', 'p');
+    const pod = fleet.get('llama', 'zone-a', 'p');
     if (!pod) throw new Error('pod missing');
     fleet.recordPick(pod, T0 + 100);
     // The source stamps samples 10 s in the past, but a sample received 1 s after the pick saw it.
@@ -168,7 +239,7 @@ describe('in-flight accounting', () => {
   it('keeps the pick deque bounded under long bursts', () => {
     const fleet = new Fleet();
     fleet.apply(readiness('p'), T0);
-    const pod = fleet.get('llama', 'p');
+    const pod = fleet.get('llama', 'zone-a', 'p');
     if (!pod) throw new Error('pod missing');
     for (let i = 0; i < 10_000; i++) {
       fleet.recordPick(pod, T0 + i);
@@ -184,7 +255,7 @@ describe('what event gaps need (picking v2)', () => {
     const fleet = new Fleet();
     fleet.apply(readiness('a0'), T0);
     fleet.apply(metrics('a0', { observedAt: T0 }), T0);
-    const a0 = fleet.get('llama', 'a0')!;
+    const a0 = fleet.get('llama', 'zone-a', 'a0')!;
     fleet.recordPick(a0, T0 + 10); // after the sample: unsampled
     fleet.recordPick(a0, T0 + 11);
     fleet.apply(metrics('a0', { observedAt: T0 + 100, runningRequests: 2 }), T0 + 100); // sees both
@@ -203,7 +274,7 @@ describe('what event gaps need (picking v2)', () => {
     const pool = () => fleet.pool('llama')!;
     fleet.apply(readiness('a0'), T0 + 5);
     fleet.apply(readiness('a1', { address: '10.0.0.2:8000', observedAt: T0 + 50 }), T0 + 60);
-    expect(fleet.get('llama', 'a0')?.readinessReceivedAt).toBe(T0 + 5);
+    expect(fleet.get('llama', 'zone-a', 'a0')?.readinessReceivedAt).toBe(T0 + 5);
     expect(pool().zoneLastReadinessAt('zone-a')).toBe(T0 + 60);
     expect(pool().zoneLastSampleAt('zone-a')).toBe(Number.NEGATIVE_INFINITY);
     fleet.apply(metrics('a0', { observedAt: T0 + 70 }), T0 + 80);
@@ -212,16 +283,16 @@ describe('what event gaps need (picking v2)', () => {
     expect(pool().zoneLastSampleAt('zone-b')).toBe(Number.NEGATIVE_INFINITY);
     // An ignored (older) readiness does not refresh the pod's receive time.
     fleet.apply(readiness('a0', { observedAt: T0 - 1 }), T0 + 500);
-    expect(fleet.get('llama', 'a0')?.readinessReceivedAt).toBe(T0 + 5);
+    expect(fleet.get('llama', 'zone-a', 'a0')?.readinessReceivedAt).toBe(T0 + 5);
   });
 
   it('keeps the measured service rates of the latest sample', () => {
     const fleet = new Fleet();
     const rates = { windowMs: 2000, promptTokensPerS: 1000, generationTokensPerS: 500, requestsPerS: 4, ttftMs: 120 };
     fleet.apply(metrics('a0', { rates }), T0);
-    expect(fleet.get('llama', 'a0')?.metrics?.rates).toEqual(rates);
+    expect(fleet.get('llama', 'zone-a', 'a0')?.metrics?.rates).toEqual(rates);
     fleet.apply(metrics('a0', { observedAt: T0 + 1 }), T0 + 1);
-    expect(fleet.get('llama', 'a0')?.metrics?.rates).toBeUndefined();
+    expect(fleet.get('llama', 'zone-a', 'a0')?.metrics?.rates).toBeUndefined();
   });
 });
 

@@ -94,7 +94,7 @@ export class DecisionRecord implements Decision {
   chargedTo: Endpoint | undefined = undefined;
   chargedAt = 0;
   committed = false;
-  /** The first outcome report (served address, or 'failed'); later reports are ignored. */
+  /** The served endpoint of the first report; later reports are ignored. */
   served: string | undefined = undefined;
 
   constructor(

@@ -52,7 +52,7 @@ export interface PickRequest {
 }
 
 /** What an outcome report concluded. */
-export type ServedOutcome = 'primary' | 'fallback' | 'failed' | 'unparsable' | 'no-primary';
+export type ServedOutcome = 'primary' | 'fallback' | 'unparsable' | 'no-primary';
 
 /**
  * Zone-aware picking (picking v2). Pure: no I/O, `now` is always handed in, randomness comes from
@@ -64,7 +64,7 @@ export type ServedOutcome = 'primary' | 'fallback' | 'failed' | 'unparsable' | '
  *   const d = scheduler.pick(request, now)      // never throws for bad input; d.status routed | 429 | 503
  *   if (d.status === 'routed') scheduler.commit(d, now)   // once the destination is sent
  *   scheduler.reportServed(d, servedAddress, now)         // the response named the endpoint that served it
- *   scheduler.reportFailed(d, now)                        // or: the primary answered 5xx / could not be reached
+ *   scheduler.reportFailed(d, now)                        // the primary answered 5xx or could not be reached
  *   scheduler.release(d)                                   // when the stream ends, however it ends (idempotent)
  */
 export class Scheduler {
@@ -262,7 +262,7 @@ export class Scheduler {
    */
   reportServed(target: Decision | string, served: string | undefined, now: number): ServedOutcome {
     const record = typeof target === 'string' ? undefined : (target as DecisionRecord);
-    if (record?.served !== undefined) return record.served === 'failed' ? 'failed' : record.served === record.primary?.address ? 'primary' : 'fallback';
+    if (record?.served !== undefined) return record.served === record.primary?.address ? 'primary' : 'fallback';
     const servedAddress = served === undefined ? undefined : parseEndpointAddress(served.split(',')[0]?.trim() ?? '');
     if (!servedAddress) return 'unparsable';
     const pool = this.fleet.pool(this.pool);
@@ -293,17 +293,16 @@ export class Scheduler {
   }
 
   /**
-   * The primary failed the request: a 5xx response, or a connection failure the gateway reported.
-   * It is penalised like a primary the gateway did not serve. Only the first report counts.
+   * The primary failed outright (passive health): the response status was 5xx, or the gateway
+   * reported a connection failure for it. Like a primary the gateway did not serve, it is
+   * penalised for `penaltyMs`. The caller reports a decision once (a second report only extends
+   * the penalty). Returns whether an endpoint was penalised.
    */
-  reportFailed(decision: Decision, now: number): ServedOutcome {
-    const record = decision as DecisionRecord;
-    if (record.served !== undefined) return record.served === 'failed' ? 'failed' : record.served === record.primary?.address ? 'primary' : 'fallback';
-    const primary = record.primary;
-    if (!primary) return 'no-primary';
-    record.served = 'failed';
+  reportFailed(decision: Decision, now: number): boolean {
+    const primary = (decision as DecisionRecord).primary;
+    if (primary === undefined || this.config.penaltyMs <= 0) return false;
     this.penalise([primary], now);
-    return 'failed';
+    return true;
   }
 
   /**
@@ -315,7 +314,7 @@ export class Scheduler {
     const pool = this.fleet.pool(this.pool);
     const gone: Endpoint[] = [];
     for (const endpoint of this.index.endpoints()) {
-      if (endpoint.deleted || !pool || this.fleet.get(this.pool, endpoint.pod) !== endpoint) gone.push(endpoint);
+      if (endpoint.deleted || !pool || this.fleet.get(this.pool, endpoint.zone, endpoint.pod) !== endpoint) gone.push(endpoint);
     }
     for (const endpoint of gone) {
       this.index.drop(endpoint);

@@ -79,7 +79,7 @@ describe('in-flight accounting and passive health', () => {
     const decision = scheduler.pick({ model: 'llama', subset: [] }, T0);
     scheduler.commit(decision, T0);
     scheduler.release(decision);
-    for (const p of fourEqual) expect(fleet.get(POOL, p.pod)?.inFlight).toBe(0);
+    for (const p of fourEqual) expect(fleet.get(POOL, p.zone, p.pod)?.inFlight).toBe(0);
   });
 
   it('penalises a primary the gateway did not serve, until the penalty expires', () => {
@@ -91,19 +91,19 @@ describe('in-flight accounting and passive health', () => {
     scheduler.commit(decision, T0);
     expect(scheduler.reportServed(decision, '10.0.0.2:8000', T0 + 5)).toBe('fallback');
     // The request's load moved to the endpoint that served it.
-    expect(fleet.get(POOL, 'a0')?.inFlight).toBe(0);
-    expect(fleet.get(POOL, 'a1')?.inFlight).toBe(1);
+    expect(fleet.get(POOL, 'a', 'a0')?.inFlight).toBe(0);
+    expect(fleet.get(POOL, 'a', 'a1')?.inFlight).toBe(1);
     const during = scheduler.pick({ model: 'llama' }, T0 + 4000);
     expect(during.entries.map((e) => e.endpoint.pod)).not.toContain('a0');
     expect(during.counts.penalised).toBe(1);
-    expect(scheduler.isPenalised(fleet.get(POOL, 'a0')!, T0 + 5004)).toBe(true);
+    expect(scheduler.isPenalised(fleet.get(POOL, 'a', 'a0')!, T0 + 5004)).toBe(true);
     // Metrics must stay fresh for a0 to be the best again.
     sample(fleet, pods[0] as PodSpec, T0 + 5006);
     for (const p of pods.slice(1)) sample(fleet, p, T0 + 5006);
     const after = scheduler.pick({ model: 'llama' }, T0 + 5006);
     expect(after.entries[0]?.endpoint.pod).toBe('a0');
     scheduler.release(decision);
-    expect(fleet.get(POOL, 'a1')?.inFlight).toBe(0);
+    expect(fleet.get(POOL, 'a', 'a1')?.inFlight).toBe(0);
   });
 
   it('served equal to the primary, in another spelling, is not a failure', () => {
@@ -127,7 +127,7 @@ describe('in-flight accounting and passive health', () => {
     const fleet = buildFleet(fourEqual);
     const scheduler = new Scheduler({ fleet, pool: POOL, zone: 'a' });
     expect(scheduler.reportServed('10.0.0.1:8000', '10.0.0.2:8000', T0)).toBe('fallback');
-    expect(scheduler.isPenalised(fleet.get(POOL, 'e0')!, T0 + 1)).toBe(true);
+    expect(scheduler.isPenalised(fleet.get(POOL, 'a', 'e0')!, T0 + 1)).toBe(true);
     expect(scheduler.reportServed('garbage', '10.0.0.2:8000', T0)).toBe('no-primary');
   });
 
@@ -184,7 +184,7 @@ describe('anti-herding', () => {
     const pods = [...saturate([{ pod: 'a0', zone: 'a', address: '10.0.0.1:8000' }], ['a']), ...remote];
     const fleet = buildFleet(pods);
     const scheduler = new Scheduler({ fleet, pool: POOL, zone: 'a', region: 'r1', config: { remote: { shortlist: 2, refreshMs: 60_000 } } });
-    const picksOf = (name: string): number => fleet.get(POOL, name)?.unsampledPicks ?? 0;
+    const picksOf = (name: string): number => fleet.get(POOL, 'b', name)?.unsampledPicks ?? 0;
     for (let i = 0; i < 30; i++) {
       const decision = scheduler.pick({ model: 'llama' }, T0 + i * 0.01);
       const primary = decision.entries[0]?.endpoint;

@@ -5,13 +5,18 @@
 import type { EventPublisher } from '@spillway/bus';
 import type { MetricsEvent, ReadinessEvent, SpillwayEvent } from '@spillway/events';
 
+/** The zone of pod i in these fixtures' pools: zone-a, zone-b, zone-c by i mod 3. */
+export function zoneOf(i: number): string {
+  return `zone-${String.fromCharCode(97 + (i % 3))}`;
+}
+
 /** Pod i of a pool: zone by i mod zones, a distinct 10.x.y.z address. */
 export function readiness(pool: string, i: number, observedAt: number, overrides: Partial<ReadinessEvent> = {}): ReadinessEvent {
   return {
     v: 1,
     kind: 'readiness',
     pool,
-    zone: `zone-${String.fromCharCode(97 + (i % 3))}`,
+    zone: zoneOf(i),
     region: 'r1',
     pod: `vllm-${i}`,
     address: `10.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255}:8000`,
@@ -27,7 +32,7 @@ export function metrics(pool: string, i: number, observedAt: number, overrides: 
     v: 1,
     kind: 'metrics',
     pool,
-    zone: `zone-${String.fromCharCode(97 + (i % 3))}`,
+    zone: zoneOf(i),
     pod: `vllm-${i}`,
     observedAt,
     waitingRequests: i % 7,

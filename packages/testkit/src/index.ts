@@ -3,7 +3,7 @@ export { freePort, INSTALL_HINT, natsServerAvailable, waitForPort } from '@spill
 export { startNatsServer } from './nats-server.js';
 export type { NatsServerHandle, NatsServerOptions } from './nats-server.js';
 export { eventually } from './eventually.js';
-export { metrics, podEvents, publishAll, readiness } from './event-fixtures.js';
+export { metrics, podEvents, publishAll, readiness, zoneOf } from './event-fixtures.js';
 export { POOL, TestPublisher, type PodSpec } from './test-publisher.js';
 export { bodyMessage, envoyRequestMessages, type RequestOptions } from './envoy-messages.js';
 export { healthStatus } from './health.js';

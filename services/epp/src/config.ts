@@ -1,6 +1,10 @@
 import { z } from 'zod';
-import { CliError, durationMs, loadConfigFile, parseCommandLine, port, positiveInt, renderHelp, type FlagSpecs } from '@spillway/cli';
-import { natsFlags, natsSettingsFromValues, type NatsSettings } from '@spillway/bus';
+import { X509Certificate } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { createSecureContext } from 'node:tls';
+import { CliError, commaList, durationMs, loadConfigFile, parseCommandLine, port, positiveInt, renderHelp, type FlagSpecs } from '@spillway/cli';
+import { connectionOptions, NatsOptionsError, natsFlags, natsSettingsFromValues, type NatsSettings } from '@spillway/bus';
+import { DEFAULT_MAX_CLOCK_SKEW_MS, DEFAULT_MAX_PODS_PER_ZONE } from '@spillway/fleet';
 import { schedulerConfigSchema, type SchedulerConfig } from '@spillway/scheduler';
 import type { ModelRewriteRule } from '@spillway/protocol';
 
@@ -10,6 +14,7 @@ import type { ModelRewriteRule } from '@spillway/protocol';
  * scheduler's tunables, objectives and model rewrites.
  */
 const optionalString = z.string().min(1).optional();
+const booleanValue = (fallback: boolean) => z.union([z.boolean(), z.enum(['true', 'false']).transform((v) => v === 'true')]).default(fallback);
 
 export const eppFlags = {
   pool: { description: 'InferencePool (event pool) this EPP serves', schema: z.string().min(1), placeholder: 'NAME' },
@@ -17,8 +22,8 @@ export const eppFlags = {
   region: { description: "this EPP's region: same-region zones are preferred when spilling", schema: optionalString, placeholder: 'REGION' },
   ...natsFlags,
   stream: { description: 'JetStream stream to replay (a zone aggregate in multi-zone NATS)', schema: z.string().min(1).default('SPILLWAY'), placeholder: 'NAME' },
-  ensureStream: { description: 'create the stream when it is missing (turn off when the stream is managed elsewhere)', schema: z.union([z.boolean(), z.enum(['true', 'false']).transform((v) => v === 'true')]).default(true), placeholder: 'true|false' },
-  host: { description: 'address the gRPC, health and metrics servers bind to', schema: z.string().min(1).default('0.0.0.0'), placeholder: 'ADDR' },
+  ensureStream: { description: 'create the stream when it is missing, at start or deleted later (turn off when the stream is managed elsewhere)', schema: booleanValue(true), placeholder: 'true|false' },
+  host: { description: 'address the gRPC (ext_proc), health and metrics servers bind to; plaintext ext_proc off loopback is warned about', schema: z.string().min(1).default('0.0.0.0'), placeholder: 'ADDR' },
   grpcPort: { description: 'ext_proc gRPC port (also serves gRPC health)', schema: port(9002), placeholder: 'N' },
   healthPort: { description: 'gRPC health port', schema: port(9003), placeholder: 'N' },
   metricsPort: { description: 'Prometheus /metrics port', schema: port(9090), placeholder: 'N' },
@@ -29,10 +34,16 @@ export const eppFlags = {
   tlsCert: { description: 'serve gRPC over TLS with this certificate (with --tls-key)', schema: optionalString, placeholder: 'FILE' },
   tlsKey: { description: 'private key for --tls-cert', schema: optionalString, placeholder: 'FILE' },
   tlsClientCa: { description: 'require client certificates signed by this CA (mTLS)', schema: optionalString, placeholder: 'FILE' },
+  healthTls: { description: 'serve the health port over TLS too (same files); plaintext by default, for kubelet probes', schema: booleanValue(false), placeholder: 'true|false' },
+  connectionTimeoutMs: { description: 'close connections silent this long: gRPC ones that answer no keepalive ping, HTTP ones with no request', schema: durationMs().min(100).default(20_000), placeholder: 'MS' },
   metricsStaleMs: { description: 'pod metrics older than this are stale: the pod is then estimated from its last sample and this EPP\'s own picks', schema: durationMs().default(1000), placeholder: 'MS' },
-  viewStaleLimitMs: { description: 'readiness turns NOT_SERVING when the view has been stale this long without NATS', schema: durationMs().default(30_000), placeholder: 'MS' },
+  maxClockSkewMs: { description: 'refuse events dated more than this after their receive time (a bad clock or a forged event)', schema: durationMs().default(DEFAULT_MAX_CLOCK_SKEW_MS), placeholder: 'MS' },
+  maxPodsPerZone: { description: 'most pods one zone of the pool may hold; events for further new pods are refused', schema: positiveInt().default(DEFAULT_MAX_PODS_PER_ZONE), placeholder: 'N' },
+  metricModels: { description: 'models named in metric labels besides those of modelRewrites; every other model is counted as "other"', schema: commaList().default([]), placeholder: 'A,B' },
+  viewStaleLimitMs: { description: 'deprecated, ignored: readiness stays SERVING while NATS is unreachable', schema: durationMs().optional(), placeholder: 'MS' },
   requestTimeoutMs: { description: 'a request whose body is not complete by then ends the stream', schema: durationMs().default(60_000), placeholder: 'MS' },
   maxBodyBytes: { description: 'largest request body accepted (413 above)', schema: positiveInt().default(8 * 1024 * 1024), placeholder: 'BYTES' },
+  maxBufferedBodyBytes: { description: 'request-body bytes all open streams may hold together; a body that needs more gets 503', schema: positiveInt().default(512 * 1024 * 1024), placeholder: 'BYTES' },
   logLevel: { description: 'pino log level (debug logs one line per decision)', schema: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'), placeholder: 'LEVEL' },
 } satisfies FlagSpecs;
 
@@ -66,6 +77,16 @@ export interface EppConfig {
   nats: NatsSettings;
   scheduler: SchedulerConfig;
   modelRewrites: ModelRewriteRule[];
+  /** Server TLS material, read and checked while parsing (a missing file is a usage error). */
+  tls: ServerTls | undefined;
+  /** Settings that were accepted but deserve a line in the log at start (deprecated flags). */
+  warnings: string[];
+}
+
+export interface ServerTls {
+  cert: Buffer;
+  key: Buffer;
+  clientCa: Buffer | undefined;
 }
 
 export const EPP_HELP = renderHelp(
@@ -99,7 +120,22 @@ export function loadEppConfig(argv: readonly string[], env: NodeJS.ProcessEnv): 
   if (flags.tlsClientCa !== undefined && flags.tlsCert === undefined) {
     throw new CliError('--tls-client-ca: client certificates need TLS (--tls-cert and --tls-key)');
   }
+  if (flags.healthTls && flags.tlsCert === undefined) {
+    throw new CliError('--health-tls: TLS on the health port needs --tls-cert and --tls-key');
+  }
+  const tls = readServerTls(flags);
   const nats = natsSettingsFromValues({ ...flags, natsName: flags.natsName ?? `spillway-epp-${flags.zone}` }, env);
+  try {
+    // Reads the NATS files (creds, seed, TLS) now, so a missing one is a usage error, not a retry loop.
+    connectionOptions(nats);
+  } catch (error) {
+    if (error instanceof NatsOptionsError) throw new CliError(error.message, error.flag);
+    throw error;
+  }
+  const warnings: string[] = [];
+  if (flags.viewStaleLimitMs !== undefined) {
+    warnings.push('--view-stale-limit-ms is deprecated and ignored: readiness stays SERVING while NATS is unreachable');
+  }
   const { modelRewrites, ...rest } = file;
   const schedulerInput: Record<string, unknown> = {};
   for (const key of Object.keys(schedulerConfigSchema.shape)) {
@@ -113,5 +149,40 @@ export function loadEppConfig(argv: readonly string[], env: NodeJS.ProcessEnv): 
     const issue = scheduler.error.issues[0];
     throw new CliError(`${path ?? 'config'}: ${issue?.path.join('.') ?? ''}: ${issue?.message ?? 'invalid'}`);
   }
-  return { flags, nats, scheduler: scheduler.data, modelRewrites };
+  return { flags, nats, scheduler: scheduler.data, modelRewrites, tls, warnings };
+}
+
+function readFlagFile(flag: string, path: string): Buffer {
+  try {
+    return readFileSync(path);
+  } catch (error) {
+    throw new CliError(`--${flag}: cannot read ${path}: ${(error as Error).message}`, flag);
+  }
+}
+
+/** Reads the server TLS files and checks that they make a usable TLS context, naming the flag at fault. */
+function readServerTls(flags: EppFlagValues): ServerTls | undefined {
+  if (flags.tlsCert === undefined || flags.tlsKey === undefined) return undefined;
+  const cert = readFlagFile('tls-cert', flags.tlsCert);
+  const key = readFlagFile('tls-key', flags.tlsKey);
+  const clientCa = flags.tlsClientCa === undefined ? undefined : readFlagFile('tls-client-ca', flags.tlsClientCa);
+  try {
+    createSecureContext({ cert });
+  } catch (error) {
+    throw new CliError(`--tls-cert: ${flags.tlsCert} is not a usable certificate: ${(error as Error).message}`, 'tls-cert');
+  }
+  try {
+    createSecureContext({ cert, key });
+  } catch (error) {
+    throw new CliError(`--tls-key: ${flags.tlsKey} is not the private key of --tls-cert: ${(error as Error).message}`, 'tls-key');
+  }
+  if (clientCa !== undefined) {
+    try {
+      // createSecureContext ignores a CA bundle it cannot parse; X509Certificate does not.
+      new X509Certificate(clientCa);
+    } catch (error) {
+      throw new CliError(`--tls-client-ca: ${flags.tlsClientCa} is not a usable CA certificate: ${(error as Error).message}`, 'tls-client-ca');
+    }
+  }
+  return { cert, key, clientCa };
 }

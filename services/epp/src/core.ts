@@ -4,11 +4,11 @@ import { compileModelRewrites, type ErrorStatus, type ModelRewriter, type Prepar
 import { Scheduler, type Decision, type PickRequest } from '@spillway/scheduler';
 import { PendingCount, type EppMetrics, type Outcome } from './metrics.js';
 import type { EppConfig } from './config.js';
+import { BodyBudget } from './body-budget.js';
 import { DeadlineSweeper } from './deadlines.js';
 import { DecisionLog } from './decision-log.js';
 import { LabelCache } from './label-cache.js';
-
-const MODEL_LIMIT = 1024;
+import { capLabel, ModelLabels } from './model-labels.js';
 
 /** One target model's batched metric children. */
 interface ModelCounts {
@@ -34,6 +34,8 @@ export class EppCore {
   readonly deadlines: DeadlineSweeper;
   /** The last decisions, for `GET /debug/decisions`. */
   readonly decisions = new DecisionLog();
+  /** Request-body bytes held by all open streams (--max-buffered-body-bytes). */
+  readonly bodies: BodyBudget;
   // Prometheus children per label set, so the request path does not build label objects.
   // Batched (see PendingCount): the per-request counters with fixed labels.
   private readonly routed: PendingCount;
@@ -41,8 +43,10 @@ export class EppCore {
   private readonly attemptFailed: PendingCount;
   private readonly spills: PendingCount;
   private readonly entryReasons: LabelCache<PendingCount>;
-  // Per target model: running requests and requests by priority, batched. Model names come from
-  // clients, so the map is bounded: past MODEL_LIMIT models it is flushed and starts over.
+  /** Client-chosen model names to label values: configured models, everything else `other`. */
+  readonly modelLabels: ModelLabels;
+  // Per model label: running requests and requests by priority, batched. Keyed by label value, so
+  // it holds at most the configured models plus `other`.
   private readonly models = new Map<string, ModelCounts>();
 
   constructor(
@@ -51,7 +55,7 @@ export class EppCore {
     readonly logger: Logger,
     readonly now: () => number = Date.now,
   ) {
-    this.fleet = new Fleet({ staleAfterMs: config.flags.metricsStaleMs });
+    this.fleet = new Fleet({ staleAfterMs: config.flags.metricsStaleMs, maxClockSkewMs: config.flags.maxClockSkewMs, maxPodsPerZone: config.flags.maxPodsPerZone });
     this.scheduler = new Scheduler({
       fleet: this.fleet,
       pool: config.flags.pool,
@@ -61,8 +65,10 @@ export class EppCore {
       seed: (Date.now() ^ process.pid) >>> 0,
     });
     this.rewriter = config.modelRewrites.length > 0 ? compileModelRewrites(config.modelRewrites) : undefined;
+    this.modelLabels = new ModelLabels(config.modelRewrites, config.flags.metricModels);
     this.limits = { maxBodyBytes: config.flags.maxBodyBytes, requestTimeoutMs: config.flags.requestTimeoutMs };
     this.deadlines = new DeadlineSweeper(now);
+    this.bodies = new BodyBudget(config.flags.maxBufferedBodyBytes);
     this.routed = metrics.batched(metrics.requests.labels({ outcome: 'routed' }));
     this.attemptSucceeded = metrics.batched(metrics.schedulerAttempts.labels({ status: 'success' }));
     this.attemptFailed = metrics.batched(metrics.schedulerAttempts.labels({ status: 'failure' }));
@@ -90,8 +96,9 @@ export class EppCore {
     if (this.logger.isLevelEnabled('debug')) {
       this.logger.debug(
         {
-          model: prepared?.requestedModel,
-          targetModel: request.model,
+          // Client-chosen: cut like a label value, so one request cannot write a megabyte line.
+          model: prepared === undefined ? undefined : capLabel(prepared.requestedModel),
+          targetModel: capLabel(request.model),
           status: decision.status,
           rule: decision.rule,
           destination: decision.destination,
@@ -110,11 +117,12 @@ export class EppCore {
   commit(decision: Decision, model: string): void {
     this.scheduler.commit(decision, this.now());
     this.routed.inc();
-    const counts = this.modelCounts(model);
+    const label = this.modelLabels.of(model);
+    const counts = this.modelCounts(label);
     // By priority: no key string is built per request. Priorities come from config, so this map stays small.
     let requests = counts.byPriority.get(decision.priority);
     if (requests === undefined) {
-      requests = new PendingCount(this.metrics.objectiveRequests.labels({ model_name: model, target_model_name: model, priority: String(decision.priority) }));
+      requests = new PendingCount(this.metrics.objectiveRequests.labels({ model_name: label, target_model_name: label, priority: String(decision.priority) }));
       counts.byPriority.set(decision.priority, requests);
     }
     requests.inc();
@@ -129,20 +137,26 @@ export class EppCore {
     }
   }
 
-  release(decision: Decision, model: string): void {
-    this.scheduler.release(decision);
-    this.modelCounts(model).running.dec();
+  /**
+   * The primary answered 5xx, or the gateway could not reach it (Envoy then reports its own 503):
+   * it is penalised like a primary the gateway did not serve.
+   */
+  reportFailed(decision: Decision, status: number): void {
+    if (!this.scheduler.reportFailed(decision, this.now())) return;
+    this.metrics.primaryFailed.inc();
+    this.logger.info({ primary: decision.entries[0]?.address, status }, 'primary failed; penalised');
   }
 
-  private modelCounts(model: string): ModelCounts {
-    let counts = this.models.get(model);
+  release(decision: Decision, model: string): void {
+    this.scheduler.release(decision);
+    this.modelCounts(this.modelLabels.of(model)).running.dec();
+  }
+
+  private modelCounts(label: string): ModelCounts {
+    let counts = this.models.get(label);
     if (counts === undefined) {
-      if (this.models.size >= MODEL_LIMIT) {
-        this.flushModels();
-        this.models.clear();
-      }
-      counts = { running: new PendingCount(this.metrics.runningRequests.labels({ model_name: model })), byPriority: new Map() };
-      this.models.set(model, counts);
+      counts = { running: new PendingCount(this.metrics.runningRequests.labels({ model_name: label })), byPriority: new Map() };
+      this.models.set(label, counts);
     }
     return counts;
   }
@@ -156,7 +170,8 @@ export class EppCore {
 
   countRejection(status: ErrorStatus, model: string, code: string): void {
     this.metrics.requests.inc({ outcome: String(status) as Outcome });
-    this.metrics.objectiveErrors.inc({ model_name: model, target_model_name: model, error_code: code });
+    const label = this.modelLabels.of(model);
+    this.metrics.objectiveErrors.inc({ model_name: label, target_model_name: label, error_code: code });
     if (status >= 500 && status !== 503) this.logger.error({ status, code }, 'request failed');
   }
 }

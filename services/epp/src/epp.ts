@@ -2,15 +2,17 @@ import type { Server as HttpServer } from 'node:http';
 import pino, { type Logger } from 'pino';
 import type { NatsConnection } from '@nats-io/nats-core';
 import { jetstreamManager } from '@nats-io/jetstream';
-import { connectNats, ensureStream, describeDifferences, startReader, type EventReader } from '@spillway/bus';
+import { connectNatsWithRetry, ensureStream, describeDifferences, startReader, type EventReader } from '@spillway/bus';
 import { extProcService, HealthService } from '@spillway/protocol';
+import { ServerCredentials } from '@grpc/grpc-js';
 import type { EppConfig } from './config.js';
 import { EppCore } from './core.js';
 import { HealthState } from './health.js';
 import { EppMetrics } from './metrics.js';
-import { bindGrpc, grpcCredentials, newGrpcServer, shutdownGrpc, startMetricsServer } from './servers.js';
+import { bindGrpc, grpcCredentials, isLoopback, newGrpcServer, shutdownGrpc, startMetricsServer } from './servers.js';
 import { handleStream } from './stream.js';
 import { refreshViewGauges } from './view-gauges.js';
+import { StaleViewLog } from './view-staleness.js';
 
 export interface RunningEpp {
   readonly grpcPort: number;
@@ -32,67 +34,99 @@ export interface StartOptions {
 }
 
 /**
- * Wires the parts: gRPC servers first (reporting NOT_SERVING), then NATS in the background — the
- * stream ensured, the replay started into the fleet — and readiness once the replay caught up.
- * A NATS outage never stops picking: the EPP keeps serving its last view, marks it stale, and
- * reports NOT_SERVING only after `viewStaleLimitMs` without NATS.
+ * Wires the parts: gRPC servers first (reporting NOT_SERVING), then NATS in the background —
+ * connected with retries, the stream ensured, the replay started into the fleet — and readiness
+ * once the replay caught up. Readiness then stays SERVING: a NATS outage never stops
+ * picking, the EPP keeps serving its last view and exports and logs the view's age.
  */
 export async function startEpp(config: EppConfig, options: StartOptions = {}): Promise<RunningEpp> {
   const { flags } = config;
-  const logger = options.logger ?? pino({ level: flags.logLevel, base: { service: 'spillway-epp', pool: flags.pool, zone: flags.zone } });
+  // The pool is logged once, below; every line carries the service and zone.
+  const logger = options.logger ?? pino({ level: flags.logLevel, base: { service: 'spillway-epp', zone: flags.zone } });
+  logger.info({ pool: flags.pool, zone: flags.zone, region: flags.region, stream: flags.stream, nats: config.nats.servers }, 'starting');
+  for (const warning of config.warnings) logger.warn(warning);
   const metrics = new EppMetrics();
   const core = new EppCore(config, metrics, logger);
   const health = new HealthState();
 
-  const credentials = grpcCredentials(flags);
-  const grpc = newGrpcServer();
+  const credentials = grpcCredentials(config.tls);
+  const grpc = newGrpcServer(flags.connectionTimeoutMs);
   grpc.addService(extProcService, { process: (call: Parameters<typeof handleStream>[1]) => handleStream(core, call) });
   grpc.addService(HealthService, health.implementation());
-  const healthServer = newGrpcServer();
+  const healthServer = newGrpcServer(flags.connectionTimeoutMs);
   healthServer.addService(HealthService, health.implementation());
   const grpcPort = await bindGrpc(grpc, flags.host, flags.grpcPort, credentials);
-  const healthPort = await bindGrpc(healthServer, flags.host, flags.healthPort, credentials);
+  // Kubelet gRPC probes cannot present client certificates: plaintext unless asked otherwise.
+  const healthTls = flags.healthTls && config.tls !== undefined;
+  const healthPort = await bindGrpc(healthServer, flags.host, flags.healthPort, healthTls ? credentials : ServerCredentials.createInsecure());
   // The view's gauges are computed when Prometheus asks, off the request path.
-  const metricsServer = await startMetricsServer(metrics.registry, flags.host, flags.metricsPort, {
-    isReady: () => health.isReady,
-    beforeScrape: () => refreshViewGauges(metrics, core.fleet, core.scheduler, flags.pool, Date.now()),
-    recentDecisions: (limit) => core.decisions.recent(limit),
-  });
-  logger.info({ grpcPort, healthPort, metricsPort: metricsServer.port, tls: flags.tlsCert !== undefined }, 'listening');
+  const metricsServer = await startMetricsServer(
+    metrics.registry,
+    flags.host,
+    flags.metricsPort,
+    {
+      isReady: () => health.isReady,
+      beforeScrape: () => refreshViewGauges(metrics, core.fleet, core.scheduler, flags.pool, Date.now()),
+      recentDecisions: (limit) => core.decisions.recent(limit),
+    },
+    flags.connectionTimeoutMs,
+  );
+  logger.info({ host: flags.host, grpcPort, healthPort, metricsPort: metricsServer.port, tls: config.tls !== undefined, mtls: config.tls?.clientCa !== undefined, healthTls }, 'listening');
+  if (config.tls === undefined && !isLoopback(flags.host)) {
+    logger.warn(
+      { host: flags.host, grpcPort },
+      'ext_proc is served in plaintext on a non-loopback address: any client that reaches this port can have requests picked and can report served endpoints that penalise pods. Use --tls-cert, --tls-key and --tls-client-ca (mTLS) with the gateway, or a network policy (see docs/security.md)',
+    );
+  }
 
   let nc: NatsConnection | undefined;
   let reader: EventReader | undefined;
   let closed = false;
+  const stop = new AbortController();
+  const stopped = new Promise<void>((resolve) => stop.signal.addEventListener('abort', () => resolve(), { once: true }));
   let markReady!: () => void;
   const ready = new Promise<void>((resolve) => (markReady = resolve));
 
+  const ensure = (connection: NatsConnection) => ensureStreamLogged(connection, flags.stream, logger);
   const connectAndFollow = async (): Promise<void> => {
-    nc = await connectNats(config.nats);
+    const connection = await connectNatsWithRetry(config.nats, { logger, signal: stop.signal });
+    if (connection === undefined) return;
+    nc = connection;
     if (closed) return;
     logger.info({ servers: config.nats.servers }, 'connected to NATS');
-    if (flags.ensureStream) await ensureStreamWithRetry(nc, flags.stream, logger, () => closed);
+    if (flags.ensureStream) await ensureStreamWithRetry(() => ensure(connection), logger, flags.stream, stop.signal);
     if (closed) return;
-    reader = startReader(nc, { pool: flags.pool, sink: core.fleet, stream: flags.stream, logger });
-    await reader.caughtUp;
+    reader = startReader(connection, {
+      pool: flags.pool,
+      sink: core.fleet,
+      stream: flags.stream,
+      logger,
+      // A stream deleted while running is created again, as at start, when this EPP may create it.
+      onStreamMissing: flags.ensureStream ? () => ensure(connection) : undefined,
+    });
+    await Promise.race([reader.caughtUp, stopped]);
+    if (closed) return;
     logger.info({ pods: core.fleet.pool(flags.pool)?.readyCount ?? 0, events: core.fleet.counters }, 'replay caught up');
   };
   const following = connectAndFollow().catch((error: unknown) => {
     if (!closed) logger.error({ err: error }, 'NATS setup failed');
   });
 
-  // Readiness: caught up once, and not stale past the limit.
+  // Readiness: SERVING once the first replay caught up, and it stays so (docs/hardening.md, finding 14).
+  const staleLog = new StaleViewLog(logger);
   const tick = setInterval(() => {
     const status = reader?.status;
     const now = Date.now();
-    const caughtUp = status?.caughtUp === true;
     const staleFor = status?.staleSince === undefined ? 0 : now - status.staleSince;
-    metrics.caughtUp.set(caughtUp ? 1 : 0);
+    metrics.caughtUp.set(status?.caughtUp === true ? 1 : 0);
     metrics.natsConnected.set(status?.connection === 'connected' ? 1 : 0);
     metrics.viewStaleSeconds.set(staleFor / 1000);
-    const isReady = caughtUp && staleFor <= flags.viewStaleLimitMs;
-    if (isReady !== health.isReady) logger.info({ ready: isReady, staleForMs: staleFor }, 'readiness changed');
-    health.setReady(isReady);
-    if (isReady) markReady();
+    staleLog.update(status?.staleSince, now, status?.connection);
+    if (status?.caughtUp === true && !health.isReady) {
+      logger.info('ready');
+      health.setReady(true);
+      markReady();
+    }
   }, options.tickMs ?? 200);
   tick.unref();
   const housekeeping = setInterval(() => {
@@ -115,30 +149,38 @@ export async function startEpp(config: EppConfig, options: StartOptions = {}): P
     close: async () => {
       if (closed) return;
       closed = true;
+      // Stops connecting, ensuring and waiting at once, whatever state NATS setup is in.
+      stop.abort();
       clearInterval(tick);
       clearInterval(housekeeping);
       core.deadlines.close();
       health.setReady(false);
       health.closeWatchers();
       await Promise.all([shutdownGrpc(grpc, 2000), shutdownGrpc(healthServer, 2000), closeHttp(metricsServer.server)]);
+      await following;
       await reader?.close();
       await nc?.close();
-      await following;
     },
   };
 }
 
-async function ensureStreamWithRetry(nc: NatsConnection, stream: string, logger: Logger, stop: () => boolean): Promise<void> {
-  for (let attempt = 0; !stop(); attempt++) {
+async function ensureStreamLogged(nc: NatsConnection, stream: string, logger: Logger): Promise<void> {
+  const jsm = await jetstreamManager(nc);
+  const result = await ensureStream(jsm, { name: stream });
+  if (result.created) logger.info({ stream }, 'created stream');
+  for (const difference of describeDifferences(result)) logger.warn({ stream, difference }, 'existing stream differs from the defaults; left unchanged');
+}
+
+async function ensureStreamWithRetry(ensure: () => Promise<void>, logger: Logger, stream: string, signal: AbortSignal): Promise<void> {
+  const aborted = new Promise<void>((resolve) => signal.addEventListener('abort', () => resolve(), { once: true }));
+  for (let attempt = 0; !signal.aborted; attempt++) {
     try {
-      const jsm = await jetstreamManager(nc);
-      const result = await ensureStream(jsm, { name: stream });
-      if (result.created) logger.info({ stream }, 'created stream');
-      for (const difference of describeDifferences(result)) logger.warn({ stream, difference }, 'existing stream differs from the defaults; left unchanged');
+      await Promise.race([ensure(), aborted]);
       return;
     } catch (error) {
+      if (signal.aborted) return;
       logger.warn({ err: error, stream, attempt }, 'cannot ensure the stream yet; retrying');
-      await new Promise((r) => setTimeout(r, Math.min(5000, 250 * 2 ** Math.min(attempt, 5))));
+      await Promise.race([new Promise((r) => setTimeout(r, Math.min(5000, 250 * 2 ** Math.min(attempt, 5)))), aborted]);
     }
   }
 }

@@ -2,6 +2,9 @@ import { runMain } from '@spillway/cli';
 import { EPP_HELP, loadEppConfig } from './config.js';
 import { startEpp } from './epp.js';
 
+/** close() stops every part promptly; this only guards against a part that hangs anyway. */
+const SHUTDOWN_LIMIT_MS = 10_000;
+
 runMain(async () => {
   const config = loadEppConfig(process.argv.slice(2), process.env);
   if (config === undefined) {
@@ -14,6 +17,10 @@ runMain(async () => {
     if (stopping) return;
     stopping = true;
     epp.core.logger.info({ signal }, 'shutting down');
+    setTimeout(() => {
+      epp.core.logger.error({ limitMs: SHUTDOWN_LIMIT_MS }, 'shutdown did not finish in time; exiting');
+      process.exit(1);
+    }, SHUTDOWN_LIMIT_MS).unref();
     epp.close().then(
       () => process.exit(0),
       () => process.exit(1),

@@ -127,9 +127,14 @@ export class EppMetrics {
     help: 'Requests the gateway served from an endpoint other than the primary (a fallback was used).',
     registers: [this.registry],
   });
+  readonly primaryFailed = new Counter({
+    name: 'spillway_primary_failed_total',
+    help: 'Responses whose primary endpoint answered 5xx or could not be reached (the primary was penalised).',
+    registers: [this.registry],
+  });
   readonly subsetEntriesIgnored = new Counter({
     name: 'spillway_subset_entries_ignored_total',
-    help: 'Malformed entries in the gateway subset hint, ignored.',
+    help: 'Malformed, oversized or surplus entries in the gateway subset hint, ignored.',
     registers: [this.registry],
   });
   readonly zoneReadyPods = new Gauge({
@@ -176,7 +181,7 @@ export class EppMetrics {
   });
   readonly events = new Counter({
     name: 'spillway_events_total',
-    help: 'Events from the stream: applied to the view, ignored as older than the view, rejected as malformed.',
+    help: 'Events from the stream: applied to the view, ignored as older than the view, rejected as malformed, refused as dated in the future or as a new pod of a full zone (future, over-capacity).',
     labelNames: ['result'] as const,
     registers: [this.registry],
   });
@@ -187,7 +192,7 @@ export class EppMetrics {
   });
   readonly viewStaleSeconds = new Gauge({
     name: 'spillway_view_stale_seconds',
-    help: 'Seconds since the event view stopped following the stream (0 while live).',
+    help: 'Seconds since the event view stopped following the stream (0 while live): how old the view may be.',
     registers: [this.registry],
   });
   readonly caughtUp = new Gauge({

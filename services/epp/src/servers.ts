@@ -1,23 +1,40 @@
-import { readFileSync } from 'node:fs';
 import { createServer as createHttpServer, type Server as HttpServer } from 'node:http';
+import { isIP } from 'node:net';
 import { Server, ServerCredentials } from '@grpc/grpc-js';
 import type { Registry } from 'prom-client';
-import type { EppFlagValues } from './config.js';
+import type { ServerTls } from './config.js';
 
-/** Plaintext unless --tls-cert/--tls-key are given; --tls-client-ca makes client certificates mandatory. */
-export function grpcCredentials(flags: Pick<EppFlagValues, 'tlsCert' | 'tlsKey' | 'tlsClientCa'>): ServerCredentials {
-  if (flags.tlsCert === undefined || flags.tlsKey === undefined) return ServerCredentials.createInsecure();
-  const ca = flags.tlsClientCa === undefined ? null : readFileSync(flags.tlsClientCa);
-  return ServerCredentials.createSsl(ca, [{ cert_chain: readFileSync(flags.tlsCert), private_key: readFileSync(flags.tlsKey) }], ca !== null);
+/** Plaintext without TLS material; with a client CA, client certificates are mandatory (mTLS). */
+export function grpcCredentials(tls: ServerTls | undefined): ServerCredentials {
+  if (tls === undefined) return ServerCredentials.createInsecure();
+  const ca = tls.clientCa ?? null;
+  return ServerCredentials.createSsl(ca, [{ cert_chain: tls.cert, private_key: tls.key }], ca !== null);
 }
 
-export function newGrpcServer(): Server {
+/**
+ * A gRPC server. `silentMs` bounds how long a connection that says nothing stays open: the server
+ * pings every connection that has been quiet for `silentMs` and closes it when no ack arrives
+ * within `silentMs` more. Envoy (any HTTP/2 peer) acks pings at once, so only dead peers and bare
+ * TCP connections that never speak HTTP/2 are closed. (A TLS port also drops connections that
+ * never finish the handshake, after Node's 120 s handshake timeout.)
+ */
+export function newGrpcServer(silentMs: number): Server {
   return new Server({
     // Envoy keeps one HTTP/2 connection with many concurrent streams; do not cap them low.
     'grpc.max_concurrent_streams': 10_000,
     'grpc.keepalive_permit_without_calls': 1,
     'grpc.http2.min_ping_interval_without_data_ms': 5_000,
+    'grpc.keepalive_time_ms': silentMs,
+    'grpc.keepalive_timeout_ms': silentMs,
   });
+}
+
+/** True for addresses only this machine can reach (127.0.0.0/8, ::1, localhost). */
+export function isLoopback(host: string): boolean {
+  if (host === 'localhost') return true;
+  if (isIP(host) === 4) return host.startsWith('127.');
+  const bare = host.replace(/^\[|\]$/g, '').toLowerCase();
+  return bare === '::1' || bare === '0:0:0:0:0:0:0:1' || bare.startsWith('::ffff:127.');
 }
 
 export function bindGrpc(server: Server, host: string, port: number, credentials: ServerCredentials): Promise<number> {
@@ -53,7 +70,7 @@ export interface MetricsHooks {
   recentDecisions(limit: number): unknown[];
 }
 
-export function startMetricsServer(registry: Registry, host: string, port: number, hooks: MetricsHooks): Promise<{ server: HttpServer; port: number }> {
+export function startMetricsServer(registry: Registry, host: string, port: number, hooks: MetricsHooks, silentMs: number): Promise<{ server: HttpServer; port: number }> {
   const server = createHttpServer((req, res) => {
     const [path, query] = (req.url ?? '/').split('?', 2);
     if (req.method === 'GET' && path === '/metrics') {
@@ -86,6 +103,11 @@ export function startMetricsServer(registry: Registry, host: string, port: numbe
     res.writeHead(404, { 'content-type': 'text/plain' });
     res.end('not found\n');
   });
+  // A socket idle this long is destroyed, whether it ever sent a request or not; a request's
+  // headers must arrive within it too. Prometheus and probes send theirs at once.
+  server.timeout = silentMs;
+  server.headersTimeout = silentMs;
+  server.requestTimeout = silentMs;
   return new Promise((resolve, reject) => {
     server.once('error', reject);
     server.listen(port, host, () => {

@@ -54,7 +54,11 @@ class ExtProcStream implements Deadline {
   private body: BodyAccumulator | undefined;
   private decision: Decision | undefined;
   private model = '';
-  private servedSeen = false;
+  /** The served endpoint the gateway reported (canonical), once seen. */
+  private served: string | undefined;
+  private failureSeen = false;
+  /** Bytes of this request's body taken from the EPP-wide body budget. */
+  private reservedBytes = 0;
   private deadline: Deadline | undefined;
 
   constructor(
@@ -80,9 +84,12 @@ class ExtProcStream implements Deadline {
 
   private onMessage(message: ProcessingRequest): void {
     if (this.state === 'done') return;
-    // Envoy attaches the forwarded namespaces to every message; the latest hint wins.
-    const hint = readSubsetHint(message.metadataContext);
-    if (hint !== undefined) this.subset = hint;
+    // Envoy attaches the forwarded namespaces to every message; the latest hint before the pick
+    // wins. After the pick it is not read (nor kept: a hint can be megabytes, a response minutes).
+    if (this.state !== 'picked') {
+      const hint = readSubsetHint(message.metadataContext);
+      if (hint !== undefined) this.subset = hint;
+    }
     const phase = decodePhase(message);
     switch (phase.kind) {
       case 'requestHeaders':
@@ -101,7 +108,10 @@ class ExtProcStream implements Deadline {
       case 'responseTrailers':
         if (this.state !== 'picked') return this.protocolError(`${phase.kind} before the request was routed`);
         this.noteServed(message);
-        if (phase.kind === 'responseHeaders') return this.write(responseHeadersResponse());
+        if (phase.kind === 'responseHeaders') {
+          this.noteStatus(phase.headers.status);
+          return this.write(responseHeadersResponse());
+        }
         if (phase.kind === 'responseTrailers') return this.write(responseTrailersResponse());
         this.write(responseBodyResponse(phase.chunk, phase.endOfStream, this.modes?.response === 'full-duplex'));
         return;
@@ -128,12 +138,27 @@ class ExtProcStream implements Deadline {
     if (!body.push(chunk)) {
       return this.reject(413, `request body exceeds ${body.limit} bytes`, 'request_too_large');
     }
+    if (!this.core.bodies.reserve(chunk.length)) {
+      return this.reject(503, 'the endpoint picker holds too many request bodies at once; retry', 'body_budget_exceeded');
+    }
+    this.reservedBytes += chunk.length;
     if (endOfStream) this.completeRequest(false);
+  }
+
+  /** Gives this request's body bytes back to the EPP-wide budget (the body was taken or dropped). */
+  private releaseBody(): void {
+    this.body = undefined;
+    this.core.bodies.release(this.reservedBytes);
+    this.reservedBytes = 0;
   }
 
   private completeRequest(endedWithTrailers: boolean): void {
     const headers = this.headers as RequestHeaders;
-    const prepared = prepareRequest((this.body as BodyAccumulator).take(), headers, this.core.rewriter, Math.random);
+    const body = (this.body as BodyAccumulator).take();
+    // The stream lives as long as the response (minutes for a long generation): drop the request
+    // body's chunks now rather than hold up to --max-body-bytes per open stream.
+    this.releaseBody();
+    const prepared = prepareRequest(body, headers, this.core.rewriter, Math.random);
     if (!prepared.ok) return this.reject(prepared.error.status as ErrorStatus, prepared.error.message, prepared.error.code);
     this.route(this.modes?.request === 'buffered' ? 'buffered' : 'full-duplex', prepared.request, endedWithTrailers);
   }
@@ -155,6 +180,7 @@ class ExtProcStream implements Deadline {
     }
     this.decision = decision;
     this.state = 'picked';
+    this.subset = undefined;
     this.clearTimer();
     this.core.commit(decision, this.model);
     for (const response of routedResponses({
@@ -170,11 +196,24 @@ class ExtProcStream implements Deadline {
   }
 
   private noteServed(message: ProcessingRequest): void {
-    if (this.servedSeen || this.decision === undefined) return;
+    if (this.served !== undefined || this.decision === undefined) return;
     const served = readServedEndpoint(message.metadataContext);
     if (served === undefined) return;
-    this.servedSeen = true;
+    this.served = served;
     this.core.reportServed(this.decision, served);
+  }
+
+  /**
+   * A 5xx response status fails the primary (passive health) when the primary is what answered:
+   * the served endpoint is the primary, or the gateway named none. Envoy sends the same response
+   * headers for its own local reply when it could not connect (503, served = the last host tried),
+   * so a connection failure lands here too. A served fallback already penalised the primary.
+   */
+  private noteStatus(status: number | undefined): void {
+    if (status === undefined || status < 500 || status > 599 || this.failureSeen || this.decision === undefined) return;
+    this.failureSeen = true;
+    if (this.served !== undefined && this.served !== this.decision.entries[0]?.address) return;
+    this.core.reportFailed(this.decision, status);
   }
 
   private reject(status: ErrorStatus, message: string, code: string): void {
@@ -200,8 +239,16 @@ class ExtProcStream implements Deadline {
     this.finish(false);
   }
 
+  /**
+   * Writes one reply. When the gateway reads replies slower than it sends messages (each response
+   * body chunk comes back as a reply), the stream stops reading until the replies drain, so HTTP/2
+   * flow control holds the gateway back instead of the EPP buffering its body without limit.
+   */
   private write(response: ProcessingResponse): void {
-    if (!this.call.destroyed && this.call.writable) this.call.write(response);
+    if (this.call.destroyed || !this.call.writable) return;
+    if (this.call.write(response) || this.call.isPaused()) return;
+    this.call.pause();
+    this.call.once('drain', () => this.call.resume());
   }
 
   private endStream(): void {
@@ -219,6 +266,7 @@ class ExtProcStream implements Deadline {
   /** However the stream ends, release what the request holds; idempotent. */
   private finish(clientEnded: boolean): void {
     this.clearTimer();
+    this.releaseBody();
     if (this.decision !== undefined) {
       this.core.release(this.decision, this.model);
       this.decision = undefined;

@@ -1,6 +1,7 @@
-import type { Fleet } from '@spillway/fleet';
+import type { Fleet, FleetCounters } from '@spillway/fleet';
 import type { Scheduler } from '@spillway/scheduler';
 import type { EppMetrics } from './metrics.js';
+import { capLabel } from './model-labels.js';
 
 /**
  * Refreshes the per-zone and pool gauges from the view. Runs on each Prometheus scrape rather than
@@ -32,9 +33,11 @@ export function refreshViewGauges(metrics: EppMetrics, fleet: Fleet, scheduler: 
         }
       }
       ready += pods.size;
-      metrics.zoneReadyPods.set({ zone }, pods.size);
-      metrics.zoneSaturatedPods.set({ zone }, saturated);
-      metrics.zoneStalePods.set({ zone }, stale);
+      // Zone names come from event subjects, which per-zone NATS permissions bound; capped in length all the same.
+      const label = { zone: capLabel(zone) };
+      metrics.zoneReadyPods.set(label, pods.size);
+      metrics.zoneSaturatedPods.set(label, saturated);
+      metrics.zoneStalePods.set(label, stale);
     }
   }
   metrics.poolReadyPods.set({ name: pool }, ready);
@@ -44,14 +47,17 @@ export function refreshViewGauges(metrics: EppMetrics, fleet: Fleet, scheduler: 
   syncEventCounters(metrics, fleet);
 }
 
-const reported = new WeakMap<EppMetrics, { applied: number; ignored: number; rejected: number }>();
+const reported = new WeakMap<EppMetrics, FleetCounters>();
+
+/** The `result` label of spillway_events_total for each fleet counter. */
+const RESULTS = { applied: 'applied', ignored: 'ignored', rejected: 'rejected', future: 'future', overCapacity: 'over-capacity' } as const satisfies Record<keyof FleetCounters, string>;
 
 /** The fleet counts events itself; the Prometheus counters catch up by the difference. */
 function syncEventCounters(metrics: EppMetrics, fleet: Fleet): void {
-  const last = reported.get(metrics) ?? { applied: 0, ignored: 0, rejected: 0 };
+  const last = reported.get(metrics) ?? { applied: 0, ignored: 0, rejected: 0, future: 0, overCapacity: 0 };
   const now = fleet.counters;
-  for (const result of ['applied', 'ignored', 'rejected'] as const) {
-    if (now[result] > last[result]) metrics.events.inc({ result }, now[result] - last[result]);
+  for (const key of Object.keys(RESULTS) as (keyof FleetCounters)[]) {
+    if (now[key] > last[key]) metrics.events.inc({ result: RESULTS[key] }, now[key] - last[key]);
   }
   reported.set(metrics, { ...now });
 }

@@ -48,10 +48,15 @@ describe('spillway-epp binary', () => {
     [['--pool', 'p', '--zone', 'a', '--max-endpoints', '0'], /--max-endpoints/],
     [['--pool', 'p', '--zone', 'a', '--nats', 'http://x y'], /--nats/],
     [['--pool', 'p', '--zone', 'a', '--bogus'], /bogus/],
+    // Files that do not exist: a usage error naming the flag, not a crash with a stack trace.
+    [['--pool', 'p', '--zone', 'a', '--tls-cert', '/nonexistent/server.crt', '--tls-key', '/nonexistent/server.key'], /^error: --tls-cert: cannot read \/nonexistent\/server\.crt/],
+    [['--pool', 'p', '--zone', 'a', '--nats-creds', '/nonexistent/user.creds'], /^error: --nats-creds: cannot read \/nonexistent\/user\.creds/],
+    [['--pool', 'p', '--zone', 'a', '--nats-tls-ca', '/nonexistent/ca.pem'], /^error: --nats-tls-ca: cannot read/],
   ])('exits non-zero naming the bad flag: %j', (args, pattern) => {
     const result = run(args);
     expect(result.status).toBe(2);
     expect(result.stderr).toMatch(pattern);
+    expect(result.stderr).not.toMatch(/^\s+at /m);
   });
 
   it('names the bad field of a config file, and reads flags from SPILLWAY_* variables', () => {

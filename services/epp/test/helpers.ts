@@ -1,20 +1,27 @@
 import { credentials as grpcCredentials, type ChannelCredentials, type ClientDuplexStream, type ServiceError } from '@grpc/grpc-js';
 import { ExternalProcessorClient, type ProcessingRequest, type ProcessingResponse } from '@spillway/protocol';
 import { POOL } from '@spillway/testkit';
-import pino from 'pino';
+import pino, { type Logger } from 'pino';
 import { loadEppConfig, startEpp, type RunningEpp } from '@spillway/epp';
 
 // Shared with the ext_proc benchmark, so they live in the test kit.
 export { bodyMessage, envoyRequestMessages, healthStatus, POOL, TestPublisher, type PodSpec, type RequestOptions } from '@spillway/testkit';
 
 /** Starts an EPP in-process on ephemeral ports, configured through its real flag parser. */
-export async function startTestEpp(natsUrl: string, zone: string, extraArgs: string[] = []): Promise<RunningEpp> {
+export async function startTestEpp(natsUrl: string, zone: string, extraArgs: string[] = [], logger: Logger = pino({ level: 'silent' })): Promise<RunningEpp> {
   const config = loadEppConfig(
     ['--pool', POOL, '--zone', zone, '--nats', natsUrl, '--host', '127.0.0.1', '--grpc-port', '0', '--health-port', '0', '--metrics-port', '0', ...extraArgs],
     {},
   );
   if (!config) throw new Error('unexpected --help');
-  return startEpp(config, { logger: pino({ level: 'silent' }), tickMs: 50 });
+  return startEpp(config, { logger, tickMs: 50 });
+}
+
+/** A pino logger whose JSON lines land in `lines`, parsed. */
+export function capturingLogger(level = 'info'): { logger: Logger; lines: Record<string, unknown>[] } {
+  const lines: Record<string, unknown>[] = [];
+  const logger = pino({ level }, { write: (line: string) => void lines.push(JSON.parse(line) as Record<string, unknown>) });
+  return { logger, lines };
 }
 
 const utf8 = new TextEncoder();

@@ -37,13 +37,25 @@ afterAll(async () => {
 });
 
 describe('TLS', () => {
-  it('serves gRPC over TLS with --tls-cert/--tls-key', async () => {
-    const epp = await startTestEpp(nats.url, 'zone-a', ['--tls-cert', certs.serverCert, '--tls-key', certs.serverKey]);
+  it('serves ext_proc over TLS with --tls-cert/--tls-key, and the health port in plaintext (kubelet probes)', async () => {
+    const epp = await startTestEpp(nats.url, 'zone-a', ['--tls-cert', certs.serverCert, '--tls-key', certs.serverKey, '--tls-client-ca', certs.ca]);
+    running.push(epp);
+    const ca = readFileSync(certs.ca);
+    const mtls = credentials.createSsl(ca, readFileSync(certs.clientKey), readFileSync(certs.clientCert));
+    expect(await healthStatus(epp.grpcPort, 'liveness', mtls)).toBe(ServingStatus.SERVING);
+    await expect(healthStatus(epp.grpcPort, 'liveness')).rejects.toThrow();
+    // The health port: plaintext, no client certificate needed.
+    expect(await healthStatus(epp.healthPort, 'liveness')).toBe(ServingStatus.SERVING);
+    await expect(healthStatus(epp.healthPort, 'liveness', mtls)).rejects.toThrow();
+  });
+
+  it('serves the health port over TLS too with --health-tls true', async () => {
+    const epp = await startTestEpp(nats.url, 'zone-a', ['--tls-cert', certs.serverCert, '--tls-key', certs.serverKey, '--health-tls', 'true']);
     running.push(epp);
     const tls = credentials.createSsl(readFileSync(certs.ca));
     expect(await healthStatus(epp.grpcPort, 'liveness', tls)).toBe(ServingStatus.SERVING);
     expect(await healthStatus(epp.healthPort, 'liveness', tls)).toBe(ServingStatus.SERVING);
-    await expect(healthStatus(epp.grpcPort, 'liveness')).rejects.toThrow();
+    await expect(healthStatus(epp.healthPort, 'liveness')).rejects.toThrow();
   });
 
   it('requires a client certificate signed by --tls-client-ca (mTLS)', async () => {
@@ -58,5 +70,17 @@ describe('TLS', () => {
   it('rejects TLS flags that do not go together, naming them', async () => {
     await expect(startTestEpp(nats.url, 'zone-a', ['--tls-cert', certs.serverCert])).rejects.toThrow(/--tls-key/);
     await expect(startTestEpp(nats.url, 'zone-a', ['--tls-client-ca', certs.ca])).rejects.toThrow(/--tls-client-ca/);
+    await expect(startTestEpp(nats.url, 'zone-a', ['--health-tls', 'true'])).rejects.toThrow(/--health-tls/);
+  });
+
+  it('rejects missing and unusable TLS files, naming the flag', async () => {
+    const tls = (cert: string, key: string, ca?: string) => ['--tls-cert', cert, '--tls-key', key, ...(ca === undefined ? [] : ['--tls-client-ca', ca])];
+    await expect(startTestEpp(nats.url, 'zone-a', tls('/nonexistent/server.crt', certs.serverKey))).rejects.toThrow(/^--tls-cert: cannot read \/nonexistent\/server\.crt/);
+    await expect(startTestEpp(nats.url, 'zone-a', tls(certs.serverCert, '/nonexistent/server.key'))).rejects.toThrow(/^--tls-key: cannot read/);
+    await expect(startTestEpp(nats.url, 'zone-a', tls(certs.serverCert, certs.serverKey, '/nonexistent/ca.crt'))).rejects.toThrow(/^--tls-client-ca: cannot read/);
+    // Files that exist but hold the wrong thing.
+    await expect(startTestEpp(nats.url, 'zone-a', tls(certs.serverKey, certs.serverKey))).rejects.toThrow(/^--tls-cert: .* is not a usable certificate/);
+    await expect(startTestEpp(nats.url, 'zone-a', tls(certs.serverCert, certs.clientKey))).rejects.toThrow(/^--tls-key: .* is not the private key of --tls-cert/);
+    await expect(startTestEpp(nats.url, 'zone-a', tls(certs.serverCert, certs.serverKey, certs.serverKey))).rejects.toThrow(/^--tls-client-ca: .* is not a usable CA certificate/);
   });
 });

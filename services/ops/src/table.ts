@@ -24,10 +24,11 @@ export function fleetRows(fleet: Fleet, pool: string, now: number): FleetRow[] {
   for (const ep of view.endpoints()) {
     const m = ep.metrics;
     rows.push({
-      zone: ep.zone ?? '?',
+      zone: ep.zone,
       pod: ep.pod,
       address: ep.address ?? '-',
-      ready: ep.deleted ? 'deleted' : ep.zone === undefined ? 'unknown' : ep.ready ? 'ready' : 'not ready',
+      // No address yet: only metrics have been seen, no readiness.
+      ready: ep.deleted ? 'deleted' : ep.address === undefined ? 'unknown' : ep.ready ? 'ready' : 'not ready',
       waiting: m?.waitingRequests,
       running: m?.runningRequests,
       kvCacheUsage: m?.kvCacheUsage,
@@ -97,6 +98,6 @@ export function renderFleetStatus(
     `pool ${header.pool}  stream ${header.stream}  nats ${header.server}`,
     `connection ${status.connection}  reconnects ${status.reconnects}  ${status.caughtUp ? 'caught up' : 'replaying'}  seq ${status.lastSequence}${staleness}`,
     `pods ${rows.length}  ready ${ready}  stale metrics ${stale}`,
-    `events applied ${counters.applied}  ignored ${counters.ignored}  rejected ${counters.rejected}${rejected ? ` (${rejected})` : ''}`,
+    `events applied ${counters.applied}  ignored ${counters.ignored}  rejected ${counters.rejected}${rejected ? ` (${rejected})` : ''}  future ${counters.future}  over capacity ${counters.overCapacity}`,
   ].join('\n');
 }

@@ -29,13 +29,13 @@ describe('fleet table', () => {
     fleet.apply(metrics('p', 7, 10), 1_000); // metrics only, no readiness yet
     const rows = fleetRows(fleet, 'p', 1_500);
     expect(rows.map((r) => [r.zone, r.pod, r.ready, r.stale])).toEqual([
-      ['?', 'vllm-7', 'unknown', false],
       ['zone-a', 'vllm-0', 'ready', false],
       ['zone-a', 'vllm-3', 'not ready', true],
       ['zone-b', 'vllm-1', 'ready', true],
+      ['zone-b', 'vllm-7', 'unknown', false],
     ]);
-    expect(rows[1]).toMatchObject({ waiting: 4, running: 9, kvCacheUsage: 0.25, metricsAgeMs: 500, address: '10.0.0.0:8000' });
-    expect(rows[3]?.metricsAgeMs).toBe(1_100);
+    expect(rows[0]).toMatchObject({ waiting: 4, running: 9, kvCacheUsage: 0.25, metricsAgeMs: 500, address: '10.0.0.0:8000' });
+    expect(rows[2]?.metricsAgeMs).toBe(1_100);
     expect(fleetRows(fleet, 'nope', 0)).toEqual([]);
   });
 
@@ -73,7 +73,7 @@ describe('fleet table', () => {
       rejected: 3,
       rejectedByReason: { 'not-json': 2, invalid: 1 },
     };
-    const text = renderFleetStatus({ pool: 'llama', stream: 'SPILLWAY', server: 'nats://x:1' }, status, { applied: 7, ignored: 0, rejected: 3 }, [row({}), row({ ready: 'not ready', stale: true })], 4_000);
+    const text = renderFleetStatus({ pool: 'llama', stream: 'SPILLWAY', server: 'nats://x:1' }, status, { applied: 7, ignored: 0, rejected: 3, future: 0, overCapacity: 0 }, [row({}), row({ ready: 'not ready', stale: true })], 4_000);
     expect(text).toContain('pool llama  stream SPILLWAY');
     expect(text).toContain('connection reconnecting  reconnects 2  caught up  seq 42  STALE for 3.0s');
     expect(text).toContain('pods 2  ready 1  stale metrics 1');

@@ -127,7 +127,8 @@ class LeastQueueRouter implements EppRouter {
   }
 
   private endpoint(replica: number): Endpoint | undefined {
-    return this.ctx.fleet.get(POOL, (this.ctx.replicas[replica] as ReplicaInfo).pod);
+    const info = this.ctx.replicas[replica] as ReplicaInfo;
+    return this.ctx.fleet.get(POOL, this.ctx.zone === GLOBAL_ZONE ? GLOBAL_ZONE : info.zone, info.pod);
   }
 
   private load(replica: number): number {

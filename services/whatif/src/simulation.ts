@@ -482,7 +482,7 @@ class Simulation {
     if (open.length === 0) return;
     for (const epp of this.epps) {
       for (const r of this.replicas) {
-        const endpoint = epp.fleet.get(POOL, r.info.pod);
+        const endpoint = epp.fleet.get(POOL, this.global ? GLOBAL_ZONE : r.info.zone, r.info.pod);
         const stale = !endpoint || !epp.fleet.isFresh(endpoint, now);
         for (const w of open) {
           (w.observed[r.info.zoneIndex] as number)++;

@@ -184,11 +184,11 @@ describe('routing simulation: sanity', () => {
       onEppRestart: ({ at, zone, before, after }) => {
         expect(zone).toBe('zone-a');
         expect(after).not.toBe(before);
-        const pods = s.zones.flatMap((z) => Array.from({ length: z.replicas }, (_, k) => `vllm-${z.zone}-${k}`));
+        const pods = s.zones.flatMap((z) => Array.from({ length: z.replicas }, (_, k) => ({ zone: z.zone, pod: `vllm-${z.zone}-${k}` })));
         expect(pods).toHaveLength(6);
-        for (const pod of pods) {
-          const old = before.get(POOL, pod);
-          const replayed = after.get(POOL, pod);
+        for (const { zone: podZone, pod } of pods) {
+          const old = before.get(POOL, podZone, pod);
+          const replayed = after.get(POOL, podZone, pod);
           expect(replayed?.ready, pod).toBe(true);
           expect(replayed?.address).toBe(old?.address);
           // The replay holds the last sample published (the old fleet may lag it by the delivery delay).
@@ -216,7 +216,8 @@ describe('routing simulation: sanity', () => {
     let replayed = 0;
     runStrategy(s, spec(s, 'spillway'), 7, {
       onEppRestart: ({ after }) => void (empty = after.pool(POOL) === undefined),
-      onNatsUp: ({ fleets }) => void (replayed = s.zones.flatMap((z) => Array.from({ length: z.replicas }, (_, k) => `vllm-${z.zone}-${k}`)).filter((pod) => (fleets[0] as Fleet).get(POOL, pod)?.ready).length),
+      onNatsUp: ({ fleets }) =>
+        void (replayed = s.zones.flatMap((z) => Array.from({ length: z.replicas }, (_, k) => (fleets[0] as Fleet).get(POOL, z.zone, `vllm-${z.zone}-${k}`))).filter((e) => e?.ready).length),
     });
     expect(empty).toBe(true);
     expect(replayed).toBe(6);

@@ -1,0 +1,30 @@
+import type { Logger } from 'pino';
+
+/** While the view is stale, one line at first and then one per interval, so an outage is visible but not noisy. */
+const REPEAT_MS = 30_000;
+
+/**
+ * Logs the event view's age while it is stale (NATS unreachable, consumer lost, stream missing):
+ * a line when it turns stale, one every 30 s while it stays so, and one when it is live again.
+ * Readiness does not follow it: a picker with an aging view beats no picker.
+ */
+export class StaleViewLog {
+  private staleSince: number | undefined;
+  private lastLoggedAt = -Infinity;
+
+  constructor(private readonly logger: Logger) {}
+
+  /** `staleSince`: when the view stopped following the stream (ms), undefined while live. */
+  update(staleSince: number | undefined, now: number, connection: string | undefined): void {
+    if (staleSince === undefined) {
+      if (this.staleSince !== undefined) this.logger.info({ staleForMs: now - this.staleSince }, 'event view is live again');
+      this.staleSince = undefined;
+      return;
+    }
+    if (this.staleSince === undefined) this.lastLoggedAt = -Infinity;
+    this.staleSince = staleSince;
+    if (now - this.lastLoggedAt < REPEAT_MS) return;
+    this.lastLoggedAt = now;
+    this.logger.warn({ staleForMs: now - staleSince, connection }, 'event view is stale; still picking from it');
+  }
+}
