@@ -50,6 +50,22 @@ export interface Endpoint {
   readonly releasedSinceSample: number;
   /** When the latest applied readiness event was received (EPP clock, or stream time on replay); -Infinity before any. */
   readonly readinessReceivedAt: number;
+  /**
+   * Consecutive samples, up to the latest, that showed requests waiting. A server lists requests
+   * that arrived during a step as waiting until the next step admits them, so one sample with a
+   * short queue says little; a queue that persists over samples means the batch (or the KV cache)
+   * is full and requests wait for others to finish.
+   */
+  readonly queuedSamples: number;
+  /** The most requests any sample of the pod showed running. */
+  readonly maxRunningSeen: number;
+  /**
+   * How many requests the pod runs at once when full: the running count of a sample taken while its
+   * queue persisted (queuedSamples ≥ 2) with as many running as it was ever seen running — a full
+   * batch, not requests caught between two steps. Raised whenever a later sample shows more
+   * running. Undefined until the pod has been seen full.
+   */
+  readonly batchCapacity: number | undefined;
 }
 
 /** Internal mutable record behind an Endpoint. */
@@ -64,6 +80,9 @@ export class EndpointRecord implements Endpoint {
   metrics: MetricsSample | undefined = undefined;
   inFlight = 0;
   releasedSinceSample = 0;
+  queuedSamples = 0;
+  maxRunningSeen = 0;
+  batchCapacity: number | undefined = undefined;
   readinessReceivedAt = Number.NEGATIVE_INFINITY;
 
   /** observedAt and canonical payload of the applied event per kind, for ordering and tie-breaks. */

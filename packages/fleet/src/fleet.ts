@@ -163,6 +163,24 @@ export class Fleet {
     record.pickTimes.push(now);
   }
 
+  /**
+   * This EPP's picks of the endpoint in the last `windowMs` that no sample has seen yet, each
+   * weighted by how much of the window is still ahead of it (1 for a pick made now, 0 for one made
+   * `windowMs` ago): the share of their work still in progress when each takes about `windowMs`.
+   */
+  recentPicks(endpoint: Endpoint, now: number, windowMs: number): number {
+    const record = endpoint as EndpointRecord;
+    const times = record.pickTimes;
+    let load = 0;
+    if (windowMs <= 0) return 0;
+    for (let i = times.length - 1; i >= record.pickHead; i--) {
+      const age = now - (times[i] as number);
+      if (age >= windowMs) break;
+      load += 1 - Math.max(0, age) / windowMs;
+    }
+    return load;
+  }
+
   /** A request picked at `pickedAt` finished (completed, cancelled or failed) and no longer loads the endpoint. */
   releasePick(endpoint: Endpoint, pickedAt: number): void {
     const record = endpoint as EndpointRecord;
@@ -231,6 +249,11 @@ export class Fleet {
     };
     record.metricsAt = event.observedAt;
     record.releasedSinceSample = 0;
+    record.queuedSamples = event.waitingRequests > 0 ? Math.min(record.queuedSamples + 1, 1_000_000) : 0;
+    const running = event.runningRequests;
+    if (running > record.maxRunningSeen) record.maxRunningSeen = running;
+    if (record.queuedSamples >= 2 && running >= record.maxRunningSeen) record.batchCapacity = running;
+    else if (record.batchCapacity !== undefined && running > record.batchCapacity) record.batchCapacity = running;
     this.lastMetrics.set(record, event);
     (this.pools.get(record.pool) as PoolState).noteSample(event.zone, receivedAt);
     absorbSampledPicks(record, Math.max(event.observedAt - this.pickTransitMs, receivedAt - this.maxSampleLagMs));

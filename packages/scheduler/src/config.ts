@@ -58,8 +58,8 @@ export const networkConfigSchema = z.strictObject({
 export const serviceRatesSchema = z.strictObject({
   /** Requests a saturated endpoint completes per second: how fast its waiting queue drains. */
   requestsPerS: perSecond.default(10),
-  /** Uncached prompt tokens it prefills per second. */
-  prefillTokensPerS: perSecond.default(10_000),
+  /** Uncached prompt tokens it prefills per second (an 8B model on one H100 does about 25,000). */
+  prefillTokensPerS: perSecond.default(20_000),
   /** A typical request's prompt, in tokens, for work that picks since the last sample add. */
   promptTokens: z.number().finite().min(0).max(10_000_000).default(500),
   /** Time to load a LoRA adapter the endpoint does not hold. */
@@ -107,6 +107,9 @@ export const schedulerConfigSchema = z.strictObject({
   policy: z.enum(['cost', 'weighted']).default('cost'),
   /** The price of leaving the zone: a request leaves only when that is expected to be faster by more than this plus the round trip. */
   zoneBiasMs: ms.default(5),
+  /** Weight of the batch in the price of uncached prompt tokens: prefill × (1 + weight × running requests). */
+  prefillBatchWeight: z.number().finite().min(0).max(100).default(0),
+  prefillQueueWeight: z.number().finite().min(0).max(100).default(0),
   /** A sheddable request (priority < 0) gets 429 when the lowest expected wait exceeds this. */
   shedAboveMs: ms.default(1000),
   network: networkConfigSchema.prefault({}),

@@ -13,7 +13,7 @@ const EXCLUDED = 4 * BAND;
  * The cost policy (picking v2): every candidate priced in milliseconds of the request's expected
  * time to first token there —
  *
- *   wait (queue ahead ÷ service rate, plus the prefills of picks since the last sample)
+ *   wait (queue ahead ÷ service rate, plus the prefills of requests picked just before)
  *   + prefill (uncached prompt tokens ÷ prefill rate; the prefix index says what is cached)
  *   + LoRA adapter load when the endpoint lacks the adapter
  *   + round trip from the EPP's zone + zoneBiasMs outside it
@@ -25,7 +25,7 @@ const EXCLUDED = 4 * BAND;
  */
 export class CostPolicy implements PricingPolicy {
   readonly limitBand = FULL;
-  private readonly load: LoadEstimate = { waiting: 0, admittedPicks: 0, queued: false, kvCacheUsage: 0, ageMs: 0 };
+  private readonly load: LoadEstimate = { waiting: 0, backlogged: false, kvCacheUsage: 0, ageMs: 0 };
   private readonly defaults: ServiceRates;
   private readonly perModel = new Map<string, ServiceRates>();
   // Components of the last priced endpoint (read by explain).
@@ -94,22 +94,26 @@ export class CostPolicy implements PricingPolicy {
     const measured = endpoint.metrics?.rates;
     const prefillTokensPerS = rates.prefillTokensPerS;
 
-    // A queue drains at the rate requests complete; the endpoint's measured rate is that rate only
-    // while it has a queue (otherwise it is just the arrival rate), and a young measurement is
-    // floored so one slow window does not make the wait look unbounded.
-    const requestsPerS =
-      load.queued && measured !== undefined && measured.requestsPerS > 0 ? Math.max(measured.requestsPerS, rates.requestsPerS / 4) : rates.requestsPerS;
-    // Picks admitted since the sample prefill ahead of this request: a typical prompt each, less what the endpoint's cache saves.
+    // Requests this EPP picked just before this one may still be prefilling when it arrives: what is
+    // left of their prefills shares the steps ahead of its own (each takes about a typical time to
+    // first token, so a pick made that long ago no longer counts).
     let typicalPrompt = rates.promptTokens;
     if (measured !== undefined && measured.requestsPerS > 0 && measured.promptTokensPerS > 0) typicalPrompt = measured.promptTokensPerS / measured.requestsPerS;
-    const typicalUncached = typicalPrompt * (1 - (measured?.prefixHitRate ?? 0));
-    this.waitMs = (load.waiting * 1000) / requestsPerS + (load.admittedPicks * typicalUncached * 1000) / prefillTokensPerS;
+    const typicalPrefillMs = (typicalPrompt * (1 - (measured?.prefixHitRate ?? 0)) * 1000) / prefillTokensPerS;
+    const recentMs = measured?.ttftMs ?? 2 * typicalPrefillMs;
+    const recentPicks = ctx.recentPicks(endpoint, recentMs);
+    // Waiting requests of a backlogged endpoint wait for others to finish: the queue drains at its
+    // measured completion rate (floored, so one slow window does not look unbounded). Otherwise
+    // they only wait for the next step to admit them: one step each at most (its inter-token time).
+    const requestsPerS = load.backlogged && measured !== undefined && measured.requestsPerS > 0 ? Math.max(measured.requestsPerS, rates.requestsPerS / 4) : rates.requestsPerS;
+    const perWaitingMs = load.backlogged ? 1000 / requestsPerS : (measured?.itlMs ?? typicalPrefillMs);
+    this.waitMs = load.waiting * perWaitingMs + recentPicks * typicalPrefillMs;
 
     this.stale = load.ageMs > this.staleAfterMs;
     this.uncertaintyMs = this.stale ? Math.min(this.config.gaps.maxUncertaintyMs, ((load.ageMs - this.staleAfterMs) / 1000) * this.config.gaps.uncertaintyMsPerS) : 0;
     this.suspect = this.stale && isSuspect(endpoint, ctx.pool, ctx.now, this.staleAfterMs, load.ageMs);
     const full = this.config.full;
-    this.full = (load.queued && load.kvCacheUsage >= full.kvCacheUsage) || load.waiting >= full.waitingRequests;
+    this.full = (load.waiting > 0 && load.kvCacheUsage >= full.kvCacheUsage) || load.waiting >= full.waitingRequests;
     this.excluded = ctx.includeExcluded && ctx.isExcluded(endpoint);
     this.rttMs = this.network.rttMs(ctx.pool, endpoint.zone, ctx.topologyVersion);
     this.biasMs = tier === TIER_LOCAL ? 0 : this.config.zoneBiasMs;
@@ -117,7 +121,15 @@ export class CostPolicy implements PricingPolicy {
     if (forRequest) {
       const cached = Math.min(ctx.promptTokens, ctx.prefixMatch(endpoint) * ctx.blockTokens);
       this.cachedTokens = cached;
-      this.prefillMs = ((ctx.promptTokens - cached) * 1000) / prefillTokensPerS;
+      // Prompt tokens that another candidate has cached are avoidable work here: computing them
+      // again also stalls the endpoint's running requests and delays every request queued behind
+      // it, so under load they cost more than this request's own wait (and a miss also evicts
+      // someone else's cached prefix). Tokens no candidate has cached cost the same anywhere.
+      const uncached = ctx.promptTokens - cached;
+      const avoidable = Math.max(0, ctx.bestCachedTokens - cached);
+      const running = endpoint.metrics?.runningRequests ?? 0;
+      const externality = this.config.prefillBatchWeight * running + this.config.prefillQueueWeight * load.waiting;
+      this.prefillMs = ((uncached + avoidable * externality) * 1000) / prefillTokensPerS;
       this.loraMs = this.loraCost(endpoint, ctx.model, rates, requestsPerS);
     } else {
       this.cachedTokens = 0;

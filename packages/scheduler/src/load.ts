@@ -7,37 +7,44 @@ import type { Endpoint, PoolView } from '@spillway/fleet';
  * (picking v2, "event gaps are not overload").
  */
 export interface LoadEstimate {
-  /** Requests waiting for a batch slot now. */
+  /** Requests a new one would wait behind (completions it needs before it is admitted). */
   waiting: number;
-  /** Picks since the sample that the endpoint has admitted: their prefills run before a new request's. */
-  admittedPicks: number;
-  /** The sample showed a queue: the endpoint was at capacity, so its measured completion rate is its service rate. */
-  queued: boolean;
+  /**
+   * Backlogged: its queue has persisted over two samples or more, so waiting requests wait
+   * for others to finish (at its completion rate) rather than for the next step to admit them.
+   */
+  backlogged: boolean;
   kvCacheUsage: number;
   /** Milliseconds since the sample was received; Infinity without one. */
   ageMs: number;
 }
 
+/**
+ * The requests waiting at the endpoint now. Once the endpoint's batch size is known (learnt while
+ * it was backlogged), everything present beyond it — the sample's waiting and running requests,
+ * plus this EPP's picks the sample cannot have seen, minus its requests that finished since —
+ * waits. Before that, only a queue in the sample (plus picks, minus completions) counts.
+ */
 export function estimateLoad(endpoint: Endpoint, now: number, out: LoadEstimate): LoadEstimate {
   const metrics = endpoint.metrics;
-  const picks = endpoint.unsampledPicks;
   if (metrics === undefined) {
     out.waiting = 0;
-    out.admittedPicks = picks;
-    out.queued = false;
+    out.backlogged = false;
     out.kvCacheUsage = 0;
     out.ageMs = Number.POSITIVE_INFINITY;
     return out;
   }
-  const waiting = metrics.waitingRequests;
-  out.queued = waiting > 0;
-  if (waiting > 0) {
-    // At capacity: new picks queue behind the waiting ones, and each completion admits one of them.
-    out.waiting = Math.max(0, waiting + picks - endpoint.releasedSinceSample);
-    out.admittedPicks = 0;
+  const sampled = metrics.waitingRequests;
+  const capacity = endpoint.batchCapacity;
+  if (capacity !== undefined && capacity > 0) {
+    // Its batch size is known: a new request waits for as many completions as the endpoint holds
+    // requests at or beyond it.
+    const present = sampled + metrics.runningRequests + endpoint.unsampledPicks - endpoint.releasedSinceSample;
+    out.waiting = Math.max(0, present + 1 - capacity);
+    out.backlogged = out.waiting > 0;
   } else {
-    out.waiting = 0;
-    out.admittedPicks = picks;
+    out.waiting = sampled > 0 ? Math.max(0, sampled + endpoint.unsampledPicks - endpoint.releasedSinceSample) : 0;
+    out.backlogged = sampled > 0 && endpoint.queuedSamples >= 2;
   }
   out.kvCacheUsage = metrics.kvCacheUsage;
   out.ageMs = now - metrics.receivedAt;

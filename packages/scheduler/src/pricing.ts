@@ -11,11 +11,15 @@ export interface PricingContext {
   model: string;
   /** The prompt's length in tokens (estimated from its characters); 0 when unknown. */
   promptTokens: number;
+  /** Prompt tokens cached at the candidate holding the longest prefix (0 when none is). */
+  bestCachedTokens: number;
   /** Hashed prompt blocks, and tokens per block. */
   prefixBlocks: number;
   blockTokens: number;
   /** Leading prompt blocks this endpoint is believed to cache. */
   prefixMatch(endpoint: Endpoint): number;
+  /** This EPP's unsampled picks of `endpoint` in the last `windowMs`, weighted by the share of the window still ahead of each. */
+  recentPicks(endpoint: Endpoint, windowMs: number): number;
   /** The fail-open pass: penalised or silent endpoints are candidates and must rank last. */
   includeExcluded: boolean;
   isExcluded(endpoint: Endpoint): boolean;
@@ -24,7 +28,7 @@ export interface PricingContext {
 /** The cost components of one listed endpoint (cost policy), in milliseconds. */
 export interface EntryCost {
   readonly totalMs: number;
-  /** Expected wait before the request's prefill starts: the queue ahead and the picks since the last sample. */
+  /** Expected wait before the request's prefill starts: the queue ahead, and the prefills of requests picked just before it. */
   readonly waitMs: number;
   /** The request's own prefill: its uncached prompt tokens at the endpoint's prefill rate. */
   readonly prefillMs: number;

@@ -128,9 +128,11 @@ export class Scheduler {
       topologyVersion: 0,
       model: '',
       promptTokens: 0,
+      bestCachedTokens: 0,
       prefixBlocks: 0,
       blockTokens: this.config.prefix.blockTokens,
       prefixMatch: (endpoint: Endpoint) => index.matchOf(endpoint),
+      recentPicks: (endpoint: Endpoint, windowMs: number) => this.fleet.recentPicks(endpoint, this.ctx.now, windowMs),
       includeExcluded: false,
       isExcluded: this.excludedNow,
     };
@@ -175,6 +177,7 @@ export class Scheduler {
     let failOpen = false;
     if (pool) {
       this.setContext(pool, now, request.model, promptTokens, blocks, false);
+      this.ctx.bestCachedTokens = Math.min(promptTokens, depth * this.config.prefix.blockTokens);
       this.collect(pool, request.subset, depth);
       if (candidates.eligible === 0 && candidates.excluded > 0 && this.config.penaltyFailOpen) {
         failOpen = true;
@@ -335,6 +338,7 @@ export class Scheduler {
     ctx.topologyVersion = this.fleet.topologyVersion;
     ctx.model = model;
     ctx.promptTokens = promptTokens;
+    ctx.bestCachedTokens = 0;
     ctx.prefixBlocks = blocks;
     ctx.includeExcluded = includeExcluded;
   }
