@@ -88,10 +88,26 @@ export const gapsConfigSchema = z.strictObject({
 
 /** Hard limits: an endpoint past them cannot admit (`full`) and is listed only when nothing else is eligible. */
 export const fullConfigSchema = z.strictObject({
-  /** KV-cache use at which an endpoint with requests waiting can admit nothing more. */
-  kvCacheUsage: z.number().gt(0).max(1).default(0.98),
+  /**
+   * KV-cache use at which an endpoint with requests waiting can admit nothing more. A server whose
+   * batch is bounded by its KV cache reports 0.95 and more whenever it is busy; that is load (priced
+   * as wait), not a wall, so the default is the cache entirely full.
+   */
+  kvCacheUsage: z.number().gt(0).max(1).default(1),
   /** Waiting requests at which the engine's queue is full. */
   waitingRequests: z.number().int().min(1).max(1_000_000).default(1000),
+});
+
+/**
+ * Prompt tokens another candidate has cached are *avoidable* work at an endpoint that has not: they
+ * cost their prefill time once for this request, plus that time for each request the endpoint runs
+ * (× `batchWeight`: their steps stall) and each request queued behind it (× `queueWeight`: they
+ * wait longer). So a cache miss is cheap on an idle endpoint and dear on a busy one, which keeps
+ * prefix affinity under load instead of spreading every prompt over every endpoint.
+ */
+export const avoidablePrefillSchema = z.strictObject({
+  batchWeight: z.number().finite().min(0).max(100).default(0.3),
+  queueWeight: z.number().finite().min(0).max(100).default(1),
 });
 
 export const objectiveSchema = z.strictObject({ priority: z.number().int().min(-1_000_000).max(1_000_000) });
@@ -106,10 +122,8 @@ export const schedulerConfigSchema = z.strictObject({
    */
   policy: z.enum(['cost', 'weighted']).default('cost'),
   /** The price of leaving the zone: a request leaves only when that is expected to be faster by more than this plus the round trip. */
-  zoneBiasMs: ms.default(5),
-  /** Weight of the batch in the price of uncached prompt tokens: prefill × (1 + weight × running requests). */
-  prefillBatchWeight: z.number().finite().min(0).max(100).default(0),
-  prefillQueueWeight: z.number().finite().min(0).max(100).default(0),
+  zoneBiasMs: ms.default(8),
+  avoidablePrefill: avoidablePrefillSchema.prefault({}),
   /** A sheddable request (priority < 0) gets 429 when the lowest expected wait exceeds this. */
   shedAboveMs: ms.default(1000),
   network: networkConfigSchema.prefault({}),

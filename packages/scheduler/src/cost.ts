@@ -128,7 +128,8 @@ export class CostPolicy implements PricingPolicy {
       const uncached = ctx.promptTokens - cached;
       const avoidable = Math.max(0, ctx.bestCachedTokens - cached);
       const running = endpoint.metrics?.runningRequests ?? 0;
-      const externality = this.config.prefillBatchWeight * running + this.config.prefillQueueWeight * load.waiting;
+      const weights = this.config.avoidablePrefill;
+      const externality = weights.batchWeight * running + weights.queueWeight * load.waiting;
       this.prefillMs = ((uncached + avoidable * externality) * 1000) / prefillTokensPerS;
       this.loraMs = this.loraCost(endpoint, ctx.model, rates, requestsPerS);
     } else {

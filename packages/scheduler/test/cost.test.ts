@@ -5,9 +5,9 @@ import { buildFleet, POOL, sample, T0, threeZones, type PodSpec } from './fleet-
 /**
  * Picking v2, cost policy: every rule as a table row. The standard pool (fleet-fixture) is zone a
  * (local, r1) a0..a2 waiting 0/1/2, zone b (r1) b0..b1 waiting 0/1, zone c (r2) c0..c1 waiting 0/1.
- * With the default rates a waiting request costs 100 ms (10 requests/s); a remote zone costs its
- * round trip (1 ms same region, 30 ms other region) plus zoneBiasMs (5 ms). So, without a prompt:
- * a0 0, b0 6, c0 35, a1 100, b1 106, c1 135, a2 200.
+ * With the default rates a backlogged waiting request costs 100 ms (10 requests/s); a remote zone
+ * costs its round trip (1 ms same region, 30 ms other region) plus zoneBiasMs (8 ms). So, without a
+ * prompt: a0 0, b0 9, c0 38, a1 100, b1 109, c1 138, a2 200.
  */
 interface Row {
   name: string;
@@ -110,13 +110,13 @@ const rows: Row[] = [
   },
   {
     name: 'full (KV cache full with a queue): listed only after everything else',
-    pods: threeZones({ a0: { waiting: 1, kv: 0.99 }, a1: { waiting: 1 } }),
+    pods: threeZones({ a0: { waiting: 1, kv: 1 }, a1: { waiting: 1 } }),
     config: { zoneBiasMs: 500 },
     expect: { status: 'routed', rule: 'local', pods: ['a1', 'a2', 'b0'] },
   },
   {
     name: 'everything full, not sheddable: the lowest cost, round trip included, not pinned local',
-    pods: threeZones().map((p) => ({ ...p, kv: 0.99, waiting: p.zone === 'a' ? 9 : 3 })),
+    pods: threeZones().map((p) => ({ ...p, kv: 1, waiting: p.zone === 'a' ? 9 : 3 })),
     config: objectives,
     request: { objective: 'chat' },
     expect: { status: 'routed', rule: 'last-resort', pods: ['b0', 'b1', 'a0'], reasons: ['last-resort', 'last-resort', 'last-resort'] },
@@ -263,7 +263,7 @@ describe('cost policy: prefix affinity in milliseconds', () => {
     const cost = again.entries[0]?.cost as EntryCost;
     expect(cost.cachedTokens).toBeGreaterThan(3900);
     expect(cost.rttMs).toBe(1);
-    expect(cost.biasMs).toBe(5);
+    expect(cost.biasMs).toBe(8);
     // Without a prefix the local zone wins.
     const other = scheduler.pick({ model: 'llama', prompt: prompt(16_000, 'o') }, T0 + 60);
     expect(other.entries[0]?.zone).toBe('a');
@@ -280,11 +280,105 @@ describe('cost policy: the decision explains itself', () => {
       const cost = entry.cost as EntryCost;
       const sum = cost.waitMs + cost.prefillMs + cost.loraMs + cost.rttMs + cost.biasMs + cost.uncertaintyMs;
       expect(Math.abs(sum - cost.totalMs)).toBeLessThan(0.05);
-      expect(cost.prefillMs).toBeCloseTo(100, 0); // 1,000 tokens at 10,000 tokens/s
+      expect(cost.prefillMs).toBeCloseTo(50, 0); // 1,000 tokens at 20,000 tokens/s
     }
     const local = d.entries.find((e) => e.zone === 'a')?.cost as EntryCost;
     expect(local.waitMs).toBe(500);
     expect(local.rttMs).toBe(0);
     expect(local.biasMs).toBe(0);
+  });
+});
+
+describe('cost policy: what a queue is', () => {
+  it('requests caught between two steps are not a backlog: they wait one step, not a service time', () => {
+    // Every local pod shows one request waiting in its latest sample only; a step takes 2 ms.
+    const rates = { windowMs: 2000, promptTokensPerS: 5000, generationTokensPerS: 4000, requestsPerS: 20, itlMs: 2 };
+    const transient = threeZones().map((p) => (p.zone === 'a' ? { ...p, waiting: 1, backlogged: false, rates } : p));
+    const d = new Scheduler({ fleet: buildFleet(transient), pool: POOL, zone: 'a', region: 'r1' }).pick({ model: 'llama' }, T0);
+    expect(d.rule).toBe('local');
+    expect((d.entries[0]?.cost as EntryCost).waitMs).toBe(2);
+    // The same queue over two samples is a backlog: it drains at 20 requests/s, 50 ms each.
+    const backlog = threeZones().map((p) => (p.zone === 'a' ? { ...p, waiting: 1, rates } : p));
+    const spilled = new Scheduler({ fleet: buildFleet(backlog), pool: POOL, zone: 'a', region: 'r1' }).pick({ model: 'llama' }, T0);
+    expect(spilled.rule).toBe('spill');
+    expect((spilled.entries.find((e) => e.zone === 'a')?.cost as EntryCost).waitMs).toBe(50);
+  });
+
+  it('a full batch makes the next request wait even when the latest sample shows no queue', () => {
+    const pods = threeZones({ a0: { noMetrics: true }, a1: { ready: false }, a2: { ready: false } });
+    const fleet = buildFleet(pods);
+    const a0 = pods[0] as PodSpec;
+    // Backlogged at 8 running: the batch holds 8.
+    sample(fleet, { ...a0, waiting: 3, running: 8 }, T0 - 300);
+    sample(fleet, { ...a0, waiting: 2, running: 8 }, T0 - 200);
+    sample(fleet, { ...a0, waiting: 0, running: 7 }, T0 - 100);
+    const scheduler = new Scheduler({ fleet, pool: POOL, zone: 'a', region: 'r1', config: { crossZoneFallbacks: 0 } });
+    // 7 running: room for one.
+    const first = scheduler.pick({ model: 'llama' }, T0);
+    expect(first.entries[0]?.endpoint.pod).toBe('a0');
+    scheduler.commit(first, T0);
+    // Now 8: the next one waits for a completion (100 ms at the default rate): zone b is cheaper.
+    const second = scheduler.pick({ model: 'llama' }, T0 + 1);
+    expect(second.rule).toBe('spill');
+    expect((second.entries.find((e) => e.zone === 'a')?.cost as EntryCost).waitMs).toBeGreaterThanOrEqual(100);
+    // The request finishes: room again.
+    scheduler.release(first);
+    expect(scheduler.pick({ model: 'llama' }, T0 + 2).rule).toBe('local');
+  });
+
+  it('picks made just before weigh on the next pick, less as they age', () => {
+    const pods = [
+      { pod: 'a0', zone: 'a', address: '10.0.0.1:8000' },
+      { pod: 'a1', zone: 'a', address: '10.0.0.2:8000' },
+    ];
+    const fleet = buildFleet(pods);
+    const scheduler = new Scheduler({ fleet, pool: POOL, zone: 'a', region: 'r1', seed: 3 });
+    const d = scheduler.pick({ model: 'llama' }, T0);
+    scheduler.commit(d, T0);
+    const other = pods.find((p) => p.pod !== d.entries[0]?.endpoint.pod)?.pod;
+    // Right after, the other pod is cheaper; a typical prefill (500 tokens at 20,000/s = 25 ms) later, they tie again.
+    expect(scheduler.pick({ model: 'llama' }, T0 + 1).entries[0]?.endpoint.pod).toBe(other);
+    const picked = scheduler.pick({ model: 'llama' }, T0 + 1).entries.find((e) => e.endpoint.pod === d.entries[0]?.endpoint.pod);
+    expect((picked?.cost as EntryCost).waitMs).toBeCloseTo(25 * (1 - 1 / 50), 1);
+    const later = scheduler.pick({ model: 'llama' }, T0 + 60).entries.map((e) => (e.cost as EntryCost).waitMs);
+    expect(later).toEqual([0, 0]);
+  });
+});
+
+describe('cost policy: avoidable prefill', () => {
+  const system = prompt(16_000, 's'); // ~4,000 tokens
+  it('keeps a long prefix on its busy holder when recomputing it would stall another busy endpoint', () => {
+    const pods: PodSpec[] = [
+      { pod: 'h', zone: 'a', address: '10.0.0.1:8000', running: 30 },
+      { pod: 'n', zone: 'a', address: '10.0.0.2:8000', running: 30 },
+    ];
+    const fleet = buildFleet(pods);
+    const scheduler = new Scheduler({ fleet, pool: POOL, zone: 'a', region: 'r1', config: { crossZoneFallbacks: 0, subsetMode: 'strict' } });
+    const subset = ['10.0.0.1:8000'];
+    const seed = scheduler.pick({ model: 'llama', prompt: system + 'q0', subset }, T0);
+    scheduler.commit(seed, T0);
+    scheduler.release(seed);
+    // The holder now has a backlog of 2 (200 ms); the other pod none, but 30 running.
+    sample(fleet, { ...(pods[0] as PodSpec), waiting: 2 }, T0 + 10);
+    sample(fleet, { ...(pods[0] as PodSpec), waiting: 2 }, T0 + 20);
+    const d = scheduler.pick({ model: 'llama', prompt: system + 'q1' }, T0 + 30);
+    expect(d.entries[0]?.endpoint.pod).toBe('h');
+    const miss = d.entries.find((e) => e.endpoint.pod === 'n')?.cost as EntryCost;
+    // 4,000 avoidable tokens: 200 ms, plus 0.3 × 30 running × 200 ms.
+    expect(miss.prefillMs).toBeGreaterThan(1900);
+    // An idle endpoint may take the miss: nothing of its own is stalled by it.
+    sample(fleet, { ...(pods[1] as PodSpec), running: 0 }, T0 + 40);
+    const idle = scheduler.pick({ model: 'llama', prompt: system + 'q2' }, T0 + 50);
+    expect(idle.entries[0]?.endpoint.pod).toBe('n');
+  });
+
+  it('costs nothing extra for tokens no candidate has cached', () => {
+    const pods: PodSpec[] = [
+      { pod: 'x', zone: 'a', address: '10.0.0.1:8000', running: 40 },
+      { pod: 'y', zone: 'a', address: '10.0.0.2:8000', running: 0 },
+    ];
+    const d = new Scheduler({ fleet: buildFleet(pods), pool: POOL, zone: 'a' }).pick({ model: 'llama', prompt: prompt(4000) }, T0);
+    const costs = d.entries.map((e) => (e.cost as EntryCost).prefillMs);
+    expect(costs[0]).toBe(costs[1]);
   });
 });

@@ -18,6 +18,11 @@ export interface PodSpec {
   lora?: MetricsEvent['lora'];
   cache?: MetricsEvent['cache'];
   rates?: MetricsEvent['rates'];
+  /**
+   * A pod with requests waiting has had them for two samples by default (a backlog, not requests
+   * caught between two steps); false applies one sample only.
+   */
+  backlogged?: boolean;
   /** Milliseconds between the readiness event's arrival and `now` (default 5000). */
   readinessAge?: number;
   /** Milliseconds between the sample's arrival and `now`; undefined = no metrics at all when `noMetrics`. */
@@ -45,7 +50,9 @@ export function applyPod(fleet: Fleet, spec: PodSpec, now: number): void {
     now - (spec.readinessAge ?? 5000),
   );
   if (spec.noMetrics) return;
-  sample(fleet, spec, now - (spec.metricsAge ?? 0));
+  const at = now - (spec.metricsAge ?? 0);
+  if ((spec.waiting ?? 0) > 0 && spec.backlogged !== false) sample(fleet, spec, at - 100);
+  sample(fleet, spec, at);
 }
 
 export function buildFleet(pods: readonly PodSpec[], now = T0): Fleet {
