@@ -79,9 +79,23 @@ function serverProcess(name: string, configPath: string, clientPort: number, mon
   };
 }
 
-/** Renders, writes and starts the hub and every zone server. */
+/**
+ * Renders, writes and starts the hub and every zone server. A free port can be taken by another
+ * process (an outgoing connection's ephemeral port) between finding it and the server binding it;
+ * then the whole topology is started again on new ports.
+ */
 export async function startTopology(zoneNames: readonly string[]): Promise<RunningTopology> {
   requireNatsServer();
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await startTopologyOnce(zoneNames);
+    } catch (error) {
+      if (attempt >= 5 || !/address already in use/.test(String(error))) throw error;
+    }
+  }
+}
+
+async function startTopologyOnce(zoneNames: readonly string[]): Promise<RunningTopology> {
   const dir = mkdtempSync(join(tmpdir(), 'spillway-topology-'));
   const ports = async () => ({ client: await freePort(), monitor: await freePort() });
   const hubPorts = await ports();

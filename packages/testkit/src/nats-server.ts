@@ -36,31 +36,49 @@ export async function startNatsServer(options: NatsServerOptions = {}): Promise<
   if (external && !options.forcePrivate) return externalHandle(external);
   if (!natsServerAvailable()) throw new Error(INSTALL_HINT);
 
-  const port = options.port ?? (await freePort());
   const storeDir = mkdtempSync(join(tmpdir(), 'spillway-nats-'));
   const configPath = join(storeDir, 'server.conf');
-  writeFileSync(
-    configPath,
-    [
-      `listen: "127.0.0.1:${port}"`,
-      `jetstream { store_dir: "${join(storeDir, 'js')}" }`,
-      options.extraConfig ?? '',
-    ].join('\n'),
-  );
+  let port = options.port ?? (await freePort());
+  const writeConfig = (): void =>
+    writeFileSync(
+      configPath,
+      [`listen: "127.0.0.1:${port}"`, `jetstream { store_dir: "${join(storeDir, 'js')}" }`, options.extraConfig ?? ''].join('\n'),
+    );
+  writeConfig();
 
   let child: ChildProcess | undefined;
+  // Ready when this process says so: a connection to the port could reach another server that took
+  // the port between freePort() and the bind.
   const launch = async (): Promise<void> => {
-    child = spawn('nats-server', ['-c', configPath], { stdio: ['ignore', 'ignore', 'pipe'] });
+    const started = spawn('nats-server', ['-c', configPath], { stdio: ['ignore', 'ignore', 'pipe'] });
+    child = started;
     let stderr = '';
-    child.stderr?.on('data', (chunk: Buffer) => {
-      stderr = (stderr + chunk.toString()).slice(-4000);
-    });
+    const ready = new Promise<void>((resolve) =>
+      started.stderr?.on('data', (chunk: Buffer) => {
+        stderr = (stderr + chunk.toString()).slice(-4000);
+        if (stderr.includes('Server is ready')) resolve();
+      }),
+    );
     const exited = new Promise<never>((_, reject) =>
-      child?.once('exit', (code) => reject(new Error(`nats-server exited with ${code}: ${stderr}`))),
+      started.once('exit', (code) => reject(new Error(`nats-server exited with ${code}: ${stderr}`))),
     );
     exited.catch(() => undefined);
-    await Promise.race([waitForPort(port, 10_000), exited]);
+    const timeout = new Promise<never>((_, reject) => setTimeout(() => reject(new Error(`nats-server not ready within 10 s: ${stderr}`)), 10_000).unref());
+    await Promise.race([ready, exited, timeout]);
+    await waitForPort(port, 10_000);
   };
+  // A free port may be taken before the server binds it; pick another (unless one was asked for).
+  for (let attempt = 1; ; attempt++) {
+    try {
+      await launch();
+      break;
+    } catch (error) {
+      child = undefined;
+      if (options.port !== undefined || attempt >= 5 || !/address already in use/.test(String(error))) throw error;
+      port = await freePort();
+      writeConfig();
+    }
+  }
   const halt = async (signal: NodeJS.Signals): Promise<void> => {
     const running = child;
     child = undefined;
@@ -70,7 +88,6 @@ export async function startNatsServer(options: NatsServerOptions = {}): Promise<
     await gone;
   };
 
-  await launch();
   return {
     url: `nats://127.0.0.1:${port}`,
     port,

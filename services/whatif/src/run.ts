@@ -154,13 +154,12 @@ export class SimPool {
 }
 
 /**
- * The worker module next to this one: compiled `.js` from dist. Run from source (the benchmark,
- * under tsx), a worker thread does not inherit tsx's loader, so it registers it before importing
- * `worker.ts`.
+ * The worker module next to this one: compiled `.js` from dist. Run from source (the benchmark and
+ * the tests), `source-worker.mjs` at the package root registers the TypeScript loader in the worker
+ * thread before importing `worker.ts`; it is a development file, outside the built package.
  */
 function startWorker(): Worker {
   const self = import.meta.url;
   if (!self.endsWith('.ts')) return new Worker(new URL('./worker.js', self));
-  const target = JSON.stringify(new URL('./worker.ts', self).href);
-  return new Worker(`import('tsx/esm/api').then(({ register }) => { register(); return import(${target}); });`, { eval: true });
+  return new Worker(new URL('../source-worker.mjs', self), { workerData: { workerModule: new URL('./worker.ts', self).href } });
 }
