@@ -100,6 +100,9 @@ describe('spillway-epp binary', () => {
       { pod: 'b0', zone: 'zone-b', address: '10.0.2.1:8000', waiting: 15 },
     ];
     await publisher.pods(pods);
+    // A second sample with the same queues: a backlog, not requests caught between two steps.
+    await new Promise((r) => setTimeout(r, 5));
+    for (const pod of pods) publisher.metrics(pod);
     await eventually(async () => expect(await healthStatus(healthPort, 'readiness')).toBe(ServingStatus.SERVING), 20_000);
     const client = extProcClient(grpcPort);
     const send = async (options: Parameters<typeof envoyRequestMessages>[0], expected: number) => {
@@ -109,7 +112,7 @@ describe('spillway-epp binary', () => {
       stream.close();
       return responses;
     };
-    // Overloaded everywhere (15 waiting at the default 10 requests/s: 1.5 s, over shedAboveMs 1 s):
+    // Overloaded everywhere (a backlog of 15 at the default 10 requests/s: 1.5 s, over shedAboveMs 1 s):
     // a sheddable objective gets 429, others stay local.
     const shed = await send({ body: completion(), headers: { 'x-gateway-inference-objective': 'batch' } }, 1);
     expect(immediateOf(shed[0])?.status).toBe(429);

@@ -33,12 +33,16 @@ describe('GET /debug/decisions', () => {
     const client = extProcClient(epp.grpcPort);
     try {
       for (const prompt of ['first', 'second']) {
-        await publisher.metrics(PODS[0] as PodSpec);
-        await publisher.metrics(PODS[1] as PodSpec);
+        // Two samples with the queue: a backlog, not requests caught between two steps.
+        for (let i = 0; i < 2; i++) {
+          publisher.metrics(PODS[0] as PodSpec);
+          publisher.metrics(PODS[1] as PodSpec);
+          await new Promise((r) => setTimeout(r, 5));
+        }
         const stream = new EnvoyStream(client);
         stream.send(envoyRequestMessages({ body: completion('llama', prompt) }));
         const [headers] = await stream.waitFor(2);
-        // zone-a queues 4 requests (400 ms at the default rate): the request spills to zone-b.
+        // zone-a has a backlog of 4 (400 ms at the default rate): the request spills to zone-b.
         expect(destinationOf(headers).header?.split(',')[0]).toBe('10.0.2.1:8000');
         stream.close();
       }
@@ -60,7 +64,7 @@ describe('GET /debug/decisions', () => {
     const local = decision?.entries[1]?.cost;
     expect(local).toMatchObject({ waitMs: 400, rttMs: 0, biasMs: 0, full: false });
     const remote = decision?.entries[0]?.cost;
-    expect(remote).toMatchObject({ rttMs: 1, biasMs: 5, stale: false });
+    expect(remote).toMatchObject({ rttMs: 1, biasMs: 8, stale: false });
   });
 
   it('answers bad limits with the default, and other paths and methods with 404', async () => {
