@@ -40,6 +40,11 @@ export interface EngineStats {
   cancelled: number;
   promptTokens: number;
   generationTokens: number;
+  /** Sums (ms) and counts of time to first token and time waiting for admission, as a server's histograms have them. */
+  ttftSumMs: number;
+  ttftCount: number;
+  queueSumMs: number;
+  queueCount: number;
   /** Step mode: steps run, the tokens they computed (prefill and decode), and the virtual time they took. */
   steps: number;
   stepTokens: number;
@@ -99,6 +104,10 @@ export class Engine<R extends EngineRequest = EngineRequest> {
   private cancelled = 0;
   private promptTokens = 0;
   private generationTokens = 0;
+  private ttftSumMs = 0;
+  private ttftCount = 0;
+  private queueSumMs = 0;
+  private queueCount = 0;
 
   constructor(
     options: EngineOptions | EngineConfig = {},
@@ -224,6 +233,10 @@ export class Engine<R extends EngineRequest = EngineRequest> {
       cancelled: this.cancelled,
       promptTokens: this.promptTokens,
       generationTokens: this.generationTokens,
+      ttftSumMs: this.ttftSumMs,
+      ttftCount: this.ttftCount,
+      queueSumMs: this.queueSumMs,
+      queueCount: this.queueCount,
       steps: this.steps,
       stepTokens: this.stepTokens,
       busyMs: this.busyMs,
@@ -301,7 +314,11 @@ export class Engine<R extends EngineRequest = EngineRequest> {
   private start(s: Sequence<R>, at: number): void {
     const cfg = this.config;
     s.state = 'running';
-    if (Number.isNaN(s.admittedAt)) s.admittedAt = at;
+    if (Number.isNaN(s.admittedAt)) {
+      s.admittedAt = at;
+      this.queueSumMs += at - s.submittedAt;
+      this.queueCount++;
+    }
     s._order = this.order++;
     this.running.pushBack(s);
     this.bump(this.loraRunning, s.request.lora, 1);
@@ -328,6 +345,8 @@ export class Engine<R extends EngineRequest = EngineRequest> {
     this.generationTokens++;
     if (s.generated === 1) {
       s.firstTokenAt = at;
+      this.ttftSumMs += at - s.submittedAt;
+      this.ttftCount++;
       s.lastItlMs = Number.NaN;
     } else {
       s.lastItlMs = at - s.lastTokenAt;

@@ -13,3 +13,5 @@ export { SUBJECT_ROOT, ALL_SUBJECTS, subjectFor, subjectOf, poolFilter, zoneFilt
 export type { SubjectParts } from './subject.js';
 export { encodeEvent, decodeEvent, MAX_EVENT_BYTES } from './codec.js';
 export type { DecodeResult, DecodeError, DecodeErrorReason } from './codec.js';
+export { RateWindow, DEFAULT_RATES_WINDOW_MS } from './rates.js';
+export type { Counters, Moments, RateUpdate } from './rates.js';

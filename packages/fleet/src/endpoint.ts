@@ -9,6 +9,8 @@ export interface MetricsSample {
   readonly kvCacheUsage: number;
   readonly lora: MetricsEvent['lora'];
   readonly cache: MetricsEvent['cache'];
+  /** Service rates measured at the source (optional field of the metrics event). */
+  readonly rates: MetricsEvent['rates'];
 }
 
 /**
@@ -40,6 +42,30 @@ export interface Endpoint {
    * sample under-reports. The scheduler adds it to the sample so a burst spreads between samples.
    */
   readonly unsampledPicks: number;
+  /**
+   * Requests this EPP sent here before the latest sample (so the sample counted them) that have
+   * finished since it: the load the sample over-reports. With unsampledPicks it turns an old sample
+   * into an estimate of the load now (DESIGN §5 v2 "event gaps").
+   */
+  readonly releasedSinceSample: number;
+  /** When the latest applied readiness event was received (EPP clock, or stream time on replay); -Infinity before any. */
+  readonly readinessReceivedAt: number;
+  /**
+   * Consecutive samples, up to the latest, that showed requests waiting. A server lists requests
+   * that arrived during a step as waiting until the next step admits them, so one sample with a
+   * short queue says little; a queue that persists over samples means the batch (or the KV cache)
+   * is full and requests wait for others to finish.
+   */
+  readonly queuedSamples: number;
+  /** The most requests any sample of the pod showed running. */
+  readonly maxRunningSeen: number;
+  /**
+   * How many requests the pod runs at once when full: the running count of a sample taken while its
+   * queue persisted (queuedSamples ≥ 2) with as many running as it was ever seen running — a full
+   * batch, not requests caught between two steps. Raised whenever a later sample shows more
+   * running. Undefined until the pod has been seen full.
+   */
+  readonly batchCapacity: number | undefined;
 }
 
 /** Internal mutable record behind an Endpoint. */
@@ -53,6 +79,11 @@ export class EndpointRecord implements Endpoint {
   labels: Readonly<Record<string, string>> | undefined = undefined;
   metrics: MetricsSample | undefined = undefined;
   inFlight = 0;
+  releasedSinceSample = 0;
+  queuedSamples = 0;
+  maxRunningSeen = 0;
+  batchCapacity: number | undefined = undefined;
+  readinessReceivedAt = Number.NEGATIVE_INFINITY;
 
   /** observedAt and canonical payload of the applied event per kind, for ordering and tie-breaks. */
   readinessAt = -1;

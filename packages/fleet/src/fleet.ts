@@ -98,7 +98,8 @@ export class Fleet {
       this.counters.overCapacity++;
       return 'over-capacity';
     }
-    const outcome = event.kind === 'readiness' ? this.applyReadiness(record, event) : this.applyMetrics(record, event, receivedAt);
+    const outcome =
+      event.kind === 'readiness' ? this.applyReadiness(record, event, receivedAt) : this.applyMetrics(record, event, receivedAt);
     if (outcome === 'applied') this.counters.applied++;
     else this.counters.ignored++;
     return outcome;
@@ -162,6 +163,24 @@ export class Fleet {
     record.pickTimes.push(now);
   }
 
+  /**
+   * This EPP's picks of the endpoint in the last `windowMs` that no sample has seen yet, each
+   * weighted by how much of the window is still ahead of it (1 for a pick made now, 0 for one made
+   * `windowMs` ago): the share of their work still in progress when each takes about `windowMs`.
+   */
+  recentPicks(endpoint: Endpoint, now: number, windowMs: number): number {
+    const record = endpoint as EndpointRecord;
+    const times = record.pickTimes;
+    let load = 0;
+    if (windowMs <= 0) return 0;
+    for (let i = times.length - 1; i >= record.pickHead; i--) {
+      const age = now - (times[i] as number);
+      if (age >= windowMs) break;
+      load += 1 - Math.max(0, age) / windowMs;
+    }
+    return load;
+  }
+
   /** A request picked at `pickedAt` finished (completed, cancelled or failed) and no longer loads the endpoint. */
   releasePick(endpoint: Endpoint, pickedAt: number): void {
     const record = endpoint as EndpointRecord;
@@ -170,9 +189,11 @@ export class Fleet {
     for (let i = times.length - 1; i >= record.pickHead; i--) {
       if (times[i] === pickedAt) {
         times.splice(i, 1);
-        break;
+        return;
       }
     }
+    // Not among the unsampled picks: the latest sample counted this request, and it is gone now.
+    if (record.metrics !== undefined) record.releasedSinceSample++;
   }
 
   /** The pod's record, created if new; undefined when its zone is full (over capacity). */
@@ -196,7 +217,7 @@ export class Fleet {
     return (this.pools.get(record.pool) as PoolState).zonePods(record.zone);
   }
 
-  private applyReadiness(record: EndpointRecord, event: ReadinessEvent): ApplyOutcome {
+  private applyReadiness(record: EndpointRecord, event: ReadinessEvent, receivedAt: number): ApplyOutcome {
     if (!isNewer(event, record.readinessAt, this.lastReadiness.get(record))) return 'ignored';
     const address = parseEndpointAddress(event.address);
     // The schema already validated the address; an unparsable one here means a caller skipped decoding.
@@ -205,8 +226,10 @@ export class Fleet {
     pool.unindex(record);
     record.applyReadiness(event, address);
     record.readinessAt = event.observedAt;
+    record.readinessReceivedAt = receivedAt;
     this.lastReadiness.set(record, event);
     pool.index(record);
+    pool.noteReadiness(event.zone, receivedAt);
     this.zoneOf(record).track(record);
     this.topologyVersion++;
     return 'applied';
@@ -222,9 +245,17 @@ export class Fleet {
       kvCacheUsage: event.kvCacheUsage,
       lora: event.lora,
       cache: event.cache,
+      rates: event.rates,
     };
     record.metricsAt = event.observedAt;
+    record.releasedSinceSample = 0;
+    record.queuedSamples = event.waitingRequests > 0 ? Math.min(record.queuedSamples + 1, 1_000_000) : 0;
+    const running = event.runningRequests;
+    if (running > record.maxRunningSeen) record.maxRunningSeen = running;
+    if (record.queuedSamples >= 2 && running >= record.maxRunningSeen) record.batchCapacity = running;
+    else if (record.batchCapacity !== undefined && running > record.batchCapacity) record.batchCapacity = running;
     this.lastMetrics.set(record, event);
+    (this.pools.get(record.pool) as PoolState).noteSample(event.zone, receivedAt);
     absorbSampledPicks(record, Math.max(event.observedAt - this.pickTransitMs, receivedAt - this.maxSampleLagMs));
     return 'applied';
   }

@@ -17,6 +17,13 @@ export interface PoolView {
   /** Routable pods on an IP, any port (a bare-IP subset entry). */
   routableOnIp(ip: string): readonly Endpoint[];
   readonly readyCount: number;
+  /**
+   * When the zone's newest metrics sample, and newest readiness event, were received (-Infinity
+   * before any). They tell a pod whose events stopped from a zone whose events all stopped
+   * (collector or NATS outage): DESIGN §5 v2 "event gaps".
+   */
+  zoneLastSampleAt(zone: string): number;
+  zoneLastReadinessAt(zone: string): number;
 }
 
 const NONE: readonly Endpoint[] = Object.freeze([]);
@@ -79,8 +86,26 @@ export class PoolState implements PoolView {
   /** Per zone, how many live pods name each region; a zone's region is the most named one. */
   private readonly zoneRegions = new Map<string, Map<string, number>>();
   readyCount = 0;
+  private readonly lastSampleAt = new Map<string, number>();
+  private readonly lastReadinessAt = new Map<string, number>();
 
   constructor(readonly name: string) {}
+
+  noteSample(zone: string, receivedAt: number): void {
+    if (!(receivedAt <= (this.lastSampleAt.get(zone) ?? Number.NEGATIVE_INFINITY))) this.lastSampleAt.set(zone, receivedAt);
+  }
+
+  noteReadiness(zone: string, receivedAt: number): void {
+    if (!(receivedAt <= (this.lastReadinessAt.get(zone) ?? Number.NEGATIVE_INFINITY))) this.lastReadinessAt.set(zone, receivedAt);
+  }
+
+  zoneLastSampleAt(zone: string): number {
+    return this.lastSampleAt.get(zone) ?? Number.NEGATIVE_INFINITY;
+  }
+
+  zoneLastReadinessAt(zone: string): number {
+    return this.lastReadinessAt.get(zone) ?? Number.NEGATIVE_INFINITY;
+  }
 
   /** Takes a pod out of the routing indexes before its readiness changes. */
   unindex(record: EndpointRecord): void {

@@ -250,6 +250,83 @@ describe('in-flight accounting', () => {
   });
 });
 
+describe('what event gaps need (picking v2)', () => {
+  it('counts completions of sampled requests since the latest sample; a new sample resets them', () => {
+    const fleet = new Fleet();
+    fleet.apply(readiness('a0'), T0);
+    fleet.apply(metrics('a0', { observedAt: T0 }), T0);
+    const a0 = fleet.get('llama', 'zone-a', 'a0')!;
+    fleet.recordPick(a0, T0 + 10); // after the sample: unsampled
+    fleet.recordPick(a0, T0 + 11);
+    fleet.apply(metrics('a0', { observedAt: T0 + 100, runningRequests: 2 }), T0 + 100); // sees both
+    expect(a0.unsampledPicks).toBe(0);
+    fleet.recordPick(a0, T0 + 120); // unsampled again
+    fleet.releasePick(a0, T0 + 10); // sampled: the sample over-reports by one now
+    fleet.releasePick(a0, T0 + 120); // unsampled: just leaves the unsampled count
+    expect(a0.releasedSinceSample).toBe(1);
+    expect(a0.unsampledPicks).toBe(0);
+    fleet.apply(metrics('a0', { observedAt: T0 + 200, runningRequests: 1 }), T0 + 200);
+    expect(a0.releasedSinceSample).toBe(0);
+  });
+
+  it('records when readiness and samples were received, per pod and per zone', () => {
+    const fleet = new Fleet();
+    const pool = () => fleet.pool('llama')!;
+    fleet.apply(readiness('a0'), T0 + 5);
+    fleet.apply(readiness('a1', { address: '10.0.0.2:8000', observedAt: T0 + 50 }), T0 + 60);
+    expect(fleet.get('llama', 'zone-a', 'a0')?.readinessReceivedAt).toBe(T0 + 5);
+    expect(pool().zoneLastReadinessAt('zone-a')).toBe(T0 + 60);
+    expect(pool().zoneLastSampleAt('zone-a')).toBe(Number.NEGATIVE_INFINITY);
+    fleet.apply(metrics('a0', { observedAt: T0 + 70 }), T0 + 80);
+    fleet.apply(metrics('a1', { observedAt: T0 + 60 }), T0 + 75); // received earlier: the zone keeps the newest
+    expect(pool().zoneLastSampleAt('zone-a')).toBe(T0 + 80);
+    expect(pool().zoneLastSampleAt('zone-b')).toBe(Number.NEGATIVE_INFINITY);
+    // An ignored (older) readiness does not refresh the pod's receive time.
+    fleet.apply(readiness('a0', { observedAt: T0 - 1 }), T0 + 500);
+    expect(fleet.get('llama', 'zone-a', 'a0')?.readinessReceivedAt).toBe(T0 + 5);
+  });
+
+  it('learns a pod\'s batch size from samples taken while its queue persisted at its largest batch', () => {
+    const fleet = new Fleet();
+    fleet.apply(readiness('a0'), T0);
+    const at = (i: number, waiting: number, running: number) => fleet.apply(metrics('a0', { observedAt: T0 + i, waitingRequests: waiting, runningRequests: running }), T0 + i);
+    at(1, 1, 20); // one sample with a queue: requests between two steps, nothing learnt
+    const a0 = fleet.get('llama', 'zone-a', 'a0')!;
+    expect([a0.queuedSamples, a0.batchCapacity]).toEqual([1, undefined]);
+    at(2, 0, 30);
+    at(3, 2, 25); // a queue again, but below the largest batch seen: not full
+    at(4, 1, 25);
+    expect([a0.queuedSamples, a0.batchCapacity, a0.maxRunningSeen]).toEqual([2, undefined, 30]);
+    at(5, 3, 32);
+    at(6, 4, 32); // persisted at the largest batch: full at 32
+    expect([a0.queuedSamples, a0.batchCapacity]).toEqual([4, 32]);
+    at(7, 0, 36); // more running later: the batch holds more
+    expect([a0.queuedSamples, a0.batchCapacity]).toEqual([0, 36]);
+  });
+
+  it('weighs recent unsampled picks by the share of the window still ahead of them', () => {
+    const fleet = new Fleet();
+    fleet.apply(readiness('a0'), T0);
+    fleet.apply(metrics('a0', { observedAt: T0 }), T0);
+    const a0 = fleet.get('llama', 'zone-a', 'a0')!;
+    fleet.recordPick(a0, T0 + 10);
+    fleet.recordPick(a0, T0 + 40);
+    expect(fleet.recentPicks(a0, T0 + 40, 20)).toBe(1);
+    expect(fleet.recentPicks(a0, T0 + 50, 20)).toBeCloseTo(0.5);
+    expect(fleet.recentPicks(a0, T0 + 50, 50)).toBeCloseTo(0.2 + 0.8);
+    expect(fleet.recentPicks(a0, T0 + 50, 0)).toBe(0);
+  });
+
+  it('keeps the measured service rates of the latest sample', () => {
+    const fleet = new Fleet();
+    const rates = { windowMs: 2000, promptTokensPerS: 1000, generationTokensPerS: 500, requestsPerS: 4, ttftMs: 120 };
+    fleet.apply(metrics('a0', { rates }), T0);
+    expect(fleet.get('llama', 'zone-a', 'a0')?.metrics?.rates).toEqual(rates);
+    fleet.apply(metrics('a0', { observedAt: T0 + 1 }), T0 + 1);
+    expect(fleet.get('llama', 'zone-a', 'a0')?.metrics?.rates).toBeUndefined();
+  });
+});
+
 describe('order independence (property)', () => {
   const pods = ['p0', 'p1', 'p2', 'p.3'];
   const zones = ['zone-a', 'zone-b'];

@@ -1,11 +1,14 @@
 import { z } from 'zod';
 
 /**
- * The scheduler's tunables (DESIGN §5 "fixed semantics, tunable numbers"). Every object is strict
+ * The scheduler's tunables (picking v2: "fixed semantics, tunable numbers"). Every object is strict
  * so a misspelt key in the EPP's config file is an error naming it, not a silently ignored value.
  * The EPP's zone, region and pool are not here: they come from its flags (SchedulerOptions).
+ * Every default is explained in docs/picking.md.
  */
 const weight = z.number().finite().min(0).max(1000);
+const ms = z.number().finite().min(0).max(3_600_000);
+const perSecond = z.number().finite().gt(0).max(1e9);
 
 export const scorerWeightsSchema = z.strictObject({
   queue: weight.default(2),
@@ -29,12 +32,82 @@ export const prefixConfigSchema = z.strictObject({
 export const remoteConfigSchema = z.strictObject({
   /**
    * Without a subset, and in locality mode, remote zones are ranked from a shortlist rebuilt by a
-   * full scan at most every `refreshMs` (and when the picks drain it) instead of on every pick.
+   * full scan at most every `refreshMs` (and when picks make it doubtful) instead of on every pick.
    * `refreshMs: 0` scans on every pick (exact, O(pool)).
    */
   refreshMs: z.number().finite().min(0).max(60_000).default(20),
-  /** Endpoints kept per shortlist (unsaturated, and separately saturated). */
+  /** Remote endpoints kept on the shortlist. */
   shortlist: z.number().int().min(1).max(4096).default(16),
+});
+
+/**
+ * Round trips between zones, added to the expected cost of an endpoint outside the EPP's zone.
+ * Defaults by region; `rttMs` overrides one pair (`rttMs: { zone-a: { zone-b: 0.6 } }`; a pair given
+ * in one direction holds for both).
+ */
+export const networkConfigSchema = z.strictObject({
+  sameRegionMs: ms.default(1),
+  crossRegionMs: ms.default(30),
+  rttMs: z.record(z.string().min(1).max(253), z.record(z.string().min(1).max(253), ms)).default({}),
+});
+
+/**
+ * What an endpoint can do when its model server does not report service rates (the optional
+ * `rates` of the metrics event). Measured rates replace them as soon as they arrive.
+ */
+export const serviceRatesSchema = z.strictObject({
+  /** Requests a saturated endpoint completes per second: how fast its waiting queue drains. */
+  requestsPerS: perSecond.default(10),
+  /** Uncached prompt tokens it prefills per second (an 8B model on one H100 does about 25,000). */
+  prefillTokensPerS: perSecond.default(20_000),
+  /** A typical request's prompt, in tokens, for work that picks since the last sample add. */
+  promptTokens: z.number().finite().min(0).max(10_000_000).default(500),
+  /** Time to load a LoRA adapter the endpoint does not hold. */
+  loraLoadMs: ms.default(50),
+});
+
+export const ratesConfigSchema = z.strictObject({
+  default: serviceRatesSchema.prefault({}),
+  /** Per target model (after rewrite); fields left out come from `default`. */
+  models: z.record(z.string().min(1).max(253), serviceRatesSchema.partial()).default({}),
+});
+
+/**
+ * Event gaps are not overload. A sample older than the fleet's staleness limit is *stale*: the
+ * endpoint is estimated from it plus this EPP's picks and completions since, and the estimate's age
+ * (beyond the limit) adds `uncertaintyMsPerS` ms per second to its expected wait, at most
+ * `maxUncertaintyMs`. A stale endpoint whose zone-mates' samples still arrive is *suspect* and ranks
+ * after every fresh endpoint of its zone. A pod whose readiness has not been received for
+ * `readinessSilenceMs` while its zone-mates' has is dropped until it is.
+ */
+export const gapsConfigSchema = z.strictObject({
+  uncertaintyMsPerS: ms.default(2),
+  maxUncertaintyMs: ms.default(4),
+  readinessSilenceMs: z.number().int().min(1000).max(86_400_000).default(90_000),
+});
+
+/** Hard limits: an endpoint past them cannot admit (`full`) and is listed only when nothing else is eligible. */
+export const fullConfigSchema = z.strictObject({
+  /**
+   * KV-cache use at which an endpoint with requests waiting can admit nothing more. A server whose
+   * batch is bounded by its KV cache reports 0.95 and more whenever it is busy; that is load (priced
+   * as wait), not a wall, so the default is the cache entirely full.
+   */
+  kvCacheUsage: z.number().gt(0).max(1).default(1),
+  /** Waiting requests at which the engine's queue is full. */
+  waitingRequests: z.number().int().min(1).max(1_000_000).default(1000),
+});
+
+/**
+ * Prompt tokens another candidate has cached are *avoidable* work at an endpoint that has not: they
+ * cost their prefill time once for this request, plus that time for each request the endpoint runs
+ * (× `batchWeight`: their steps stall) and each request queued behind it (× `queueWeight`: they
+ * wait longer). So a cache miss is cheap on an idle endpoint and dear on a busy one, which keeps
+ * prefix affinity under load instead of spreading every prompt over every endpoint.
+ */
+export const avoidablePrefillSchema = z.strictObject({
+  batchWeight: z.number().finite().min(0).max(100).default(0.3),
+  queueWeight: z.number().finite().min(0).max(100).default(1),
 });
 
 export const objectiveSchema = z.strictObject({ priority: z.number().int().min(-1_000_000).max(1_000_000) });
@@ -43,17 +116,32 @@ export const schedulerConfigSchema = z.strictObject({
   maxEndpoints: z.number().int().min(1).max(64).default(3),
   crossZoneFallbacks: z.number().int().min(0).max(64).default(1),
   subsetMode: z.enum(['strict', 'locality']).default('strict'),
-  /** Saturated when waiting requests (plus this EPP's unsampled picks) reach this. */
+  /**
+   * `cost`: every candidate priced in milliseconds of expected time to first token (picking v2).
+   * `weighted`: the reference EPP's weighted scorers, with the v1 saturation rule for zones.
+   */
+  policy: z.enum(['cost', 'weighted']).default('cost'),
+  /** The price of leaving the zone: a request leaves only when that is expected to be faster by more than this plus the round trip. */
+  zoneBiasMs: ms.default(8),
+  avoidablePrefill: avoidablePrefillSchema.prefault({}),
+  /** A sheddable request (priority < 0) gets 429 when the lowest expected wait exceeds this. */
+  shedAboveMs: ms.default(1000),
+  network: networkConfigSchema.prefault({}),
+  rates: ratesConfigSchema.prefault({}),
+  gaps: gapsConfigSchema.prefault({}),
+  full: fullConfigSchema.prefault({}),
+  /** `weighted` policy: saturated when waiting requests (plus this EPP's unsampled picks) reach this. */
   queueThreshold: z.number().int().min(1).max(1_000_000).default(5),
-  /** Saturated when the KV-cache use fraction reaches this. */
+  /** `weighted` policy: saturated when the KV-cache use fraction reaches this. */
   kvThreshold: z.number().gt(0).max(1).default(0.8),
-  /** How long a primary that the gateway did not serve counts as not ready. */
+  /** How long a primary that the gateway did not serve (or that failed) counts as not ready. */
   penaltyMs: z.number().int().min(0).max(3_600_000).default(5000),
   /**
    * When penalties alone would leave nothing eligible, ignore them rather than answer 503: a
    * gateway that reports served endpoints in a way we misread must not take the pool down.
    */
   penaltyFailOpen: z.boolean().default(true),
+  /** `weighted` policy: scorer weights (the reference EPP's defaults). */
   weights: scorerWeightsSchema.prefault({}),
   objectives: z.record(z.string().min(1).max(253), objectiveSchema).default({}),
   prefix: prefixConfigSchema.prefault({}),
@@ -64,6 +152,9 @@ export type SchedulerConfig = z.output<typeof schedulerConfigSchema>;
 export type SchedulerConfigInput = z.input<typeof schedulerConfigSchema>;
 export type ScorerWeights = z.output<typeof scorerWeightsSchema>;
 export type SubsetMode = SchedulerConfig['subsetMode'];
+export type Policy = SchedulerConfig['policy'];
+export type ServiceRates = z.output<typeof serviceRatesSchema>;
+export type NetworkConfig = z.output<typeof networkConfigSchema>;
 
 /** Validates and fills defaults; throws a ZodError naming the bad field. */
 export function parseSchedulerConfig(input: unknown = {}): SchedulerConfig {

@@ -1,25 +1,28 @@
 import type { Endpoint } from '@spillway/fleet';
+import type { EntryCost, EntryScore } from './pricing.js';
 
 /**
  * Why an endpoint is in the list:
- * - `local-best`: primary, the best unsaturated endpoint of the EPP's zone.
- * - `local`: a further unsaturated local endpoint.
- * - `local-saturated`: a saturated local endpoint filling a slot nothing unsaturated could fill.
- * - `cross-zone-fallback`: an unsaturated remote endpoint in the last slots, so a retry can leave the zone.
- * - `spill`: an unsaturated remote endpoint chosen because the local zone is overloaded.
- * - `local-fallback`: the best local endpoint, kept in the last slot while spilling.
- * - `last-resort`: nothing eligible is unsaturated and the request is not sheddable.
+ * - `local-best`: the primary, in the EPP's zone.
+ * - `spill`: a remote endpoint ranked among the cheapest (the primary, when the request leaves its zone).
+ * - `local`: a further local endpoint, next cheapest.
+ * - `cross-zone-fallback`: a remote endpoint while the primary is local, so a retry can leave a failing zone.
+ * - `local-fallback`: a local endpoint while the primary is remote, so a spilled request can still come home.
+ * - `last-resort`: every eligible endpoint is past a hard limit (full; saturated under the weighted
+ *   policy), so the whole list is. An entry past its limit in a list whose primary is not keeps its
+ *   position's reason; its `full` flag says so.
  */
-export type EntryReason = 'local-best' | 'local' | 'local-saturated' | 'cross-zone-fallback' | 'spill' | 'local-fallback' | 'last-resort';
+export type EntryReason = 'local-best' | 'spill' | 'local' | 'cross-zone-fallback' | 'local-fallback' | 'last-resort';
 
 /**
  * Which rule produced the outcome (for logs and a metric label):
- * - `local`: the local zone had room (DESIGN §5 step 3).
- * - `spill`: the local zone was overloaded and the list widened (step 4).
- * - `last-resort`: everything eligible was saturated; a non-sheddable request stays local (step 5).
- * - `shed`: 429, everything eligible saturated and the request sheddable (step 5).
- * - `unknown-pool`, `no-ready-endpoints`, `empty-subset`, `subset-unmatched`: 503, nothing eligible
- *   (step 1) — no pool, no ready (unpenalised) pod, an empty subset, or a subset matching none.
+ * - `local`: the cheapest endpoint is in the EPP's zone.
+ * - `spill`: the cheapest endpoint is in another zone: the request leaves its zone.
+ * - `last-resort`: every eligible endpoint is past a hard limit; a non-sheddable request still goes
+ *   to the cheapest (round trip included).
+ * - `shed`: 429 for a sheddable request under overload (cost: the lowest expected wait is above
+ *   shedAboveMs; weighted: every eligible endpoint saturated).
+ * - `unknown-pool`, `no-ready-endpoints`, `empty-subset`, `subset-unmatched`: 503, nothing eligible.
  */
 export type DecisionRule =
   | 'local'
@@ -39,54 +42,59 @@ export interface DecisionEntry {
   readonly address: string;
   readonly zone: string | undefined;
   readonly reason: EntryReason;
-  /** Weighted score within its group (local, or remote). */
-  readonly score: number;
-  readonly saturated: boolean;
+  /** The ranking key (lower is better): milliseconds under the cost policy, plus bands for limits. */
+  readonly key: number;
+  /** Past a hard limit: full (cost) or saturated (weighted). */
+  readonly full: boolean;
+  /** The cost components (cost policy) or the weighted score (weighted policy). */
+  readonly cost: EntryCost | EntryScore;
 }
 
 export interface DecisionCounts {
-  /** Eligible endpoints (ready, not penalised, allowed by the subset mode). */
+  /** Eligible endpoints (ready, not penalised, not silent, allowed by the subset mode). */
   readonly eligible: number;
   readonly eligibleLocal: number;
-  /** Endpoints whose saturation was checked for this pick (the whole candidate set with a strict subset; the shortlist otherwise). */
+  /** Endpoints priced for this pick (every candidate with a strict subset; the remote shortlist otherwise). */
   readonly examined: number;
-  /** Saturated among the examined. */
-  readonly saturated: number;
+  /** Past a hard limit among the examined. */
+  readonly full: number;
   /** Subset entries received, malformed ones ignored, well-formed ones matching no routable endpoint. */
   readonly subsetEntries: number;
   readonly subsetIgnored: number;
   readonly subsetUnmatched: number;
-  /** Endpoints left out because they are in passive-health penalty. */
+  /** Routable endpoints left out for a passive-health penalty or a readiness silence. */
   readonly penalised: number;
 }
 
 export interface Decision {
   readonly status: DecisionStatus;
   readonly rule: DecisionRule;
-  /** Primary first, at most maxEndpoints, no duplicates; empty unless routed. */
+  /** Primary first, at most maxEndpoints, no duplicate addresses; empty unless routed. */
   readonly entries: readonly DecisionEntry[];
   /** `ip:port[,ip:port...]` for the destination header and metadata; '' unless routed. */
   readonly destination: string;
   readonly priority: number;
   readonly sheddable: boolean;
-  /** No eligible local endpoint was unsaturated (DESIGN §5 step 2). */
+  /** The request left its zone, or everything eligible was past its limits. */
   readonly localOverloaded: boolean;
-  /** Penalties were ignored because they alone would have left nothing eligible. */
+  /** Penalties (and readiness silences) were ignored because they alone would have left nothing eligible. */
   readonly penaltiesIgnored: boolean;
   readonly subsetGiven: boolean;
   readonly counts: DecisionCounts;
   /** Prompt blocks hashed, and how many of them the primary was believed to cache. */
   readonly prefixBlocks: number;
   readonly prefixMatched: number;
+  readonly policy: 'cost' | 'weighted';
   readonly at: number;
 }
 
-/** The scheduler's own bookkeeping on a decision: what commit charged, for release and reportServed. */
+/** The scheduler's own bookkeeping on a decision: what commit charged, for release and the reports. */
 export class DecisionRecord implements Decision {
   /** The endpoint whose in-flight accounting carries this request, and since when. */
   chargedTo: Endpoint | undefined = undefined;
   chargedAt = 0;
   committed = false;
+  /** The served endpoint of the first report; later reports are ignored. */
   served: string | undefined = undefined;
 
   constructor(
@@ -102,6 +110,7 @@ export class DecisionRecord implements Decision {
     readonly counts: DecisionCounts,
     readonly prefixBlocks: number,
     readonly prefixMatched: number,
+    readonly policy: 'cost' | 'weighted',
     readonly at: number,
     /**
      * The prompt's block hashes, kept for commit to index. A plain array: a Float64Array of more

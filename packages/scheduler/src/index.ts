@@ -1,20 +1,24 @@
 export { Scheduler } from './scheduler.js';
 export type { SchedulerOptions, PickRequest, ServedOutcome } from './scheduler.js';
+export type { EntryCost, EntryScore } from './pricing.js';
 export {
   schedulerConfigSchema,
   scorerWeightsSchema,
   prefixConfigSchema,
   remoteConfigSchema,
   objectiveSchema,
+  networkConfigSchema,
+  ratesConfigSchema,
+  serviceRatesSchema,
+  gapsConfigSchema,
+  fullConfigSchema,
   parseSchedulerConfig,
 } from './config.js';
-export type { SchedulerConfig, SchedulerConfigInput, ScorerWeights, SubsetMode } from './config.js';
+export type { SchedulerConfig, SchedulerConfigInput, ScorerWeights, SubsetMode, Policy, ServiceRates, NetworkConfig } from './config.js';
 export type { Decision, DecisionEntry, DecisionCounts, DecisionRule, DecisionStatus, EntryReason } from './decision.js';
-export { queueScorer, kvCacheScorer, loraScorer, prefixCacheScorer, defaultScorers, scoreGroup } from './scorers.js';
+export { queueScorer, kvCacheScorer, loraScorer, prefixCacheScorer, defaultScorers, scoreGroup, effectiveQueue } from './scorers.js';
 export type { Scorer, ScoringContext, WeightedScorer } from './scorers.js';
 export { seededRng } from './rng.js';
 export type { Rng } from './rng.js';
 export { hashPromptBlocks, prefixSeed } from './hash.js';
-export { isSaturated, effectiveQueue } from './saturation.js';
-export type { SaturationLimits } from './saturation.js';
 export type { SubsetHint } from './subset.js';

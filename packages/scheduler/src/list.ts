@@ -1,97 +1,70 @@
-import type { Endpoint } from '@spillway/fleet';
-import type { DecisionEntry, DecisionRule, EntryReason } from './decision.js';
-
-/** The best few of one group, best first (remote groups: nearest tier first, then score). */
-export class RankedGroup {
-  readonly endpoints: Endpoint[] = [];
-  readonly scores: number[] = [];
-  length = 0;
-
-  clear(): void {
-    this.length = 0;
-  }
-
-  push(endpoint: Endpoint, score: number): void {
-    this.endpoints[this.length] = endpoint;
-    this.scores[this.length] = score;
-    this.length++;
-  }
-}
+import type { Ranking } from './rank.js';
+import type { TopK } from './top-k.js';
 
 export interface ListInput {
   readonly maxEndpoints: number;
   readonly crossZoneFallbacks: number;
-  readonly sheddable: boolean;
-  readonly localUnsaturated: RankedGroup;
-  readonly localSaturated: RankedGroup;
-  readonly remoteUnsaturated: RankedGroup;
-  readonly remoteSaturated: RankedGroup;
-}
-
-export interface ListOutcome {
-  readonly rule: Extract<DecisionRule, 'local' | 'spill' | 'last-resort' | 'shed'>;
-  readonly entries: DecisionEntry[];
-  readonly localOverloaded: boolean;
-}
-
-function take(
-  entries: DecisionEntry[],
-  group: RankedGroup,
-  from: number,
-  upTo: number,
-  saturated: boolean,
-  reason: (position: number) => EntryReason,
-): number {
-  let taken = 0;
-  for (let i = from; i < group.length && entries.length < upTo; i++, taken++) {
-    const endpoint = group.endpoints[i] as Endpoint;
-    entries.push({
-      endpoint,
-      address: endpoint.address as string,
-      zone: endpoint.zone,
-      reason: reason(entries.length),
-      score: group.scores[i] as number,
-      saturated,
-    });
-  }
-  return taken;
+  readonly ranking: Ranking;
+  readonly keys: Float64Array;
+  readonly tiers: Uint8Array;
+  /** Canonical address of candidate i (two pods may share one: a stale pod and its successor). */
+  address(index: number): string;
 }
 
 /**
- * DESIGN §5 steps 2–5 over groups already ranked and cut to maxEndpoints. Groups are disjoint, so
- * the list has no duplicates by construction. Requires at least one eligible endpoint (step 1 is the
- * caller's).
+ * Step 3 of a pick (picking v2, steps 2–3): which candidates the list holds, primary first.
+ *
+ * The primary is the cheapest candidate; the other slots go to the next cheapest, except that the
+ * list holds at least `crossZoneFallbacks` remote entries when any remote candidate is eligible
+ * (so a retry can leave a failing zone) and, when the primary is remote, the cheapest local one (so
+ * a spilled request can still come home). Entries after the primary are in key order, and no
+ * address appears twice. Returns the candidate indexes in `out`.
  */
-export function buildList(input: ListInput): ListOutcome {
-  const { maxEndpoints: max, localUnsaturated: lu, localSaturated: ls, remoteUnsaturated: ru, remoteSaturated: rs } = input;
-  const entries: DecisionEntry[] = [];
-  // Never let fallbacks take the primary's slot.
-  const fallbackCap = Math.min(input.crossZoneFallbacks, max - 1);
+export function chooseList(input: ListInput, out: number[]): void {
+  out.length = 0;
+  const { ranking, keys, tiers } = input;
+  const max = input.maxEndpoints;
+  const overall = ranking.overall;
+  if (overall.size === 0) return;
+  const primary = overall.index[0] as number;
+  out.push(primary);
+  if (max === 1) return;
 
-  if (lu.length > 0) {
-    // Step 3: local first; the last slots for the nearest remote capacity; unfilled remote slots
-    // go to further local endpoints, unfilled local slots to further remote ones.
-    const fallbacks = Math.min(fallbackCap, ru.length);
-    const localSlots = max - fallbacks;
-    take(entries, lu, 0, localSlots, false, (p) => (p === 0 ? 'local-best' : 'local'));
-    take(entries, ls, 0, localSlots, true, () => 'local-saturated');
-    take(entries, ru, 0, max, false, () => 'cross-zone-fallback');
-    return { rule: 'local', entries, localOverloaded: false };
+  const primaryLocal = tiers[primary] === 0;
+  // Required entries, capped so they never take more than the slots after the primary.
+  const wantRemote = Math.min(input.crossZoneFallbacks - (primaryLocal ? 0 : 1), max - 1);
+  const wantLocal = primaryLocal ? 0 : 1;
+  const required: number[] = [];
+  takeFrom(ranking.local, wantLocal, input, out, required);
+  takeFrom(ranking.remote, Math.min(wantRemote, max - 1 - required.length), input, out, required);
+
+  // The next cheapest fill what the required entries leave.
+  for (let i = 1; i < overall.size && out.length + required.length < max; i++) {
+    const candidate = overall.index[i] as number;
+    if (!admissible(candidate, input, out, required)) continue;
+    out.push(candidate);
   }
+  for (const candidate of required) out.push(candidate);
+  // Primary first, the rest cheapest first.
+  const rest = out.slice(1).sort((a, b) => (keys[a] as number) - (keys[b] as number));
+  for (let i = 0; i < rest.length; i++) out[i + 1] = rest[i] as number;
+}
 
-  const localEligible = ls.length > 0;
-  if (ru.length > 0) {
-    // Step 4: widen. The best local endpoint keeps the last slot when there are two or more.
-    const reserve = max >= 2 && localEligible ? 1 : 0;
-    take(entries, ru, 0, max - reserve, false, () => 'spill');
-    take(entries, ls, 0, max, true, () => 'local-fallback');
-    return { rule: 'spill', entries, localOverloaded: true };
+function takeFrom(top: TopK, want: number, input: ListInput, out: number[], required: number[]): void {
+  for (let i = 0; i < top.size && want > 0; i++) {
+    const candidate = top.index[i] as number;
+    // The primary is already counted in `want`; an address already listed is skipped.
+    if (!admissible(candidate, input, out, required)) continue;
+    required.push(candidate);
+    want--;
   }
+}
 
-  // Step 5: nothing unsaturated anywhere.
-  if (input.sheddable) return { rule: 'shed', entries, localOverloaded: true };
-  const fallbacks = localEligible ? Math.min(fallbackCap, rs.length) : 0;
-  take(entries, ls, 0, max - fallbacks, true, () => 'last-resort');
-  take(entries, rs, 0, max, true, () => 'last-resort');
-  return { rule: 'last-resort', entries, localOverloaded: true };
+/** Not listed yet, and no listed entry has its address. */
+function admissible(candidate: number, input: ListInput, out: number[], required: number[]): boolean {
+  if (out.includes(candidate) || required.includes(candidate)) return false;
+  const address = input.address(candidate);
+  for (const other of out) if (input.address(other) === address) return false;
+  for (const other of required) if (input.address(other) === address) return false;
+  return true;
 }

@@ -1,25 +1,28 @@
 import { parseEndpointAddress } from '@spillway/events';
 import type { Endpoint, Fleet, PoolView } from '@spillway/fleet';
-import { Scratch } from './buffers.js';
+import { CandidateSet, type CollectOptions } from './candidates.js';
 import { schedulerConfigSchema, type SchedulerConfig, type SchedulerConfigInput } from './config.js';
-import { DecisionRecord, type Decision, type DecisionCounts, type DecisionRule } from './decision.js';
+import { CostPolicy } from './cost.js';
+import { DecisionRecord, type Decision, type DecisionCounts, type DecisionEntry, type DecisionRule, type EntryReason } from './decision.js';
 import { hashPromptBlocks, prefixSeed } from './hash.js';
-import { buildList, RankedGroup } from './list.js';
+import { chooseList } from './list.js';
+import { isSilent } from './load.js';
+import { TIER_LOCAL, ZoneNetwork, type Tier } from './network.js';
 import { PenaltyBox } from './penalties.js';
 import { PrefixIndex } from './prefix-index.js';
-import { RemoteShortlist } from './remote.js';
+import type { PricingContext, PricingPolicy } from './pricing.js';
+import { Ranking } from './rank.js';
 import { seededRng, type Rng } from './rng.js';
-import { isSaturated, type SaturationLimits } from './saturation.js';
-import { defaultScorers, maxTotal, scoreGroup, type ScoringContext, type WeightedScorer } from './scorers.js';
-import { SubsetResolver, type SubsetCounts, type SubsetHint } from './subset.js';
-import { TIER_LOCAL, ZoneTiers } from './tiers.js';
-import { TopK } from './top-k.js';
+import { defaultScorers, type WeightedScorer } from './scorers.js';
+import { RemoteShortlist, type BaseKey } from './shortlist.js';
+import type { SubsetHint } from './subset.js';
+import { WeightedPolicy } from './weighted.js';
 
 export interface SchedulerOptions {
   readonly fleet: Fleet;
   /** The InferencePool this EPP serves. */
   readonly pool: string;
-  /** The EPP's own zone and region (its flags): they define local and the remote tiers. */
+  /** The EPP's own zone and region (its flags): they define local and the round trips. */
   readonly zone: string;
   readonly region?: string | undefined;
   /** Validated with schedulerConfigSchema; defaults fill the rest. */
@@ -27,15 +30,17 @@ export interface SchedulerOptions {
   /** Random tie-breaking; defaults to a PRNG seeded with `seed` (default 1). */
   readonly rng?: Rng;
   readonly seed?: number;
-  /** Replaces the default weighted scorers (built from config.weights). */
+  /** Replaces the weighted policy's scorers (built from config.weights). */
   readonly scorers?: readonly WeightedScorer[];
 }
 
 export interface PickRequest {
-  /** Target model after rewrite: seeds the prefix hashes and drives LoRA affinity. */
+  /** Target model after rewrite: seeds the prefix hashes, picks rate defaults, drives LoRA affinity. */
   readonly model: string;
   /** Text for prefix-cache affinity: the prompt, or the JSON of chat messages. */
   readonly prompt?: string | undefined;
+  /** The prompt's length in tokens when the caller knows it; otherwise estimated from its characters. */
+  readonly promptTokens?: number | undefined;
   /** `x-gateway-inference-objective`; its priority comes from config.objectives. */
   readonly objective?: string | undefined;
   /** Overrides the objective's priority (simulations, tests). */
@@ -46,20 +51,20 @@ export interface PickRequest {
   readonly cacheSalt?: string | undefined;
 }
 
-/** What reportServed concluded. */
+/** What an outcome report concluded. */
 export type ServedOutcome = 'primary' | 'fallback' | 'unparsable' | 'no-primary';
 
-type MutableCounts = { -readonly [K in keyof DecisionCounts]: DecisionCounts[K] };
-
 /**
- * Zone-aware picking (DESIGN §5). Pure: no I/O, `now` is always handed in, randomness comes from
- * the injected RNG. One instance per (EPP, pool).
+ * Zone-aware picking (picking v2). Pure: no I/O, `now` is always handed in, randomness comes from
+ * the injected RNG. One instance per (EPP, pool). A pick runs four steps, one module each:
+ *
+ *   candidates (candidates.ts)  ->  price (cost.ts | weighted.ts)  ->  rank (rank.ts)  ->  list (list.ts)
  *
  * Per request the EPP calls:
  *   const d = scheduler.pick(request, now)      // never throws for bad input; d.status routed | 429 | 503
  *   if (d.status === 'routed') scheduler.commit(d, now)   // once the destination is sent
- *   scheduler.reportServed(d, servedAddress, now)         // when the response carries the served endpoint
- *   scheduler.reportFailed(d, now)                         // when the primary answered 5xx or could not be reached
+ *   scheduler.reportServed(d, servedAddress, now)         // the response named the endpoint that served it
+ *   scheduler.reportFailed(d, now)                        // the primary answered 5xx or could not be reached
  *   scheduler.release(d)                                   // when the stream ends, however it ends (idempotent)
  */
 export class Scheduler {
@@ -69,43 +74,29 @@ export class Scheduler {
   readonly pool: string;
   private readonly fleet: Fleet;
   private readonly rng: Rng;
-  private readonly scorers: readonly WeightedScorer[];
-  private readonly tierSpan: number;
-  private readonly limits: SaturationLimits;
+  private readonly policy: PricingPolicy;
   private readonly blockChars: number;
   private readonly usesPrefix: boolean;
 
-  private readonly tiers: ZoneTiers;
+  private readonly network: ZoneNetwork;
   private readonly penalties = new PenaltyBox();
   private readonly index = new PrefixIndex();
-  private readonly subsets = new SubsetResolver();
   private readonly shortlist = new RemoteShortlist();
+  private readonly candidates: CandidateSet;
+  private readonly ranking = new Ranking();
 
-  // Per-pick scratch, reused.
-  private readonly local: Endpoint[] = [];
-  private readonly remote: Endpoint[] = [];
-  private remoteTiers = new Uint8Array(64);
-  private nLocal = 0;
-  private nRemote = 0;
-  private penalised = 0;
-  private ignorePenalties = false;
-  private pickNow = 0;
-  private view: PoolView | undefined = undefined;
-  private readonly seen = new Set<Endpoint>();
-  private readonly subsetCounts: SubsetCounts = { entries: 0, ignored: 0, unmatched: 0 };
+  // Per-pick state, reused.
   private readonly hashes: Float64Array;
-  /** Prompt blocks the best holder has (0: no prefix match at all). */
-  private prefixDepth = 0;
-  private readonly prefixMatch = (endpoint: Endpoint): number => (this.prefixDepth === 0 ? 0 : this.index.matchOf(endpoint));
-  private readonly scratch = new Scratch();
-  private readonly topA = new TopK();
-  private readonly topB = new TopK();
-  private readonly localUnsaturated = new RankedGroup();
-  private readonly localSaturated = new RankedGroup();
-  private readonly remoteUnsaturated = new RankedGroup();
-  private readonly remoteSaturated = new RankedGroup();
-  private readonly visitLocality = (endpoint: Endpoint): void => this.visitSubset(endpoint, true);
-  private readonly visitStrict = (endpoint: Endpoint): void => this.visitSubset(endpoint, false);
+  private keys = new Float64Array(64);
+  private waits = new Float64Array(64);
+  private readonly chosen: number[] = [];
+  private readonly ctx: PricingContext;
+  private readonly baseKey: BaseKey;
+  private readonly excludedNow = (endpoint: Endpoint): boolean =>
+    this.candidates.isExcluded(endpoint, this.ctx.pool, this.ctx.now, this.config.gaps.readinessSilenceMs);
+  private readonly silentNow = (endpoint: Endpoint): boolean => isSilent(endpoint, this.ctx.pool, this.ctx.now, this.config.gaps.readinessSilenceMs);
+  private readonly addressOf = (index: number): string => this.candidates.endpoints[index]?.address as string;
+  private readonly listSizes: { overall: number; remote: number; local: number };
 
   constructor(options: SchedulerOptions) {
     this.config = schedulerConfigSchema.parse(options.config ?? {});
@@ -114,17 +105,38 @@ export class Scheduler {
     this.zone = options.zone;
     this.region = options.region;
     this.rng = options.rng ?? seededRng(options.seed ?? 1);
-    this.scorers = options.scorers ?? defaultScorers(this.config.weights);
-    this.tierSpan = maxTotal(this.scorers) + 1;
-    this.limits = {
-      queueThreshold: this.config.queueThreshold,
-      kvThreshold: this.config.kvThreshold,
-      staleAfterMs: options.fleet.staleAfterMs,
-    };
+    this.network = new ZoneNetwork(options.zone, options.region, this.config.network);
+    this.candidates = new CandidateSet(this.network, this.penalties);
+    const staleAfterMs = options.fleet.staleAfterMs;
+    if (this.config.policy === 'weighted') {
+      const scorers = options.scorers ?? defaultScorers(this.config.weights);
+      this.policy = new WeightedPolicy(this.config, scorers, staleAfterMs);
+      this.usesPrefix = scorers.some((s) => s.scorer.name === 'prefix-cache');
+    } else {
+      this.policy = new CostPolicy(this.config, this.network, staleAfterMs);
+      this.usesPrefix = true;
+    }
     this.blockChars = this.config.prefix.blockTokens * this.config.prefix.charsPerToken;
     this.hashes = new Float64Array(this.config.prefix.maxBlocks);
-    this.usesPrefix = this.scorers.some((s) => s.scorer.name === 'prefix-cache');
-    this.tiers = new ZoneTiers(options.zone, options.region);
+    const max = this.config.maxEndpoints;
+    // Two spare places per ranking, for entries skipped because their address is already listed.
+    this.listSizes = { overall: max + 2, remote: Math.min(max, this.config.crossZoneFallbacks) + 2, local: 2 };
+    const index = this.index;
+    this.ctx = {
+      now: 0,
+      pool: undefined as unknown as PoolView,
+      topologyVersion: 0,
+      model: '',
+      promptTokens: 0,
+      bestCachedTokens: 0,
+      prefixBlocks: 0,
+      blockTokens: this.config.prefix.blockTokens,
+      prefixMatch: (endpoint: Endpoint) => index.matchOf(endpoint),
+      recentPicks: (endpoint: Endpoint, windowMs: number) => this.fleet.recentPicks(endpoint, this.ctx.now, windowMs),
+      includeExcluded: false,
+      isExcluded: this.excludedNow,
+    };
+    this.baseKey = (endpoint, tier) => this.policy.baseKey(this.ctx, endpoint, tier);
   }
 
   /** An objective's priority from config; unknown or absent objectives are 0. */
@@ -137,8 +149,13 @@ export class Scheduler {
     return this.penalties.isPenalised(endpoint, now);
   }
 
-  isSaturated(endpoint: Endpoint, now: number): boolean {
-    return isSaturated(endpoint, now, this.limits);
+  /** Past a hard limit now (cost: full; weighted: saturated), for the EPP's per-zone gauges. */
+  isFull(endpoint: Endpoint, now: number): boolean {
+    const pool = this.fleet.pool(this.pool);
+    if (!pool) return false;
+    this.setContext(pool, now, '', 0, 0, false);
+    const tier = this.network.tierOf(pool, endpoint.zone, this.fleet.topologyVersion);
+    return this.policy.baseKey(this.ctx, endpoint, tier) >= this.policy.limitBand;
   }
 
   /** Blocks held by the prefix index over all endpoints (a gauge for the EPP). */
@@ -151,64 +168,67 @@ export class Scheduler {
     const sheddable = priority < 0;
     const pool = this.fleet.pool(this.pool);
     const subsetGiven = request.subset !== undefined;
+    const candidates = this.candidates;
 
     const blocks = this.hashPrompt(request);
-    this.prefixDepth = blocks > 0 ? this.index.prepare(this.hashes, blocks) : 0;
+    const depth = blocks > 0 ? this.index.prepare(this.hashes, blocks) : 0;
+    const promptTokens = request.promptTokens ?? (typeof request.prompt === 'string' ? request.prompt.length / this.config.prefix.charsPerToken : 0);
 
-    this.ignorePenalties = false;
-    let eligibleLocal = 0;
-    let eligible = 0;
+    let failOpen = false;
     if (pool) {
-      eligible = this.collect(pool, request, now);
-      if (eligible === 0 && this.penalised > 0 && this.config.penaltyFailOpen) {
-        this.ignorePenalties = true;
-        eligible = this.collect(pool, request, now);
+      this.setContext(pool, now, request.model, promptTokens, blocks, false);
+      this.ctx.bestCachedTokens = Math.min(promptTokens, depth * this.config.prefix.blockTokens);
+      this.collect(pool, request.subset, depth);
+      if (candidates.eligible === 0 && candidates.excluded > 0 && this.config.penaltyFailOpen) {
+        failOpen = true;
+        this.ctx.includeExcluded = true;
+        this.collect(pool, request.subset, depth);
       }
-      eligibleLocal = this.nLocal;
     } else {
-      this.nLocal = this.nRemote = this.penalised = 0;
-      this.subsetCounts.entries = this.subsetCounts.ignored = this.subsetCounts.unmatched = 0;
+      candidates.clear();
+      candidates.subsetCounts.entries = candidates.subsetCounts.ignored = candidates.subsetCounts.unmatched = 0;
     }
-    const counts: MutableCounts = {
-      eligible,
-      eligibleLocal,
-      examined: this.nLocal + this.nRemote,
-      saturated: 0,
-      subsetEntries: this.subsetCounts.entries,
-      subsetIgnored: this.subsetCounts.ignored,
-      subsetUnmatched: this.subsetCounts.unmatched,
-      penalised: this.penalised,
+    const counts = {
+      eligible: candidates.eligible,
+      eligibleLocal: candidates.localCount,
+      examined: candidates.count,
+      full: 0,
+      subsetEntries: candidates.subsetCounts.entries,
+      subsetIgnored: candidates.subsetCounts.ignored,
+      subsetUnmatched: candidates.subsetCounts.unmatched,
+      penalised: candidates.excluded,
     };
 
-    if (eligible === 0) {
+    if (candidates.count === 0) {
       const rule: DecisionRule = !pool
         ? 'unknown-pool'
         : subsetGiven && this.config.subsetMode === 'strict'
-          ? this.subsetCounts.entries === 0
+          ? candidates.subsetCounts.entries === 0
             ? 'empty-subset'
             : 'subset-unmatched'
           : 'no-ready-endpoints';
-      return this.decide(503, rule, [], priority, sheddable, false, subsetGiven, counts, blocks, now);
+      return this.decide(503, rule, [], priority, sheddable, false, failOpen, subsetGiven, counts, blocks, now);
     }
 
-    const context: ScoringContext = {
-      model: request.model,
-      now,
-      prefixBlocks: blocks,
-      prefixMatch: this.prefixMatch,
-    };
-    counts.saturated = this.rankLocal(context) + this.rankRemote(context);
-    const outcome = buildList({
-      maxEndpoints: this.config.maxEndpoints,
-      crossZoneFallbacks: this.config.crossZoneFallbacks,
-      sheddable,
-      localUnsaturated: this.localUnsaturated,
-      localSaturated: this.localSaturated,
-      remoteUnsaturated: this.remoteUnsaturated,
-      remoteSaturated: this.remoteSaturated,
-    });
-    const status = outcome.rule === 'shed' ? 429 : 'routed';
-    return this.decide(status, outcome.rule, outcome.entries, priority, sheddable, outcome.localOverloaded, subsetGiven, counts, blocks, now);
+    const n = candidates.count;
+    this.ensureScratch(n);
+    this.policy.price(this.ctx, candidates, this.keys, this.waits);
+    for (let i = 0; i < n; i++) if ((this.keys[i] as number) >= this.policy.limitBand) counts.full++;
+    this.ranking.rank(this.keys, candidates.tiers, n, this.listSizes, this.rng);
+    const bestKey = this.keys[this.ranking.overall.index[0] as number] as number;
+    if (sheddable && this.policy.shouldShed(bestKey, this.waits, n)) {
+      return this.decide(429, 'shed', [], priority, sheddable, true, failOpen, subsetGiven, counts, blocks, now);
+    }
+
+    chooseList(
+      { maxEndpoints: this.config.maxEndpoints, crossZoneFallbacks: this.config.crossZoneFallbacks, ranking: this.ranking, keys: this.keys, tiers: candidates.tiers, address: this.addressOf },
+      this.chosen,
+    );
+    const entries = this.entriesOf(this.chosen);
+    const primary = entries[0] as DecisionEntry;
+    const rule: DecisionRule = primary.full ? 'last-resort' : primary.zone === this.zone ? 'local' : 'spill';
+    const overloaded = rule !== 'local';
+    return this.decide('routed', rule, entries, priority, sheddable, overloaded, failOpen, subsetGiven, counts, blocks, now);
   }
 
   /**
@@ -238,7 +258,7 @@ export class Scheduler {
   }
 
   /**
-   * The gateway reported which endpoint served the request (DESIGN §5 step 7). When it is not the
+   * The gateway reported which endpoint served the request (picking v2 step 7). When it is not the
    * primary, the primary failed: it is penalised for `penaltyMs`, and the request's accounting and
    * prefix entries move to the endpoint that served it. `target` is a decision, or the primary's
    * address when the caller kept only that. Only the first report of a decision counts.
@@ -263,7 +283,7 @@ export class Scheduler {
     if (record) record.served = servedAddress.key;
     if (servedAddress.key === primaryKey) return 'primary';
 
-    if (this.config.penaltyMs > 0) for (const primary of primaries) this.penalties.penalise(primary, now + this.config.penaltyMs);
+    this.penalise(primaries, now);
     const servedEndpoint = pool?.routableAt(servedAddress.key)[0];
     if (record && servedEndpoint && record.chargedTo !== undefined && record.chargedTo !== servedEndpoint) {
       this.fleet.releasePick(record.chargedTo, record.chargedAt);
@@ -284,7 +304,7 @@ export class Scheduler {
   reportFailed(decision: Decision, now: number): boolean {
     const primary = (decision as DecisionRecord).primary;
     if (primary === undefined || this.config.penaltyMs <= 0) return false;
-    this.penalties.penalise(primary, now + this.config.penaltyMs);
+    this.penalise([primary], now);
     return true;
   }
 
@@ -305,15 +325,101 @@ export class Scheduler {
     }
   }
 
+  private penalise(endpoints: readonly Endpoint[], now: number): void {
+    if (this.config.penaltyMs <= 0) return;
+    for (const endpoint of endpoints) this.penalties.penalise(endpoint, now + this.config.penaltyMs);
+    this.shortlist.invalidate();
+  }
+
+  private setContext(pool: PoolView, now: number, model: string, promptTokens: number, blocks: number, includeExcluded: boolean): void {
+    const ctx = this.ctx;
+    ctx.now = now;
+    ctx.pool = pool;
+    ctx.topologyVersion = this.fleet.topologyVersion;
+    ctx.model = model;
+    ctx.promptTokens = promptTokens;
+    ctx.bestCachedTokens = 0;
+    ctx.prefixBlocks = blocks;
+    ctx.includeExcluded = includeExcluded;
+  }
+
+  /** Step 1: the candidates, with the remote shortlist refreshed when it is due. */
+  private collect(pool: PoolView, subset: SubsetHint | undefined, prefixDepth: number): void {
+    const ctx = this.ctx;
+    const useShortlist = (subset === undefined || this.config.subsetMode === 'locality') && this.config.remote.refreshMs > 0;
+    const version = ctx.topologyVersion;
+    if (useShortlist && this.shortlist.stale(ctx.now, this.config.remote.refreshMs, this.baseKey, this.network, pool, version)) this.scan(pool);
+    const options: CollectOptions = {
+      subsetMode: this.config.subsetMode,
+      now: ctx.now,
+      topologyVersion: version,
+      readinessSilenceMs: this.config.gaps.readinessSilenceMs,
+      includeExcluded: ctx.includeExcluded,
+      shortlist: useShortlist ? this.shortlist : undefined,
+      prefixHolders: prefixDepth > 0 ? this.index.bestHolders() : undefined,
+      prefixHolderBudget: this.config.remote.shortlist,
+    };
+    this.candidates.collect(pool, subset, options);
+    if (useShortlist && this.candidates.count === 0 && this.candidates.eligible > 0) {
+      // Everything listed at the last scan has left or been excluded since: look again.
+      this.scan(pool);
+      this.candidates.collect(pool, subset, options);
+    }
+  }
+
+  private scan(pool: PoolView): void {
+    const ctx = this.ctx;
+    this.shortlist.scan(pool, this.network, ctx.topologyVersion, ctx.now, this.config.remote.shortlist, this.excludedNow, this.silentNow, this.baseKey, this.rng);
+  }
+
+  private entriesOf(chosen: readonly number[]): DecisionEntry[] {
+    const candidates = this.candidates;
+    const limit = this.policy.limitBand;
+    const first = chosen[0] as number;
+    const primaryLocal = candidates.tiers[first] === TIER_LOCAL;
+    // Everything eligible is past its limits: the whole list is the last resort.
+    const overloaded = (this.keys[first] as number) >= limit;
+    const entries: DecisionEntry[] = [];
+    for (let position = 0; position < chosen.length; position++) {
+      const i = chosen[position] as number;
+      const endpoint = candidates.endpoints[i] as Endpoint;
+      const tier = candidates.tiers[i] as Tier;
+      const key = this.keys[i] as number;
+      const local = tier === TIER_LOCAL;
+      const full = key >= limit;
+      let reason: EntryReason;
+      if (overloaded) reason = 'last-resort';
+      else if (position === 0) reason = local ? 'local-best' : 'spill';
+      else if (local) reason = primaryLocal ? 'local' : 'local-fallback';
+      else reason = primaryLocal ? 'cross-zone-fallback' : 'spill';
+      entries.push({
+        endpoint,
+        address: endpoint.address as string,
+        zone: endpoint.zone,
+        reason,
+        key,
+        full,
+        cost: this.policy.explain(this.ctx, endpoint, tier),
+      });
+    }
+    return entries;
+  }
+
+  private ensureScratch(count: number): void {
+    if (count <= this.keys.length) return;
+    let size = this.keys.length;
+    while (size < count) size *= 2;
+    this.keys = new Float64Array(size);
+    this.waits = new Float64Array(size);
+  }
+
   private learn(endpoint: Endpoint, record: DecisionRecord): void {
     const hashes = record.prefixHashes;
     if (!hashes) return;
     const prefix = this.config.prefix;
     const cache = endpoint.metrics?.cache;
     const capacity =
-      prefix.autoTune && cache && cache.numBlocks > 0
-        ? Math.max(1, Math.floor((cache.numBlocks * cache.blockSize) / prefix.blockTokens))
-        : prefix.lruCapacity;
+      prefix.autoTune && cache && cache.numBlocks > 0 ? Math.max(1, Math.floor((cache.numBlocks * cache.blockSize) / prefix.blockTokens)) : prefix.lruCapacity;
     this.index.insert(endpoint, hashes, hashes.length, capacity);
   }
 
@@ -324,182 +430,14 @@ export class Scheduler {
     return hashPromptBlocks(prompt, seed, this.blockChars, this.config.prefix.maxBlocks, this.hashes);
   }
 
-  /** Gathers the candidates into `local` and `remote`; returns the eligible count. */
-  private collect(pool: PoolView, request: PickRequest, now: number): number {
-    this.nLocal = 0;
-    this.nRemote = 0;
-    this.penalised = 0;
-    this.pickNow = now;
-    this.view = pool;
-    this.seen.clear();
-    const subset = request.subset;
-    const strict = this.config.subsetMode === 'strict';
-    if (subset !== undefined) {
-      this.subsets.resolve(pool, subset, strict ? this.visitStrict : this.visitLocality, this.subsetCounts);
-    } else {
-      this.subsetCounts.entries = this.subsetCounts.ignored = this.subsetCounts.unmatched = 0;
-      for (const endpoint of pool.readyInZone(this.zone)) this.addLocal(endpoint);
-    }
-    this.view = undefined;
-    if (subset !== undefined && strict) return this.nLocal + this.nRemote;
-    return this.nLocal + this.collectRemoteFromView(pool, now);
-  }
-
-  /** A subset entry's endpoint. In locality mode only local ones count: remote ones come from the view. */
-  private visitSubset(endpoint: Endpoint, localOnly: boolean): void {
-    const tier = this.tiers.tierOf(this.view as PoolView, endpoint.zone, this.fleet.topologyVersion);
-    if (localOnly && tier !== TIER_LOCAL) return;
-    if (this.seen.has(endpoint)) return;
-    this.seen.add(endpoint);
-    if (tier === TIER_LOCAL) this.addLocal(endpoint);
-    else this.addRemote(endpoint, tier);
-  }
-
-  private addLocal(endpoint: Endpoint): void {
-    if (!this.ignorePenalties && this.penalties.isPenalised(endpoint, this.pickNow)) {
-      this.penalised++;
-      return;
-    }
-    this.local[this.nLocal++] = endpoint;
-  }
-
-  private addRemote(endpoint: Endpoint, tier: number): void {
-    if (!this.ignorePenalties && this.penalties.isPenalised(endpoint, this.pickNow)) {
-      this.penalised++;
-      return;
-    }
-    if (this.nRemote >= this.remoteTiers.length) {
-      const grown = new Uint8Array(this.remoteTiers.length * 2);
-      grown.set(this.remoteTiers);
-      this.remoteTiers = grown;
-    }
-    this.remoteTiers[this.nRemote] = tier;
-    this.remote[this.nRemote++] = endpoint;
-  }
-
-  /**
-   * Remote candidates from the EPP's own view (no subset, or locality mode). Returns the remote
-   * eligible count, exact from the zone indexes even though only a shortlist is scored.
-   */
-  private collectRemoteFromView(pool: PoolView, now: number): number {
-    const version = this.fleet.topologyVersion;
-    let remoteReady = 0;
-    for (const zone of pool.readyZones()) if (zone !== this.zone) remoteReady += pool.readyInZone(zone).size;
-    if (remoteReady === 0) return 0;
-
-    const remote = this.config.remote;
-    if (remote.refreshMs === 0 || this.ignorePenalties) {
-      // Exact: every remote pod (also the rare fail-open pass, which must see penalised ones).
-      const penalisedBefore = this.penalised;
-      for (const zone of pool.readyZones()) {
-        const tier = this.tiers.tierOf(pool, zone, version);
-        if (tier === TIER_LOCAL) continue;
-        for (const endpoint of pool.readyInZone(zone)) this.addRemote(endpoint, tier);
-      }
-      return remoteReady - (this.penalised - penalisedBefore);
-    }
-
-    if (this.shortlist.stale(now, remote.refreshMs, this.limits, this.penalties)) {
-      this.shortlist.scan(pool, this.tiers, version, now, remote.shortlist, this.limits, this.penalties, this.scorers, this.tierSpan, this.rng);
-    }
-    this.addRemoteList(pool, this.shortlist.unsaturated, version);
-    this.addRemoteList(pool, this.shortlist.saturated, version);
-    // The remote pods holding the longest prefix of this prompt compete too, shortlisted or not
-    // (at most a shortlist's worth, so a prompt every pod has seen costs no more than the shortlist).
-    const best = this.prefixDepth > 0 ? this.index.bestHolders() : undefined;
-    if (best) {
-      let budget = remote.shortlist;
-      for (const endpoint of best) {
-        if (budget-- <= 0) break;
-        if (!endpoint.ready || endpoint.deleted || this.seen.has(endpoint)) continue;
-        const tier = this.tiers.tierOf(pool, endpoint.zone, version);
-        if (tier === TIER_LOCAL) continue;
-        this.seen.add(endpoint);
-        if (!this.penalties.isPenalised(endpoint, now)) this.addRemote(endpoint, tier);
-      }
-    }
-    const penalisedRemote = this.countPenalisedRemote(pool, now, version);
-    this.penalised += penalisedRemote;
-    return remoteReady - penalisedRemote;
-  }
-
-  private addRemoteList(pool: PoolView, list: readonly Endpoint[], version: number): void {
-    for (const endpoint of list) {
-      if (!endpoint.ready || endpoint.deleted || this.seen.has(endpoint)) continue;
-      const tier = this.tiers.tierOf(pool, endpoint.zone, version);
-      if (tier === TIER_LOCAL) continue;
-      this.seen.add(endpoint);
-      if (!this.penalties.isPenalised(endpoint, this.pickNow)) this.addRemote(endpoint, tier);
-    }
-  }
-
-  private countPenalisedRemote(pool: PoolView, now: number, version: number): number {
-    if (this.penalties.size === 0) return 0;
-    let count = 0;
-    for (const endpoint of this.penalties.active(now)) {
-      if (!endpoint.ready || endpoint.deleted || endpoint.address === undefined) continue;
-      if (this.tiers.tierOf(pool, endpoint.zone, version) !== TIER_LOCAL) count++;
-    }
-    return count;
-  }
-
-  /** Scores and ranks the local group; returns how many were saturated. */
-  private rankLocal(context: ScoringContext): number {
-    const n = this.nLocal;
-    this.localUnsaturated.clear();
-    this.localSaturated.clear();
-    if (n === 0) return 0;
-    const s = this.scratch;
-    s.ensure(n);
-    scoreGroup(this.scorers, context, this.local, n, s.scorer, s.scores);
-    const max = this.config.maxEndpoints;
-    this.topA.reset(max);
-    this.topB.reset(max);
-    let saturated = 0;
-    for (let i = 0; i < n; i++) {
-      if (isSaturated(this.local[i] as Endpoint, context.now, this.limits)) {
-        saturated++;
-        this.topB.offer(i, s.scores[i] as number, this.rng);
-      } else this.topA.offer(i, s.scores[i] as number, this.rng);
-    }
-    fill(this.localUnsaturated, this.topA, this.local);
-    fill(this.localSaturated, this.topB, this.local);
-    return saturated;
-  }
-
-  /** Scores and ranks the remote group, nearest tier first; returns how many were saturated. */
-  private rankRemote(context: ScoringContext): number {
-    const n = this.nRemote;
-    this.remoteUnsaturated.clear();
-    this.remoteSaturated.clear();
-    if (n === 0) return 0;
-    const s = this.scratch;
-    s.ensure(n);
-    scoreGroup(this.scorers, context, this.remote, n, s.scorer, s.scores);
-    const max = this.config.maxEndpoints;
-    this.topA.reset(max);
-    this.topB.reset(max);
-    let saturated = 0;
-    const span = this.tierSpan;
-    for (let i = 0; i < n; i++) {
-      const key = (2 - (this.remoteTiers[i] as number)) * span + (s.scores[i] as number);
-      if (isSaturated(this.remote[i] as Endpoint, context.now, this.limits)) {
-        saturated++;
-        this.topB.offer(i, key, this.rng);
-      } else this.topA.offer(i, key, this.rng);
-    }
-    fill(this.remoteUnsaturated, this.topA, this.remote, s.scores);
-    fill(this.remoteSaturated, this.topB, this.remote, s.scores);
-    return saturated;
-  }
-
   private decide(
     status: Decision['status'],
     rule: DecisionRule,
-    entries: Decision['entries'],
+    entries: readonly DecisionEntry[],
     priority: number,
     sheddable: boolean,
     localOverloaded: boolean,
+    penaltiesIgnored: boolean,
     subsetGiven: boolean,
     counts: DecisionCounts,
     blocks: number,
@@ -509,8 +447,7 @@ export class Scheduler {
     for (let i = 0; i < entries.length; i++) destination += (i === 0 ? '' : ',') + (entries[i]?.address as string);
     const primary = entries[0]?.endpoint;
     const routed = status === 'routed';
-    // The local/remote scratch holds endpoint references until the next pick; that is fine, they are the fleet's.
-    return new DecisionRecord(
+    const record = new DecisionRecord(
       status,
       rule,
       entries,
@@ -518,14 +455,17 @@ export class Scheduler {
       priority,
       sheddable,
       localOverloaded,
-      this.ignorePenalties,
+      penaltiesIgnored,
       subsetGiven,
       counts,
       blocks,
-      primary ? this.prefixMatch(primary) : 0,
+      primary ? this.index.matchOf(primary) : 0,
+      this.config.policy,
       now,
       routed && blocks > 0 ? copyHashes(this.hashes, blocks) : undefined,
     );
+    this.candidates.clear();
+    return record;
   }
 }
 
@@ -534,12 +474,4 @@ function copyHashes(hashes: Float64Array, count: number): number[] {
   const out: number[] = [];
   for (let i = 0; i < count; i++) out.push(hashes[i] as number);
   return out;
-}
-
-/** Copies a TopK selection into a ranked group; the key is the score unless scores are given. */
-function fill(group: RankedGroup, top: TopK, from: readonly Endpoint[], scores?: Float64Array): void {
-  for (let i = 0; i < top.size; i++) {
-    const index = top.index[i] as number;
-    group.push(from[index] as Endpoint, scores ? (scores[index] as number) : (top.key[i] as number));
-  }
 }

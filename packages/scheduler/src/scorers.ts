@@ -1,6 +1,16 @@
 import type { Endpoint } from '@spillway/fleet';
 import type { ScorerWeights } from './config.js';
-import { effectiveQueue } from './saturation.js';
+
+/**
+ * The queue the endpoint really has: the sample's waiting requests plus the picks this EPP made
+ * that the sample cannot have seen. Counting those picks as waiting is pessimistic (some will have
+ * started running) and that is the point: a burst between two samples spreads over endpoints
+ * instead of piling onto the one that looked best at the last sample.
+ */
+export function effectiveQueue(endpoint: Endpoint): number {
+  const metrics = endpoint.metrics;
+  return (metrics ? metrics.waitingRequests : 0) + endpoint.unsampledPicks;
+}
 
 /** What a scorer may know about the request being picked for. */
 export interface ScoringContext {

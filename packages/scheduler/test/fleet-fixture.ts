@@ -17,6 +17,14 @@ export interface PodSpec {
   kv?: number;
   lora?: MetricsEvent['lora'];
   cache?: MetricsEvent['cache'];
+  rates?: MetricsEvent['rates'];
+  /**
+   * A pod with requests waiting has had them for two samples by default (a backlog, not requests
+   * caught between two steps); false applies one sample only.
+   */
+  backlogged?: boolean;
+  /** Milliseconds between the readiness event's arrival and `now` (default 5000). */
+  readinessAge?: number;
   /** Milliseconds between the sample's arrival and `now`; undefined = no metrics at all when `noMetrics`. */
   metricsAge?: number;
   noMetrics?: boolean;
@@ -37,12 +45,14 @@ export function applyPod(fleet: Fleet, spec: PodSpec, now: number): void {
       address: spec.address,
       ready: spec.ready ?? true,
       deleted: spec.deleted,
-      observedAt: now - 5000,
+      observedAt: now - (spec.readinessAge ?? 5000),
     },
-    now - 5000,
+    now - (spec.readinessAge ?? 5000),
   );
   if (spec.noMetrics) return;
-  sample(fleet, spec, now - (spec.metricsAge ?? 0));
+  const at = now - (spec.metricsAge ?? 0);
+  if ((spec.waiting ?? 0) > 0 && spec.backlogged !== false) sample(fleet, spec, at - 100);
+  sample(fleet, spec, at);
 }
 
 export function buildFleet(pods: readonly PodSpec[], now = T0): Fleet {
@@ -66,6 +76,7 @@ export function sample(fleet: Fleet, spec: PodSpec, now: number): void {
       kvCacheUsage: spec.kv ?? 0.1,
       lora: spec.lora,
       cache: spec.cache,
+      rates: spec.rates,
     },
     now,
   );

@@ -76,8 +76,8 @@ function build(pods: readonly PodArb[]): Fleet {
   return fleet;
 }
 
-/** The rules restated naively, independent of the scheduler's code paths. */
-function oracle(fleet: Fleet, subset: readonly string[] | undefined, mode: 'strict' | 'locality', now: number) {
+/** Eligibility restated naively, independent of the scheduler's code paths. */
+function oracle(fleet: Fleet, subset: readonly string[] | undefined, mode: 'strict' | 'locality') {
   const patterns = (subset ?? []).map((e) => parseAddressPattern(e)).filter((p) => p !== undefined);
   const inSubset = (ep: Endpoint): boolean => patterns.some((p) => (p.port === undefined ? p.ip === ep.ip : p.key === ep.address));
   const eligible: Endpoint[] = [];
@@ -86,17 +86,13 @@ function oracle(fleet: Fleet, subset: readonly string[] | undefined, mode: 'stri
     if (subset === undefined) eligible.push(ep);
     else if (mode === 'strict' ? inSubset(ep) : ep.zone !== 'a' || inSubset(ep)) eligible.push(ep);
   }
-  const saturated = (ep: Endpoint): boolean => {
-    const m = ep.metrics;
-    return m === undefined || now - m.receivedAt > fleet.staleAfterMs || m.waitingRequests + ep.unsampledPicks >= 5 || m.kvCacheUsage >= 0.8;
-  };
-  return { eligible: new Set(eligible), saturated, inSubset };
+  return { eligible: new Set(eligible), inSubset };
 }
 
-describe('invariants over random fleets and subsets', () => {
+describe('invariants over random fleets and subsets, both policies', () => {
   it('hold for every pick', () => {
     fc.assert(
-      fc.property(caseArb, (c) => {
+      fc.property(caseArb, fc.constantFrom('cost' as const, 'weighted' as const), (c, policy) => {
         const fleet = build(c.pods);
         const scheduler = new Scheduler({
           fleet,
@@ -104,41 +100,54 @@ describe('invariants over random fleets and subsets', () => {
           zone: 'a',
           region: 'r1',
           seed: c.seed,
-          config: { subsetMode: c.mode, maxEndpoints: c.maxEndpoints, crossZoneFallbacks: c.crossZoneFallbacks, remote: { refreshMs: c.refreshMs } },
+          config: { policy, subsetMode: c.mode, maxEndpoints: c.maxEndpoints, crossZoneFallbacks: c.crossZoneFallbacks, remote: { refreshMs: c.refreshMs } },
         });
         const hint = c.subset === undefined ? undefined : c.asString ? c.subset.join(',') : c.subset;
         // A joined string is re-split on commas, so the oracle sees the same entries.
         const entries = hint === undefined ? undefined : typeof hint === 'string' ? (hint.length === 0 ? [] : hint.split(',')) : hint;
         for (let k = 0; k < c.picks; k++) {
           const now = T0 + k;
-          const { eligible, saturated, inSubset } = oracle(fleet, entries, c.mode, now);
+          const { eligible, inSubset } = oracle(fleet, entries, c.mode);
           const d = scheduler.pick({ model: 'm', subset: hint, priority: c.priority, prompt: 'x'.repeat(200) }, now);
           const list = d.entries.map((e) => e.endpoint);
-          const anyUnsaturated = [...eligible].some((ep) => !saturated(ep));
-          const anyLocalUnsaturated = [...eligible].some((ep) => ep.zone === 'a' && !saturated(ep));
 
           expect(d.status === 503).toBe(eligible.size === 0);
           expect(d.counts.eligible).toBe(eligible.size);
           if (d.status === 429) expect(c.priority).toBeLessThan(0);
-          if (eligible.size > 0) expect(d.status === 429).toBe(c.priority < 0 && !anyUnsaturated);
           expect(list.length).toBeLessThanOrEqual(c.maxEndpoints);
           expect(new Set(list).size).toBe(list.length);
+          // Never the same address twice, even when two pods share one.
           expect(new Set(d.entries.map((e) => e.address)).size).toBe(list.length);
           for (const ep of list) {
             expect(eligible.has(ep)).toBe(true);
+            // Strict mode never leaves the subset.
             if (c.mode === 'strict' && entries !== undefined) expect(inSubset(ep)).toBe(true);
           }
-          if (d.status === 'routed') {
-            expect(list.length).toBeGreaterThan(0);
-            const primary = list[0] as Endpoint;
-            if (anyUnsaturated) expect(saturated(primary)).toBe(false);
-            // Step 3: a local zone with room keeps the primary.
-            if (anyLocalUnsaturated) expect(primary.zone).toBe('a');
-            expect(d.localOverloaded).toBe(!anyLocalUnsaturated);
-            scheduler.commit(d, now);
-          } else {
+          if (d.status !== 'routed') {
             expect(list.length).toBe(0);
+            continue;
           }
+          expect(list.length).toBeGreaterThan(0);
+          // The primary is the cheapest listed; the rest follow in key order.
+          const keys = d.entries.map((e) => e.key);
+          for (let i = 1; i < keys.length; i++) {
+            expect(keys[0]).toBeLessThanOrEqual(keys[i] as number);
+            if (i > 1) expect(keys[i - 1]).toBeLessThanOrEqual(keys[i] as number);
+          }
+          const primary = list[0] as Endpoint;
+          const listedAddresses = new Set(d.entries.map((e) => e.address));
+          // At least one remote entry whenever a remote endpoint is eligible (and could be listed).
+          if (c.crossZoneFallbacks >= 1 && c.maxEndpoints >= 2) {
+            const remoteListable = [...eligible].some((ep) => ep.zone !== 'a' && ep.address !== primary.address);
+            if (remoteListable) expect(list.some((ep) => ep.zone !== 'a')).toBe(true);
+          }
+          // A spilled request keeps its way home.
+          if (primary.zone !== 'a' && c.maxEndpoints >= 2) {
+            const localListable = [...eligible].some((ep) => ep.zone === 'a' && !listedAddresses.has(ep.address as string));
+            if (localListable) expect(list.some((ep) => ep.zone === 'a')).toBe(true);
+          }
+          expect(d.rule === 'spill').toBe(primary.zone !== 'a' && !d.entries[0]?.full);
+          scheduler.commit(d, now);
         }
       }),
       { numRuns: 400, seed: 20251129 },

@@ -4,7 +4,7 @@ import type { Dispatcher } from 'undici';
 import type { ScrapeLimits } from './budget.js';
 import { sameSpec, type EndpointSpec } from './endpoint.js';
 import { Prober, type ProbeOptions, type ProbeState } from './prober.js';
-import { RateWindow } from './rates.js';
+import { RateWindow } from '@spillway/events';
 import { LatestWinsQueue } from './readiness-queue.js';
 import type { Extracted } from './scrape.js';
 import { Scraper } from './scraper.js';

@@ -3,7 +3,7 @@ import { CliError, nonNegativeInt, parseCommandLine, port, renderHelp, type Flag
 import { ENGINES, type Engine } from '@spillway/events';
 import { z } from 'zod';
 import { DEFAULT_SCRAPE_LIMITS, type ScrapeLimits } from './budget.js';
-import { DEFAULT_RATES_WINDOW_MS } from './rates.js';
+import { DEFAULT_RATES_WINDOW_MS } from '@spillway/events';
 
 /**
  * The collector's flags (DESIGN §6), for `@spillway/cli`: each is also `SPILLWAY_<FLAG>` (upper

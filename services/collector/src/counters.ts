@@ -1,4 +1,4 @@
-import type { Engine } from '@spillway/events';
+import type { Counters, Engine, Moments } from '@spillway/events';
 import { describe, matching, type Series } from './engines.js';
 import type { Exposition } from './exposition.js';
 
@@ -6,25 +6,6 @@ import type { Exposition } from './exposition.js';
  * The cumulative counters a model server exposes, read at one scrape: what service rates are
  * computed from (`rates.ts`). Each field is absent when the server does not expose it.
  */
-export interface Counters {
-  promptTokens?: number;
-  generationTokens?: number;
-  /** Requests completed. */
-  requests?: number;
-  ttft?: Moments;
-  queue?: Moments;
-  itl?: Moments;
-  /** Prompt tokens (or KV blocks) found in the prefix cache, and looked up there. */
-  prefixHits?: number;
-  prefixQueries?: number;
-}
-
-/** A histogram's `_sum` (converted to ms) and `_count`. */
-export interface Moments {
-  sumMs: number;
-  count: number;
-}
-
 /** A histogram read through its `_sum` and `_count` series; `msPerUnit` converts the sum. */
 interface HistogramSeries {
   readonly name: string;

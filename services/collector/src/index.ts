@@ -9,9 +9,7 @@ export { parseEndpointsFile, loadEndpointsFile, watchEndpointsFile, EndpointsFil
 export { ENGINE_SPECS, detectEngine, mapExposition } from './engines.js';
 export { ENGINE_FAMILIES, ALL_FAMILIES } from './families.js';
 export { COUNTER_SPECS, readCounters } from './counters.js';
-export type { Counters, Moments, CounterReading } from './counters.js';
-export { RateWindow, DEFAULT_RATES_WINDOW_MS } from './rates.js';
-export type { RateUpdate } from './rates.js';
+export type { CounterReading } from './counters.js';
 export type { EngineSample } from './engines.js';
 export { parseExposition, selectFamilies, FamilyFilter, ExpositionError } from './exposition.js';
 export { extractSample, ExtractError, ScrapeReader } from './scrape.js';

@@ -1,10 +1,8 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import fc from 'fast-check';
-import { serviceRatesSchema } from '@spillway/events';
+import { RateWindow, serviceRatesSchema, type Counters } from '@spillway/events';
 import { describe, expect, it } from 'vitest';
-import type { Counters } from '../src/counters.js';
-import { RateWindow } from '../src/rates.js';
 import { extractSample } from '../src/scrape.js';
 
 const fixture = (name: string): string => readFileSync(join(import.meta.dirname, 'fixtures', name), 'utf8');

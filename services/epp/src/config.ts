@@ -29,13 +29,14 @@ export const eppFlags = {
   metricsPort: { description: 'Prometheus /metrics port', schema: port(9090), placeholder: 'N' },
   maxEndpoints: { description: 'most endpoints in the destination list (1 for single-address gateways)', schema: positiveInt().max(64).optional(), placeholder: 'N' },
   subsetMode: { description: 'strict: pick only inside the subset hint; locality: subset = local preference, spill beyond it', schema: z.enum(['strict', 'locality']).optional(), placeholder: 'MODE' },
+  policy: { description: 'cost: price every endpoint in ms of expected time to first token; weighted: the reference scorers', schema: z.enum(['cost', 'weighted']).optional(), placeholder: 'POLICY' },
   config: { description: 'YAML or JSON config file', schema: optionalString, placeholder: 'FILE' },
   tlsCert: { description: 'serve gRPC over TLS with this certificate (with --tls-key)', schema: optionalString, placeholder: 'FILE' },
   tlsKey: { description: 'private key for --tls-cert', schema: optionalString, placeholder: 'FILE' },
   tlsClientCa: { description: 'require client certificates signed by this CA (mTLS)', schema: optionalString, placeholder: 'FILE' },
   healthTls: { description: 'serve the health port over TLS too (same files); plaintext by default, for kubelet probes', schema: booleanValue(false), placeholder: 'true|false' },
   connectionTimeoutMs: { description: 'close connections silent this long: gRPC ones that answer no keepalive ping, HTTP ones with no request', schema: durationMs().min(100).default(20_000), placeholder: 'MS' },
-  metricsStaleMs: { description: 'pod metrics older than this are stale (saturated)', schema: durationMs().default(1000), placeholder: 'MS' },
+  metricsStaleMs: { description: 'pod metrics older than this are stale: the pod is then estimated from its last sample and this EPP\'s own picks', schema: durationMs().default(1000), placeholder: 'MS' },
   maxClockSkewMs: { description: 'refuse events dated more than this after their receive time (a bad clock or a forged event)', schema: durationMs().default(DEFAULT_MAX_CLOCK_SKEW_MS), placeholder: 'MS' },
   maxPodsPerZone: { description: 'most pods one zone of the pool may hold; events for further new pods are refused', schema: positiveInt().default(DEFAULT_MAX_PODS_PER_ZONE), placeholder: 'N' },
   metricModels: { description: 'models named in metric labels besides those of modelRewrites; every other model is counted as "other"', schema: commaList().default([]), placeholder: 'A,B' },
@@ -56,7 +57,7 @@ const flagKeys = Object.keys(eppFlags) as (keyof typeof eppFlags)[];
 // Flag values in the file are checked by the flag schemas, once flags and environment are merged.
 const flagFields = Object.fromEntries(flagKeys.map((key) => [key, z.unknown().optional()])) as Record<keyof typeof eppFlags, z.ZodOptional<z.ZodUnknown>>;
 export const eppConfigFileSchema = schedulerConfigSchema
-  .omit({ maxEndpoints: true, subsetMode: true })
+  .omit({ maxEndpoints: true, subsetMode: true, policy: true })
   .extend({
     modelRewrites: z.array(modelRewriteSchema).default([]),
     ...flagFields,
@@ -142,6 +143,7 @@ export function loadEppConfig(argv: readonly string[], env: NodeJS.ProcessEnv): 
   }
   if (flags.maxEndpoints !== undefined) schedulerInput['maxEndpoints'] = flags.maxEndpoints;
   if (flags.subsetMode !== undefined) schedulerInput['subsetMode'] = flags.subsetMode;
+  if (flags.policy !== undefined) schedulerInput['policy'] = flags.policy;
   const scheduler = schedulerConfigSchema.safeParse(schedulerInput);
   if (!scheduler.success) {
     const issue = scheduler.error.issues[0];

@@ -6,6 +6,7 @@ import { PendingCount, type EppMetrics, type Outcome } from './metrics.js';
 import type { EppConfig } from './config.js';
 import { BodyBudget } from './body-budget.js';
 import { DeadlineSweeper } from './deadlines.js';
+import { DecisionLog } from './decision-log.js';
 import { LabelCache } from './label-cache.js';
 import { capLabel, ModelLabels } from './model-labels.js';
 
@@ -31,6 +32,8 @@ export class EppCore {
   readonly rewriter: ModelRewriter | undefined;
   readonly limits: EppLimits;
   readonly deadlines: DeadlineSweeper;
+  /** The last decisions, for `GET /debug/decisions`. */
+  readonly decisions = new DecisionLog();
   /** Request-body bytes held by all open streams (--max-buffered-body-bytes). */
   readonly bodies: BodyBudget;
   // Prometheus children per label set, so the request path does not build label objects.
@@ -82,6 +85,7 @@ export class EppCore {
     const seconds = (performance.now() - started) / 1e3;
     const m = this.metrics;
     m.schedulerDuration.observe(seconds);
+    this.decisions.record(decision);
     (decision.status === 'routed' ? this.attemptSucceeded : this.attemptFailed).inc();
     if (decision.counts.subsetIgnored > 0) m.subsetEntriesIgnored.inc(decision.counts.subsetIgnored);
     if (decision.status === 'routed') {
@@ -98,7 +102,7 @@ export class EppCore {
           status: decision.status,
           rule: decision.rule,
           destination: decision.destination,
-          entries: decision.entries.map((e) => ({ address: e.address, zone: e.zone, reason: e.reason, saturated: e.saturated })),
+          entries: decision.entries.map((e) => ({ address: e.address, zone: e.zone, reason: e.reason, full: e.full, cost: e.cost })),
           localOverloaded: decision.localOverloaded,
           counts: decision.counts,
           priority: decision.priority,

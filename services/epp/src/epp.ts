@@ -67,6 +67,7 @@ export async function startEpp(config: EppConfig, options: StartOptions = {}): P
     {
       isReady: () => health.isReady,
       beforeScrape: () => refreshViewGauges(metrics, core.fleet, core.scheduler, flags.pool, Date.now()),
+      recentDecisions: (limit) => core.decisions.recent(limit),
     },
     flags.connectionTimeoutMs,
   );

@@ -145,7 +145,7 @@ export class EppMetrics {
   });
   readonly zoneSaturatedPods = new Gauge({
     name: 'spillway_zone_saturated_pods',
-    help: 'Ready pods per zone that are saturated (queue or KV over threshold, or stale).',
+    help: 'Ready pods per zone past a hard limit: full (KV cache full with a queue, or the queue at its limit) under the cost policy, saturated (queue or KV over threshold) under the weighted policy.',
     labelNames: ['zone'] as const,
     registers: [this.registry],
   });

@@ -58,16 +58,21 @@ export function shutdownGrpc(server: Server, graceMs: number): Promise<void> {
   });
 }
 
-/** `/metrics` for Prometheus; `/healthz` for plain HTTP probes. Everything else is 404. */
+/**
+ * `/metrics` for Prometheus; `/healthz` and `/readyz` for plain HTTP probes; `/debug/decisions`
+ * (`?limit=N`) the last decisions with each listed endpoint's cost components. Everything else is 404.
+ */
 export interface MetricsHooks {
   isReady(): boolean;
   /** Refreshes gauges derived from state just before they are read. */
   beforeScrape(): void;
+  /** The most recent decisions, newest first. */
+  recentDecisions(limit: number): unknown[];
 }
 
 export function startMetricsServer(registry: Registry, host: string, port: number, hooks: MetricsHooks, silentMs: number): Promise<{ server: HttpServer; port: number }> {
   const server = createHttpServer((req, res) => {
-    const path = (req.url ?? '/').split('?')[0];
+    const [path, query] = (req.url ?? '/').split('?', 2);
     if (req.method === 'GET' && path === '/metrics') {
       hooks.beforeScrape();
       registry
@@ -86,6 +91,13 @@ export function startMetricsServer(registry: Registry, host: string, port: numbe
       const ok = path === '/healthz' || hooks.isReady();
       res.writeHead(ok ? 200 : 503, { 'content-type': 'text/plain' });
       res.end(ok ? 'ok\n' : 'not ready\n');
+      return;
+    }
+    if (req.method === 'GET' && path === '/debug/decisions') {
+      const limit = Number(new URLSearchParams(query ?? '').get('limit') ?? '20');
+      const body = JSON.stringify({ decisions: hooks.recentDecisions(Number.isInteger(limit) && limit > 0 ? limit : 20) });
+      res.writeHead(200, { 'content-type': 'application/json', 'cache-control': 'no-store' });
+      res.end(body);
       return;
     }
     res.writeHead(404, { 'content-type': 'text/plain' });

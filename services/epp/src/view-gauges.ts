@@ -24,7 +24,7 @@ export function refreshViewGauges(metrics: EppMetrics, fleet: Fleet, scheduler: 
       const pods = view.readyInZone(zone);
       for (const pod of pods) {
         if (!fleet.isFresh(pod, now)) stale++;
-        if (scheduler.isSaturated(pod, now)) saturated++;
+        if (scheduler.isFull(pod, now)) saturated++;
         if (pod.metrics) {
           withMetrics++;
           kv += pod.metrics.kvCacheUsage;

@@ -95,11 +95,14 @@ describe('spillway-epp binary', () => {
       { env: { ...process.env, SPILLWAY_GRPC_PORT: String(grpcPort), SPILLWAY_HEALTH_PORT: String(healthPort), SPILLWAY_METRICS_PORT: String(metricsPort) }, stdio: 'ignore' },
     );
     const pods = [
-      { pod: 'a0', zone: 'zone-a', address: '10.0.1.1:8000', waiting: 9 },
-      { pod: 'a1', zone: 'zone-a', address: '10.0.1.2:8000', waiting: 9 },
-      { pod: 'b0', zone: 'zone-b', address: '10.0.2.1:8000', waiting: 9 },
+      { pod: 'a0', zone: 'zone-a', address: '10.0.1.1:8000', waiting: 15 },
+      { pod: 'a1', zone: 'zone-a', address: '10.0.1.2:8000', waiting: 15 },
+      { pod: 'b0', zone: 'zone-b', address: '10.0.2.1:8000', waiting: 15 },
     ];
     await publisher.pods(pods);
+    // A second sample with the same queues: a backlog, not requests caught between two steps.
+    await new Promise((r) => setTimeout(r, 5));
+    for (const pod of pods) publisher.metrics(pod);
     await eventually(async () => expect(await healthStatus(healthPort, 'readiness')).toBe(ServingStatus.SERVING), 20_000);
     const client = extProcClient(grpcPort);
     const send = async (options: Parameters<typeof envoyRequestMessages>[0], expected: number) => {
@@ -109,7 +112,8 @@ describe('spillway-epp binary', () => {
       stream.close();
       return responses;
     };
-    // Everything saturated (queue 9 >= 5): a sheddable objective gets 429, others stay local.
+    // Overloaded everywhere (a backlog of 15 at the default 10 requests/s: 1.5 s, over shedAboveMs 1 s):
+    // a sheddable objective gets 429, others stay local.
     const shed = await send({ body: completion(), headers: { 'x-gateway-inference-objective': 'batch' } }, 1);
     expect(immediateOf(shed[0])?.status).toBe(429);
     const kept = await send({ body: completion(), headers: { 'x-gateway-inference-objective': 'interactive' } }, 2);

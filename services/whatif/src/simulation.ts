@@ -1,5 +1,5 @@
 import { Engine, Rng, type EngineRequest, type Sequence } from '@spillway/engine';
-import type { MetricsEvent, ReadinessEvent } from '@spillway/events';
+import { RateWindow, type MetricsEvent, type ReadinessEvent, type ServiceRates } from '@spillway/events';
 import { Fleet } from '@spillway/fleet';
 import { EventQueue } from './queue.js';
 import type { ResolvedFault, ResolvedScenario, WindowSpec } from './resolve.js';
@@ -65,6 +65,8 @@ interface ReplicaState {
   /** Output tokens of engines that died, so totals survive restarts. */
   retiredTokens: number;
   generation: number;
+  /** The service rates its collector would publish, from the engine's counters (reset with the engine). */
+  rates: RateWindow;
 }
 
 interface Epp {
@@ -148,7 +150,7 @@ class Simulation {
     this.jitter = new Rng((seed * 2_654_435_761) >>> 0);
     this.lossRng = new Rng((seed * 40_503 + 7) >>> 0);
     this.spreadRng = new Rng((seed * 69_069 + 3) >>> 0);
-    this.replicas = layout(s.zones).map((info) => ({ info, engine: undefined, active: new Set<Flight>(), gatewayReady: true, published: true, retiredTokens: 0, generation: 0 }));
+    this.replicas = layout(s.zones).map((info) => ({ info, engine: undefined, active: new Set<Flight>(), gatewayReady: true, published: true, retiredTokens: 0, generation: 0, rates: new RateWindow() }));
     for (const r of this.replicas) r.engine = this.newEngine(r);
     this.collectorUp = s.zones.map(() => true);
     this.subsetCache = s.zones.map(() => undefined);
@@ -430,7 +432,23 @@ class Simulation {
       kvCacheUsage: engine.kvUsage,
       cache: { blockSize: engine.config.blockSize, numBlocks: engine.config.numBlocks },
     };
+    const rates = this.ratesOf(r, engine, now);
+    if (rates !== undefined) event.rates = rates;
     this.publish(r, event, now, delayed);
+  }
+
+  /** What the zone's collector computes from the server's counters (2 s sliding window). */
+  private ratesOf(r: ReplicaState, engine: Engine<SimEngineRequest>, now: number): ServiceRates | undefined {
+    const st = engine.stats();
+    return r.rates.update(now, {
+      promptTokens: st.promptTokens,
+      generationTokens: st.generationTokens,
+      requests: st.finished,
+      ttft: { sumMs: st.ttftSumMs, count: st.ttftCount },
+      queue: { sumMs: st.queueSumMs, count: st.queueCount },
+      prefixHits: st.prefixHitTokens,
+      prefixQueries: st.prefixQueryTokens,
+    }).rates;
   }
 
   private publishReadiness(r: ReplicaState, now: number, delayed: boolean): void {

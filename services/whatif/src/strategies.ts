@@ -39,26 +39,39 @@ export interface StrategyContext {
 
 /**
  * THE place a strategy's scheduler config comes from: its kind's settings, then the file's
- * overrides (deep-merged one level). Scheduler policy work (a `policy` field, round trips between
- * zones in config) plugs in here: `reference` is the one to get the reference-compatible scoring,
- * `spillway` the one to be handed the scenario's round trips from `context.rttMs`.
+ * overrides (deep-merged one level). Spillway is handed the scenario's round trips the way an
+ * operator would configure them (`network.rttMs` per zone pair); the reference gets the weighted
+ * policy, the reference EPP's scoring.
  */
-export function schedulerConfigFor(spec: StrategySpec, _context: StrategyContext): SchedulerConfigInput {
-  return mergeLayers(kindDefaults(spec.kind), spec.config);
+export function schedulerConfigFor(spec: StrategySpec, context: StrategyContext): SchedulerConfigInput {
+  return mergeLayers(kindDefaults(spec.kind, context), spec.config);
 }
 
-function kindDefaults(kind: StrategyKind): SchedulerConfigInput {
+function kindDefaults(kind: StrategyKind, context: StrategyContext): SchedulerConfigInput {
   switch (kind) {
     case 'spillway':
-      return { subsetMode: 'locality' };
+      return { subsetMode: 'locality', network: { rttMs: rttTable(context) } };
     case 'zone-local':
       return { subsetMode: 'strict', crossZoneFallbacks: 0 };
     case 'reference':
-      // The scheduler's default weights are the reference EPP's profile (queue 2, KV 2, prefix 3).
-      return {};
+      // The weighted policy's default weights are the reference EPP's profile (queue 2, KV 2, prefix 3).
+      return { policy: 'weighted' };
     default:
       return {};
   }
+}
+
+/** The scenario's round trips as the scheduler's `network.rttMs` (zone -> zone -> ms). */
+function rttTable(context: StrategyContext): Record<string, Record<string, number>> {
+  const table: Record<string, Record<string, number>> = {};
+  context.zones.forEach((from, i) => {
+    const row: Record<string, number> = {};
+    context.zones.forEach((to, j) => {
+      if (i !== j) row[to.zone] = context.rttMs[i]?.[j] ?? 0;
+    });
+    table[from.zone] = row;
+  });
+  return table;
 }
 
 function mergeLayers(...layers: readonly Readonly<Record<string, unknown>>[]): SchedulerConfigInput {

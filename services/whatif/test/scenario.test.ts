@@ -76,11 +76,13 @@ describe('scenario file: validation', () => {
       spillway: { weights: { prefixCache: 6 } },
       'spillway-q2': { crossZoneFallbacks: 2 },
     });
-    const ctx = { zones: [], rttMs: [] };
-    expect(schedulerConfigFor(spill!, ctx)).toEqual({ subsetMode: 'locality', weights: { prefixCache: 6 } });
+    // Spillway is handed the scenario's round trips as an operator would configure them.
+    const ctx = { zones: [{ zone: 'a', region: 'r1' }, { zone: 'b', region: 'r2' }], rttMs: [[0, 30], [30, 0]] };
+    const network = { rttMs: { a: { b: 30 }, b: { a: 30 } } };
+    expect(schedulerConfigFor(spill!, ctx)).toEqual({ subsetMode: 'locality', network, weights: { prefixCache: 6 } });
     expect(schedulerConfigFor(local!, ctx)).toEqual({ subsetMode: 'strict', crossZoneFallbacks: 0 });
-    expect(schedulerConfigFor(ref!, ctx)).toEqual({});
-    expect(schedulerConfigFor(variant!, ctx)).toEqual({ subsetMode: 'locality', queueThreshold: 2, crossZoneFallbacks: 2 });
+    expect(schedulerConfigFor(ref!, ctx)).toEqual({ policy: 'weighted' });
+    expect(schedulerConfigFor(variant!, ctx)).toEqual({ subsetMode: 'locality', network, queueThreshold: 2, crossZoneFallbacks: 2 });
   });
 
   it('every shipped scenario file is valid', () => {

@@ -130,8 +130,12 @@ describe('routing simulation: sanity', () => {
   });
 
   it('balanced load: Spillway stays in its zone; one zone at 150 %: it spills, zone-local queues without bound', () => {
+    // Two replicas a zone: a burst that fills both makes another zone faster by more than the zone
+    // bias now and then (a few % of requests; under 1 % with four a zone, BENCHMARKS.md), against
+    // two thirds for zone-unaware routing.
     const balanced = resolve({ load: { clusterFraction: 0.6 } });
-    expect(run(balanced, 'spillway').crossZoneShare).toBeLessThan(0.02);
+    expect(run(balanced, 'spillway').crossZoneShare).toBeLessThan(0.05);
+    expect(run(balanced, 'random').crossZoneShare).toBeGreaterThan(0.5);
     const hot = resolve({ durationS: 20, load: { clusterFraction: 0.8, zoneFractions: { 'zone-a': 1.5 } } });
     const spill = run(hot, 'spillway');
     const local = run(hot, 'zone-local');

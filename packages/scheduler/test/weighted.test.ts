@@ -53,7 +53,7 @@ const scenarios: Scenario[] = [
     name: 'strict subset of local pods while local is overloaded: the list stays inside the subset',
     pods: localBusy,
     request: { subset: subsetOf(localBusy, ['a0', 'a1', 'a2']) },
-    expect: { status: 'routed', rule: 'last-resort', pods: ['a0', 'a1', 'a2'], reasons: ['last-resort', 'last-resort', 'last-resort'], counts: { eligible: 3, saturated: 3 } },
+    expect: { status: 'routed', rule: 'last-resort', pods: ['a0', 'a1', 'a2'], reasons: ['last-resort', 'last-resort', 'last-resort'], counts: { eligible: 3, full: 3 } },
   },
   {
     name: 'strict subset with one remote pod: spill stays inside the subset',
@@ -141,12 +141,12 @@ const scenarios: Scenario[] = [
     expect: { status: 'routed', rule: 'local', pods: ['a1', 'a2'] },
   },
   {
-    name: 'stale metrics count as saturated',
+    name: 'a stale pod whose zone-mates are fresh is suspect: saturated',
     pods: threeZones({ a0: { metricsAge: 1500 } }),
     expect: { status: 'routed', rule: 'local', pods: ['a1', 'a2', 'b0'], reasons: ['local-best', 'local', 'cross-zone-fallback'] },
   },
   {
-    name: 'no metrics at all counts as saturated',
+    name: 'a pod without metrics whose zone-mates have them is suspect: saturated',
     pods: threeZones({ a0: { noMetrics: true } }),
     expect: { status: 'routed', rule: 'local', pods: ['a1', 'a2', 'b0'] },
   },
@@ -238,14 +238,14 @@ const scenarios: Scenario[] = [
     expect: { status: 'routed', rule: 'local', pods: ['a0', 'b0', 'b1'] },
   },
   {
-    name: 'no remote capacity: fallback slots go to further local pods',
+    name: 'no remote capacity: the list still holds a remote entry, so a retry can leave the zone',
     pods: saturate(threeZones(), ['b', 'c']),
-    expect: { status: 'routed', rule: 'local', pods: ['a0', 'a1', 'a2'] },
+    expect: { status: 'routed', rule: 'local', pods: ['a0', 'a1', 'b0'], reasons: ['local-best', 'local', 'cross-zone-fallback'] },
   },
   {
-    name: 'too few unsaturated local pods: saturated local before the fallback',
+    name: 'too few unsaturated local pods: unsaturated remote ones before saturated local ones',
     pods: threeZones({ a1: { waiting: 6 }, a2: { waiting: 7 } }),
-    expect: { status: 'routed', rule: 'local', pods: ['a0', 'a1', 'b0'], reasons: ['local-best', 'local-saturated', 'cross-zone-fallback'] },
+    expect: { status: 'routed', rule: 'local', pods: ['a0', 'b0', 'b1'], reasons: ['local-best', 'cross-zone-fallback', 'cross-zone-fallback'] },
   },
   {
     name: 'local zone without pods: remote only',
@@ -265,11 +265,11 @@ const scenarios: Scenario[] = [
   },
 ];
 
-describe('DESIGN §5 scenarios', () => {
+describe('weighted policy scenarios (the reference scorers with the v1 zone rule)', () => {
   for (const scenario of scenarios) {
     it(scenario.name, () => {
       const fleet = buildFleet(scenario.pods);
-      const scheduler = new Scheduler({ fleet, pool: scenario.pool ?? POOL, zone: scenario.zone ?? 'a', region: 'r1', config: scenario.config });
+      const scheduler = new Scheduler({ fleet, pool: scenario.pool ?? POOL, zone: scenario.zone ?? 'a', region: 'r1', config: { policy: 'weighted', ...scenario.config } });
       const decision = scheduler.pick({ model: 'llama', ...scenario.request }, T0);
       const want = scenario.expect;
       expect(decision.status).toBe(want.status);

@@ -1,5 +1,28 @@
-import { serviceRatesSchema, type ServiceRates } from '@spillway/events';
-import type { Counters, Moments } from './counters.js';
+import { serviceRatesSchema, type ServiceRates } from './schema.js';
+
+/**
+ * A model server's cumulative counters at one moment, as far as it exposes them: what the
+ * optional `rates` of a metrics event are computed from (the collector reads them from the
+ * server's Prometheus exposition; the routing simulation from its engine model).
+ */
+export interface Counters {
+  promptTokens?: number;
+  generationTokens?: number;
+  /** Requests completed. */
+  requests?: number;
+  ttft?: Moments;
+  queue?: Moments;
+  itl?: Moments;
+  /** Prompt tokens (or KV blocks) found in the prefix cache, and looked up there. */
+  prefixHits?: number;
+  prefixQueries?: number;
+}
+
+/** A histogram's `_sum` (in ms) and `_count`. */
+export interface Moments {
+  sumMs: number;
+  count: number;
+}
 
 /**
  * Default span of the deltas behind a rate. Samples come every 100 ms; a rate over one interval

@@ -1,0 +1,166 @@
+import type { Endpoint, PoolView } from '@spillway/fleet';
+import type { SubsetMode } from './config.js';
+import { isSilent } from './load.js';
+import { TIER_LOCAL, type Tier, type ZoneNetwork } from './network.js';
+import type { PenaltyBox } from './penalties.js';
+import type { RemoteShortlist } from './shortlist.js';
+import { SubsetResolver, type SubsetCounts, type SubsetHint } from './subset.js';
+
+/** What collecting candidates needs besides the pool and the subset. */
+export interface CollectOptions {
+  readonly subsetMode: SubsetMode;
+  readonly now: number;
+  readonly topologyVersion: number;
+  readonly readinessSilenceMs: number;
+  /** Fail-open pass: penalised and silent endpoints are candidates too (the policy ranks them last). */
+  readonly includeExcluded: boolean;
+  /** Remote endpoints without a strict subset come from this shortlist when given, else from a full scan. */
+  readonly shortlist: RemoteShortlist | undefined;
+  /** Endpoints holding the prompt's deepest cached block: they compete even when not shortlisted. */
+  readonly prefixHolders: ReadonlySet<Endpoint> | undefined;
+  /** At most this many prefix holders join. */
+  readonly prefixHolderBudget: number;
+}
+
+/**
+ * Step 1 of a pick: the eligible endpoints (picking v2 "eligibility, by subsetMode"), each with its
+ * tier, in reused arrays.
+ *
+ * - no subset: every ready pod of the pool (local ones scanned in full, remote ones shortlisted);
+ * - strict: ready pods whose address is in the subset, whatever their zone, and nothing else;
+ * - locality: the subset's local pods, plus remote pods from the EPP's view.
+ *
+ * Ready means the view says ready and the pod is neither in passive-health penalty nor *silent*
+ * (its readiness not re-published while its zone-mates' is). Those two exclusions are dropped in a
+ * second pass when they alone leave nothing eligible (fail open).
+ */
+export class CandidateSet {
+  endpoints: Endpoint[] = [];
+  tiers = new Uint8Array(64);
+  /** Collected candidates (a shortlist of the remote ones, without a strict subset). */
+  count = 0;
+  localCount = 0;
+  /** Eligible endpoints: exact even when only a shortlist of the remote ones was collected. */
+  eligible = 0;
+  /** Routable endpoints left out for a penalty or a readiness silence. */
+  excluded = 0;
+  readonly subsetCounts: SubsetCounts = { entries: 0, ignored: 0, unmatched: 0 };
+
+  private readonly seen = new Set<Endpoint>();
+  private readonly subsets = new SubsetResolver();
+  private view: PoolView | undefined;
+  private options: CollectOptions | undefined;
+  private readonly visitLocality = (endpoint: Endpoint): void => this.visitSubset(endpoint, true);
+  private readonly visitStrict = (endpoint: Endpoint): void => this.visitSubset(endpoint, false);
+
+  constructor(
+    private readonly network: ZoneNetwork,
+    private readonly penalties: PenaltyBox,
+  ) {}
+
+  collect(pool: PoolView, subset: SubsetHint | undefined, options: CollectOptions): void {
+    this.clear();
+    this.options = options;
+    this.view = pool;
+    const strict = options.subsetMode === 'strict';
+    if (subset !== undefined) {
+      this.subsets.resolve(pool, subset, strict ? this.visitStrict : this.visitLocality, this.subsetCounts);
+    } else {
+      this.subsetCounts.entries = this.subsetCounts.ignored = this.subsetCounts.unmatched = 0;
+      for (const endpoint of pool.readyInZone(this.network.zone)) this.add(endpoint, TIER_LOCAL);
+    }
+    if (subset === undefined || !strict) this.collectRemote(pool, options);
+    this.view = undefined;
+    this.options = undefined;
+    this.seen.clear();
+  }
+
+  /** Empties the set, dropping its references to endpoints (they may leave the pool). */
+  clear(): void {
+    for (let i = 0; i < this.count; i++) this.endpoints[i] = undefined as unknown as Endpoint;
+    this.count = this.localCount = this.eligible = this.excluded = 0;
+  }
+
+  /** Penalised or silent: not ready for picking, unless nothing else is. */
+  isExcluded(endpoint: Endpoint, pool: PoolView, now: number, silenceMs: number): boolean {
+    return this.penalties.isPenalised(endpoint, now) || isSilent(endpoint, pool, now, silenceMs);
+  }
+
+  private visitSubset(endpoint: Endpoint, localOnly: boolean): void {
+    const tier = this.network.tierOf(this.view as PoolView, endpoint.zone, (this.options as CollectOptions).topologyVersion);
+    if (localOnly && tier !== TIER_LOCAL) return;
+    this.add(endpoint, tier);
+  }
+
+  /** One routable endpoint found by a full scan or the subset: counted, and collected unless excluded. */
+  private add(endpoint: Endpoint, tier: Tier): void {
+    if (this.seen.has(endpoint)) return;
+    this.seen.add(endpoint);
+    const o = this.options as CollectOptions;
+    if (this.isExcluded(endpoint, this.view as PoolView, o.now, o.readinessSilenceMs)) {
+      this.excluded++;
+      if (!o.includeExcluded) return;
+    }
+    this.eligible++;
+    this.push(endpoint, tier);
+  }
+
+  private push(endpoint: Endpoint, tier: Tier): void {
+    if (this.count >= this.tiers.length) {
+      const grown = new Uint8Array(this.tiers.length * 2);
+      grown.set(this.tiers);
+      this.tiers = grown;
+    }
+    this.endpoints[this.count] = endpoint;
+    this.tiers[this.count] = tier;
+    this.count++;
+    if (tier === TIER_LOCAL) this.localCount++;
+  }
+
+  /** Remote candidates from the EPP's own view (no subset, or locality mode). */
+  private collectRemote(pool: PoolView, o: CollectOptions): void {
+    const shortlist = o.shortlist;
+    if (shortlist === undefined || o.includeExcluded) {
+      // Exact: every remote pod (also the rare fail-open pass, which must see excluded ones).
+      for (const zone of pool.readyZones()) {
+        const tier = this.network.tierOf(pool, zone, o.topologyVersion);
+        if (tier !== TIER_LOCAL) for (const endpoint of pool.readyInZone(zone)) this.add(endpoint, tier);
+      }
+      return;
+    }
+    let remoteReady = 0;
+    for (const zone of pool.readyZones()) if (zone !== this.network.zone) remoteReady += pool.readyInZone(zone).size;
+    if (remoteReady === 0) return;
+    for (const endpoint of shortlist.endpoints) this.addShortlisted(pool, endpoint, o);
+    if (o.prefixHolders) {
+      let budget = o.prefixHolderBudget;
+      for (const endpoint of o.prefixHolders) {
+        if (budget-- <= 0) break;
+        this.addShortlisted(pool, endpoint, o);
+      }
+    }
+    // The count stays exact without a scan: excluded remote endpoints are the penalised ones
+    // (few, from the penalty box) and the silent ones the last scan found.
+    const excluded = shortlist.silentCount + this.penalisedRemote(pool, o);
+    this.excluded += excluded;
+    this.eligible += Math.max(0, remoteReady - excluded);
+  }
+
+  private addShortlisted(pool: PoolView, endpoint: Endpoint, o: CollectOptions): void {
+    if (!endpoint.ready || endpoint.deleted || endpoint.address === undefined || this.seen.has(endpoint)) return;
+    const tier = this.network.tierOf(pool, endpoint.zone, o.topologyVersion);
+    if (tier === TIER_LOCAL) return;
+    this.seen.add(endpoint);
+    if (!this.isExcluded(endpoint, pool, o.now, o.readinessSilenceMs)) this.push(endpoint, tier);
+  }
+
+  private penalisedRemote(pool: PoolView, o: CollectOptions): number {
+    if (this.penalties.size === 0) return 0;
+    let count = 0;
+    for (const endpoint of this.penalties.active(o.now)) {
+      if (!endpoint.ready || endpoint.deleted || endpoint.address === undefined) continue;
+      if (this.network.tierOf(pool, endpoint.zone, o.topologyVersion) !== TIER_LOCAL) count++;
+    }
+    return count;
+  }
+}

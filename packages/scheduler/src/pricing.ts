@@ -1,0 +1,79 @@
+import type { Endpoint, PoolView } from '@spillway/fleet';
+import type { CandidateSet } from './candidates.js';
+import type { Tier } from './network.js';
+
+/** What pricing one request needs to know, set once per pick and reused. */
+export interface PricingContext {
+  now: number;
+  pool: PoolView;
+  topologyVersion: number;
+  /** Target model after rewrite: rate defaults and LoRA affinity. */
+  model: string;
+  /** The prompt's length in tokens (estimated from its characters); 0 when unknown. */
+  promptTokens: number;
+  /** Prompt tokens cached at the candidate holding the longest prefix (0 when none is). */
+  bestCachedTokens: number;
+  /** Hashed prompt blocks, and tokens per block. */
+  prefixBlocks: number;
+  blockTokens: number;
+  /** Leading prompt blocks this endpoint is believed to cache. */
+  prefixMatch(endpoint: Endpoint): number;
+  /** This EPP's unsampled picks of `endpoint` in the last `windowMs`, weighted by the share of the window still ahead of each. */
+  recentPicks(endpoint: Endpoint, windowMs: number): number;
+  /** The fail-open pass: penalised or silent endpoints are candidates and must rank last. */
+  includeExcluded: boolean;
+  isExcluded(endpoint: Endpoint): boolean;
+}
+
+/** The cost components of one listed endpoint (cost policy), in milliseconds. */
+export interface EntryCost {
+  readonly totalMs: number;
+  /** Expected wait before the request's prefill starts: the queue ahead, and the prefills of requests picked just before it. */
+  readonly waitMs: number;
+  /** The request's own prefill: its uncached prompt tokens at the endpoint's prefill rate. */
+  readonly prefillMs: number;
+  readonly loraMs: number;
+  readonly rttMs: number;
+  readonly biasMs: number;
+  /** How much the wait estimate may be off because the latest sample is stale. */
+  readonly uncertaintyMs: number;
+  /** Prompt tokens the prefix index believes the endpoint caches. */
+  readonly cachedTokens: number;
+  /** No sample within the staleness limit; suspect: stale while its zone-mates' samples arrive. */
+  readonly stale: boolean;
+  readonly suspect: boolean;
+  /** Past a hard limit (KV cache full with a queue, or the queue at the engine's limit). */
+  readonly full: boolean;
+  /** Penalised or silent, listed only because nothing else was eligible. */
+  readonly excluded: boolean;
+}
+
+/** What the weighted policy records for one listed endpoint. */
+export interface EntryScore {
+  /** Weighted sum of the reference scorers, higher is better. */
+  readonly score: number;
+  readonly saturated: boolean;
+  readonly stale: boolean;
+  readonly suspect: boolean;
+  readonly excluded: boolean;
+}
+
+/**
+ * A pricing policy turns candidates into ranking keys (lower is better). Keys at or above
+ * `limitBand` belong to endpoints past a hard limit; the list builder and the shed rule read only
+ * keys, so both policies share one ranking and one list.
+ */
+export interface PricingPolicy {
+  readonly limitBand: number;
+  /** Keys for candidates[0..count) into `keys`; each one's expected wait (for shedding) into `waits`. */
+  price(ctx: PricingContext, candidates: CandidateSet, keys: Float64Array, waits: Float64Array): void;
+  /** The request-independent part of an endpoint's key: ranks the remote shortlist. */
+  baseKey(ctx: PricingContext, endpoint: Endpoint, tier: Tier): number;
+  /** A sheddable request gets 429 (the best key and the candidates' waits are given). */
+  shouldShed(bestKey: number, waits: Float64Array, count: number): boolean;
+  /** Why a listed endpoint ranks where it does, for the decision record. */
+  explain(ctx: PricingContext, endpoint: Endpoint, tier: Tier): EntryCost | EntryScore;
+}
+
+/** Offsets that put endpoints past a limit, suspect or excluded behind every ordinary one. */
+export const BAND = 1e9;

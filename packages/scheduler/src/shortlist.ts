@@ -1,0 +1,87 @@
+import type { Endpoint, PoolView } from '@spillway/fleet';
+import { TIER_LOCAL, type Tier, type ZoneNetwork } from './network.js';
+import type { Rng } from './rng.js';
+import { TopK } from './top-k.js';
+
+/** The request-independent part of an endpoint's ranking key (lower is better). */
+export type BaseKey = (endpoint: Endpoint, tier: Tier) => number;
+
+/**
+ * The remote side without a strict subset: every ready pod of every other zone is eligible, which
+ * at 10,000 pods is too many to price on every pick. A full scan keeps the `size` remote endpoints
+ * with the lowest request-independent key (expected wait, round trip, zone bias); each pick prices
+ * just those, plus the remote pods holding the prompt's prefix.
+ *
+ * The list is rescanned every `refreshMs` (default 20 ms, a fifth of the sample interval) and as
+ * soon as picks have made every listed endpoint dearer than the best one left off at the scan, so
+ * spilled load moves on to the next zone instead of piling onto a drained list. Between scans a pod
+ * that was not listed is invisible even if its load dropped, and new remote pods appear at the
+ * next scan. `refreshMs: 0` makes every pick exact and O(pool).
+ */
+export class RemoteShortlist {
+  endpoints: Endpoint[] = [];
+  /** Remote endpoints the last scan found silent (readiness not re-published), for exact counts. */
+  silentCount = 0;
+  private scannedAt = Number.NEGATIVE_INFINITY;
+  /** Base key of the best endpoint the last scan left off; Infinity when it listed them all. */
+  private cutoff = Number.POSITIVE_INFINITY;
+  private readonly candidates: Endpoint[] = [];
+  private readonly keys: number[] = [];
+  private readonly best = new TopK();
+
+  /** Drops the cached ranking (config change, tests). */
+  invalidate(): void {
+    this.scannedAt = Number.NEGATIVE_INFINITY;
+  }
+
+  /** True when the list must be rebuilt before this pick. */
+  stale(now: number, refreshMs: number, baseKey: BaseKey, network: ZoneNetwork, pool: PoolView, topologyVersion: number): boolean {
+    if (now - this.scannedAt >= refreshMs || now < this.scannedAt) return true;
+    if (this.cutoff === Number.POSITIVE_INFINITY) return false;
+    for (const endpoint of this.endpoints) {
+      if (endpoint.ready && baseKey(endpoint, network.tierOf(pool, endpoint.zone, topologyVersion)) <= this.cutoff) return false;
+    }
+    return true;
+  }
+
+  scan(
+    pool: PoolView,
+    network: ZoneNetwork,
+    topologyVersion: number,
+    now: number,
+    size: number,
+    isExcluded: (endpoint: Endpoint) => boolean,
+    isSilent: (endpoint: Endpoint) => boolean,
+    baseKey: BaseKey,
+    rng: Rng,
+  ): void {
+    const candidates = this.candidates;
+    const keys = this.keys;
+    let count = 0;
+    let silent = 0;
+    for (const zone of pool.readyZones()) {
+      const tier = network.tierOf(pool, zone, topologyVersion);
+      if (tier === TIER_LOCAL) continue;
+      for (const endpoint of pool.readyInZone(zone)) {
+        if (isSilent(endpoint)) silent++;
+        if (isExcluded(endpoint)) continue;
+        candidates[count] = endpoint;
+        keys[count] = baseKey(endpoint, tier);
+        count++;
+      }
+    }
+    // One more than the list holds: the best endpoint left off sets the cutoff.
+    this.best.reset(size + 1);
+    for (let i = 0; i < count; i++) this.best.offer(i, -(keys[i] as number), rng);
+    const listed = Math.min(size, this.best.size);
+    const out: Endpoint[] = [];
+    for (let i = 0; i < listed; i++) out.push(candidates[this.best.index[i] as number] as Endpoint);
+    this.cutoff = this.best.size > size ? -(this.best.key[size] as number) : Number.POSITIVE_INFINITY;
+    this.endpoints = out;
+    this.silentCount = silent;
+    this.scannedAt = now;
+    // Do not pin endpoints that left the pool.
+    candidates.length = 0;
+    keys.length = 0;
+  }
+}

@@ -1,0 +1,384 @@
+import { describe, expect, it } from 'vitest';
+import { Scheduler, type Decision, type EntryCost, type PickRequest, type SchedulerConfigInput } from '../src/index.js';
+import { buildFleet, POOL, sample, T0, threeZones, type PodSpec } from './fleet-fixture.js';
+
+/**
+ * Picking v2, cost policy: every rule as a table row. The standard pool (fleet-fixture) is zone a
+ * (local, r1) a0..a2 waiting 0/1/2, zone b (r1) b0..b1 waiting 0/1, zone c (r2) c0..c1 waiting 0/1.
+ * With the default rates a backlogged waiting request costs 100 ms (10 requests/s); a remote zone
+ * costs its round trip (1 ms same region, 30 ms other region) plus zoneBiasMs (8 ms). So, without a
+ * prompt: a0 0, b0 9, c0 38, a1 100, b1 109, c1 138, a2 200.
+ */
+interface Row {
+  name: string;
+  pods: PodSpec[];
+  config?: SchedulerConfigInput;
+  request?: Partial<PickRequest>;
+  expect: {
+    status: Decision['status'];
+    rule: Decision['rule'];
+    pods?: string[];
+    reasons?: string[];
+    counts?: Partial<Decision['counts']>;
+    penaltiesIgnored?: boolean;
+  };
+}
+
+const busy = (pods: PodSpec[], zones: string[], waiting: number): PodSpec[] => pods.map((p) => (zones.includes(p.zone) ? { ...p, waiting } : p));
+const equal = (waiting: number, running = 20): PodSpec[] => threeZones().map((p) => ({ ...p, waiting, running }));
+const objectives = { objectives: { batch: { priority: -1 }, chat: { priority: 10 } } };
+const prompt = (chars: number, seed = 'p'): string => seed.repeat(chars);
+
+const rows: Row[] = [
+  {
+    name: 'idle pool: the cheapest local primary, then the next cheapest, a remote one among them',
+    pods: threeZones(),
+    expect: { status: 'routed', rule: 'local', pods: ['a0', 'b0', 'c0'], reasons: ['local-best', 'cross-zone-fallback', 'cross-zone-fallback'] },
+  },
+  {
+    name: 'balanced load stays local: equal queues everywhere, leaving the zone only costs',
+    pods: equal(2),
+    expect: { status: 'routed', rule: 'local', reasons: ['local-best', 'local', 'cross-zone-fallback'] },
+  },
+  {
+    name: 'a local queue shorter than the bias plus the round trip does not spill',
+    pods: busy(threeZones(), ['a'], 1),
+    config: { zoneBiasMs: 150 },
+    expect: { status: 'routed', rule: 'local', reasons: ['local-best', 'local', 'cross-zone-fallback'] },
+  },
+  {
+    name: 'the same queue spills once it costs more than the bias plus the round trip',
+    pods: busy(threeZones(), ['a'], 1),
+    config: { zoneBiasMs: 50 },
+    expect: { status: 'routed', rule: 'spill', pods: ['b0', 'c0', 'a0'], reasons: ['spill', 'spill', 'local-fallback'] },
+  },
+  {
+    name: 'hot zone: the same region first, the spilled request keeps a way home',
+    pods: busy(threeZones(), ['a'], 5),
+    expect: { status: 'routed', rule: 'spill', pods: ['b0', 'c0', 'a0'], reasons: ['spill', 'spill', 'local-fallback'] },
+  },
+  {
+    name: 'a busier same-region zone loses to an idle other region once the queue outweighs the round trip',
+    pods: busy(busy(threeZones(), ['a'], 5), ['b'], 2),
+    expect: { status: 'routed', rule: 'spill', pods: ['c0', 'c1', 'a0'] },
+  },
+  {
+    name: 'strict subset: the list never leaves it, ordered by cost',
+    pods: busy(threeZones(), ['a'], 5),
+    request: { subset: ['10.0.0.1:8000', '10.0.0.2:8000', '10.0.0.3:8000'] },
+    expect: { status: 'routed', rule: 'local', pods: ['a0', 'a1', 'a2'], counts: { eligible: 3 } },
+  },
+  {
+    name: 'strict subset with one remote pod: spills inside the subset only',
+    pods: busy(threeZones(), ['a'], 5),
+    request: { subset: ['10.0.0.1:8000', '10.0.0.2:8000', '10.0.2.2:8000'] },
+    expect: { status: 'routed', rule: 'spill', reasons: ['spill', 'local-fallback', 'local-fallback'], counts: { eligible: 3 } },
+  },
+  {
+    name: 'locality mode: remote candidates come from the view, local ones only from the subset',
+    pods: busy(threeZones(), ['a'], 5),
+    config: { subsetMode: 'locality' },
+    request: { subset: ['10.0.0.2:8000', '10.0.0.3:8000'] },
+    expect: { status: 'routed', rule: 'spill', pods: ['b0', 'c0', 'a1'], counts: { eligibleLocal: 2, eligible: 6 } },
+  },
+  {
+    name: 'suspect: a pod whose samples stopped while its zone-mates report ranks after them',
+    pods: threeZones({ a0: { metricsAge: 3000 }, a1: { waiting: 0 }, a2: { waiting: 0 } }),
+    config: { crossZoneFallbacks: 0 },
+    expect: { status: 'routed', rule: 'local', pods: ['a1', 'a2', 'b0'] },
+  },
+  {
+    name: 'a zone whose samples all stopped (collector restart) keeps its traffic local while the estimate shows room',
+    pods: threeZones({ a0: { metricsAge: 8000 }, a1: { metricsAge: 8000 }, a2: { metricsAge: 8000 } }),
+    expect: { status: 'routed', rule: 'local', pods: ['a0', 'b0', 'c0'] },
+  },
+  {
+    name: 'NATS outage: every sample stale, the order is kept',
+    pods: threeZones().map((p) => ({ ...p, metricsAge: 15_000 })),
+    expect: { status: 'routed', rule: 'local', pods: ['a0', 'b0', 'c0'] },
+  },
+  {
+    name: 'a pod whose readiness was not re-published while its zone-mates\' was is dropped',
+    pods: threeZones({ a0: { readinessAge: 95_000 } }),
+    config: { crossZoneFallbacks: 0 },
+    expect: { status: 'routed', rule: 'spill', pods: ['b0', 'c0', 'a1'], counts: { penalised: 1, eligibleLocal: 2 } },
+  },
+  {
+    name: 'a silence of the whole zone drops nobody',
+    pods: threeZones().map((p) => (p.zone === 'a' ? { ...p, readinessAge: 95_000 } : p)),
+    expect: { status: 'routed', rule: 'local', pods: ['a0', 'b0', 'c0'], counts: { penalised: 0 } },
+  },
+  {
+    name: 'full (KV cache full with a queue): listed only after everything else',
+    pods: threeZones({ a0: { waiting: 1, kv: 1 }, a1: { waiting: 1 } }),
+    config: { zoneBiasMs: 500 },
+    expect: { status: 'routed', rule: 'local', pods: ['a1', 'a2', 'b0'] },
+  },
+  {
+    name: 'everything full, not sheddable: the lowest cost, round trip included, not pinned local',
+    pods: threeZones().map((p) => ({ ...p, kv: 1, waiting: p.zone === 'a' ? 9 : 3 })),
+    config: objectives,
+    request: { objective: 'chat' },
+    expect: { status: 'routed', rule: 'last-resort', pods: ['b0', 'b1', 'a0'], reasons: ['last-resort', 'last-resort', 'last-resort'] },
+  },
+  {
+    name: 'overload everywhere, sheddable: 429 when the lowest expected wait exceeds shedAboveMs',
+    pods: equal(12),
+    config: objectives,
+    request: { objective: 'batch' },
+    expect: { status: 429, rule: 'shed' },
+  },
+  {
+    name: 'overload everywhere, not sheddable: routed to the cheapest',
+    pods: equal(12),
+    config: objectives,
+    expect: { status: 'routed', rule: 'local' },
+  },
+  {
+    name: 'staleness alone never sheds: an idle zone whose samples stopped',
+    pods: threeZones().map((p) => ({ ...p, metricsAge: 20_000 })),
+    config: objectives,
+    request: { objective: 'batch' },
+    expect: { status: 'routed', rule: 'local' },
+  },
+  {
+    name: 'sheddable while the best wait is under the limit: routed',
+    pods: busy(threeZones(), ['a'], 5),
+    config: objectives,
+    request: { objective: 'batch' },
+    expect: { status: 'routed', rule: 'spill' },
+  },
+  {
+    name: 'measured service rates replace the defaults: a fast drain makes a queue cheap',
+    pods: busy(threeZones(), ['a'], 1).map((p) =>
+      p.zone === 'a' ? { ...p, rates: { windowMs: 2000, promptTokensPerS: 5000, generationTokensPerS: 4000, requestsPerS: 1000 } } : p,
+    ),
+    expect: { status: 'routed', rule: 'local', reasons: ['local-best', 'local', 'cross-zone-fallback'] },
+  },
+  {
+    name: 'LoRA in milliseconds: the pod running the adapter wins between equals, a free slot beats a full one',
+    pods: [
+      { pod: 'l0', zone: 'a', address: '10.0.0.1:8000', lora: { running: ['x', 'y'], waiting: [], max: 2 } },
+      { pod: 'l1', zone: 'a', address: '10.0.0.2:8000', lora: { running: ['sql-lora'], waiting: [], max: 2 } },
+      { pod: 'l2', zone: 'a', address: '10.0.0.3:8000', lora: { running: ['other'], waiting: [], max: 2 } },
+    ],
+    request: { model: 'sql-lora' },
+    expect: { status: 'routed', rule: 'local', pods: ['l1', 'l2', 'l0'] },
+  },
+  {
+    name: 'two pods with one address (IP reuse) are listed once',
+    pods: [
+      { pod: 'old', zone: 'a', address: '10.0.0.1:8000', waiting: 0 },
+      { pod: 'new', zone: 'a', address: '10.0.0.1:8000', waiting: 0 },
+      { pod: 'a1', zone: 'a', address: '10.0.0.2:8000', waiting: 3 },
+      { pod: 'b0', zone: 'b', address: '10.0.1.1:8000', waiting: 0 },
+    ],
+    expect: { status: 'routed', rule: 'local' },
+  },
+  {
+    name: 'crossZoneFallbacks 0: the cheapest, whichever zone',
+    pods: threeZones(),
+    config: { crossZoneFallbacks: 0 },
+    expect: { status: 'routed', rule: 'local', pods: ['a0', 'b0', 'c0'] },
+  },
+  {
+    name: 'crossZoneFallbacks 0 with a cheap local zone: all local',
+    pods: threeZones({ a1: { waiting: 0 }, a2: { waiting: 0 } }),
+    config: { crossZoneFallbacks: 0 },
+    expect: { status: 'routed', rule: 'local', reasons: ['local-best', 'local', 'local'] },
+  },
+  {
+    name: 'crossZoneFallbacks 1 with a cheap local zone: one remote entry all the same',
+    pods: threeZones({ a1: { waiting: 0 }, a2: { waiting: 0 } }),
+    expect: { status: 'routed', rule: 'local', reasons: ['local-best', 'local', 'cross-zone-fallback'] },
+  },
+  {
+    name: 'crossZoneFallbacks larger than the list never takes the primary slot',
+    pods: threeZones({ a1: { waiting: 0 }, a2: { waiting: 0 } }),
+    config: { crossZoneFallbacks: 9 },
+    expect: { status: 'routed', rule: 'local', reasons: ['local-best', 'cross-zone-fallback', 'cross-zone-fallback'] },
+  },
+  {
+    name: 'maxEndpoints 1 while the zone is hot: the remote primary only',
+    pods: busy(threeZones(), ['a'], 5),
+    config: { maxEndpoints: 1 },
+    expect: { status: 'routed', rule: 'spill', pods: ['b0'] },
+  },
+  {
+    name: 'round trips per zone pair override the region defaults',
+    pods: busy(threeZones(), ['a'], 5),
+    config: { network: { rttMs: { c: { a: 0 } } } },
+    expect: { status: 'routed', rule: 'spill', pods: ['c0', 'b0', 'a0'] },
+  },
+  {
+    name: 'empty strict subset: 503',
+    pods: threeZones(),
+    request: { subset: [] },
+    expect: { status: 503, rule: 'empty-subset' },
+  },
+  {
+    name: 'no ready pod: 503',
+    pods: threeZones().map((p) => ({ ...p, ready: false })),
+    expect: { status: 503, rule: 'no-ready-endpoints' },
+  },
+];
+
+describe('cost policy: picking v2 rules', () => {
+  for (const row of rows) {
+    it(row.name, () => {
+      const fleet = buildFleet(row.pods);
+      const scheduler = new Scheduler({ fleet, pool: POOL, zone: 'a', region: 'r1', config: row.config });
+      const decision = scheduler.pick({ model: 'llama', ...row.request }, T0);
+      const want = row.expect;
+      expect(decision.status).toBe(want.status);
+      expect(decision.rule).toBe(want.rule);
+      expect(decision.policy).toBe('cost');
+      if (want.pods) expect(decision.entries.map((e) => e.endpoint.pod)).toEqual(want.pods);
+      if (want.reasons) expect(decision.entries.map((e) => e.reason)).toEqual(want.reasons);
+      if (want.counts) expect(decision.counts).toMatchObject(want.counts);
+      if (want.penaltiesIgnored !== undefined) expect(decision.penaltiesIgnored).toBe(want.penaltiesIgnored);
+      const addresses = decision.entries.map((e) => e.address);
+      expect(new Set(addresses).size).toBe(addresses.length);
+      expect(decision.destination).toBe(addresses.join(','));
+    });
+  }
+});
+
+describe('cost policy: prefix affinity in milliseconds', () => {
+  const system = prompt(16_000, 's'); // ~4,000 tokens at 4 characters a token
+  it('sends a repeated long prompt back to its holder, even across zones when the saving beats the round trip', () => {
+    const pods = threeZones({ a1: { waiting: 0 }, a2: { waiting: 0 } });
+    const fleet = buildFleet(pods);
+    // zone b's EPP served this prompt on b0; zone a's EPP only knows what it sent itself, so teach
+    // zone a's index by sending the prompt there once while zone a is hot.
+    const hot = buildFleet(busy(pods, ['a'], 5));
+    const scheduler = new Scheduler({ fleet: hot, pool: POOL, zone: 'a', region: 'r1' });
+    const first = scheduler.pick({ model: 'llama', prompt: system + 'q1' }, T0);
+    expect(first.entries[0]?.endpoint.pod).toBe('b0');
+    scheduler.commit(first, T0);
+    // Now zone a is idle again (a new sample), but b0 holds 4,000 cached tokens: ~400 ms of prefill.
+    for (const p of pods) sample(hot, p, T0 + 50);
+    const again = scheduler.pick({ model: 'llama', prompt: system + 'q2' }, T0 + 60);
+    expect(again.entries[0]?.endpoint.pod).toBe('b0');
+    const cost = again.entries[0]?.cost as EntryCost;
+    expect(cost.cachedTokens).toBeGreaterThan(3900);
+    expect(cost.rttMs).toBe(1);
+    expect(cost.biasMs).toBe(8);
+    // Without a prefix the local zone wins.
+    const other = scheduler.pick({ model: 'llama', prompt: prompt(16_000, 'o') }, T0 + 60);
+    expect(other.entries[0]?.zone).toBe('a');
+    void fleet;
+  });
+});
+
+describe('cost policy: the decision explains itself', () => {
+  it('records every listed endpoint\'s cost components', () => {
+    const fleet = buildFleet(busy(threeZones(), ['a'], 5));
+    const scheduler = new Scheduler({ fleet, pool: POOL, zone: 'a', region: 'r1' });
+    const d = scheduler.pick({ model: 'llama', prompt: prompt(4000) }, T0);
+    for (const entry of d.entries) {
+      const cost = entry.cost as EntryCost;
+      const sum = cost.waitMs + cost.prefillMs + cost.loraMs + cost.rttMs + cost.biasMs + cost.uncertaintyMs;
+      expect(Math.abs(sum - cost.totalMs)).toBeLessThan(0.05);
+      expect(cost.prefillMs).toBeCloseTo(50, 0); // 1,000 tokens at 20,000 tokens/s
+    }
+    const local = d.entries.find((e) => e.zone === 'a')?.cost as EntryCost;
+    expect(local.waitMs).toBe(500);
+    expect(local.rttMs).toBe(0);
+    expect(local.biasMs).toBe(0);
+  });
+});
+
+describe('cost policy: what a queue is', () => {
+  it('requests caught between two steps are not a backlog: they wait one step, not a service time', () => {
+    // Every local pod shows one request waiting in its latest sample only; a step takes 2 ms.
+    const rates = { windowMs: 2000, promptTokensPerS: 5000, generationTokensPerS: 4000, requestsPerS: 20, itlMs: 2 };
+    const transient = threeZones().map((p) => (p.zone === 'a' ? { ...p, waiting: 1, backlogged: false, rates } : p));
+    const d = new Scheduler({ fleet: buildFleet(transient), pool: POOL, zone: 'a', region: 'r1' }).pick({ model: 'llama' }, T0);
+    expect(d.rule).toBe('local');
+    expect((d.entries[0]?.cost as EntryCost).waitMs).toBe(2);
+    // The same queue over two samples is a backlog: it drains at 20 requests/s, 50 ms each.
+    const backlog = threeZones().map((p) => (p.zone === 'a' ? { ...p, waiting: 1, rates } : p));
+    const spilled = new Scheduler({ fleet: buildFleet(backlog), pool: POOL, zone: 'a', region: 'r1' }).pick({ model: 'llama' }, T0);
+    expect(spilled.rule).toBe('spill');
+    expect((spilled.entries.find((e) => e.zone === 'a')?.cost as EntryCost).waitMs).toBe(50);
+  });
+
+  it('a full batch makes the next request wait even when the latest sample shows no queue', () => {
+    const pods = threeZones({ a0: { noMetrics: true }, a1: { ready: false }, a2: { ready: false } });
+    const fleet = buildFleet(pods);
+    const a0 = pods[0] as PodSpec;
+    // Backlogged at 8 running: the batch holds 8.
+    sample(fleet, { ...a0, waiting: 3, running: 8 }, T0 - 300);
+    sample(fleet, { ...a0, waiting: 2, running: 8 }, T0 - 200);
+    sample(fleet, { ...a0, waiting: 0, running: 7 }, T0 - 100);
+    const scheduler = new Scheduler({ fleet, pool: POOL, zone: 'a', region: 'r1', config: { crossZoneFallbacks: 0 } });
+    // 7 running: room for one.
+    const first = scheduler.pick({ model: 'llama' }, T0);
+    expect(first.entries[0]?.endpoint.pod).toBe('a0');
+    scheduler.commit(first, T0);
+    // Now 8: the next one waits for a completion (100 ms at the default rate): zone b is cheaper.
+    const second = scheduler.pick({ model: 'llama' }, T0 + 1);
+    expect(second.rule).toBe('spill');
+    expect((second.entries.find((e) => e.zone === 'a')?.cost as EntryCost).waitMs).toBeGreaterThanOrEqual(100);
+    // The request finishes: room again.
+    scheduler.release(first);
+    expect(scheduler.pick({ model: 'llama' }, T0 + 2).rule).toBe('local');
+  });
+
+  it('picks made just before weigh on the next pick, less as they age', () => {
+    const pods = [
+      { pod: 'a0', zone: 'a', address: '10.0.0.1:8000' },
+      { pod: 'a1', zone: 'a', address: '10.0.0.2:8000' },
+    ];
+    const fleet = buildFleet(pods);
+    const scheduler = new Scheduler({ fleet, pool: POOL, zone: 'a', region: 'r1', seed: 3 });
+    const d = scheduler.pick({ model: 'llama' }, T0);
+    scheduler.commit(d, T0);
+    const other = pods.find((p) => p.pod !== d.entries[0]?.endpoint.pod)?.pod;
+    // Right after, the other pod is cheaper; a typical prefill (500 tokens at 20,000/s = 25 ms) later, they tie again.
+    expect(scheduler.pick({ model: 'llama' }, T0 + 1).entries[0]?.endpoint.pod).toBe(other);
+    const picked = scheduler.pick({ model: 'llama' }, T0 + 1).entries.find((e) => e.endpoint.pod === d.entries[0]?.endpoint.pod);
+    expect((picked?.cost as EntryCost).waitMs).toBeCloseTo(25 * (1 - 1 / 50), 1);
+    const later = scheduler.pick({ model: 'llama' }, T0 + 60).entries.map((e) => (e.cost as EntryCost).waitMs);
+    expect(later).toEqual([0, 0]);
+  });
+});
+
+describe('cost policy: avoidable prefill', () => {
+  const system = prompt(16_000, 's'); // ~4,000 tokens
+  it('keeps a long prefix on its busy holder when recomputing it would stall another busy endpoint', () => {
+    const pods: PodSpec[] = [
+      { pod: 'h', zone: 'a', address: '10.0.0.1:8000', running: 30 },
+      { pod: 'n', zone: 'a', address: '10.0.0.2:8000', running: 30 },
+    ];
+    const fleet = buildFleet(pods);
+    const scheduler = new Scheduler({ fleet, pool: POOL, zone: 'a', region: 'r1', config: { crossZoneFallbacks: 0, subsetMode: 'strict' } });
+    const subset = ['10.0.0.1:8000'];
+    const seed = scheduler.pick({ model: 'llama', prompt: system + 'q0', subset }, T0);
+    scheduler.commit(seed, T0);
+    scheduler.release(seed);
+    // The holder now has a backlog of 2 (200 ms); the other pod none, but 30 running.
+    sample(fleet, { ...(pods[0] as PodSpec), waiting: 2 }, T0 + 10);
+    sample(fleet, { ...(pods[0] as PodSpec), waiting: 2 }, T0 + 20);
+    const d = scheduler.pick({ model: 'llama', prompt: system + 'q1' }, T0 + 30);
+    expect(d.entries[0]?.endpoint.pod).toBe('h');
+    const miss = d.entries.find((e) => e.endpoint.pod === 'n')?.cost as EntryCost;
+    // 4,000 avoidable tokens: 200 ms, plus 0.3 × 30 running × 200 ms.
+    expect(miss.prefillMs).toBeGreaterThan(1900);
+    // An idle endpoint may take the miss: nothing of its own is stalled by it.
+    sample(fleet, { ...(pods[1] as PodSpec), running: 0 }, T0 + 40);
+    const idle = scheduler.pick({ model: 'llama', prompt: system + 'q2' }, T0 + 50);
+    expect(idle.entries[0]?.endpoint.pod).toBe('n');
+  });
+
+  it('costs nothing extra for tokens no candidate has cached', () => {
+    const pods: PodSpec[] = [
+      { pod: 'x', zone: 'a', address: '10.0.0.1:8000', running: 40 },
+      { pod: 'y', zone: 'a', address: '10.0.0.2:8000', running: 0 },
+    ];
+    const d = new Scheduler({ fleet: buildFleet(pods), pool: POOL, zone: 'a' }).pick({ model: 'llama', prompt: prompt(4000) }, T0);
+    const costs = d.entries.map((e) => (e.cost as EntryCost).prefillMs);
+    expect(costs[0]).toBe(costs[1]);
+  });
+});
