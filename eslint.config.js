@@ -18,7 +18,7 @@ const SERVICES = workspaces('services');
  * packages and npm modules listed here, and no Node.js built-in module at all.
  */
 const PURE = {
-  events: { packages: [], modules: ['zod'] },
+  events: { packages: [], modules: ['zod', '@msgpack/msgpack'] },
   fleet: { packages: ['events'], modules: [] },
   // Never protocol: picking knows nothing of ext_proc.
   scheduler: { packages: ['events', 'fleet'], modules: ['zod'] },

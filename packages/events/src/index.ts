@@ -15,3 +15,23 @@ export { encodeEvent, decodeEvent, MAX_EVENT_BYTES } from './codec.js';
 export type { DecodeResult, DecodeError, DecodeErrorReason } from './codec.js';
 export { RateWindow, DEFAULT_RATES_WINDOW_MS } from './rates.js';
 export type { Counters, Moments, RateUpdate } from './rates.js';
+export {
+  KV_SUBJECT_ROOT,
+  KV_STORED,
+  KV_REMOVED,
+  KV_CLEARED,
+  MAX_KV_BATCH_BYTES,
+  MAX_KV_EVENTS,
+  MAX_KV_KEYS,
+  kvSubjectFor,
+  kvPoolFilter,
+  kvZoneFilter,
+  parseKvSubject,
+  kvKeySeed,
+  kvBlockKey,
+  kvBlockKeys,
+  kvBatchSchema,
+  encodeKvBatch,
+  decodeKvBatch,
+} from './kv.js';
+export type { KvSubjectParts, KvBatch, KvEvent, KvDecodeResult } from './kv.js';
