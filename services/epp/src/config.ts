@@ -7,6 +7,7 @@ import { connectionOptions, NatsOptionsError, natsFlags, natsSettingsFromValues,
 import { DEFAULT_MAX_CLOCK_SKEW_MS, DEFAULT_MAX_PODS_PER_ZONE } from '@spillway/fleet';
 import { schedulerConfigSchema, type SchedulerConfig } from '@spillway/scheduler';
 import type { ModelRewriteRule } from '@spillway/protocol';
+import { sharedStateConfigSchema, type SharedStateConfig } from './shared-state/config.js';
 
 /**
  * spillway-epp's configuration: flags (DESIGN §6) over `SPILLWAY_<FLAG>` environment variables
@@ -44,6 +45,7 @@ export const eppFlags = {
   requestTimeoutMs: { description: 'a request whose body is not complete by then ends the stream', schema: durationMs().default(60_000), placeholder: 'MS' },
   maxBodyBytes: { description: 'largest request body accepted (413 above)', schema: positiveInt().default(8 * 1024 * 1024), placeholder: 'BYTES' },
   maxBufferedBodyBytes: { description: 'request-body bytes all open streams may hold together; a body that needs more gets 503', schema: positiveInt().default(512 * 1024 * 1024), placeholder: 'BYTES' },
+  shareState: { description: "share picks in flight, prefix placements and penalties with the pool's other EPPs over NATS (on unless false; the config file's sharedState holds its settings)", schema: z.union([z.boolean(), z.enum(['true', 'false']).transform((v) => v === 'true')]).optional(), placeholder: 'true|false' },
   logLevel: { description: 'pino log level (debug logs one line per decision)', schema: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'), placeholder: 'LEVEL' },
 } satisfies FlagSpecs;
 
@@ -60,6 +62,7 @@ export const eppConfigFileSchema = schedulerConfigSchema
   .omit({ maxEndpoints: true, subsetMode: true, policy: true })
   .extend({
     modelRewrites: z.array(modelRewriteSchema).default([]),
+    sharedState: sharedStateConfigSchema.prefault({}),
     ...flagFields,
   })
   .superRefine((value, ctx) => {
@@ -77,6 +80,8 @@ export interface EppConfig {
   nats: NatsSettings;
   scheduler: SchedulerConfig;
   modelRewrites: ModelRewriteRule[];
+  /** The channel to the pool's other EPPs; `enabled` is `--share-state` when given. */
+  sharedState: SharedStateConfig;
   /** Server TLS material, read and checked while parsing (a missing file is a usage error). */
   tls: ServerTls | undefined;
   /** Settings that were accepted but deserve a line in the log at start (deprecated flags). */
@@ -136,7 +141,7 @@ export function loadEppConfig(argv: readonly string[], env: NodeJS.ProcessEnv): 
   if (flags.viewStaleLimitMs !== undefined) {
     warnings.push('--view-stale-limit-ms is deprecated and ignored: readiness stays SERVING while NATS is unreachable');
   }
-  const { modelRewrites, ...rest } = file;
+  const { modelRewrites, sharedState, ...rest } = file;
   const schedulerInput: Record<string, unknown> = {};
   for (const key of Object.keys(schedulerConfigSchema.shape)) {
     if (key in rest) schedulerInput[key] = (rest as Record<string, unknown>)[key];
@@ -149,7 +154,7 @@ export function loadEppConfig(argv: readonly string[], env: NodeJS.ProcessEnv): 
     const issue = scheduler.error.issues[0];
     throw new CliError(`${path ?? 'config'}: ${issue?.path.join('.') ?? ''}: ${issue?.message ?? 'invalid'}`);
   }
-  return { flags, nats, scheduler: scheduler.data, modelRewrites, tls, warnings };
+  return { flags, nats, scheduler: scheduler.data, modelRewrites, sharedState: { ...sharedState, enabled: flags.shareState ?? sharedState.enabled }, tls, warnings };
 }
 
 function readFlagFile(flag: string, path: string): Buffer {

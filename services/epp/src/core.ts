@@ -9,6 +9,7 @@ import { DeadlineSweeper } from './deadlines.js';
 import { DecisionLog } from './decision-log.js';
 import { LabelCache } from './label-cache.js';
 import { capLabel, ModelLabels } from './model-labels.js';
+import { StateOutbox } from './shared-state/outbox.js';
 
 /** One target model's batched metric children. */
 interface ModelCounts {
@@ -30,6 +31,8 @@ export class EppCore {
   readonly fleet: Fleet;
   readonly scheduler: Scheduler;
   readonly rewriter: ModelRewriter | undefined;
+  /** This EPP's entries for the pool's other EPPs (picks, releases, penalties); undefined when sharing is off. */
+  readonly outbox: StateOutbox | undefined;
   readonly limits: EppLimits;
   readonly deadlines: DeadlineSweeper;
   /** The last decisions, for `GET /debug/decisions`. */
@@ -56,6 +59,8 @@ export class EppCore {
     readonly now: () => number = Date.now,
   ) {
     this.fleet = new Fleet({ staleAfterMs: config.flags.metricsStaleMs, maxClockSkewMs: config.flags.maxClockSkewMs, maxPodsPerZone: config.flags.maxPodsPerZone });
+    const sharing = config.sharedState;
+    this.outbox = sharing.enabled ? new StateOutbox(sharing) : undefined;
     this.scheduler = new Scheduler({
       fleet: this.fleet,
       pool: config.flags.pool,
@@ -63,6 +68,7 @@ export class EppCore {
       region: config.flags.region,
       config: config.scheduler,
       seed: (Date.now() ^ process.pid) >>> 0,
+      shared: { outbox: this.outbox, remoteEntryTtlMs: sharing.remoteEntryTtlMs, peerTimeoutMs: sharing.peerTimeoutMs, maxPeers: sharing.maxPeers },
     });
     this.rewriter = config.modelRewrites.length > 0 ? compileModelRewrites(config.modelRewrites) : undefined;
     this.modelLabels = new ModelLabels(config.modelRewrites, config.flags.metricModels);
@@ -148,7 +154,7 @@ export class EppCore {
   }
 
   release(decision: Decision, model: string): void {
-    this.scheduler.release(decision);
+    this.scheduler.release(decision, this.now());
     this.modelCounts(this.modelLabels.of(model)).running.dec();
   }
 
