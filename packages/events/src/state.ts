@@ -137,6 +137,11 @@ export const stateBatchSchema = z.object({
   entries: z.array(z.union([pickEntry, releaseEntry, penaltyEntry, placementEntry])).max(MAX_STATE_ENTRIES),
   /** Present on warm-start replies only: `last` is the responder's final part. */
   snapshot: z.object({ last: z.boolean() }).optional(),
+  /**
+   * On a sync request only: what the requester wants. `all` (the default): a starting EPP's warm
+   * start. `in-flight`: requests in flight and penalties, no prefix placements (the operator's view).
+   */
+  want: z.enum(['all', 'in-flight']).optional(),
 });
 
 export type StateBatch = z.infer<typeof stateBatchSchema>;

@@ -304,16 +304,17 @@ export class SharedState {
   /**
    * What a starting peer needs (warm start): this EPP's own requests in flight (not its peers':
    * each peer answers for its own), every prefix placement it knows (its own and learnt ones), and
-   * the penalties in force. Times are this EPP's clock, for a batch sent at `now`.
+   * the penalties in force. Times are this EPP's clock, for a batch sent at `now`. Without
+   * `placements`, the prefix placements are left out (an operator's view of what is in flight).
    */
-  snapshot(now: number): StateEntry[] {
+  snapshot(now: number, placements = true): StateEntry[] {
     const entries: StateEntry[] = [];
     for (const [id, record] of this.own) {
       const endpoint = record.chargedTo;
       if (endpoint === undefined) continue;
       entries.push([STATE_PICK, id, endpoint.zone, endpoint.pod, record.chargedAt, NO_HASHES as number[]]);
     }
-    for (const [endpoint, blocks] of this.index.placements()) {
+    for (const [endpoint, blocks] of placements ? this.index.placements() : []) {
       if (endpoint.deleted) continue;
       let slice: number[] = [];
       for (const hash of blocks) {

@@ -223,6 +223,9 @@ describe('warm start', () => {
     const snapshot = one.scheduler.shared.snapshot(T0 + 10);
     expect(snapshot.filter((e) => e[0] === 1)).toHaveLength(3);
     expect(snapshot.filter((e) => e[0] === 3)).toEqual([[3, 'a', 'a0', T0 + 3 + 5000]]);
+    expect(snapshot.some((e) => e[0] === 4)).toBe(true);
+    // The operator's view: in flight and penalties, no placements.
+    expect(one.scheduler.shared.snapshot(T0 + 10, false).map((e) => e[0]).sort()).toEqual([1, 1, 1, 3]);
 
     for (let seed = 1; seed <= 8; seed++) {
       const fresh = new Epp('epp-3', buildFleet(twoLocal), 'a', seed);

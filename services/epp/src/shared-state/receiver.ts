@@ -116,12 +116,19 @@ export class SyncResponder {
   private onRequest(msg: Msg): void {
     const from = parseStateSubject(msg.subject);
     if (from === undefined || !from.sync || from.epp === this.self.epp || msg.reply === undefined) return;
+    // The request is a batch with no entries from the subject's EPP; `want: in-flight` (the operator's view) skips the placements.
+    const request = decodeStateBatch(msg.data, from);
+    if (!request.ok) {
+      this.counters.reject(request.reason);
+      return;
+    }
     if (!this.take()) {
       this.counters.syncThrottled++;
       return;
     }
     const now = this.now();
-    const parts = snapshotParts(this.shared.snapshot(now), this.limits.maxBytes);
+    const placements = request.batch.want !== 'in-flight';
+    const parts = snapshotParts(this.shared.snapshot(now, placements), this.limits.maxBytes);
     try {
       parts.forEach((entries, i) => {
         const batch: StateBatch = {
