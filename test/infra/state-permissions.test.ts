@@ -85,7 +85,7 @@ describe("a zone's EPP user and the shared-state subjects", () => {
     const errorsA = permissionErrors(eppA);
     const eppB = await open('zone-b', 'epp');
     const received: string[] = [];
-    eppB.subscribe('spillway.state.>', { callback: (_e, msg) => received.push(msg.subject) });
+    eppB.subscribe('spillway.state.>', { callback: (_e, msg) => void received.push(msg.subject) });
     await eppB.flush();
 
     // Its own zone: allowed, and it crosses the leaf links to zone-b's server.
