@@ -1,4 +1,4 @@
-import { decode, encode } from '@msgpack/msgpack';
+import { Decoder, encode } from '@msgpack/msgpack';
 import { z } from 'zod';
 import { escapeToken, unescapeToken } from './token.js';
 
@@ -154,6 +154,9 @@ export type StatePlacementEntry = z.infer<typeof placementEntry>;
 export type StateDecodeReason = 'oversized' | 'not-msgpack' | 'invalid' | 'too-many-hashes' | 'subject-mismatch';
 export type StateDecodeResult = { ok: true; batch: StateBatch } | { ok: false; reason: StateDecodeReason; detail: string };
 
+/** One decoder for every batch (decoding is synchronous): cheaper than a new one per call. */
+const decoder = new Decoder({ maxStrLength: 1024, maxArrayLength: MAX_STATE_ENTRY_HASHES, maxMapLength: 16, maxBinLength: 0, maxExtLength: 0 });
+
 export function encodeStateBatch(batch: StateBatch): Uint8Array {
   return encode(batch);
 }
@@ -177,7 +180,7 @@ export function decodeStateBatch(data: Uint8Array, from?: StateSubjectParts): St
   if (data.byteLength > MAX_STATE_BATCH_BYTES) return { ok: false, reason: 'oversized', detail: `${data.byteLength} bytes, limit ${MAX_STATE_BATCH_BYTES}` };
   let raw: unknown;
   try {
-    raw = decode(data, { maxStrLength: 1024, maxArrayLength: MAX_STATE_ENTRY_HASHES, maxMapLength: 16, maxBinLength: 0, maxExtLength: 0 });
+    raw = decoder.decode(data);
   } catch (error) {
     return { ok: false, reason: 'not-msgpack', detail: error instanceof Error ? error.message : String(error) };
   }

@@ -107,6 +107,10 @@ describe('state batches', () => {
       [1, 2, 3],
     ];
     for (const value of invalid) expect(decodeStateBatch(encode(value), FROM)).toMatchObject({ ok: false, reason: 'invalid' });
+    // Truncated input mid-array, then a good batch: the shared decoder starts afresh each time.
+    const good = encodeStateBatch(batch());
+    expect(decodeStateBatch(good.subarray(0, good.length - 5), FROM)).toMatchObject({ ok: false, reason: 'not-msgpack' });
+    expect(decodeStateBatch(good, FROM)).toEqual({ ok: true, batch: batch() });
   });
 
   it('bounds: bytes, hashes per entry and per batch', () => {
