@@ -35,6 +35,11 @@ export interface SharedStateOptions {
   readonly maxPeers?: number;
   /** Most in-flight entries tracked per peer (default 65,536); further picks are ignored. */
   readonly maxEntriesPerPeer?: number;
+  /**
+   * Most in-flight entries tracked over all peers (default 262,144, about 40 MB): with `maxPeers`
+   * and `maxEntriesPerPeer` alone, many hostile peers could make an EPP hold millions.
+   */
+  readonly maxRemoteEntries?: number;
   /** A remote penalty lasts at most this long from when it arrived (default 60 s). */
   readonly maxPenaltyMs?: number;
 }
@@ -99,6 +104,9 @@ export class SharedState {
   readonly peerTimeoutMs: number;
   private readonly maxPeers: number;
   private readonly maxEntriesPerPeer: number;
+  private readonly maxRemoteEntries: number;
+  /** In-flight entries over all peers. */
+  private remoteEntries = 0;
   private readonly maxPenaltyMs: number;
   private readonly peers = new Map<string, Peer>();
   /** This EPP's committed requests not yet released, by id (for warm-start snapshots). */
@@ -121,6 +129,7 @@ export class SharedState {
     this.peerTimeoutMs = options.peerTimeoutMs ?? 5_000;
     this.maxPeers = options.maxPeers ?? 256;
     this.maxEntriesPerPeer = options.maxEntriesPerPeer ?? 65_536;
+    this.maxRemoteEntries = options.maxRemoteEntries ?? 262_144;
     this.maxPenaltyMs = options.maxPenaltyMs ?? 60_000;
   }
 
@@ -195,16 +204,16 @@ export class SharedState {
           const previous = peer.entries.get(entry[1]);
           if (previous !== undefined) {
             // The same request again: its charge moved (a release came first) or a snapshot repeats it.
-            peer.entries.delete(entry[1]);
-            this.fleet.forgetPick(previous.endpoint, previous.pickedAt);
+            this.drop(peer, entry[1], previous);
           }
-          if (endpoint === undefined || peer.entries.size >= this.maxEntriesPerPeer) {
+          if (endpoint === undefined || peer.entries.size >= this.maxEntriesPerPeer || this.remoteEntries >= this.maxRemoteEntries) {
             ignored++;
             break;
           }
           const pickedAt = local(entry[4]);
           this.fleet.recordPickAt(endpoint, pickedAt);
           peer.entries.set(entry[1], { endpoint, pickedAt, expiresAt: receivedAt + maxAge });
+          this.remoteEntries++;
           if (entry[5].length > 0) this.learn(endpoint, entry[5]);
           break;
         }
@@ -215,6 +224,7 @@ export class SharedState {
             break;
           }
           peer.entries.delete(entry[1]);
+          this.remoteEntries--;
           this.fleet.releasePick(held.endpoint, held.pickedAt, local(entry[2]));
           break;
         }
@@ -256,16 +266,13 @@ export class SharedState {
     let peerEntriesForgotten = 0;
     for (const [epp, peer] of this.peers) {
       if (now - peer.lastSeenAt > this.peerTimeoutMs) {
-        for (const entry of peer.entries.values()) this.fleet.forgetPick(entry.endpoint, entry.pickedAt);
-        peerEntriesForgotten += peer.entries.size;
-        this.peers.delete(epp);
+        peerEntriesForgotten += this.forgetPeer(epp);
         peersForgotten++;
         continue;
       }
       for (const [id, entry] of peer.entries) {
         if (entry.expiresAt > now) break;
-        peer.entries.delete(id);
-        this.fleet.forgetPick(entry.endpoint, entry.pickedAt);
+        this.drop(peer, id, entry);
         expired++;
       }
     }
@@ -277,8 +284,16 @@ export class SharedState {
     const peer = this.peers.get(epp);
     if (peer === undefined) return 0;
     for (const entry of peer.entries.values()) this.fleet.forgetPick(entry.endpoint, entry.pickedAt);
+    this.remoteEntries -= peer.entries.size;
     this.peers.delete(epp);
     return peer.entries.size;
+  }
+
+  /** Forgets one in-flight entry of a peer without saying the request finished. */
+  private drop(peer: Peer, id: number, entry: RemoteEntry): void {
+    peer.entries.delete(id);
+    this.remoteEntries--;
+    this.fleet.forgetPick(entry.endpoint, entry.pickedAt);
   }
 
   get peerCount(): number {
@@ -291,9 +306,7 @@ export class SharedState {
 
   /** Remote in-flight entries over all peers. */
   get remoteInFlight(): number {
-    let n = 0;
-    for (const peer of this.peers.values()) n += peer.entries.size;
-    return n;
+    return this.remoteEntries;
   }
 
   /** This EPP's committed, unreleased requests. */

@@ -157,6 +157,20 @@ describe('what a batch may say', () => {
     expect([a0?.inFlight, a1?.inFlight]).toEqual([1, 0]);
   });
 
+  it('in-flight entries are bounded over all peers too; forgetting and expiry give the room back', () => {
+    const two = new Epp('epp-2', buildFleet(twoLocal), 'a', 1, { maxRemoteEntries: 3, remoteEntryTtlMs: 100 });
+    const picks = (epp: string, ids: number[]): StateBatch => ({ v: 1, pool: POOL, zone: 'a', epp, seq: 1, sentAt: T0, entries: ids.map((id): StateEntry => [1, id, 'a', 'a0', T0, []]) });
+    expect(two.scheduler.shared.apply(picks('p1', [1, 2]), T0).ignored).toBe(0);
+    expect(two.scheduler.shared.apply(picks('p2', [1, 2]), T0).ignored).toBe(1);
+    expect(two.scheduler.shared.remoteInFlight).toBe(3);
+    expect(two.scheduler.shared.forgetPeer('p1')).toBe(2);
+    expect(two.scheduler.shared.remoteInFlight).toBe(1);
+    expect(two.scheduler.shared.apply({ ...picks('p2', [3, 4]), seq: 2 }, T0 + 10).ignored).toBe(0);
+    expect(two.scheduler.shared.expire(T0 + 100)).toMatchObject({ expired: 1 });
+    expect(two.scheduler.shared.remoteInFlight).toBe(2);
+    expect(pods(two.fleet, 'a0')[0]?.inFlight).toBe(2);
+  });
+
   it("translates the origin's clock by the batch's send time: an hour of skew changes nothing", () => {
     const two = new Epp('epp-2', buildFleet(twoLocal));
     const skew = 3_600_000;

@@ -44,8 +44,10 @@ export class StatePublisher {
   flush(): void {
     const entries = this.outbox.take();
     if (!this.connected || this.nc.isClosed()) {
-      // Entries sent after a reconnect would be old news; the peers' samples have moved on.
+      // Entries sent after a reconnect would be old news; the peers' samples have moved on. The
+      // sequence number moves on all the same, so the peers count the batch as missed.
       this.counters.dropped['not-connected'] += entries.length;
+      if (entries.length > 0) this.seq++;
       return;
     }
     const max = Math.min(MAX_STATE_BATCH_BYTES, this.nc.info?.max_payload ?? MAX_STATE_BATCH_BYTES);
@@ -73,14 +75,17 @@ export class StatePublisher {
     const batch: StateBatch = { v: 1, pool: this.origin.pool, zone: this.origin.zone, epp: this.origin.epp, seq: this.seq + 1, sentAt: this.now(), entries };
     const data = encodeStateBatch(batch);
     if (data.byteLength > maxBytes) {
-      // One entry alone past the bound (a prompt of tens of thousands of blocks): not sent.
+      // One entry alone past the bound (a prompt of tens of thousands of blocks): not sent, and
+      // counted by the peers as a missed batch.
       this.counters.dropped.oversized += entries.length;
+      this.seq = batch.seq;
       return;
     }
     try {
       this.nc.publish(this.subject, data);
     } catch {
       this.counters.dropped['publish-failed'] += entries.length;
+      this.seq = batch.seq;
       return;
     }
     this.seq = batch.seq;
