@@ -3,7 +3,7 @@ import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { DeliverPolicy, jetstream, jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
 import type { NatsConnection } from '@nats-io/nats-core';
-import { connectNats, ensureStream, EventPublisher, startReader, type EventSink } from '@spillway/bus';
+import { connectNats, ensureStream, EventPublisher, startReader, type ReaderSink } from '@spillway/bus';
 import { poolFilter, type MetricsEvent, type ReadinessEvent } from '@spillway/events';
 import { Fleet } from '@spillway/fleet';
 import { startNatsServer } from '@spillway/testkit';
@@ -200,7 +200,7 @@ async function lag(nc: NatsConnection, url: string, pool: string, pods: number, 
     };
   } else {
     const fleet = new Fleet();
-    const sink: EventSink = {
+    const sink: ReaderSink = {
       apply(event, receivedAt) {
         lags.push(Date.now() - event.observedAt);
         return fleet.apply(event, receivedAt);

@@ -18,19 +18,20 @@ import { isSinkRefusal, RejectLog, type RejectReason } from './rejects.js';
 import { DEFAULT_STREAM } from './stream.js';
 
 /**
- * Where events go. The bus knows nothing else about the view (DESIGN §8); `Fleet` fits as is.
+ * Where a reader's events go: the view. The bus knows nothing else about it; `Fleet` fits as is.
+ * (Not to be confused with the collector's EventSink, where the collector's events go out.)
  * `receivedAt` is ms on the reader's clock (see EventReader for which clock when). `apply` may
  * return `'future'` or `'over-capacity'` to say it refused the event (the Fleet does): the reader
  * then logs it (rate-limited) and counts it by reason; the sink counts it itself.
  */
-export interface EventSink {
+export interface ReaderSink {
   apply(event: SpillwayEvent, receivedAt: number): unknown;
   recordRejected(): void;
 }
 
 export interface ReaderOptions {
   pool: string;
-  sink: EventSink;
+  sink: ReaderSink;
   stream?: string;
   logger?: Logger;
   /** The reader's clock (ms); injectable for tests. */

@@ -13,12 +13,12 @@ import { z } from 'zod';
 
 export const DEFAULT_STREAM = 'SPILLWAY';
 
-/** Stream settings with the DESIGN §3 defaults for one NATS server. */
+/** A JetStream stream name: the one schema of every `--stream` flag and stream setting. */
+export const streamNameSchema = z.string().regex(/^[A-Za-z0-9_-]{1,255}$/, 'stream names are letters, digits, _ and -');
+
+/** Stream settings with the defaults for one NATS server (docs/events.md, "Streams"). */
 export const streamSettingsSchema = z.object({
-  name: z
-    .string()
-    .regex(/^[A-Za-z0-9_-]{1,255}$/, 'stream names are letters, digits, _ and -')
-    .default(DEFAULT_STREAM),
+  name: streamNameSchema.default(DEFAULT_STREAM),
   subjects: z.array(z.string().min(1)).min(1).default([ALL_SUBJECTS]),
   maxMsgsPerSubject: z.number().int().min(1).default(1),
   maxAgeMs: z.number().int().min(0).default(24 * 60 * 60 * 1000),

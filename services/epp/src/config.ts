@@ -3,7 +3,7 @@ import { X509Certificate } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { createSecureContext } from 'node:tls';
 import { CliError, commaList, durationMs, logLevel, parseCommandLine, port, positiveInt, readConfigFile, renderHelp, type FlagSpecs } from '@spillway/cli';
-import { connectionOptions, NatsOptionsError, natsFlags, natsSettingsFromValues, type NatsSettings } from '@spillway/bus';
+import { connectionOptions, DEFAULT_STREAM, NatsOptionsError, natsFlags, natsSettingsFromValues, streamNameSchema, type NatsSettings } from '@spillway/bus';
 import { DEFAULT_MAX_CLOCK_SKEW_MS, DEFAULT_MAX_PODS_PER_ZONE } from '@spillway/fleet';
 import { schedulerConfigSchema, type SchedulerConfig } from '@spillway/scheduler';
 import type { ModelRewriteRule } from '@spillway/protocol';
@@ -22,7 +22,7 @@ export const eppFlags = {
   zone: { description: "this EPP's zone: the local zone for picking", schema: z.string().min(1), placeholder: 'ZONE' },
   region: { description: "this EPP's region: same-region zones are preferred when spilling", schema: optionalString, placeholder: 'REGION' },
   ...natsFlags,
-  stream: { description: 'JetStream stream to replay (a zone aggregate in multi-zone NATS)', schema: z.string().min(1).default('SPILLWAY'), placeholder: 'NAME' },
+  stream: { description: 'JetStream stream to replay (a zone aggregate in multi-zone NATS)', schema: streamNameSchema.default(DEFAULT_STREAM), placeholder: 'NAME' },
   ensureStream: { description: 'create the stream when it is missing, at start or deleted later (turn off when the stream is managed elsewhere)', schema: booleanValue(true), placeholder: 'true|false' },
   host: { description: 'address the gRPC (ext_proc), health and metrics servers bind to; plaintext ext_proc off loopback is warned about', schema: z.string().min(1).default('0.0.0.0'), placeholder: 'ADDR' },
   grpcPort: { description: 'ext_proc gRPC port (also serves gRPC health)', schema: port(9002), placeholder: 'N' },
