@@ -74,7 +74,7 @@ export function streamConfigFor(settings: StreamSettings): Partial<StreamConfig>
 }
 
 /**
- * Makes sure the event stream exists (DESIGN §3: whoever starts first creates it). An existing
+ * Makes sure the event stream exists (docs/events.md: whoever starts first creates it). An existing
  * stream is never changed destructively: differing limits, storage or retention are reported, not
  * fixed, because another team may have tuned them on purpose and changing storage would lose data.
  * The one change made is adding a missing subject, which is purely additive (it only makes the
@@ -115,8 +115,9 @@ async function reconcile(jsm: JetStreamManager, settings: StreamSettings, info: 
   const config = info.config;
   const differences = compare(settings, config);
   const have = config.subjects ?? [];
-  // A stream fed by sources (a zone's aggregate, nats.md §4) must not capture subjects itself:
-  // it would also take live traffic routed over leaf nodes. Leave its (empty) subjects alone.
+  // A stream fed by sources (a zone's aggregate, docs/events.md "Topologies") must not capture
+  // subjects itself: it would also take live traffic routed over leaf nodes. Leave its (empty)
+  // subjects alone.
   const sourced = (config.sources?.length ?? 0) > 0 || config.mirror !== undefined;
   const required = settings.requiredSubjects ?? settings.subjects;
   const missing = sourced ? [] : required.filter((s) => !have.some((h) => subjectCovers(h, s)));

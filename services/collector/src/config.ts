@@ -6,7 +6,7 @@ import { DEFAULT_SCRAPE_LIMITS, type ScrapeLimits } from './budget.js';
 import { DEFAULT_RATES_WINDOW_MS } from '@spillway/events';
 
 /**
- * The collector's flags (DESIGN §6), for `@spillway/cli`: each is also `SPILLWAY_<FLAG>` (upper
+ * The collector's flags (docs/flags.md), for `@spillway/cli`: each is also `SPILLWAY_<FLAG>` (upper
  * case, dashes as underscores) and a flag on the command line wins. Values are validated with zod
  * and a bad one is reported by the flag's name.
  */

@@ -20,7 +20,7 @@ function flagError(argv: string[], env: Record<string, string> = {}): CliError {
 }
 
 describe('flags', () => {
-  it('defaults per DESIGN §6 and the brief', () => {
+  it('defaults per docs/flags.md and --help', () => {
     const parsed = parseCollectorArgs(base, {});
     if (parsed.help) throw new Error('help');
     expect(parsed.config).toMatchObject({

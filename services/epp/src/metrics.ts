@@ -6,7 +6,7 @@ import { BUILD } from './build-info.js';
  * Gateway API Inference Extension's), the name and labels are the reference's so existing
  * dashboards keep working; Spillway's own zone-aware figures use the `spillway_` prefix.
  */
-export type Outcome = 'routed' | '400' | '404' | '429' | '500' | '503';
+export type Outcome = 'routed' | '400' | '404' | '413' | '429' | '500' | '503';
 
 /** The reference EPP's input-token buckets (powers of two from 8 to 2^20). */
 const TOKEN_BUCKETS = [1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144, 524288, 1048576];

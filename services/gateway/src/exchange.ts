@@ -1,5 +1,5 @@
 // One client request, end to end, as Envoy's ext_proc filter plus the override_host policy
-// handle it (envoy.md §2.3, §3.2):
+// handle it (docs/protocol.md, infra/envoy/README.md):
 //   request headers + body chunks -> EPP (full duplex) -> headers response (destination) and the
 //   EPP's body -> try the listed endpoints in order -> response headers + body chunks -> EPP ->
 //   its echoed body -> client.
