@@ -170,7 +170,7 @@ describe('metrics after traffic', () => {
     const { version } = (await import('../package.json', { with: { type: 'json' } })).default as { version: string };
     const info = (await scrape()).find((s) => s.name === 'inference_extension_info');
     expect(info?.labels['build_ref']).toBe(`v${version}`);
-    expect(info?.labels['commit']).toBe('unknown');
+    expect(info?.labels['commit']).toMatch(/^(unknown|[0-9a-f]{7,40})$/);
   });
 
   it('logs no line per request at info, and one activity summary per period', async () => {
