@@ -22,7 +22,7 @@ const PURE = {
   fleet: { packages: ['events'], modules: [] },
   // Never protocol: picking knows nothing of ext_proc.
   scheduler: { packages: ['events', 'fleet'], modules: ['zod'] },
-  protocol: { packages: ['events'], modules: ['@bufbuild/protobuf'] },
+  protocol: { packages: ['events'], modules: ['@bufbuild/protobuf', 'zod'] },
   engine: { packages: [], modules: [] },
 };
 

@@ -3,14 +3,14 @@ import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { DeliverPolicy, jetstream, jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
 import type { NatsConnection } from '@nats-io/nats-core';
-import { connectNats, ensureStream, EventPublisher, startReader, type EventSink } from '@spillway/bus';
+import { connectNats, ensureStream, EventPublisher, startReader, type ReaderSink } from '@spillway/bus';
 import { poolFilter, type MetricsEvent, type ReadinessEvent } from '@spillway/events';
 import { Fleet } from '@spillway/fleet';
 import { startNatsServer } from '@spillway/testkit';
 import { markdownTable, percentile, type BenchContext, type BenchPart } from './part.js';
 
 /**
- * Event ingestion (DESIGN §3, §7): replay of a pool into a Fleet through @spillway/bus, live
+ * Event ingestion (docs/events.md): replay of a pool into a Fleet through @spillway/bus, live
  * ingestion rate and event-to-visible lag, each next to a raw ordered consumer over the same
  * stream in the same run (consume and count, no decoding), plus the memory of a 10,000-pod Fleet.
  * Live traffic comes from a child process publishing core NATS, so the publisher does not share
@@ -200,7 +200,7 @@ async function lag(nc: NatsConnection, url: string, pool: string, pods: number, 
     };
   } else {
     const fleet = new Fleet();
-    const sink: EventSink = {
+    const sink: ReaderSink = {
       apply(event, receivedAt) {
         lags.push(Date.now() - event.observedAt);
         return fleet.apply(event, receivedAt);
@@ -297,7 +297,7 @@ async function run(context: BenchContext): Promise<string> {
     return [
       `## ${events.title}`,
       '',
-      'One private nats-server 2.9 (file storage), stream `SPILLWAY` with the DESIGN §3 defaults. The',
+      'One private nats-server 2.9 (file storage), stream `SPILLWAY` with the defaults of docs/events.md. The',
       'baseline is an ordered consumer (`last_per_subject` for replay, `new` for live) that counts',
       'messages without decoding; the reader decodes each one with zod (`decodeEvent`) and applies it',
       'to a `Fleet`. Live traffic is published with core NATS by a child process; the stream keeps one',

@@ -1,7 +1,7 @@
 /**
  * `npm start` end to end: the demo launcher as a child process, as a user runs it. One bounded run
  * (`--duration 20`) plays the whole scenario on real processes; the checks are on what it prints
- * and on what it leaves behind. Needs nats-server on PATH or NATS_URL (DESIGN §7).
+ * and on what it leaves behind. Needs nats-server on PATH or NATS_URL (README, Quick start).
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';

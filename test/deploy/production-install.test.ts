@@ -81,11 +81,12 @@ describe('production install (npm ci, npm prune --omit=dev)', () => {
     workspaces = workspacesOf(copy);
   }, INSTALL_TIMEOUT_MS * 2);
 
+  // Removing a full install (node_modules included) can take over 30 s on a busy disk.
   afterAll(async () => {
     epp?.kill('SIGKILL');
     await nats?.stop();
     if (copy) rmSync(copy, { recursive: true, force: true });
-  });
+  }, 5 * 60_000);
 
   it('drops the dev dependencies and keeps the built workspaces', () => {
     for (const dev of ['typescript', 'vitest', 'eslint', 'tsx', 'kubernetes-models']) expect(existsSync(join(copy, 'node_modules', dev)), dev).toBe(false);

@@ -4,12 +4,12 @@ export { connectNats, connectNatsWithRetry, connectionOptions } from './connect.
 export type { RetryingConnectOptions } from './connect.js';
 export { ConnectionTracker } from './connection-state.js';
 export type { ConnectionState, ConnectionStatus } from './connection-state.js';
-export { ensureStream, findStream, streamSettingsSchema, streamConfigFor, describeDifferences, subjectCovers, DEFAULT_STREAM } from './stream.js';
+export { ensureStream, findStream, streamNameSchema, streamSettingsSchema, streamConfigFor, describeDifferences, subjectCovers, DEFAULT_STREAM } from './stream.js';
 export type { StreamSettings, StreamSettingsInput, EnsureStreamResult, StreamDifference } from './stream.js';
 export { EventPublisher, readinessMsgId } from './publisher.js';
 export type { PublisherOptions, PublisherCounters, ReadinessAck } from './publisher.js';
 export { EventReader, startReader } from './reader.js';
-export type { EventSink, ReaderOptions, ReaderStatus } from './reader.js';
+export type { ReaderSink, ReaderOptions, ReaderStatus } from './reader.js';
 export type { RejectReason, SinkRefusal } from './rejects.js';
 export type { Logger } from './logger.js';
 export {

@@ -63,7 +63,7 @@ export const natsSettingsSchema = z
       .optional(),
     /** Delay between reconnect attempts; short, so an EPP's view is stale for as little as possible. */
     reconnectTimeWaitMs: z.number().int().min(10).max(60_000).default(500),
-    /** A dead server is noticed after pingInterval × maxPingOut (DESIGN default 120 s × 2 is far too slow). */
+    /** A dead server is noticed after pingInterval × maxPingOut (nats.js's default 120 s × 2 is far too slow). */
     pingIntervalMs: z.number().int().min(100).max(600_000).default(10_000),
     maxPingOut: z.number().int().min(1).max(100).default(3),
   })

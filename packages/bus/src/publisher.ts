@@ -33,7 +33,7 @@ export interface ReadinessAck {
 }
 
 /**
- * Publishes v1 events (DESIGN §3): readiness acked by the stream with a deterministic
+ * Publishes v1 events (docs/events.md): readiness acked by the stream with a deterministic
  * `Nats-Msg-Id`, so a retry after a lost ack is deduplicated; metric samples as core publishes
  * into the same subjects, captured by the stream with no ack awaited (they are superseded every
  * sample interval, so an ack per sample would cost a round trip for nothing).

@@ -18,24 +18,25 @@ import { isSinkRefusal, RejectLog, type RejectReason } from './rejects.js';
 import { DEFAULT_STREAM } from './stream.js';
 
 /**
- * Where events go. The bus knows nothing else about the view (DESIGN §8); `Fleet` fits as is.
+ * Where a reader's events go: the view. The bus knows nothing else about it; `Fleet` fits as is.
+ * (Not to be confused with the collector's EventSink, where the collector's events go out.)
  * `receivedAt` is ms on the reader's clock (see EventReader for which clock when). `apply` may
  * return `'future'` or `'over-capacity'` to say it refused the event (the Fleet does): the reader
  * then logs it (rate-limited) and counts it by reason; the sink counts it itself.
  */
-export interface EventSink {
+export interface ReaderSink {
   apply(event: SpillwayEvent, receivedAt: number): unknown;
   recordRejected(): void;
 }
 
 export interface ReaderOptions {
   pool: string;
-  sink: EventSink;
+  sink: ReaderSink;
   stream?: string;
   logger?: Logger;
   /** The reader's clock (ms); injectable for tests. */
   now?: () => number;
-  /** Pull request lifetime. Short, so a lost pull is noticed within seconds (nats.md §5.2). */
+  /** Pull request lifetime. Short, so a lost pull is noticed within seconds (see Recovery below). */
   expiresMs?: number;
   /** Idle heartbeat asked of the server; two missed ones make the client re-pull. */
   idleHeartbeatMs?: number;
@@ -82,12 +83,12 @@ type RestartCause = 'reconnect' | 'recreated' | 'stalled' | 'ended' | 'deleted';
 const STALL_HEARTBEATS = 4;
 
 /**
- * Replay-then-follow (DESIGN §3): an ordered consumer with `last_per_subject` over the pool's
+ * Replay-then-follow (docs/events.md, "Streams"): an ordered consumer with `last_per_subject` over the pool's
  * subjects rebuilds the view, then the same consumer follows live.
  *
  * Recovery. nats.js recreates an ordered consumer on its own after a gap or a lost consumer, but
  * its first pull after that asks only for what was left of the dead consumer's batch, and delivery
- * stalls until two heartbeats are missed (nats.md §5.2). So the reader does not rely on it: on
+ * stalls until two heartbeats are missed (seen after a server restart). So the reader does not rely on it: on
  * every reconnect, on `ordered_consumer_recreated`, and on a long run of missed heartbeats it stops
  * the consumer and creates a fresh one starting after the last stream sequence it handled
  * (`by_start_sequence`). That is exact for last-value state: the stream keeps at most one message
@@ -348,7 +349,7 @@ export class EventReader {
       if (status.state === 'connected' && status.reconnects > reconnects) {
         reconnects = status.reconnects;
         // The server may have restarted and lost our ephemeral consumer; never wait for the
-        // client's own recovery (nats.md §5.2), start a fresh consumer from the cursor now.
+        // client's own recovery (see Recovery above), start a fresh consumer from the cursor now.
         this.restart('reconnect');
       }
       this.publish();

@@ -13,12 +13,12 @@ import { z } from 'zod';
 
 export const DEFAULT_STREAM = 'SPILLWAY';
 
-/** Stream settings with the DESIGN §3 defaults for one NATS server. */
+/** A JetStream stream name: the one schema of every `--stream` flag and stream setting. */
+export const streamNameSchema = z.string().regex(/^[A-Za-z0-9_-]{1,255}$/, 'stream names are letters, digits, _ and -');
+
+/** Stream settings with the defaults for one NATS server (docs/events.md, "Streams"). */
 export const streamSettingsSchema = z.object({
-  name: z
-    .string()
-    .regex(/^[A-Za-z0-9_-]{1,255}$/, 'stream names are letters, digits, _ and -')
-    .default(DEFAULT_STREAM),
+  name: streamNameSchema.default(DEFAULT_STREAM),
   subjects: z.array(z.string().min(1)).min(1).default([ALL_SUBJECTS]),
   maxMsgsPerSubject: z.number().int().min(1).default(1),
   maxAgeMs: z.number().int().min(0).default(24 * 60 * 60 * 1000),
@@ -74,7 +74,7 @@ export function streamConfigFor(settings: StreamSettings): Partial<StreamConfig>
 }
 
 /**
- * Makes sure the event stream exists (DESIGN §3: whoever starts first creates it). An existing
+ * Makes sure the event stream exists (docs/events.md: whoever starts first creates it). An existing
  * stream is never changed destructively: differing limits, storage or retention are reported, not
  * fixed, because another team may have tuned them on purpose and changing storage would lose data.
  * The one change made is adding a missing subject, which is purely additive (it only makes the
@@ -115,8 +115,9 @@ async function reconcile(jsm: JetStreamManager, settings: StreamSettings, info: 
   const config = info.config;
   const differences = compare(settings, config);
   const have = config.subjects ?? [];
-  // A stream fed by sources (a zone's aggregate, nats.md §4) must not capture subjects itself:
-  // it would also take live traffic routed over leaf nodes. Leave its (empty) subjects alone.
+  // A stream fed by sources (a zone's aggregate, docs/events.md "Topologies") must not capture
+  // subjects itself: it would also take live traffic routed over leaf nodes. Leave its (empty)
+  // subjects alone.
   const sourced = (config.sources?.length ?? 0) > 0 || config.mirror !== undefined;
   const required = settings.requiredSubjects ?? settings.subjects;
   const missing = sourced ? [] : required.filter((s) => !have.some((h) => subjectCovers(h, s)));

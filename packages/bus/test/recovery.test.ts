@@ -37,7 +37,7 @@ async function collect(iterable: AsyncIterable<ReaderStatus>, into: ReaderStatus
 }
 
 describe('recovery across a nats-server kill and restart', () => {
-  it('delivers events published after the restart (nats.md §5.2 stall regression) and reports the outage', async () => {
+  it('delivers events published after the restart (the ordered-consumer stall after a server restart) and reports the outage', async () => {
     const t = Date.now();
     const fleet = new Fleet();
     // Library-default pull timing (30 s expires, 15 s heartbeats). Checked: if the reader relied on the

@@ -21,7 +21,7 @@ afterAll(async () => {
 });
 
 describe('ensureStream', () => {
-  it('creates the stream with the DESIGN §3 defaults, then finds it unchanged', async () => {
+  it('creates the stream with the documented defaults, then finds it unchanged', async () => {
     const first = await ensureStream(jsm);
     expect(first).toMatchObject({ name: 'SPILLWAY', created: true, differences: [], addedSubjects: [] });
     const c = first.info.config;

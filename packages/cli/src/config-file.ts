@@ -1,19 +1,36 @@
+import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { parse as parseYaml } from 'yaml';
 import type { z } from 'zod';
 import { CliError } from './flags.js';
+
+/** A config file as read: its validated values and the SHA-256 of its bytes (hex), which names the version. */
+export interface ConfigFileVersion<T> {
+  readonly value: T;
+  readonly hash: string;
+}
 
 /**
  * Reads a YAML or JSON file (JSON is YAML) and validates it, reporting every bad field with its
  * path, so an operator sees `config.yaml: thresholds.kv: must be at most 1` rather than a stack.
  */
 export function loadConfigFile<S extends z.ZodType>(path: string, schema: S): z.output<S> {
-  let text: string;
+  return readConfigFile(path, schema).value;
+}
+
+/** loadConfigFile, with the hash of the bytes that were validated (for live reloads and an info metric). */
+export function readConfigFile<S extends z.ZodType>(path: string, schema: S): ConfigFileVersion<z.output<S>> {
+  let bytes: Buffer;
   try {
-    text = readFileSync(path, 'utf8');
+    bytes = readFileSync(path);
   } catch (error) {
     throw new CliError(`${path}: cannot read: ${(error as Error).message}`);
   }
+  return { value: parseConfigText(bytes.toString('utf8'), path, schema), hash: configHash(bytes) };
+}
+
+/** Validates a config file's text (YAML or JSON); `path` only names it in errors. */
+export function parseConfigText<S extends z.ZodType>(text: string, path: string, schema: S): z.output<S> {
   let data: unknown;
   try {
     data = parseYaml(text) ?? {};
@@ -26,4 +43,9 @@ export function loadConfigFile<S extends z.ZodType>(path: string, schema: S): z.
     throw new CliError(`${path}: ${details}`);
   }
   return result.data;
+}
+
+/** SHA-256 of a config file's bytes, hex: equal bytes, equal version. */
+export function configHash(bytes: Uint8Array): string {
+  return createHash('sha256').update(bytes).digest('hex');
 }

@@ -36,7 +36,7 @@ export function flagName(key: string): string {
   return key.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`);
 }
 
-/** `grpcPort` -> `SPILLWAY_GRPC_PORT` (DESIGN §6: every flag also as an environment variable). */
+/** `grpcPort` -> `SPILLWAY_GRPC_PORT` (docs/flags.md: every flag also as an environment variable). */
 export function envName(key: string): string {
   return `SPILLWAY_${flagName(key).replace(/-/g, '_').toUpperCase()}`;
 }

@@ -13,3 +13,8 @@ export const commaList = () =>
   z
     .union([z.string(), z.array(z.string())])
     .transform((value) => (Array.isArray(value) ? value : value.split(',')).map((s) => s.trim()).filter((s) => s.length > 0));
+
+/** pino's levels: the one `--log-level` schema of every binary. */
+export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
+export type LogLevel = (typeof LOG_LEVELS)[number];
+export const logLevel = (fallback: LogLevel = 'info') => z.enum(LOG_LEVELS).default(fallback);

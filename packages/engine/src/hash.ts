@@ -1,7 +1,9 @@
 /**
- * Chained block hashes over token ids, shared by the engine's prefix cache and by anyone who wants
- * to predict it (the scheduler's prefix scorer). A block's hash depends on its tokens and on its
- * parent's hash, so equal hashes mean equal prefixes, as in vLLM's prefix cache.
+ * Chained block hashes over token ids: the keys of the engine's prefix cache (the simulator hashes
+ * each request's prompt with them before submitting it). A block's hash depends on its tokens and
+ * on its parent's hash, so equal hashes mean equal prefixes, as in vLLM's prefix cache. The
+ * scheduler does not use them: its prefix index hashes prompt *text* (`scheduler/src/hash.ts`), since
+ * the EPP has no tokenizer.
  *
  * Hashes are non-negative safe integers below 2^53 so they can be Map keys and cross JSON without
  * BigInt. Two 32-bit lanes (an FNV-1a style lane and a multiply-xorshift lane, each finished with

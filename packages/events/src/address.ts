@@ -62,7 +62,7 @@ export function parseEndpointAddress(text: string): EndpointAddress | undefined 
 }
 
 /**
- * Parses a subset-hint entry (DESIGN §4): an exact endpoint, or a bare IP (IPv4, IPv6 with or
+ * Parses a subset-hint entry (docs/protocol.md, "The subset hint"): an exact endpoint, or a bare IP (IPv4, IPv6 with or
  * without brackets) matching every port of that IP. Undefined when malformed.
  */
 export function parseAddressPattern(text: string): AddressPattern | undefined {

@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { parseEndpointAddress } from './address.js';
 
 /**
- * The v1 event contract (DESIGN §3). Unknown fields are stripped (forward compatible); every
+ * The v1 event contract (docs/events.md). Unknown fields are stripped (forward compatible); every
  * field present is range-checked, and one bad field rejects the whole event.
  */
 const name = z.string().min(1).max(253);

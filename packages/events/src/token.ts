@@ -1,5 +1,5 @@
 /**
- * Subject-token escaping of DESIGN §3: bytes outside `[A-Za-z0-9_-]` become `%XX` (uppercase hex
+ * Subject-token escaping of the event contract (docs/events.md): bytes outside `[A-Za-z0-9_-]` become `%XX` (uppercase hex
  * of the UTF-8 byte), so any pool, zone or pod name is exactly one NATS token and `.`, `*`, `>`
  * and spaces never change a subject's shape.
  */

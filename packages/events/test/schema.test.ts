@@ -45,7 +45,7 @@ function decode(value: unknown, subject?: string) {
 }
 
 describe('v1 events', () => {
-  it('accepts the DESIGN §3 examples of both kinds', () => {
+  it('accepts the contract examples of both kinds', () => {
     expect(decode(readiness)).toEqual({ ok: true, event: readiness });
     expect(decode(metrics)).toEqual({ ok: true, event: metrics });
   });

@@ -3,7 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { escapeToken, parseSubject, poolFilter, subjectFor, unescapeToken } from '@spillway/events';
 
 describe('subject tokens', () => {
-  it('escapes the DESIGN §3 example and leaves safe names alone', () => {
+  it('escapes the contract example and leaves safe names alone', () => {
     expect(escapeToken('vllm.0')).toBe('vllm%2E0');
     expect(escapeToken('vllm-a_0')).toBe('vllm-a_0');
     expect(escapeToken('a b*>%')).toBe('a%20b%2A%3E%25');

@@ -45,7 +45,7 @@ export interface Endpoint {
   /**
    * Requests this EPP sent here before the latest sample (so the sample counted them) that have
    * finished since it: the load the sample over-reports. With unsampledPicks it turns an old sample
-   * into an estimate of the load now (DESIGN §5 v2 "event gaps").
+   * into an estimate of the load now (docs/picking.md, "Event gaps are not overload").
    */
   readonly releasedSinceSample: number;
   /** When the latest applied readiness event was received (EPP clock, or stream time on replay); -Infinity before any. */

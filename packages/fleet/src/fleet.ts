@@ -8,7 +8,7 @@ export const DEFAULT_MAX_CLOCK_SKEW_MS = 5_000;
 export const DEFAULT_MAX_PODS_PER_ZONE = 4_096;
 
 export interface FleetOptions {
-  /** Metrics older than this (from when they were received) are stale. DESIGN §3 default: 1 s. */
+  /** Metrics older than this (from when they were received) are stale. Default 1 s (docs/events.md). */
   staleAfterMs?: number;
   /**
    * Time for a picked request to reach the model server: a sample observed less than this after a
@@ -55,7 +55,7 @@ export interface FleetCounters {
 export type ApplyOutcome = 'applied' | 'ignored' | 'future' | 'over-capacity';
 
 /**
- * The event-sourced view of the model-server pools (DESIGN §3). Pure: it reads no clock; every
+ * The event-sourced view of the model-server pools (docs/events.md, "The view"). Pure: it reads no clock; every
  * call that depends on time is handed `now` or `receivedAt`. A pod is identified by (pool, zone,
  * pod): the zone of the event's subject is part of the key, so per-zone publish permissions also
  * bound which pods a publisher can change. Applying is O(1) per event, and the result does not

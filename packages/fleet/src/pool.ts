@@ -20,7 +20,7 @@ export interface PoolView {
   /**
    * When the zone's newest metrics sample, and newest readiness event, were received (-Infinity
    * before any). They tell a pod whose events stopped from a zone whose events all stopped
-   * (collector or NATS outage): DESIGN §5 v2 "event gaps".
+   * (collector or NATS outage): docs/picking.md, "Event gaps are not overload".
    */
   zoneLastSampleAt(zone: string): number;
   zoneLastReadinessAt(zone: string): number;

@@ -1,7 +1,11 @@
-import type { Endpoint } from './endpoint.js';
+import type { Endpoint, MetricsSample } from './endpoint.js';
 import type { Fleet } from './fleet.js';
 
-/** A plain, ordered copy of a pool's view: for tests comparing replicas and for operator output. */
+/**
+ * A plain, ordered copy of a pool's view (every field the events carry): for tests comparing
+ * replicas and for operator output. What the EPP derives on top (in-flight picks, learnt batch
+ * size, receive times) is left out: it is the EPP's own, not a fact two replicas share.
+ */
 export interface EndpointSnapshot {
   pod: string;
   zone: string;
@@ -19,6 +23,7 @@ export interface EndpointSnapshot {
         kvCacheUsage: number;
         lora: { running: string[]; waiting: string[]; max: number } | undefined;
         cache: { blockSize: number; numBlocks: number } | undefined;
+        rates: MetricsSample['rates'];
       }
     | undefined;
 }
@@ -41,6 +46,7 @@ function snapshotOf(endpoint: Endpoint): EndpointSnapshot {
       kvCacheUsage: m.kvCacheUsage,
       lora: m.lora && { running: [...m.lora.running], waiting: [...m.lora.waiting], max: m.lora.max },
       cache: m.cache && { ...m.cache },
+      rates: m.rates && { ...m.rates },
     },
   };
 }

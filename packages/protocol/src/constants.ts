@@ -1,4 +1,4 @@
-/** Names and limits fixed by the Endpoint Picker Protocol and Envoy (DESIGN §4, envoy.md §2). */
+/** Names and limits fixed by the Endpoint Picker Protocol and Envoy (docs/protocol.md). */
 
 /** Header and metadata key that carries the picked endpoint list. */
 export const DESTINATION_KEY = 'x-gateway-destination-endpoint';

@@ -1,4 +1,4 @@
-// The destination list: `ip:port,ip:port`, primary first (DESIGN §4).
+// The destination list: `ip:port,ip:port`, primary first (docs/protocol.md).
 
 /**
  * Renders the endpoints the scheduler picked, in order: no spaces, no duplicates, at most

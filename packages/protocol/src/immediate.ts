@@ -1,4 +1,4 @@
-// Errors as one ImmediateResponse with an OpenAI-shaped JSON body (DESIGN §4).
+// Errors as one ImmediateResponse with an OpenAI-shaped JSON body (docs/protocol.md, "Errors").
 import type { ProcessingResponse } from './gen/envoy/service/ext_proc/v3/external_processor.js';
 import { setHeader } from './responses.js';
 

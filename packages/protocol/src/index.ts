@@ -31,3 +31,5 @@ export { compileModelRewrites, rewriteModel } from './rewrite.js';
 export type { ModelRewriteRule, ModelRewriteTarget, ModelRewriter, Random, RewrittenBody } from './rewrite.js';
 export { prepareRequest } from './request.js';
 export type { PreparedRequest, PrepareResult } from './request.js';
+export { UsageTail, findUsage, USAGE_TAIL_BYTES } from './usage.js';
+export type { TokenUsage } from './usage.js';

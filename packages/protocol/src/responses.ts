@@ -1,4 +1,4 @@
-// ProcessingResponse builders for every reply the EPP sends (DESIGN §4, envoy.md §2.3 and §6.3).
+// ProcessingResponse builders for every reply the EPP sends (docs/protocol.md).
 import { BODY_CHUNK_BYTES, DESTINATION_KEY, LB_NAMESPACE } from './constants.js';
 import {
   CommonResponse_ResponseStatus as ResponseStatus,

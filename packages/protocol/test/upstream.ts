@@ -1,5 +1,7 @@
 // Envoy's own ext_proc protos (as shipped by @grpc/grpc-js-xds), loaded with protobufjs and
-// brought up to date with the fields that copy predates (DESIGN §2, envoy.md §1).
+// brought up to date with the fields that copy predates, from Envoy's published field numbers:
+// ProcessingRequest.protocol_config = 11, BodySendMode.FULL_DUPLEX_STREAMED = 4,
+// BodyMutation.streamed_response = 3.
 import { existsSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';

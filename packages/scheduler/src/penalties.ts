@@ -1,7 +1,7 @@
 import type { Endpoint } from '@spillway/fleet';
 
 /**
- * Passive health (DESIGN §5 step 7): a primary the gateway did not serve is treated as not ready
+ * Passive health (docs/picking.md, "The list", step 7): a primary the gateway did not serve is treated as not ready
  * until its penalty expires. Few endpoints are penalised at a time, so checks are one Map lookup
  * and skipped entirely while the box is empty.
  */

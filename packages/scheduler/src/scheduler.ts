@@ -71,27 +71,30 @@ export type ServedOutcome = 'primary' | 'fallback' | 'unparsable' | 'no-primary'
  *   scheduler.release(d)                                   // when the stream ends, however it ends (idempotent)
  */
 export class Scheduler {
-  readonly config: SchedulerConfig;
   readonly zone: string;
   readonly region: string | undefined;
   readonly pool: string;
   private readonly fleet: Fleet;
   private readonly rng: Rng;
-  private readonly policy: PricingPolicy;
-  private readonly blockChars: number;
-  private readonly usesPrefix: boolean;
+  private readonly scorers: readonly WeightedScorer[] | undefined;
+  // Everything derived from the config is replaced as a whole by reconfigure(); what the scheduler
+  // learnt (penalties, prefix index; in-flight accounting lives in the fleet) is kept.
+  private current!: SchedulerConfig;
+  private policy!: PricingPolicy;
+  private blockChars!: number;
+  private usesPrefix!: boolean;
+  private network!: ZoneNetwork;
+  private candidates!: CandidateSet;
 
-  private readonly network: ZoneNetwork;
   private readonly penalties = new PenaltyBox();
   private readonly index = new PrefixIndex();
   private readonly shortlist = new RemoteShortlist();
-  private readonly candidates: CandidateSet;
   private readonly ranking = new Ranking();
   /** Picks, releases, placements and penalties shared with the pool's other EPPs: `shared.apply(batch, now)` folds theirs in. */
   readonly shared: SharedState;
 
   // Per-pick state, reused.
-  private readonly hashes: Float64Array;
+  private hashes!: Float64Array;
   private keys = new Float64Array(64);
   private waits = new Float64Array(64);
   private readonly chosen: number[] = [];
@@ -101,31 +104,15 @@ export class Scheduler {
     this.candidates.isExcluded(endpoint, this.ctx.pool, this.ctx.now, this.config.gaps.readinessSilenceMs);
   private readonly silentNow = (endpoint: Endpoint): boolean => isSilent(endpoint, this.ctx.pool, this.ctx.now, this.config.gaps.readinessSilenceMs);
   private readonly addressOf = (index: number): string => this.candidates.endpoints[index]?.address as string;
-  private readonly listSizes: { overall: number; remote: number; local: number };
+  private listSizes!: { overall: number; remote: number; local: number };
 
   constructor(options: SchedulerOptions) {
-    this.config = schedulerConfigSchema.parse(options.config ?? {});
     this.fleet = options.fleet;
     this.pool = options.pool;
     this.zone = options.zone;
     this.region = options.region;
     this.rng = options.rng ?? seededRng(options.seed ?? 1);
-    this.network = new ZoneNetwork(options.zone, options.region, this.config.network);
-    this.candidates = new CandidateSet(this.network, this.penalties);
-    const staleAfterMs = options.fleet.staleAfterMs;
-    if (this.config.policy === 'weighted') {
-      const scorers = options.scorers ?? defaultScorers(this.config.weights);
-      this.policy = new WeightedPolicy(this.config, scorers, staleAfterMs);
-      this.usesPrefix = scorers.some((s) => s.scorer.name === 'prefix-cache');
-    } else {
-      this.policy = new CostPolicy(this.config, this.network, staleAfterMs);
-      this.usesPrefix = true;
-    }
-    this.blockChars = this.config.prefix.blockTokens * this.config.prefix.charsPerToken;
-    this.hashes = new Float64Array(this.config.prefix.maxBlocks);
-    const max = this.config.maxEndpoints;
-    // Two spare places per ranking, for entries skipped because their address is already listed.
-    this.listSizes = { overall: max + 2, remote: Math.min(max, this.config.crossZoneFallbacks) + 2, local: 2 };
+    this.scorers = options.scorers;
     const index = this.index;
     this.ctx = {
       now: 0,
@@ -135,7 +122,7 @@ export class Scheduler {
       promptTokens: 0,
       bestCachedTokens: 0,
       prefixBlocks: 0,
-      blockTokens: this.config.prefix.blockTokens,
+      blockTokens: 0,
       prefixMatch: (endpoint: Endpoint) => index.matchOf(endpoint),
       recentPicks: (endpoint: Endpoint, windowMs: number) => this.fleet.recentPicks(endpoint, this.ctx.now, windowMs),
       includeExcluded: false,
@@ -143,6 +130,49 @@ export class Scheduler {
     };
     this.baseKey = (endpoint, tier) => this.policy.baseKey(this.ctx, endpoint, tier);
     this.shared = new SharedState(this.fleet, this.pool, this.index, this.penalties, (endpoint, hashes) => this.learnBlocks(endpoint, hashes), () => this.shortlist.invalidate(), options.shared);
+    this.configure(schedulerConfigSchema.parse(options.config ?? {}));
+  }
+
+  /** The config in force (replaced whole by reconfigure). */
+  get config(): SchedulerConfig {
+    return this.current;
+  }
+
+  /**
+   * Puts a new config in force from the next pick on (a live config reload). Validated first: a bad
+   * config throws a ZodError and changes nothing. In-flight accounting, penalties and the prefix
+   * index are kept (the index is emptied only when the prefix block geometry changes, since no old
+   * entry could match a new hash). Decisions made before keep working with commit/release/report.
+   */
+  reconfigure(input: SchedulerConfigInput): void {
+    const next = schedulerConfigSchema.parse(input);
+    const before = this.current.prefix;
+    if (next.prefix.blockTokens !== before.blockTokens || next.prefix.charsPerToken !== before.charsPerToken) {
+      for (const endpoint of [...this.index.endpoints()]) this.index.drop(endpoint);
+    }
+    this.configure(next);
+    this.shortlist.invalidate();
+  }
+
+  private configure(config: SchedulerConfig): void {
+    this.current = config;
+    this.network = new ZoneNetwork(this.zone, this.region, config.network);
+    this.candidates = new CandidateSet(this.network, this.penalties);
+    const staleAfterMs = this.fleet.staleAfterMs;
+    if (config.policy === 'weighted') {
+      const scorers = this.scorers ?? defaultScorers(config.weights);
+      this.policy = new WeightedPolicy(config, scorers, staleAfterMs);
+      this.usesPrefix = scorers.some((s) => s.scorer.name === 'prefix-cache');
+    } else {
+      this.policy = new CostPolicy(config, this.network, staleAfterMs);
+      this.usesPrefix = true;
+    }
+    this.blockChars = config.prefix.blockTokens * config.prefix.charsPerToken;
+    this.hashes = new Float64Array(config.prefix.maxBlocks);
+    this.ctx.blockTokens = config.prefix.blockTokens;
+    const max = config.maxEndpoints;
+    // Two spare places per ranking, for entries skipped because their address is already listed.
+    this.listSizes = { overall: max + 2, remote: Math.min(max, config.crossZoneFallbacks) + 2, local: 2 };
   }
 
   /** An objective's priority from config; unknown or absent objectives are 0. */

@@ -24,7 +24,7 @@ export interface ScoringContext {
 }
 
 /**
- * One scorer (DESIGN §8, the reference EPP's Scorer.Score): writes a score in [0, 1] per candidate,
+ * One scorer (the shape of the reference EPP's Scorer.Score): writes a score in [0, 1] per candidate,
  * higher is better, for `candidates[0..count)` into `out[0..count)`. A group is scored in one call
  * because some formulas (queue depth) normalise over the group.
  */
@@ -115,7 +115,7 @@ export const prefixCacheScorer: Scorer = {
   },
 };
 
-/** The default profile (reference-epp.md §4.2 plus LoRA), weighted from the config. Weight 0 drops a scorer. */
+/** The default profile (the reference EPP's default scorers plus LoRA), weighted from the config. Weight 0 drops a scorer. */
 export function defaultScorers(weights: ScorerWeights): WeightedScorer[] {
   return [
     { scorer: queueScorer, weight: weights.queue },

@@ -26,7 +26,7 @@ const CACHE_BYTES = 2 * 1024 * 1024;
 const CACHE_ENTRY_OVERHEAD = 160;
 
 /**
- * Resolves subset entries (DESIGN §4: exact `ip:port`, or a bare IP meaning all its ports) to
+ * Resolves subset entries (docs/protocol.md: exact `ip:port`, or a bare IP meaning all its ports) to
  * routable endpoints. Gateways send the same entries request after request, so well-formed
  * entries are cached by their text. Hostile hints cannot make the cache or the request path hold
  * much: an entry longer than MAX_SUBSET_ENTRY_CHARS is never copied or parsed, at most

@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { freePort, INSTALL_HINT, natsServerAvailable, waitForPort } from '@spillway/proc';
 
 /**
- * A private nats-server for one test file (DESIGN §7): its own port and temporary JetStream store,
+ * A private nats-server for one test file: its own port and temporary JetStream store,
  * so tests are isolated and may kill and restart it. `NATS_URL` points tests at an existing server
  * instead; then kill/restart are unavailable and say so.
  */

@@ -67,7 +67,7 @@ export interface EndpointStatus {
 
 /**
  * Turns endpoint lists from readiness sources into readiness events, and scrapes of ready
- * endpoints into metrics events (DESIGN §3). Each endpoint has its own prober and scraper timers,
+ * endpoints into metrics events (docs/events.md). Each endpoint has its own prober and scraper timers,
  * so a slow or dead one never delays the others.
  */
 export class Collector {

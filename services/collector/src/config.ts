@@ -1,12 +1,12 @@
-import { natsFlags, natsSettingsFromValues, type NatsSettings } from '@spillway/bus';
-import { CliError, nonNegativeInt, parseCommandLine, port, renderHelp, type FlagSpecs } from '@spillway/cli';
+import { DEFAULT_STREAM, natsFlags, natsSettingsFromValues, streamNameSchema, type NatsSettings } from '@spillway/bus';
+import { CliError, logLevel, nonNegativeInt, parseCommandLine, port, renderHelp, type FlagSpecs } from '@spillway/cli';
 import { ENGINES, type Engine } from '@spillway/events';
 import { z } from 'zod';
 import { DEFAULT_SCRAPE_LIMITS, type ScrapeLimits } from './budget.js';
 import { DEFAULT_RATES_WINDOW_MS } from '@spillway/events';
 
 /**
- * The collector's flags (DESIGN §6), for `@spillway/cli`: each is also `SPILLWAY_<FLAG>` (upper
+ * The collector's flags (docs/flags.md), for `@spillway/cli`: each is also `SPILLWAY_<FLAG>` (upper
  * case, dashes as underscores) and a flag on the command line wins. Values are validated with zod
  * and a bad one is reported by the flag's name.
  */
@@ -16,7 +16,7 @@ const between = (min: number, max: number) => nonNegativeInt().min(min).max(max)
 
 export const collectorFlags = {
   ...natsFlags,
-  stream: { description: 'JetStream stream to ensure (default SPILLWAY)', schema: z.string().regex(/^[A-Za-z0-9_-]{1,255}$/, 'stream names are letters, digits, _ and -').default('SPILLWAY'), placeholder: 'NAME' },
+  stream: { description: `JetStream stream to ensure (default ${DEFAULT_STREAM})`, schema: streamNameSchema.default(DEFAULT_STREAM), placeholder: 'NAME' },
   pool: { description: 'inference pool name (required)', schema: name, placeholder: 'P' },
   zone: { description: "this collector's zone; the default zone of endpoints (required)", schema: name, placeholder: 'Z' },
   region: { description: 'default region of endpoints', schema: name.optional(), placeholder: 'R' },
@@ -44,7 +44,8 @@ export const collectorFlags = {
   readinessRepublishMs: { description: 'readiness re-publish period (default 30000)', schema: between(100, 30_000).default(30_000), placeholder: 'N' },
   metricsPort: { description: "port of the collector's own Prometheus /metrics (default 9091; 0 = off)", schema: port(9091), placeholder: 'N' },
   metricsHost: { description: "address the collector's /metrics listens on (default 0.0.0.0, for Prometheus scraping the pod IP; 127.0.0.1 keeps it local)", schema: z.string().min(1).default('0.0.0.0'), placeholder: 'ADDR' },
-  logLevel: { description: 'pino level (default info)', schema: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'), placeholder: 'LEVEL' },
+  host: { description: 'the same as --metrics-host, by the name the other binaries use for their listen address', schema: z.string().min(1).optional(), placeholder: 'ADDR' },
+  logLevel: { description: 'pino level (default info)', schema: logLevel(), placeholder: 'LEVEL' },
 } satisfies FlagSpecs;
 
 export const HELP = renderHelp(
@@ -90,6 +91,9 @@ export function parseCollectorArgs(argv: readonly string[], env: NodeJS.ProcessE
   if (f.endpoints === undefined && f.kubeNamespace === undefined) {
     throw new CliError('--endpoints: give --endpoints FILE or --kube-namespace NS (or both)', 'endpoints');
   }
+  if (f.host !== undefined && parsed.explicit.has('metricsHost') && f.host !== f.metricsHost) {
+    throw new CliError('--host: --host and --metrics-host name the same address; give one', 'host');
+  }
   const nats: NatsSettings = natsSettingsFromValues(f, env);
   return {
     help: false,
@@ -122,7 +126,7 @@ export function parseCollectorArgs(argv: readonly string[], env: NodeJS.ProcessE
       },
       readinessRepublishMs: f.readinessRepublishMs,
       metricsPort: f.metricsPort,
-      metricsHost: f.metricsHost,
+      metricsHost: f.host ?? f.metricsHost,
       logLevel: f.logLevel,
     },
   };

@@ -11,7 +11,7 @@ export interface Series {
 }
 
 /**
- * Where one engine keeps each signal (reference-epp.md §6.1, landscape.md "Model-server signals").
+ * Where one engine keeps each signal (the metric names each engine exports, as the reference EPP reads them).
  * `kv` lists names in order of preference (vLLM renamed its gauge in v0.10).
  */
 interface EngineSpec {
@@ -137,7 +137,7 @@ const INTEGER = /^\d+$/;
 
 /**
  * vLLM's LoRA gauge: one series per state change, valued with its creation time, so the series
- * with the largest value is the current state (reference-epp.md §6.1).
+ * with the largest value is the current state (as the reference EPP reads it).
  */
 function lora(exposition: Exposition, series: Series): EngineSample['lora'] {
   const samples = matching(exposition, series);

@@ -39,7 +39,7 @@ export interface SliceMapping {
   region: string | undefined;
   /** The slice port to use; unset = the slice's only port. */
   portName: string | undefined;
-  /** Publish endpoints of every zone; by default only this zone's (each zone's collector publishes its own, DESIGN §3). */
+  /** Publish endpoints of every zone; by default only this zone's (each zone's collector publishes its own, docs/events.md). */
   allZones: boolean;
 }
 

@@ -1,7 +1,7 @@
 import { createServer, type Server } from 'node:http';
 import type { Registry } from 'prom-client';
 
-/** Serves the collector's own registry on `GET /metrics`, and `GET /health` for liveness. */
+/** Serves the collector's own registry on `GET /metrics`, and `GET /healthz` (as the EPP's metrics server; also `/health`) for liveness. */
 export async function startMetricsServer(registry: Registry, port: number, host = '0.0.0.0'): Promise<{ server: Server; port: number }> {
   const server = createServer((req, res) => {
     const path = (req.url ?? '/').split('?')[0];
@@ -18,7 +18,7 @@ export async function startMetricsServer(registry: Registry, port: number, host 
         });
       return;
     }
-    if (req.method === 'GET' && path === '/health') {
+    if (req.method === 'GET' && (path === '/healthz' || path === '/health')) {
       res.writeHead(200, { 'content-type': 'text/plain' });
       res.end('ok\n');
       return;

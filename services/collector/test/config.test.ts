@@ -20,7 +20,7 @@ function flagError(argv: string[], env: Record<string, string> = {}): CliError {
 }
 
 describe('flags', () => {
-  it('defaults per DESIGN §6 and the brief', () => {
+  it('defaults per docs/flags.md and --help', () => {
     const parsed = parseCollectorArgs(base, {});
     if (parsed.help) throw new Error('help');
     expect(parsed.config).toMatchObject({
@@ -148,9 +148,24 @@ describe('the metrics server address', () => {
       try {
         expect(server.address()).toMatchObject({ address: expected, port });
         expect((await fetch(`http://127.0.0.1:${port}/health`)).status).toBe(200);
+        expect((await fetch(`http://127.0.0.1:${port}/healthz`)).status).toBe(200);
       } finally {
         await new Promise((resolve) => server.close(resolve));
       }
     }
+  });
+
+  it('takes --host as the same flag as --metrics-host, and refuses two different addresses', () => {
+    const base = ['--pool', 'p', '--zone', 'a', '--endpoints', 'e.yaml'];
+    const config = (argv: string[], env: NodeJS.ProcessEnv = {}) => {
+      const parsed = parseCollectorArgs([...base, ...argv], env);
+      if (parsed.help) throw new Error('help');
+      return parsed.config.metricsHost;
+    };
+    expect(config([])).toBe('0.0.0.0');
+    expect(config(['--host', '127.0.0.1'])).toBe('127.0.0.1');
+    expect(config([], { SPILLWAY_HOST: '127.0.0.1' })).toBe('127.0.0.1');
+    expect(config(['--metrics-host', '127.0.0.1', '--host', '127.0.0.1'])).toBe('127.0.0.1');
+    expect(() => config(['--metrics-host', '127.0.0.1', '--host', '0.0.0.0'])).toThrow(/--host: /);
   });
 });

@@ -2,17 +2,18 @@ import { z } from 'zod';
 import { X509Certificate } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { createSecureContext } from 'node:tls';
-import { CliError, commaList, durationMs, loadConfigFile, parseCommandLine, port, positiveInt, renderHelp, type FlagSpecs } from '@spillway/cli';
-import { connectionOptions, NatsOptionsError, natsFlags, natsSettingsFromValues, type NatsSettings } from '@spillway/bus';
+import { CliError, commaList, durationMs, logLevel, parseCommandLine, port, positiveInt, readConfigFile, renderHelp, type FlagSpecs } from '@spillway/cli';
+import { connectionOptions, DEFAULT_STREAM, NatsOptionsError, natsFlags, natsSettingsFromValues, streamNameSchema, type NatsSettings } from '@spillway/bus';
 import { DEFAULT_MAX_CLOCK_SKEW_MS, DEFAULT_MAX_PODS_PER_ZONE } from '@spillway/fleet';
 import { schedulerConfigSchema, type SchedulerConfig } from '@spillway/scheduler';
 import type { ModelRewriteRule } from '@spillway/protocol';
 import { sharedStateConfigSchema, type SharedStateConfig } from './shared-state/config.js';
 
 /**
- * spillway-epp's configuration: flags (DESIGN §6) over `SPILLWAY_<FLAG>` environment variables
- * over the config file over defaults. The config file holds everything the flags hold plus the
- * scheduler's tunables, objectives and model rewrites.
+ * spillway-epp's configuration: flags over `SPILLWAY_<FLAG>` environment variables over the config
+ * file over defaults (docs/flags.md). The config file holds everything the flags hold plus the
+ * scheduler's tunables, objectives and model rewrites; it is re-read when it changes
+ * (config-reload.ts), and flags and environment still win over it.
  */
 const optionalString = z.string().min(1).optional();
 const booleanValue = (fallback: boolean) => z.union([z.boolean(), z.enum(['true', 'false']).transform((v) => v === 'true')]).default(fallback);
@@ -22,7 +23,7 @@ export const eppFlags = {
   zone: { description: "this EPP's zone: the local zone for picking", schema: z.string().min(1), placeholder: 'ZONE' },
   region: { description: "this EPP's region: same-region zones are preferred when spilling", schema: optionalString, placeholder: 'REGION' },
   ...natsFlags,
-  stream: { description: 'JetStream stream to replay (a zone aggregate in multi-zone NATS)', schema: z.string().min(1).default('SPILLWAY'), placeholder: 'NAME' },
+  stream: { description: 'JetStream stream to replay (a zone aggregate in multi-zone NATS)', schema: streamNameSchema.default(DEFAULT_STREAM), placeholder: 'NAME' },
   ensureStream: { description: 'create the stream when it is missing, at start or deleted later (turn off when the stream is managed elsewhere)', schema: booleanValue(true), placeholder: 'true|false' },
   host: { description: 'address the gRPC (ext_proc), health and metrics servers bind to; plaintext ext_proc off loopback is warned about', schema: z.string().min(1).default('0.0.0.0'), placeholder: 'ADDR' },
   grpcPort: { description: 'ext_proc gRPC port (also serves gRPC health)', schema: port(9002), placeholder: 'N' },
@@ -46,7 +47,7 @@ export const eppFlags = {
   maxBodyBytes: { description: 'largest request body accepted (413 above)', schema: positiveInt().default(8 * 1024 * 1024), placeholder: 'BYTES' },
   maxBufferedBodyBytes: { description: 'request-body bytes all open streams may hold together; a body that needs more gets 503', schema: positiveInt().default(512 * 1024 * 1024), placeholder: 'BYTES' },
   shareState: { description: "share picks in flight, prefix placements and penalties with the pool's other EPPs over NATS (on unless false; the config file's sharedState holds its settings)", schema: z.union([z.boolean(), z.enum(['true', 'false']).transform((v) => v === 'true')]).optional(), placeholder: 'true|false' },
-  logLevel: { description: 'pino log level (debug logs one line per decision)', schema: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'), placeholder: 'LEVEL' },
+  logLevel: { description: 'pino log level (debug logs one line per decision)', schema: logLevel(), placeholder: 'LEVEL' },
 } satisfies FlagSpecs;
 
 const modelRewriteSchema = z.strictObject({
@@ -74,6 +75,16 @@ export const eppConfigFileSchema = schedulerConfigSchema
   });
 
 export type EppFlagValues = z.output<z.ZodObject<{ [K in keyof typeof eppFlags]: (typeof eppFlags)[K]['schema'] }>>;
+export type EppConfigFile = z.output<typeof eppConfigFileSchema>;
+
+/** Where the config came from, so it can be read again when the file changes (config-reload.ts). */
+export interface EppConfigSource {
+  readonly path: string;
+  /** SHA-256 of the file's bytes as loaded. */
+  readonly hash: string;
+  readonly argv: readonly string[];
+  readonly env: NodeJS.ProcessEnv;
+}
 
 export interface EppConfig {
   flags: EppFlagValues;
@@ -86,6 +97,8 @@ export interface EppConfig {
   tls: ServerTls | undefined;
   /** Settings that were accepted but deserve a line in the log at start (deprecated flags). */
   warnings: string[];
+  /** The config file, when `--config` named one. */
+  source: EppConfigSource | undefined;
 }
 
 export interface ServerTls {
@@ -113,12 +126,10 @@ function configPath(argv: readonly string[], env: NodeJS.ProcessEnv): string | u
 /** Parses the command line; undefined when `--help` was asked for. Throws CliError naming the bad flag or field. */
 export function loadEppConfig(argv: readonly string[], env: NodeJS.ProcessEnv): EppConfig | undefined {
   const path = configPath(argv, env);
-  const file = path === undefined ? eppConfigFileSchema.parse({}) : loadConfigFile(path, eppConfigFileSchema);
-  const base: Record<string, unknown> = {};
-  for (const key of flagKeys) if (file[key] !== undefined) base[key] = file[key];
-  const parsed = parseCommandLine(eppFlags, argv, env, base);
-  if (parsed.help) return undefined;
-  const flags = parsed.values as EppFlagValues;
+  const read = path === undefined ? undefined : readConfigFile(path, eppConfigFileSchema);
+  const file = read?.value ?? eppConfigFileSchema.parse({});
+  const flags = resolveFlags(file, argv, env);
+  if (flags === undefined) return undefined;
   if ((flags.tlsCert === undefined) !== (flags.tlsKey === undefined)) {
     throw new CliError(`--${flags.tlsCert === undefined ? 'tls-cert' : 'tls-key'}: --tls-cert and --tls-key go together`);
   }
@@ -141,10 +152,25 @@ export function loadEppConfig(argv: readonly string[], env: NodeJS.ProcessEnv): 
   if (flags.viewStaleLimitMs !== undefined) {
     warnings.push('--view-stale-limit-ms is deprecated and ignored: readiness stays SERVING while NATS is unreachable');
   }
-  const { modelRewrites, sharedState, ...rest } = file;
+  const scheduler = schedulerConfigOf(file, flags, path);
+  const source = path === undefined || read === undefined ? undefined : { path, hash: read.hash, argv: [...argv], env };
+  const sharedState = { ...file.sharedState, enabled: flags.shareState ?? file.sharedState.enabled };
+  return { flags, nats, scheduler, modelRewrites: file.modelRewrites, sharedState, tls, warnings, source };
+}
+
+/** Flags over environment over the file's flag fields; undefined for `--help`. Throws CliError naming the bad flag. */
+export function resolveFlags(file: EppConfigFile, argv: readonly string[], env: NodeJS.ProcessEnv): EppFlagValues | undefined {
+  const base: Record<string, unknown> = {};
+  for (const key of flagKeys) if (file[key] !== undefined) base[key] = file[key];
+  const parsed = parseCommandLine(eppFlags, argv, env, base);
+  return parsed.help ? undefined : (parsed.values as EppFlagValues);
+}
+
+/** The scheduler's config: the file's tunables, with the flags' maxEndpoints, subsetMode and policy over them. */
+export function schedulerConfigOf(file: EppConfigFile, flags: EppFlagValues, path: string | undefined): SchedulerConfig {
   const schedulerInput: Record<string, unknown> = {};
   for (const key of Object.keys(schedulerConfigSchema.shape)) {
-    if (key in rest) schedulerInput[key] = (rest as Record<string, unknown>)[key];
+    if (key in file) schedulerInput[key] = (file as Record<string, unknown>)[key];
   }
   if (flags.maxEndpoints !== undefined) schedulerInput['maxEndpoints'] = flags.maxEndpoints;
   if (flags.subsetMode !== undefined) schedulerInput['subsetMode'] = flags.subsetMode;
@@ -154,7 +180,7 @@ export function loadEppConfig(argv: readonly string[], env: NodeJS.ProcessEnv): 
     const issue = scheduler.error.issues[0];
     throw new CliError(`${path ?? 'config'}: ${issue?.path.join('.') ?? ''}: ${issue?.message ?? 'invalid'}`);
   }
-  return { flags, nats, scheduler: scheduler.data, modelRewrites, sharedState: { ...sharedState, enabled: flags.shareState ?? sharedState.enabled }, tls, warnings };
+  return scheduler.data;
 }
 
 function readFlagFile(flag: string, path: string): Buffer {

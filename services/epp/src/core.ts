@@ -2,20 +2,16 @@ import type { Logger } from 'pino';
 import { Fleet } from '@spillway/fleet';
 import { compileModelRewrites, type ErrorStatus, type ModelRewriter, type PreparedRequest } from '@spillway/protocol';
 import { Scheduler, type Decision, type PickRequest } from '@spillway/scheduler';
-import { PendingCount, type EppMetrics, type Outcome } from './metrics.js';
+import type { PendingCount, EppMetrics, Outcome } from './metrics.js';
 import type { EppConfig } from './config.js';
+import type { LiveSettings } from './config-reload.js';
 import { BodyBudget } from './body-budget.js';
 import { DeadlineSweeper } from './deadlines.js';
 import { DecisionLog } from './decision-log.js';
 import { LabelCache } from './label-cache.js';
 import { capLabel, ModelLabels } from './model-labels.js';
+import { RequestMetrics, type TrackedRequest } from './request-metrics.js';
 import { StateOutbox } from './shared-state/outbox.js';
-
-/** One target model's batched metric children. */
-interface ModelCounts {
-  readonly running: PendingCount;
-  readonly byPriority: Map<number, PendingCount>;
-}
 
 export interface EppLimits {
   maxBodyBytes: number;
@@ -30,7 +26,8 @@ export interface EppLimits {
 export class EppCore {
   readonly fleet: Fleet;
   readonly scheduler: Scheduler;
-  readonly rewriter: ModelRewriter | undefined;
+  /** Replaced by reconfigure (a config reload); read once per request. */
+  rewriter: ModelRewriter | undefined;
   /** This EPP's entries for the pool's other EPPs (picks, releases, penalties); undefined when sharing is off. */
   readonly outbox: StateOutbox | undefined;
   readonly limits: EppLimits;
@@ -46,11 +43,10 @@ export class EppCore {
   private readonly attemptFailed: PendingCount;
   private readonly spills: PendingCount;
   private readonly entryReasons: LabelCache<PendingCount>;
-  /** Client-chosen model names to label values: configured models, everything else `other`. */
-  readonly modelLabels: ModelLabels;
-  // Per model label: running requests and requests by priority, batched. Keyed by label value, so
-  // it holds at most the configured models plus `other`.
-  private readonly models = new Map<string, ModelCounts>();
+  /** Client-chosen model names to label values: configured models, everything else `other`. Replaced by reconfigure. */
+  modelLabels: ModelLabels;
+  /** Per-model request metrics, keyed by label values: at most the configured models plus `other`. */
+  private readonly requestMetrics: RequestMetrics;
 
   constructor(
     config: EppConfig,
@@ -79,7 +75,7 @@ export class EppCore {
     this.attemptSucceeded = metrics.batched(metrics.schedulerAttempts.labels({ status: 'success' }));
     this.attemptFailed = metrics.batched(metrics.schedulerAttempts.labels({ status: 'failure' }));
     this.spills = metrics.batched(metrics.spills);
-    metrics.onRead(() => this.flushModels());
+    this.requestMetrics = new RequestMetrics(metrics);
     // Reasons are the scheduler's fixed EntryReason set, far below the cache limit: the cache never resets.
     this.entryReasons = new LabelCache((reason) => metrics.batched(metrics.listEntries.labels({ reason })));
   }
@@ -120,26 +116,24 @@ export class EppCore {
     return decision;
   }
 
-  commit(decision: Decision, model: string): void {
+  /**
+   * The destination is being sent: charge the pick and start the request's metrics. `requestBytes`
+   * is the body as the client sent it; `startedAt` when its stream began (ms, this clock).
+   */
+  commit(decision: Decision, request: PreparedRequest | undefined, requestBytes: number, startedAt: number): TrackedRequest {
     this.scheduler.commit(decision, this.now());
     this.routed.inc();
-    const label = this.modelLabels.of(model);
-    const counts = this.modelCounts(label);
-    // By priority: no key string is built per request. Priorities come from config, so this map stays small.
-    let requests = counts.byPriority.get(decision.priority);
-    if (requests === undefined) {
-      requests = new PendingCount(this.metrics.objectiveRequests.labels({ model_name: label, target_model_name: label, priority: String(decision.priority) }));
-      counts.byPriority.set(decision.priority, requests);
-    }
-    requests.inc();
-    counts.running.inc();
+    const labels = this.modelLabels;
+    const target = request?.model ?? '';
+    return this.requestMetrics.track(labels.of(request?.requestedModel ?? target), labels.of(target), decision.priority, requestBytes, startedAt);
   }
 
   reportServed(decision: Decision, served: string): void {
     const outcome = this.scheduler.reportServed(decision, served, this.now());
     if (outcome === 'fallback') {
       this.metrics.servedElsewhere.inc();
-      this.logger.info({ primary: decision.entries[0]?.address, served }, 'served by a fallback; primary penalised');
+      // Per request, so debug; the periodic summary (summary-log.ts) counts them at info.
+      this.logger.debug({ primary: decision.entries[0]?.address, served }, 'served by a fallback; primary penalised');
     }
   }
 
@@ -150,34 +144,32 @@ export class EppCore {
   reportFailed(decision: Decision, status: number): void {
     if (!this.scheduler.reportFailed(decision, this.now())) return;
     this.metrics.primaryFailed.inc();
-    this.logger.info({ primary: decision.entries[0]?.address, status }, 'primary failed; penalised');
+    this.logger.debug({ primary: decision.entries[0]?.address, status }, 'primary failed; penalised');
   }
 
-  release(decision: Decision, model: string): void {
-    this.scheduler.release(decision, this.now());
-    this.modelCounts(this.modelLabels.of(model)).running.dec();
+  /** The stream ended, however: the pick's charge is released and the request's metrics observed. */
+  release(decision: Decision, tracked: TrackedRequest | undefined): void {
+    const now = this.now();
+    this.scheduler.release(decision, now);
+    tracked?.finish(now);
   }
 
-  private modelCounts(label: string): ModelCounts {
-    let counts = this.models.get(label);
-    if (counts === undefined) {
-      counts = { running: new PendingCount(this.metrics.runningRequests.labels({ model_name: label })), byPriority: new Map() };
-      this.models.set(label, counts);
-    }
-    return counts;
-  }
-
-  private flushModels(): void {
-    for (const counts of this.models.values()) {
-      counts.running.flush();
-      for (const requests of counts.byPriority.values()) requests.flush();
-    }
-  }
-
-  countRejection(status: ErrorStatus, model: string, code: string): void {
+  /** An error answer (400, 413, 429, 503, ...); `request` when the body was understood. */
+  countRejection(status: ErrorStatus, code: string, request: PreparedRequest | undefined): void {
     this.metrics.requests.inc({ outcome: String(status) as Outcome });
-    const label = this.modelLabels.of(model);
-    this.metrics.objectiveErrors.inc({ model_name: label, target_model_name: label, error_code: code });
+    const target = request?.model ?? '';
+    this.requestMetrics.rejected(this.modelLabels.of(request?.requestedModel ?? target), this.modelLabels.of(target), status);
     if (status >= 500 && status !== 503) this.logger.error({ status, code }, 'request failed');
+  }
+
+  /**
+   * Puts a reloaded config in force between two picks (JavaScript runs one at a time): the
+   * scheduler's numbers, objectives and list length, model rewrites, the model label set and the
+   * log level. What the EPP learnt (in-flight picks, penalties, prefix index) is kept.
+   */
+  reconfigure(settings: LiveSettings): void {
+    this.scheduler.reconfigure(settings.scheduler);
+    this.rewriter = settings.modelRewrites.length > 0 ? compileModelRewrites(settings.modelRewrites) : undefined;
+    this.modelLabels = new ModelLabels(settings.modelRewrites, settings.metricModels);
   }
 }

@@ -5,7 +5,9 @@ import { jetstreamManager } from '@nats-io/jetstream';
 import { connectNatsWithRetry, ensureStream, describeDifferences, startReader, type EventReader } from '@spillway/bus';
 import { extProcService, HealthService } from '@spillway/protocol';
 import { ServerCredentials } from '@grpc/grpc-js';
+import { BUILD } from './build-info.js';
 import type { EppConfig } from './config.js';
+import { watchEppConfig } from './config-watch.js';
 import { EppCore } from './core.js';
 import { HealthState } from './health.js';
 import { EppMetrics } from './metrics.js';
@@ -17,6 +19,7 @@ import { newEppId } from './shared-state/identity.js';
 import { registerSharedStateMetrics } from './shared-state/metrics.js';
 import { refreshViewGauges } from './view-gauges.js';
 import { StaleViewLog } from './view-staleness.js';
+import { startSummaryLog } from './summary-log.js';
 
 export interface RunningEpp {
   readonly grpcPort: number;
@@ -38,6 +41,10 @@ export interface StartOptions {
   logger?: Logger;
   /** How often readiness and staleness are re-evaluated. */
   tickMs?: number;
+  /** How often the config file is re-read besides on change events (config-watch.ts). */
+  configPollMs?: number;
+  /** Period of the info-level activity summary (summary-log.ts). */
+  summaryMs?: number;
 }
 
 /**
@@ -50,14 +57,26 @@ export async function startEpp(config: EppConfig, options: StartOptions = {}): P
   const { flags } = config;
   // The pool is logged once, below; every line carries the service and zone.
   const logger = options.logger ?? pino({ level: flags.logLevel, base: { service: 'spillway-epp', zone: flags.zone } });
-  logger.info({ pool: flags.pool, zone: flags.zone, region: flags.region, stream: flags.stream, nats: config.nats.servers }, 'starting');
+  logger.info({ version: BUILD.version, pool: flags.pool, zone: flags.zone, region: flags.region, stream: flags.stream, nats: config.nats.servers }, 'starting');
   for (const warning of config.warnings) logger.warn(warning);
   const metrics = new EppMetrics();
   const core = new EppCore(config, metrics, logger);
   const health = new HealthState();
+  const configWatch = watchEppConfig(config, core, metrics, logger, options.configPollMs);
+  const summary = startSummaryLog(metrics, logger, options.summaryMs);
   const eppId = newEppId();
   const sharedCounters = core.outbox === undefined ? undefined : new SharedStateCounters();
-  if (core.outbox !== undefined && sharedCounters !== undefined) registerSharedStateMetrics(metrics.registry, sharedCounters, core.outbox, core.scheduler.shared);
+  if (core.outbox !== undefined && sharedCounters !== undefined) {
+    const outbox = core.outbox;
+    const shared = core.scheduler.shared;
+    registerSharedStateMetrics(metrics.registry, {
+      counters: sharedCounters,
+      outboxDropped: () => outbox.dropped,
+      peerCount: () => shared.peerCount,
+      ownInFlight: () => shared.ownInFlight,
+      remoteInFlight: () => shared.remoteInFlight,
+    });
+  }
 
   const credentials = grpcCredentials(config.tls);
   const grpc = newGrpcServer(flags.connectionTimeoutMs);
@@ -174,6 +193,8 @@ export async function startEpp(config: EppConfig, options: StartOptions = {}): P
       stop.abort();
       clearInterval(tick);
       clearInterval(housekeeping);
+      configWatch?.close();
+      summary.close();
       core.deadlines.close();
       health.setReady(false);
       health.closeWatchers();

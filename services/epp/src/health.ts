@@ -1,13 +1,13 @@
 import { status as GrpcStatus, type ServerUnaryCall, type ServerWritableStream, type sendUnaryData, type UntypedServiceImplementation } from '@grpc/grpc-js';
 import { EXT_PROC_SERVICE_NAME, ServingStatus, type HealthCheckRequest, type HealthCheckResponse } from '@spillway/protocol';
 
-/** The services the EPP reports on (DESIGN §4); any other name is SERVICE_UNKNOWN. */
+/** The services the EPP reports on (docs/protocol.md, "Health"); any other name is SERVICE_UNKNOWN. */
 export const HEALTH_SERVICES = ['', 'liveness', 'readiness', EXT_PROC_SERVICE_NAME] as const;
 type HealthService = (typeof HEALTH_SERVICES)[number];
 
 /**
  * grpc.health.v1 state. Liveness is SERVING while the process runs; the others follow readiness:
- * SERVING once the replay has caught up, NOT_SERVING while the view is stale past its limit.
+ * SERVING once the first replay has caught up, and from then on, NATS outages included (docs/protocol.md, "Health").
  * Watchers get the current status at once and every change after.
  */
 export class HealthState {

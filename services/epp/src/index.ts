@@ -4,3 +4,6 @@ export { loadEppConfig, eppFlags, eppConfigFileSchema, EPP_HELP } from './config
 export type { EppConfig, EppFlagValues } from './config.js';
 export { HealthState, HEALTH_SERVICES } from './health.js';
 export { EppMetrics } from './metrics.js';
+export { registerSharedStateMetrics } from './shared-state/metrics.js';
+export type { SharedStateSources } from './shared-state/metrics.js';
+export { SharedStateCounters } from './shared-state/counters.js';

@@ -1,7 +1,8 @@
 /**
- * Prometheus label children by key, made once. Model names come from clients, so the cache is
- * bounded: past `limit` keys it starts over rather than grow without end (the registry itself
- * keeps the series either way).
+ * Prometheus label children by key, made once, for labels whose values come from a fixed set (the
+ * destination-entry reasons). Bounded all the same: past `limit` keys it starts over rather than
+ * grow. Client-chosen values never reach a label directly: model names go through ModelLabels
+ * (configured models, else `other`).
  */
 export class LabelCache<T> {
   private readonly children = new Map<string, T>();

@@ -1,11 +1,15 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { BUILD } from './build-info.js';
 
 /**
- * The EPP's Prometheus metrics. Where the meaning matches the reference EPP, the name and labels
- * are the reference's (reference-epp.md §6.2) so existing dashboards keep working; Spillway's own
- * zone-aware figures use the `spillway_` prefix.
+ * The EPP's Prometheus metrics (docs/metrics.md). Where the meaning matches the reference EPP (the
+ * Gateway API Inference Extension's), the name and labels are the reference's so existing
+ * dashboards keep working; Spillway's own zone-aware figures use the `spillway_` prefix.
  */
-export type Outcome = 'routed' | '400' | '404' | '429' | '500' | '503';
+export type Outcome = 'routed' | '400' | '404' | '413' | '429' | '500' | '503';
+
+/** The reference EPP's input-token buckets (powers of two from 8 to 2^20). */
+const TOKEN_BUCKETS = [1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144, 524288, 1048576];
 
 /**
  * Increments of one counter child, summed in a plain number on the request path and handed to
@@ -88,6 +92,42 @@ export class EppMetrics {
     help: '[ALPHA] Inference objective response latency distribution in seconds for each model and target model.',
     labelNames: ['model_name', 'target_model_name'] as const,
     buckets: [0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1, 1.25, 1.5, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 45, 60, 120, 180, 240, 300, 360, 480, 600, 900, 1200, 1800, 2700, 3600],
+    registers: [this.registry],
+  });
+  // Token figures exist only when the gateway streams response bodies to the EPP (docs/metrics.md).
+  readonly responseSizes = new Histogram({
+    name: 'inference_objective_response_sizes',
+    help: '[ALPHA] Inference objective responses size distribution in bytes for each model and target model.',
+    labelNames: ['model_name', 'target_model_name'] as const,
+    buckets: [1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536],
+    registers: [this.registry],
+  });
+  readonly inputTokens = new Histogram({
+    name: 'inference_objective_input_tokens',
+    help: '[ALPHA] Inference objective input token count distribution for requests in each model.',
+    labelNames: ['model_name', 'target_model_name'] as const,
+    buckets: TOKEN_BUCKETS,
+    registers: [this.registry],
+  });
+  readonly outputTokens = new Histogram({
+    name: 'inference_objective_output_tokens',
+    help: '[ALPHA] Inference objective output token count distribution for requests in each model.',
+    labelNames: ['model_name', 'target_model_name'] as const,
+    buckets: TOKEN_BUCKETS.filter((b) => b <= 8192),
+    registers: [this.registry],
+  });
+  readonly cachedTokens = new Histogram({
+    name: 'inference_objective_prompt_cached_tokens',
+    help: '[ALPHA] Inference objective prompt cached token count distribution for requests in each model.',
+    labelNames: ['model_name', 'target_model_name'] as const,
+    buckets: TOKEN_BUCKETS,
+    registers: [this.registry],
+  });
+  readonly normalizedTimePerOutputToken = new Histogram({
+    name: 'inference_objective_normalized_time_per_output_token_seconds',
+    help: '[ALPHA] Inference objective latency divided by number of output tokens in seconds for each model and target model.',
+    labelNames: ['model_name', 'target_model_name'] as const,
+    buckets: [0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10],
     registers: [this.registry],
   });
   readonly schedulerDuration = new Histogram({
@@ -206,6 +246,23 @@ export class EppMetrics {
     labelNames: ['commit', 'build_ref'] as const,
     registers: [this.registry],
   });
+  readonly configInfo = new Gauge({
+    name: 'spillway_config_info',
+    help: 'The config file version in force: 1 for its SHA-256 (hash label; "none" without a file).',
+    labelNames: ['hash'] as const,
+    registers: [this.registry],
+  });
+  readonly configReloads = new Counter({
+    name: 'spillway_config_reloads_total',
+    help: 'Config file changes seen while running, by result: applied, or rejected (unreadable or invalid; the running config is kept).',
+    labelNames: ['result'] as const,
+    registers: [this.registry],
+  });
+  readonly configLastReloadSuccessful = new Gauge({
+    name: 'spillway_config_last_reload_successful',
+    help: '1 when the config file on disk is the version in force, 0 while it holds a change that was rejected.',
+    registers: [this.registry],
+  });
 
   /**
    * A batched child of `requests`, `schedulerAttempts`, `listEntries` or `spills` (metrics that
@@ -227,6 +284,9 @@ export class EppMetrics {
 
   constructor() {
     collectDefaultMetrics({ register: this.registry });
-    this.info.set({ commit: 'spillway', build_ref: 'spillway-0.1.0' }, 1);
+    this.info.set({ commit: BUILD.commit, build_ref: BUILD.ref }, 1);
+    this.configLastReloadSuccessful.set(1);
+    this.configReloads.inc({ result: 'applied' }, 0);
+    this.configReloads.inc({ result: 'rejected' }, 0);
   }
 }

@@ -24,11 +24,12 @@ import {
 import type { Decision } from '@spillway/scheduler';
 import type { EppCore } from './core.js';
 import type { Deadline } from './deadlines.js';
+import type { TrackedRequest } from './request-metrics.js';
 
 type Call = ServerDuplexStream<ProcessingRequest, ProcessingResponse>;
 
 /**
- * One ext_proc stream = one HTTP request (DESIGN §4), as an explicit state machine:
+ * One ext_proc stream = one HTTP request (docs/protocol.md), as an explicit state machine:
  *
  *   awaiting-headers -> awaiting-body -> picked -> (response phases) -> done
  *
@@ -53,7 +54,14 @@ class ExtProcStream implements Deadline {
   private subset: readonly unknown[] | string | undefined;
   private body: BodyAccumulator | undefined;
   private decision: Decision | undefined;
-  private model = '';
+  /** The parsed request, once its body is complete. */
+  private request: PreparedRequest | undefined;
+  /** Bytes of the request body as the client sent it. */
+  private requestBytes = 0;
+  /** The routed request's metrics, until the stream ends. */
+  private tracked: TrackedRequest | undefined;
+  /** When the stream began (ms): a request's duration runs from here to the end of the stream. */
+  private readonly startedAt = Date.now();
   /** The served endpoint the gateway reported (canonical), once seen. */
   private served: string | undefined;
   private failureSeen = false;
@@ -72,7 +80,7 @@ class ExtProcStream implements Deadline {
     call.on('cancelled', gone);
     call.on('error', gone);
     call.on('close', gone);
-    this.at = Date.now() + core.limits.requestTimeoutMs;
+    this.at = this.startedAt + core.limits.requestTimeoutMs;
     this.deadline = this;
     core.deadlines.add(this);
   }
@@ -113,6 +121,7 @@ class ExtProcStream implements Deadline {
           return this.write(responseHeadersResponse());
         }
         if (phase.kind === 'responseTrailers') return this.write(responseTrailersResponse());
+        this.tracked?.responseBody(phase.chunk);
         this.write(responseBodyResponse(phase.chunk, phase.endOfStream, this.modes?.response === 'full-duplex'));
         return;
       case 'empty':
@@ -155,6 +164,7 @@ class ExtProcStream implements Deadline {
   private completeRequest(endedWithTrailers: boolean): void {
     const headers = this.headers as RequestHeaders;
     const body = (this.body as BodyAccumulator).take();
+    this.requestBytes = body.length;
     // The stream lives as long as the response (minutes for a long generation): drop the request
     // body's chunks now rather than hold up to --max-body-bytes per open stream.
     this.releaseBody();
@@ -166,9 +176,9 @@ class ExtProcStream implements Deadline {
   /** Pick, then answer with the destination (or the error the decision calls for). */
   private route(mode: RoutedMode, request: PreparedRequest | undefined, endedWithTrailers = false): void {
     const headers = this.headers as RequestHeaders;
-    this.model = request?.model ?? '';
+    this.request = request;
     const decision = this.core.pick(
-      { model: this.model, prompt: request?.prompt, objective: headers.objective, subset: this.subset },
+      { model: request?.model ?? '', prompt: request?.prompt, objective: headers.objective, subset: this.subset },
       request,
     );
     if (decision.status !== 'routed') {
@@ -182,7 +192,7 @@ class ExtProcStream implements Deadline {
     this.state = 'picked';
     this.subset = undefined;
     this.clearTimer();
-    this.core.commit(decision, this.model);
+    this.tracked = this.core.commit(decision, request, this.requestBytes, this.startedAt);
     for (const response of routedResponses({
       mode,
       destination: decision.destination,
@@ -210,6 +220,7 @@ class ExtProcStream implements Deadline {
    * so a connection failure lands here too. A served fallback already penalised the primary.
    */
   private noteStatus(status: number | undefined): void {
+    if (status !== undefined && status >= 400 && !this.failureSeen) this.tracked?.modelServerError();
     if (status === undefined || status < 500 || status > 599 || this.failureSeen || this.decision === undefined) return;
     this.failureSeen = true;
     if (this.served !== undefined && this.served !== this.decision.entries[0]?.address) return;
@@ -217,7 +228,7 @@ class ExtProcStream implements Deadline {
   }
 
   private reject(status: ErrorStatus, message: string, code: string): void {
-    this.core.countRejection(status, this.model, code);
+    this.core.countRejection(status, code, this.request);
     this.write(immediateResponse(status, message, { code }));
     this.endStream();
   }
@@ -268,8 +279,9 @@ class ExtProcStream implements Deadline {
     this.clearTimer();
     this.releaseBody();
     if (this.decision !== undefined) {
-      this.core.release(this.decision, this.model);
+      this.core.release(this.decision, this.tracked);
       this.decision = undefined;
+      this.tracked = undefined;
     }
     if (clientEnded && this.state !== 'done') {
       this.state = 'done';

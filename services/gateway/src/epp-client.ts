@@ -19,10 +19,11 @@ export type StreamEvent =
   | { readonly kind: 'error'; readonly code: GrpcStatus; readonly details: string };
 
 /**
- * One ext_proc stream. Responses are queued as events so the request path can read them in
- * order while it is still sending; writes respect HTTP/2 flow control.
+ * The gateway's end of one ext_proc stream to the EPP (the EPP's end is its ExtProcStream).
+ * Responses are queued as events so the request path can read them in order while it is still
+ * sending; writes respect HTTP/2 flow control.
  */
-export class ExtProcStream {
+export class EppStream {
   readonly #call: ClientDuplexStream<ProcessingRequest, ProcessingResponse>;
   readonly #queue: StreamEvent[] = [];
   #waiter: ((event: StreamEvent) => void) | undefined;

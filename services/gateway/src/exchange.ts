@@ -1,5 +1,5 @@
 // One client request, end to end, as Envoy's ext_proc filter plus the override_host policy
-// handle it (envoy.md §2.3, §3.2):
+// handle it (docs/protocol.md, infra/envoy/README.md):
 //   request headers + body chunks -> EPP (full duplex) -> headers response (destination) and the
 //   EPP's body -> try the listed endpoints in order -> response headers + body chunks -> EPP ->
 //   its echoed body -> client.
@@ -14,7 +14,7 @@ import type { Logger } from 'pino';
 import type { Dispatcher } from 'undici';
 import { canonicalAddress } from './endpoints.js';
 import type { EndpointTable } from './endpoints.js';
-import { ExtProcStream } from './epp-client.js';
+import { EppStream } from './epp-client.js';
 import type { StreamEvent } from './epp-client.js';
 import { gatewayError } from './errors.js';
 import type { HealthView } from './health.js';
@@ -66,7 +66,7 @@ class Exchange {
   readonly #res: ServerResponse;
   readonly #abort = new AbortController();
   readonly #metadata = new DynamicMetadata();
-  readonly #stream: ExtProcStream;
+  readonly #stream: EppStream;
   readonly #started = Date.now();
   #gone = false;
   #timedOut = false;
@@ -80,7 +80,7 @@ class Exchange {
     this.#res = res;
     const timeoutMs = ctx.options.requestTimeoutMs;
     // The stream's gRPC deadline bounds the whole exchange, so no stream outlives its request.
-    this.#stream = new ExtProcStream(ctx.eppClient, new Date(Date.now() + timeoutMs));
+    this.#stream = new EppStream(ctx.eppClient, new Date(Date.now() + timeoutMs));
     const timer = setTimeout(() => {
       this.#timedOut = true;
       this.#abort.abort();

@@ -1,6 +1,6 @@
 // spillway-gateway's flags (each also as SPILLWAY_<FLAG>), validated with zod, to GatewayOptions.
 import { readFileSync } from 'node:fs';
-import { CliError, durationMs, nonNegativeInt, parseCommandLine, port, positiveInt } from '@spillway/cli';
+import { CliError, durationMs, logLevel, nonNegativeInt, parseCommandLine, port, positiveInt } from '@spillway/cli';
 import type { FlagSpecs } from '@spillway/cli';
 import { z } from 'zod';
 import { loadEndpointsFile } from './endpoints.js';
@@ -16,7 +16,6 @@ export const SUMMARY = [
 
 const text = z.string().min(1);
 const onOff = z.enum(['on', 'off']);
-const logLevel = z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']);
 const hostPort = z.string().regex(/^(\[[0-9A-Fa-f:.]+\]|[^\s:/[\]]+):\d{1,5}$/, 'must be HOST:PORT');
 
 export const gatewayFlags = {
@@ -44,7 +43,7 @@ export const gatewayFlags = {
   perTryTimeoutMs: { description: 'per attempt: connect, response headers and the first body byte (never the rest of a stream); 0 = none (default 0)', schema: durationMs().default(DEFAULTS.perTryTimeoutMs), placeholder: 'MS' },
   connectTimeoutMs: { description: `upstream connect timeout (default ${DEFAULTS.connectTimeoutMs})`, schema: positiveInt().default(DEFAULTS.connectTimeoutMs), placeholder: 'MS' },
   maxBodyBytes: { description: `largest request body buffered for forwarding and retries (default ${DEFAULTS.maxBodyBytes})`, schema: positiveInt().default(DEFAULTS.maxBodyBytes), placeholder: 'N' },
-  logLevel: { description: `pino level (default ${DEFAULTS.logLevel})`, schema: logLevel.default(DEFAULTS.logLevel), placeholder: 'LEVEL' },
+  logLevel: { description: `pino level (default ${DEFAULTS.logLevel})`, schema: logLevel(DEFAULTS.logLevel), placeholder: 'LEVEL' },
 } satisfies FlagSpecs;
 
 export type ParsedGatewayArgs = { help: true } | { help: false; options: GatewayOptions };

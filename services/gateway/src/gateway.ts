@@ -41,7 +41,7 @@ const HEALTH_PATH = '/gateway/health';
 
 export async function startGateway(input: GatewayOptions): Promise<Gateway> {
   const options = resolveOptions(input);
-  const logger: Logger = input.logger ?? pino({ name: 'spillway-gateway', level: options.logLevel });
+  const logger: Logger = input.logger ?? pino({ level: options.logLevel, base: { service: 'spillway-gateway' } });
   const table = new EndpointTable(options.endpoints, options.zone);
   const health = new HealthView(
     table,

@@ -1,4 +1,4 @@
-// ProcessingRequest builders: the messages Envoy's ext_proc filter sends (envoy.md §1.3, §2.3).
+// ProcessingRequest builders: the messages Envoy's ext_proc filter sends (docs/protocol.md).
 import { BODY_CHUNK_BYTES, BodySendMode } from '@spillway/protocol';
 import type { HeaderValue, HttpHeaders, Metadata, ProcessingRequest } from '@spillway/protocol';
 

@@ -1,5 +1,5 @@
-// A request's dynamic metadata, handled as the production Envoy config does (envoy.md §2.1,
-// §6.2): metadata_options forwarding [envoy.lb, envoy.lb.subset_hint], receiving [envoy.lb].
+// A request's dynamic metadata, handled as the production Envoy config does (infra/envoy):
+// metadata_options forwarding [envoy.lb, envoy.lb.subset_hint], receiving [envoy.lb].
 import { LB_NAMESPACE, SERVED_KEY, SUBSET_KEY, SUBSET_NAMESPACE } from '@spillway/protocol';
 import type { Metadata } from '@spillway/protocol';
 

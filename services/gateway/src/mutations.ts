@@ -1,4 +1,4 @@
-// Applying the EPP's answers the way Envoy's ext_proc filter does (envoy.md §1.5, §3.2).
+// Applying the EPP's answers the way Envoy's ext_proc filter does (docs/protocol.md).
 import { DESTINATION_KEY, LB_NAMESPACE } from '@spillway/protocol';
 import type { HeaderMutation, HeaderValueOption, ImmediateResponse } from '@spillway/protocol';
 import type { DynamicMetadata } from './metadata.js';

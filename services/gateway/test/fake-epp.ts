@@ -1,4 +1,4 @@
-// An in-test ext_proc server that behaves per DESIGN §4 for what the gateway tests need: it
+// An in-test ext_proc server that behaves per docs/protocol.md for what the gateway tests need: it
 // records every message, answers full duplex (decision after the body's end, body echoed as
 // streamed_response), echoes the response path, and can reject or misbehave on demand.
 import { Server, ServerCredentials } from '@grpc/grpc-js';

@@ -1,5 +1,5 @@
 // The destination list used like Envoy's override_host policy with a retry policy
-// (envoy.md §3.2): known entries in order, unknown ones skipped, a bounded number of attempts.
+// (infra/envoy/README.md): known entries in order, unknown ones skipped, a bounded number of attempts.
 import { LB_NAMESPACE, SERVED_KEY } from '@spillway/protocol';
 import { describe, expect, it } from 'vitest';
 import { messagesOf } from './fake-epp.js';

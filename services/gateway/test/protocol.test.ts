@@ -1,4 +1,4 @@
-// The gateway talks to the EPP exactly as Envoy's ext_proc filter does (envoy.md §1.3, §2.3).
+// The gateway talks to the EPP exactly as Envoy's ext_proc filter does (docs/protocol.md).
 import { request } from 'node:http';
 import { BodySendMode, LB_NAMESPACE, SERVED_KEY, SUBSET_KEY, SUBSET_NAMESPACE, headerValue } from '@spillway/protocol';
 import type { HttpBody, HttpHeaders, ProcessingRequest } from '@spillway/protocol';

@@ -3,7 +3,7 @@ import type { NatsConnection } from '@nats-io/nats-core';
 import { CliError, parseCommandLine, renderHelp, type FlagSpecs, type FlagValues } from '@spillway/cli';
 import { Fleet } from '@spillway/fleet';
 import { z } from 'zod';
-import { connectNats, DEFAULT_STREAM, natsFlags, natsSettingsFromValues, startReader, type Environment, type NatsSettings } from '@spillway/bus';
+import { connectNats, DEFAULT_STREAM, natsFlags, natsSettingsFromValues, startReader, streamNameSchema, type Environment, type NatsSettings } from '@spillway/bus';
 import { followInFlight } from './in-flight.js';
 import { fleetRows, renderFleetStatus, renderFleetTable } from './table.js';
 
@@ -16,7 +16,7 @@ const ms = (min: number) =>
 /** spillway-fleet's flags, each also `SPILLWAY_<FLAG>`; the NATS flags come from `natsFlags`. */
 export const fleetFlags = {
   pool: { description: 'pool to show (required)', schema: z.string().min(1), placeholder: 'P' },
-  stream: { description: `JetStream stream (default ${DEFAULT_STREAM})`, schema: z.string().regex(/^[A-Za-z0-9_-]{1,255}$/, 'letters, digits, _ and - only').default(DEFAULT_STREAM), placeholder: 'NAME' },
+  stream: { description: `JetStream stream (default ${DEFAULT_STREAM})`, schema: streamNameSchema.default(DEFAULT_STREAM), placeholder: 'NAME' },
   once: { description: 'print once after the replay caught up, then exit', schema: z.boolean().default(false), boolean: true },
   interval: { description: 'redraw period when following (default 1000)', schema: ms(50).default(1000), placeholder: 'MS' },
   timeout: { description: 'with --once: give up when not caught up after MS (default 15000)', schema: ms(1).default(15_000), placeholder: 'MS' },

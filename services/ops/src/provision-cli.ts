@@ -8,6 +8,7 @@ import {
   natsFlags,
   natsSettingsFromValues,
   provisionZoneStreams,
+  streamNameSchema,
   type Environment,
   type NatsSettings,
   type ProvisionResult,
@@ -21,7 +22,7 @@ export const provisionFlags = {
   zones: { description: 'every zone of the topology, this one included (required)', schema: commaList().pipe(z.array(z.string()).min(1, 'name at least one zone')), placeholder: 'a,b,c' },
   aggregateStream: {
     description: `name of the local aggregate the EPPs read (default ${AGGREGATE_STREAM})`,
-    schema: z.string().regex(/^[A-Za-z0-9_-]{1,255}$/, 'letters, digits, _ and - only').default(AGGREGATE_STREAM),
+    schema: streamNameSchema.default(AGGREGATE_STREAM),
     placeholder: 'NAME',
   },
   timeout: {

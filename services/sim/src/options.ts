@@ -1,4 +1,4 @@
-import { commaList, parseCommandLine, port, renderHelp, type FlagSpecs } from '@spillway/cli';
+import { commaList, logLevel, parseCommandLine, port, renderHelp, type FlagSpecs } from '@spillway/cli';
 import { ENGINE_MODES, PRESET_NAMES } from '@spillway/engine';
 import type { EngineMode, PresetName } from '@spillway/engine';
 import { z } from 'zod';
@@ -51,7 +51,7 @@ export const simFlags = {
   stallAfterMs: { description: 'start stalling this long after start', schema: int(0).optional(), placeholder: 'MS' },
   crashAfterMs: { description: 'exit the process this long after start', schema: int(0).optional(), placeholder: 'MS' },
   admin: { description: 'serve GET|POST /admin/fault to change faults at runtime (default off: 404)', schema: z.boolean().default(false), boolean: true },
-  logLevel: { description: 'pino level (default info)', schema: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'), placeholder: 'LEVEL' },
+  logLevel: { description: 'pino level (default info)', schema: logLevel(), placeholder: 'LEVEL' },
 } satisfies FlagSpecs;
 
 export const HELP =

@@ -39,7 +39,7 @@ export interface SimServer {
 export async function startSim(input: StartSimOptions = {}): Promise<SimServer> {
   const { logger: givenLogger, onCrash, ...rest } = input;
   const options = simOptions(rest);
-  const logger = givenLogger ?? pino({ name: 'spillway-sim', level: options.logLevel });
+  const logger = givenLogger ?? pino({ level: options.logLevel, base: { service: 'spillway-sim' } });
   const runner = new RealtimeEngine(
     {
       preset: options.preset,

@@ -3,7 +3,7 @@ import { readFileSync, rmSync } from 'node:fs';
 import { EXT_PROC_PATH } from '@spillway/protocol';
 import { percentile } from '../part.js';
 
-/** h2load (Debian package nghttp2-client) drives ext_proc in the bench (DESIGN §7). */
+/** h2load (Debian package nghttp2-client) drives ext_proc in the bench (BENCHMARKS.md says how). */
 export const H2LOAD_INSTALL = 'h2load is not on PATH. Install it with `apt-get install nghttp2-client` (Debian/Ubuntu; `brew install nghttp2` on macOS) and run the bench again.';
 
 export function h2loadVersion(): string | undefined {

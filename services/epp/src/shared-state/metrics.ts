@@ -1,13 +1,22 @@
 import { Counter, Gauge, type Registry } from 'prom-client';
-import type { SharedState } from '@spillway/scheduler';
 import type { SharedStateCounters } from './counters.js';
-import type { StateOutbox } from './outbox.js';
+
+/** What the metrics read when scraped: the channel's counters, and the scheduler's and outbox's figures. */
+export interface SharedStateSources {
+  readonly counters: SharedStateCounters;
+  /** Entries the outbox dropped because it was full. */
+  outboxDropped(): number;
+  peerCount(): number;
+  ownInFlight(): number;
+  remoteInFlight(): number;
+}
 
 /**
- * The shared-state channel's Prometheus metrics (docs/metrics.md). Each reads the plain counters
- * when scraped: a counter advances by what its source grew since the last scrape.
+ * The shared-state channel's Prometheus metrics (docs/metrics.md). Each reads its source when
+ * scraped: a counter advances by what its source grew since the last scrape.
  */
-export function registerSharedStateMetrics(registry: Registry, counters: SharedStateCounters, outbox: StateOutbox, shared: SharedState): void {
+export function registerSharedStateMetrics(registry: Registry, sources: SharedStateSources): void {
+  const counters = sources.counters;
   const registers = [registry];
   const mirror = <L extends string>(counter: Counter<L>, sources: readonly [Partial<Record<L, string>>, () => number][]) => {
     const reported = sources.map(() => 0);
@@ -27,7 +36,7 @@ export function registerSharedStateMetrics(registry: Registry, counters: SharedS
     help: 'Other EPPs of the pool this EPP hears from (batches or heartbeats within the peer timeout).',
     registers,
     collect() {
-      this.set(shared.peerCount);
+      this.set(sources.peerCount());
     },
   });
   new Gauge({
@@ -36,8 +45,8 @@ export function registerSharedStateMetrics(registry: Registry, counters: SharedS
     labelNames: ['origin'] as const,
     registers,
     collect() {
-      this.set({ origin: 'own' }, shared.ownInFlight);
-      this.set({ origin: 'remote' }, shared.remoteInFlight);
+      this.set({ origin: 'own' }, sources.ownInFlight());
+      this.set({ origin: 'remote' }, sources.remoteInFlight());
     },
   });
   const batches: Counter<'direction'> = new Counter({
@@ -95,7 +104,7 @@ export function registerSharedStateMetrics(registry: Registry, counters: SharedS
     collect: () => collectDropped(),
   });
   const collectDropped = mirror(dropped, [
-    [{ reason: 'buffer-full' }, () => outbox.dropped + counters.dropped['buffer-full']],
+    [{ reason: 'buffer-full' }, () => sources.outboxDropped() + counters.dropped['buffer-full']],
     [{ reason: 'not-connected' }, () => counters.dropped['not-connected']],
     [{ reason: 'publish-failed' }, () => counters.dropped['publish-failed']],
     [{ reason: 'oversized' }, () => counters.dropped.oversized],
