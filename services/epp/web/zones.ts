@@ -70,7 +70,9 @@ export class ZoneCards {
       figures.set(key, value);
     }
     const chartBox = el('div', 'chart');
-    root.append(heading, list, chartBox);
+    const legend = el('p', 'legend');
+    legend.append(el('span', 'picked', 'picked / s'), el('span', 'waiting', 'waiting (right axis)'));
+    root.append(heading, list, chartBox, legend);
     const card: ZoneCard = { root, region, figures, chartBox, chart: undefined, waiting: new Map() };
     this.cards.set(name, card);
     return card;
@@ -85,10 +87,11 @@ export class ZoneCards {
     }
     card.waiting.set(second, zone.waiting);
     for (const at of card.waiting.keys()) if (at <= second - HISTORY_S) card.waiting.delete(at);
+    // x: seconds relative to now (-59 .. 0), so the axis reads as "how long ago".
     const xs: number[] = [];
     const waiting: (number | null)[] = [];
     for (let i = HISTORY_S - 1; i >= 0; i--) {
-      xs.push(second - i);
+      xs.push(-i);
       waiting.push(card.waiting.get(second - i) ?? null);
     }
     const picked = zone.pickedSeries.slice(-HISTORY_S);
@@ -105,16 +108,17 @@ export class ZoneCards {
   private options(card: ZoneCard): uPlot.Options {
     return {
       ...this.chartSize(card),
-      legend: { show: true },
-      cursor: { show: true, drag: { x: false, y: false } },
-      scales: { x: { time: true }, rps: { range: (_u, _min, max) => [0, Math.max(1, max)] }, waiting: { range: (_u, _min, max) => [0, Math.max(1, max)] } },
+      // The card's own legend (below the chart) names the two lines; uPlot's would take more room than the chart.
+      legend: { show: false },
+      cursor: { show: false },
+      scales: { x: { time: false }, rps: { range: (_u, _min, max) => [0, Math.max(1, max)] }, waiting: { range: (_u, _min, max) => [0, Math.max(1, max)] } },
       series: [
         {},
         { label: 'picked/s', scale: 'rps', stroke: '#1d4ed8', width: 1.5, fill: 'rgba(29, 78, 216, 0.08)' },
         { label: 'waiting', scale: 'waiting', stroke: '#dd6b20', width: 1.5, spanGaps: false },
       ],
       axes: [
-        { size: 24, font: '10px system-ui', ticks: { show: false } },
+        { size: 22, font: '10px system-ui', ticks: { show: false }, values: (_u, splits) => splits.map((v) => (v === 0 ? 'now' : `${v}s`)) },
         { scale: 'rps', size: 32, font: '10px system-ui', ticks: { show: false } },
         { scale: 'waiting', side: 1, size: 28, font: '10px system-ui', grid: { show: false }, ticks: { show: false } },
       ],

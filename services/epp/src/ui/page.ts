@@ -24,7 +24,7 @@ export const PAGE_HTML = `<!doctype html>
 <main>
   <section aria-labelledby="zones-heading">
     <h2 id="zones-heading">Zones</h2>
-    <p class="hint">Each zone's pods as this EPP sees them. Chart: requests this EPP picked into the zone per second (line) and requests waiting in the zone (bars), last minute.</p>
+    <p class="hint">Each zone's pods as this EPP sees them: figures from their latest metrics, expected wait and cost by the EPP's cost model. Chart, last minute: requests this EPP picked into the zone per second, and requests waiting in the zone.</p>
     <div id="zones" class="cards"></div>
   </section>
   <section aria-labelledby="spill-heading">

@@ -29,6 +29,11 @@ section { background: var(--card); border: 1px solid var(--line); border-radius:
 .figures dt { color: var(--muted); font-size: 11px; }
 .figures dd { margin: 0; font-variant-numeric: tabular-nums; font-weight: 600; }
 .chart { min-height: 110px; }
+.legend { margin: 2px 0 0; font-size: 11px; color: var(--muted); display: flex; gap: 14px; }
+.legend span::before { content: ""; display: inline-block; width: 14px; height: 0; border-top: 2px solid; vertical-align: middle; margin-right: 4px; }
+.legend .picked::before { border-color: #1d4ed8; }
+.legend .waiting::before { border-color: #dd6b20; }
+caption.hint { text-align: left; }
 table { border-collapse: collapse; font-variant-numeric: tabular-nums; }
 th, td { padding: 3px 8px; border-bottom: 1px solid var(--line); text-align: right; white-space: nowrap; }
 th { color: var(--muted); font-weight: 600; font-size: 12px; }
