@@ -313,7 +313,27 @@ class Exchange {
     if (this.#attempts === 0) {
       throw new Stop(gatewayError(503, 'no_known_endpoint', `no destination entry is a known endpoint: ${this.#destination}`));
     }
+    if (failure !== undefined) await this.#reportLocalReply(failure);
     throw new Stop(failure);
+  }
+
+  /**
+   * Every listed endpoint failed: like Envoy's own local reply, the response headers (the 503 or
+   * 504, and the last host tried as the served endpoint) go through ext_proc, so the EPP sees the
+   * connection failure and penalises its primary. The EPP's answer is awaited briefly; whatever
+   * it is, the client gets the local reply.
+   */
+  async #reportLocalReply(reply: LocalReply): Promise<void> {
+    try {
+      await this.#stream.send([responseHeadersMessage([[':status', String(reply.status)]], true, this.#metadata.forwarded())]);
+      let timer: NodeJS.Timeout | undefined;
+      const timeout = new Promise<void>((resolve) => {
+        timer = setTimeout(resolve, this.#ctx.options.eppTimeoutMs);
+      });
+      await Promise.race([this.#stream.next(), timeout]).finally(() => clearTimeout(timer));
+    } catch {
+      // The EPP's stream is gone: nothing to report to.
+    }
   }
 
   /** The address to try for one destination entry, or undefined to skip it (override_host). */

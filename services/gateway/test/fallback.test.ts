@@ -31,6 +31,24 @@ describe('fallback along the destination list', () => {
     expect(stats.retries).toBe(1);
   });
 
+  it('when every listed endpoint refuses, its local 503 goes through ext_proc as Envoy\'s does, naming the last host tried', async () => {
+    const [first, second] = [await deadAddress(), await deadAddress()];
+    const epp = await fakeEpp(() => ({ destination: `${first},${second}` }));
+    const gw = await gateway({ epp: epp.address, endpoints: [{ address: first }, { address: second }] });
+    const res = await post(`${gw.url}/v1/completions`, completion());
+    expect(res.status).toBe(503);
+    expect(((await res.json()) as ErrorBody).error.code).toBe('upstream_unavailable');
+    const stream = epp.streams[0];
+    if (stream === undefined) throw new Error('no stream');
+    await stream.finished;
+    const [headers] = messagesOf(stream, 'responseHeaders');
+    const value = headers?.request?.$case === 'responseHeaders' ? headers.request.value : undefined;
+    const status = value?.headers?.headers.find((h) => h.key === ':status');
+    expect(Buffer.from(status?.rawValue ?? new Uint8Array()).toString()).toBe('503');
+    expect(value?.endOfStream).toBe(true);
+    expect(headers?.metadataContext?.filterMetadata[LB_NAMESPACE]?.[SERVED_KEY]).toBe(second);
+  });
+
   it('moves on after a 5xx answer and ejects the failing endpoint from the subset hint', async () => {
     const failing = await sim({ errorRate: 1 });
     const live = await sim();
