@@ -121,7 +121,7 @@ describe('the operators\' view in Chromium', () => {
         await stream.waitFor(2);
         streams.push(stream);
       }
-      const cell = page.locator('#spill tr[data-from="zone-a"] td[data-to="zone-b"]');
+      const cell = page.locator('#spill tr[data-gateway="zone-a"] td[data-serving="zone-b"]');
       await expect.poll(async () => Number(await cell.textContent()), { timeout: 15_000 }).toBeGreaterThan(0);
       expect(await cell.getAttribute('class')).toBe('spill');
       await expect.poll(() => page.locator('#decisions tbody tr').first().textContent(), { timeout: 15_000 }).toContain('spill');

@@ -21,7 +21,7 @@ export function renderSpill(table: HTMLTableElement, state: UiState): void {
   const body: HTMLTableRowElement[] = [];
   for (const from of rows) {
     const row = el('tr');
-    row.dataset['from'] = from;
+    row.dataset['gateway'] = from;
     row.append(el('th', 'text', from));
     const perS = spill.perS[index.get(from) ?? -1];
     let total = 0;
@@ -29,7 +29,7 @@ export function renderSpill(table: HTMLTableElement, state: UiState): void {
       const value = perS?.[index.get(to) ?? -1] ?? 0;
       total += value;
       const td = cell(rate(value), value === 0 ? 'zero' : from === to ? 'home' : 'spill');
-      td.dataset['to'] = to;
+      td.dataset['serving'] = to;
       row.append(td);
     }
     row.append(cell(rate(total)));
