@@ -1,6 +1,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { ASSET_PATHS, type ViewAssets } from './assets.js';
-import { buildState, parseStateQuery, type StateSources } from './state.js';
+import { buildState, parseStateQuery, stateQuerySchema, type StateSources } from './state.js';
 
 /** Handles a request when its path belongs to the view; false leaves it to the server's other routes (or its 404). */
 export type ViewRoutes = (req: IncomingMessage, res: ServerResponse) => boolean;
@@ -29,7 +29,7 @@ export const SECURITY_HEADERS: Readonly<Record<string, string>> = {
  */
 export function viewRoutes(sources: StateSources, assets: ViewAssets, now: () => number = Date.now): ViewRoutes {
   const paths = new Set([...ASSET_PATHS, STATE_PATH]);
-  const maxDecisions = sources.decisions.capacity;
+  const querySchema = stateQuerySchema(sources.decisions.capacity);
   return (req, res) => {
     const url = parseUrl(req.url);
     if (!paths.has(url.pathname)) return false;
@@ -38,7 +38,7 @@ export function viewRoutes(sources: StateSources, assets: ViewAssets, now: () =>
       return true;
     }
     if (url.pathname === STATE_PATH) {
-      const query = parseStateQuery(url.searchParams, maxDecisions);
+      const query = parseStateQuery(url.searchParams, querySchema);
       if (!query.ok) {
         send(res, 400, 'application/json; charset=utf-8', JSON.stringify({ error: query.error }), { 'cache-control': 'no-store' });
         return true;

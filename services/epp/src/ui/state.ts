@@ -42,9 +42,9 @@ export function stateQuerySchema(maxDecisions: number) {
 
 export type StateQuery = z.output<ReturnType<typeof stateQuerySchema>>;
 
-/** Parses a query string; an error names the parameter at fault. */
-export function parseStateQuery(params: URLSearchParams, maxDecisions: number): { ok: true; query: StateQuery } | { ok: false; error: string } {
-  const parsed = stateQuerySchema(maxDecisions).safeParse(Object.fromEntries(params));
+/** Parses a query string with a schema from stateQuerySchema; an error names the parameter at fault. */
+export function parseStateQuery(params: URLSearchParams, schema: ReturnType<typeof stateQuerySchema>): { ok: true; query: StateQuery } | { ok: false; error: string } {
+  const parsed = schema.safeParse(Object.fromEntries(params));
   if (parsed.success) return { ok: true, query: parsed.data };
   const issue = parsed.error.issues[0];
   return { ok: false, error: `${issue?.path.join('.') || 'query'}: ${issue?.message ?? 'invalid'}` };
