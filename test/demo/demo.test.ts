@@ -109,27 +109,37 @@ class ViewWatcher {
   url: string | undefined;
   pageOk = false;
   maxSpillPerS = 0;
-  private timer: NodeJS.Timeout | undefined;
+  private stopped = false;
+  private following: Promise<void> | undefined;
 
   onStdout(stdout: string): void {
     if (this.url !== undefined) return;
     this.url = /^ {2}zone-a: (http:\/\/127\.0\.0\.1:\d+\/)$/m.exec(stdout)?.[1];
-    if (this.url !== undefined) this.timer = setInterval(() => void this.poll(), 500);
+    if (this.url !== undefined) this.following = this.follow();
   }
 
-  stop(): void {
-    clearInterval(this.timer);
+  async stop(): Promise<void> {
+    this.stopped = true;
+    await this.following;
+  }
+
+  /** One request at a time, with a generous timeout: the machine may be busy with other tests. */
+  private async follow(): Promise<void> {
+    while (!this.stopped) {
+      await this.poll();
+      await new Promise((r) => setTimeout(r, 500));
+    }
   }
 
   private async poll(): Promise<void> {
     try {
-      if (!this.pageOk) this.pageOk = (await fetch(this.url as string, { signal: AbortSignal.timeout(1000) })).ok;
-      const state = (await (await fetch(`${this.url}api/state?limit=0`, { signal: AbortSignal.timeout(1000) })).json()) as { spill: { zones: string[]; perS: number[][] } };
+      if (!this.pageOk) this.pageOk = (await fetch(this.url as string, { signal: AbortSignal.timeout(5000) })).ok;
+      const state = (await (await fetch(`${this.url}api/state?limit=0`, { signal: AbortSignal.timeout(5000) })).json()) as { spill: { zones: string[]; perS: number[][] } };
       const from = state.spill.zones.indexOf('zone-a');
       const spilled = (state.spill.perS[from] ?? []).reduce((sum, perS, to) => sum + (state.spill.zones[to] === 'zone-a' ? 0 : perS), 0);
       this.maxSpillPerS = Math.max(this.maxSpillPerS, spilled);
     } catch {
-      // The EPP is starting or stopping: the next poll tries again.
+      // The EPP is starting, stopping or slow to answer: the next poll tries again.
     }
   }
 }
@@ -145,7 +155,7 @@ describe('npm start (the local demo)', () => {
     try {
       run = await runDemo(['--duration', '20', '--dir', dir], env(), 150_000, (stdout) => view.onStdout(stdout));
     } finally {
-      view.stop();
+      await view.stop();
     }
   }, 160_000);
 
