@@ -70,7 +70,16 @@ export class CostPolicy implements PricingPolicy {
   }
 
   explain(ctx: PricingContext, endpoint: Endpoint, tier: Tier): EntryCost {
-    const key = this.priceOne(ctx, endpoint, tier, true);
+    return this.components(this.priceOne(ctx, endpoint, tier, true));
+  }
+
+  /** The request-independent components (no prompt: no prefill, no LoRA), for views of the pool. */
+  explainBase(ctx: PricingContext, endpoint: Endpoint, tier: Tier): EntryCost {
+    return this.components(this.priceOne(ctx, endpoint, tier, false));
+  }
+
+  /** The components of the endpoint priced last, whose key is `key`. */
+  private components(key: number): EntryCost {
     return {
       totalMs: round(key % BAND),
       waitMs: round(this.waitMs),

@@ -10,7 +10,7 @@ import { isSilent } from './load.js';
 import { TIER_LOCAL, ZoneNetwork, type Tier } from './network.js';
 import { PenaltyBox } from './penalties.js';
 import { PrefixIndex } from './prefix-index.js';
-import type { PricingContext, PricingPolicy } from './pricing.js';
+import type { EntryCost, PricingContext, PricingPolicy } from './pricing.js';
 import { Ranking } from './rank.js';
 import { seededRng, type Rng } from './rng.js';
 import { defaultScorers, type WeightedScorer } from './scorers.js';
@@ -51,6 +51,16 @@ export interface PickRequest {
   readonly cacheSalt?: string | undefined;
 }
 
+/** How the scheduler sees one endpoint now, independent of any request (Scheduler.explain). */
+export interface EndpointExplanation {
+  /** The cost model's request-independent components: wait, round trip, zone bias, uncertainty. */
+  readonly cost: EntryCost;
+  /** Milliseconds left of a passive-health penalty; 0 when it has none. */
+  readonly penaltyLeftMs: number;
+  /** Readiness not re-published while its zone-mates' was: left out of picks like a penalised one. */
+  readonly silent: boolean;
+}
+
 /** What an outcome report concluded. */
 export type ServedOutcome = 'primary' | 'fallback' | 'unparsable' | 'no-primary';
 
@@ -78,6 +88,8 @@ export class Scheduler {
   // learnt (penalties, prefix index; in-flight accounting lives in the fleet) is kept.
   private current!: SchedulerConfig;
   private policy!: PricingPolicy;
+  /** Prices endpoints for explain(): the policy itself under cost, a cost model beside the weighted policy. */
+  private costModel!: CostPolicy;
   private blockChars!: number;
   private usesPrefix!: boolean;
   private network!: ZoneNetwork;
@@ -161,6 +173,7 @@ export class Scheduler {
       this.policy = new CostPolicy(config, this.network, staleAfterMs);
       this.usesPrefix = true;
     }
+    this.costModel = this.policy instanceof CostPolicy ? this.policy : new CostPolicy(config, this.network, staleAfterMs);
     this.blockChars = config.prefix.blockTokens * config.prefix.charsPerToken;
     this.hashes = new Float64Array(config.prefix.maxBlocks);
     this.ctx.blockTokens = config.prefix.blockTokens;
@@ -186,6 +199,24 @@ export class Scheduler {
     this.setContext(pool, now, '', 0, 0, false);
     const tier = this.network.tierOf(pool, endpoint.zone, this.fleet.topologyVersion);
     return this.policy.baseKey(this.ctx, endpoint, tier) >= this.policy.limitBand;
+  }
+
+  /**
+   * How the scheduler sees `endpoint` now, whatever the request: its request-independent cost (by
+   * the cost model, whatever the policy) and its passive health. Read-only, for views of the pool;
+   * undefined when the pool is unknown.
+   */
+  explain(endpoint: Endpoint, now: number): EndpointExplanation | undefined {
+    const pool = this.fleet.pool(this.pool);
+    if (!pool) return undefined;
+    this.setContext(pool, now, '', 0, 0, false);
+    const tier = this.network.tierOf(pool, endpoint.zone, this.fleet.topologyVersion);
+    const until = this.penalties.penalisedUntil(endpoint, now);
+    return {
+      cost: this.costModel.explainBase(this.ctx, endpoint, tier),
+      penaltyLeftMs: until === undefined ? 0 : until - now,
+      silent: isSilent(endpoint, pool, now, this.config.gaps.readinessSilenceMs),
+    };
   }
 
   /** Blocks held by the prefix index over all endpoints (a gauge for the EPP). */

@@ -13,6 +13,7 @@ import { HealthState } from './health.js';
 import { EppMetrics } from './metrics.js';
 import { bindGrpc, grpcCredentials, isLoopback, newGrpcServer, shutdownGrpc, startMetricsServer } from './servers.js';
 import { handleStream } from './stream.js';
+import { createView, startViewServer } from './ui/view.js';
 import { refreshViewGauges } from './view-gauges.js';
 import { StaleViewLog } from './view-staleness.js';
 import { startSummaryLog } from './summary-log.js';
@@ -21,6 +22,8 @@ export interface RunningEpp {
   readonly grpcPort: number;
   readonly healthPort: number;
   readonly metricsPort: number;
+  /** Where the operators' view is served (the metrics port unless --ui-port); undefined with --ui false. */
+  readonly uiPort: number | undefined;
   readonly core: EppCore;
   readonly health: HealthState;
   readonly metrics: EppMetrics;
@@ -68,6 +71,12 @@ export async function startEpp(config: EppConfig, options: StartOptions = {}): P
   // Kubelet gRPC probes cannot present client certificates: plaintext unless asked otherwise.
   const healthTls = flags.healthTls && config.tls !== undefined;
   const healthPort = await bindGrpc(healthServer, flags.host, flags.healthPort, healthTls ? credentials : ServerCredentials.createInsecure());
+  let nc: NatsConnection | undefined;
+  let reader: EventReader | undefined;
+  // The operators' view (docs/ui.md): computed when asked, off the request path.
+  const view = flags.ui
+    ? createView({ fleet: core.fleet, scheduler: core.scheduler, decisions: core.decisions, spill: core.spill, isReady: () => health.isReady, readerStatus: () => reader?.status }, logger)
+    : undefined;
   // The view's gauges are computed when Prometheus asks, off the request path.
   const metricsServer = await startMetricsServer(
     metrics.registry,
@@ -77,10 +86,13 @@ export async function startEpp(config: EppConfig, options: StartOptions = {}): P
       isReady: () => health.isReady,
       beforeScrape: () => refreshViewGauges(metrics, core.fleet, core.scheduler, flags.pool, Date.now()),
       recentDecisions: (limit) => core.decisions.recent(limit),
+      routes: flags.uiPort === undefined ? view : undefined,
     },
     flags.connectionTimeoutMs,
   );
-  logger.info({ host: flags.host, grpcPort, healthPort, metricsPort: metricsServer.port, tls: config.tls !== undefined, mtls: config.tls?.clientCa !== undefined, healthTls }, 'listening');
+  const viewServer = view !== undefined && flags.uiPort !== undefined ? await startViewServer(view, flags.host, flags.uiPort, flags.connectionTimeoutMs) : undefined;
+  const uiPort = view === undefined ? undefined : (viewServer?.port ?? metricsServer.port);
+  logger.info({ host: flags.host, grpcPort, healthPort, metricsPort: metricsServer.port, uiPort, tls: config.tls !== undefined, mtls: config.tls?.clientCa !== undefined, healthTls }, 'listening');
   if (config.tls === undefined && !isLoopback(flags.host)) {
     logger.warn(
       { host: flags.host, grpcPort },
@@ -88,8 +100,6 @@ export async function startEpp(config: EppConfig, options: StartOptions = {}): P
     );
   }
 
-  let nc: NatsConnection | undefined;
-  let reader: EventReader | undefined;
   let closed = false;
   const stop = new AbortController();
   const stopped = new Promise<void>((resolve) => stop.signal.addEventListener('abort', () => resolve(), { once: true }));
@@ -150,6 +160,7 @@ export async function startEpp(config: EppConfig, options: StartOptions = {}): P
     grpcPort,
     healthPort,
     metricsPort: metricsServer.port,
+    uiPort,
     core,
     health,
     metrics,
@@ -167,7 +178,7 @@ export async function startEpp(config: EppConfig, options: StartOptions = {}): P
       core.deadlines.close();
       health.setReady(false);
       health.closeWatchers();
-      await Promise.all([shutdownGrpc(grpc, 2000), shutdownGrpc(healthServer, 2000), closeHttp(metricsServer.server)]);
+      await Promise.all([shutdownGrpc(grpc, 2000), shutdownGrpc(healthServer, 2000), closeHttp(metricsServer.server), viewServer && closeHttp(viewServer.server)]);
       await following;
       await reader?.close();
       await nc?.close();

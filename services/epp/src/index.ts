@@ -4,3 +4,4 @@ export { loadEppConfig, eppFlags, eppConfigFileSchema, EPP_HELP } from './config
 export type { EppConfig, EppFlagValues } from './config.js';
 export { HealthState, HEALTH_SERVICES } from './health.js';
 export { EppMetrics } from './metrics.js';
+export type { UiState, UiZone, UiPod, UiSpill, UiStream, UiDecision } from './ui/state-types.js';
