@@ -4,7 +4,7 @@ import type { NatsConnection } from '@nats-io/nats-core';
 import { encodeEvent, subjectFor, type SpillwayEvent } from '@spillway/events';
 import { Fleet, snapshotPool } from '@spillway/fleet';
 import { eventually, startNatsServer, type NatsServerHandle } from '@spillway/testkit';
-import { connectNats, ensureStream, EventPublisher, startReader, type EventReader, type EventSink, type Logger } from '../src/index.js';
+import { connectNats, ensureStream, EventPublisher, startReader, type EventReader, type ReaderSink, type Logger } from '../src/index.js';
 import { metrics, podEvents, publishAll, readiness, waitForStored, zoneOf } from './helpers.js';
 
 let server: NatsServerHandle;
@@ -27,7 +27,7 @@ afterAll(async () => {
   await server?.stop();
 });
 
-function reader(pool: string, fleet: EventSink, extra: { logger?: Logger; now?: () => number } = {}): EventReader {
+function reader(pool: string, fleet: ReaderSink, extra: { logger?: Logger; now?: () => number } = {}): EventReader {
   const r = startReader(nc, { pool, sink: fleet, ...extra });
   readers.push(r);
   return r;

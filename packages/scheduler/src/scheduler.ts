@@ -126,6 +126,7 @@ export class Scheduler {
       pool: undefined as unknown as PoolView,
       topologyVersion: 0,
       model: '',
+      modelIsAdapter: false,
       promptTokens: 0,
       bestCachedTokens: 0,
       prefixBlocks: 0,
@@ -273,6 +274,7 @@ export class Scheduler {
 
     const n = candidates.count;
     this.ensureScratch(n);
+    this.ctx.modelIsAdapter = heldAsAdapter(request.model, candidates.endpoints, n);
     this.policy.price(this.ctx, candidates, this.keys, this.waits);
     for (let i = 0; i < n; i++) if ((this.keys[i] as number) >= this.policy.limitBand) counts.full++;
     this.ranking.rank(this.keys, candidates.tiers, n, this.listSizes, this.rng);
@@ -398,6 +400,7 @@ export class Scheduler {
     ctx.pool = pool;
     ctx.topologyVersion = this.fleet.topologyVersion;
     ctx.model = model;
+    ctx.modelIsAdapter = false;
     ctx.promptTokens = promptTokens;
     ctx.bestCachedTokens = 0;
     ctx.prefixBlocks = blocks;
@@ -528,6 +531,15 @@ export class Scheduler {
     this.candidates.clear();
     return record;
   }
+}
+
+/** Whether any of the first `count` endpoints runs or is loading `model` as a LoRA adapter. */
+function heldAsAdapter(model: string, endpoints: readonly Endpoint[], count: number): boolean {
+  for (let i = 0; i < count; i++) {
+    const lora = endpoints[i]?.metrics?.lora;
+    if (lora !== undefined && (lora.running.includes(model) || lora.waiting.includes(model))) return true;
+  }
+  return false;
 }
 
 /** The first `count` hashes as an on-heap array of doubles (see DecisionRecord.prefixHashes). */
