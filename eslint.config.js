@@ -64,6 +64,8 @@ const policies = [
   },
   // Services import each other only through packages (a service's own files are internal, not checked).
   { from: { element: { type: 'service' } }, disallow: { to: { element: { type: 'service' } } }, message: 'services import each other only through packages' },
+  // A service's own directories are one service (the EPP's page in web/ reads the types of src/).
+  ...SERVICES.map((name) => ({ from: { element: { type: 'service', captured: { name } } }, allow: { to: { element: { type: 'service', captured: { name } } } } })),
   // No workspace imports another's test/ (nor the repository's test/): only its own tests may.
   {
     disallow: { to: { element: { types: ['package-tests', 'service-tests', 'repo-tests'] } } },

@@ -177,6 +177,8 @@ async function main(): Promise<number> {
   out(`Model servers: spillway-sim --preset ${PRESET} --max-num-seqs ${MAX_NUM_SEQS} --max-waiting ${MAX_WAITING}`);
   out(`  (real-time latencies, small batches); requests stream ${MAX_TOKENS} tokens: ~${perServer.toFixed(1)} req/s per server.`);
   out(`EPPs: --subset-mode locality, queueThreshold ${EPP_CONFIG.queueThreshold} (default 5, scaled to the small batches).`);
+  out(`Live view of each zone's EPP (open in a browser; watch ${OVERLOAD_ZONE} spill in the overload phase):`);
+  for (const z of ZONES) out(`  ${z.zone}: http://127.0.0.1:${system.zone(z.zone).eppPorts.metrics}/`);
   out('Zone capacity:');
   for (const z of ZONES) out(`  ${z.zone} (region ${z.region}): ${z.servers} servers, ~${Math.round(capacity[z.zone]!)} req/s`);
   out('Scenario:');

@@ -1,7 +1,8 @@
 /**
  * `npm start` end to end: the demo launcher as a child process, as a user runs it. One bounded run
- * (`--duration 20`) plays the whole scenario on real processes; the checks are on what it prints
- * and on what it leaves behind. Needs nats-server on PATH or NATS_URL (README, Quick start).
+ * (`--duration 20`) plays the whole scenario on real processes; the checks are on what it prints,
+ * on the live view of the overloaded zone while it runs, and on what it leaves behind. Needs
+ * nats-server on PATH or NATS_URL (README, Quick start).
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -38,13 +39,16 @@ function commandLine(pid: number): string | undefined {
   }
 }
 
-/** Runs the demo to its end, noting its descendants every 250 ms; SIGKILLs it after `limitMs`. */
-function runDemo(args: string[], env: NodeJS.ProcessEnv, limitMs: number): Promise<Run> {
+/** Runs the demo to its end, noting its descendants every 250 ms; SIGKILLs it after `limitMs`. `onStdout` sees the output so far. */
+function runDemo(args: string[], env: NodeJS.ProcessEnv, limitMs: number, onStdout?: (stdout: string) => void): Promise<Run> {
   return new Promise((resolveRun) => {
     const child: ChildProcess = spawn(process.execPath, [...START, ...args], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
-    child.stdout?.on('data', (c: Buffer) => (stdout += c.toString()));
+    child.stdout?.on('data', (c: Buffer) => {
+      stdout += c.toString();
+      onStdout?.(stdout);
+    });
     child.stderr?.on('data', (c: Buffer) => (stderr += c.toString()));
     const descendants = new Map<number, string>();
     const survey = () => {
@@ -97,14 +101,63 @@ const env = (): NodeJS.ProcessEnv => {
   return copy;
 };
 
+/**
+ * Follows the overloaded zone's live view while the demo runs, as a person with a browser would:
+ * polls its /api/state once the demo has printed its URL, keeping the most requests per second it
+ * showed leaving zone-a, and whether its page answered.
+ */
+class ViewWatcher {
+  url: string | undefined;
+  pageOk = false;
+  maxSpillPerS = 0;
+  private stopped = false;
+  private following: Promise<void> | undefined;
+
+  onStdout(stdout: string): void {
+    if (this.url !== undefined) return;
+    this.url = /^ {2}zone-a: (http:\/\/127\.0\.0\.1:\d+\/)$/m.exec(stdout)?.[1];
+    if (this.url !== undefined) this.following = this.follow();
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    await this.following;
+  }
+
+  /** One request at a time, with a generous timeout: the machine may be busy with other tests. */
+  private async follow(): Promise<void> {
+    while (!this.stopped) {
+      await this.poll();
+      await new Promise((r) => setTimeout(r, 500));
+    }
+  }
+
+  private async poll(): Promise<void> {
+    try {
+      if (!this.pageOk) this.pageOk = (await fetch(this.url as string, { signal: AbortSignal.timeout(5000) })).ok;
+      const state = (await (await fetch(`${this.url}api/state?limit=0`, { signal: AbortSignal.timeout(5000) })).json()) as { spill: { zones: string[]; perS: number[][] } };
+      const from = state.spill.zones.indexOf('zone-a');
+      const spilled = (state.spill.perS[from] ?? []).reduce((sum, perS, to) => sum + (state.spill.zones[to] === 'zone-a' ? 0 : perS), 0);
+      this.maxSpillPerS = Math.max(this.maxSpillPerS, spilled);
+    } catch {
+      // The EPP is starting, stopping or slow to answer: the next poll tries again.
+    }
+  }
+}
+
 describe('npm start (the local demo)', () => {
   let dir: string;
   let run: Run;
+  const view = new ViewWatcher();
 
   beforeAll(async () => {
     if (!process.env['NATS_URL'] && !natsServerAvailable()) throw new Error(INSTALL_HINT);
     dir = mkdtempSync(join(tmpdir(), 'spillway-demo-'));
-    run = await runDemo(['--duration', '20', '--dir', dir], env(), 150_000);
+    try {
+      run = await runDemo(['--duration', '20', '--dir', dir], env(), 150_000, (stdout) => view.onStdout(stdout));
+    } finally {
+      await view.stop();
+    }
   }, 160_000);
 
   afterAll(() => {
@@ -140,6 +193,12 @@ describe('npm start (the local demo)', () => {
     const overloadA = /^overload\s+zone-a\s+(.*)$/m.exec(summary)?.[1]?.trim().split(/\s+/) ?? [];
     // reqs req/s ok p50 p99 in-zone spilled ...
     expect(Number(overloadA[6]), summary).toBeGreaterThan(0);
+  });
+
+  it('prints each zone\'s live view, whose state shows zone-a spilling while it happens', () => {
+    for (const zone of ZONES) expect(run.stdout).toMatch(new RegExp(`^ {2}${zone}: http://127\\.0\\.0\\.1:\\d+/$`, 'm'));
+    expect(view.pageOk).toBe(true);
+    expect(view.maxSpillPerS).toBeGreaterThan(0);
   });
 
   it('leaves no process behind', () => {

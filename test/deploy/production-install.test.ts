@@ -136,6 +136,10 @@ describe('production install (npm ci, npm prune --omit=dev)', () => {
       60_000,
       200,
     );
+    // The operators' view ships too: its compiled scripts (dist/) and its chart library (a runtime dependency).
+    for (const path of ['/', '/ui/app.js', '/ui/uplot.js', '/api/state']) {
+      expect((await fetch(`http://127.0.0.1:${metrics}${path}`)).status, path).toBe(200);
+    }
     const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
     child.kill('SIGTERM');
     expect(await exited, output).toBe(0);

@@ -69,6 +69,12 @@ export interface ReaderStatus {
   readonly lastSequence: number;
   /** Messages handled (applied, ignored as old, or rejected). */
   readonly received: number;
+  /** When the last message was handled (ms, the reader's clock); undefined before any. */
+  readonly lastReceivedAt: number | undefined;
+  /** Messages of the pool the stream held beyond the last one handled, when it was handled: the consumer's backlog. */
+  readonly pending: number;
+  /** How long the last message waited in the stream before it was handled (ms; the server's clock against the reader's). */
+  readonly lastDelayMs: number | undefined;
   /** Messages that never reached the view: malformed, or valid but refused by the sink. */
   readonly rejected: number;
   readonly rejectedByReason: Readonly<Partial<Record<RejectReason, number>>>;
@@ -121,6 +127,9 @@ export class EventReader {
   /** Creation time of the stream the cursor belongs to: a different one means the stream was re-created. */
   private streamCreated: string | undefined;
   private received = 0;
+  private lastReceivedAt: number | undefined;
+  private pending = 0;
+  private lastDelayMs: number | undefined;
   private consumerRestarts = 0;
   private staleSince: number | undefined;
   /** The current consumer is still working through a backlog (use stream timestamps). */
@@ -160,6 +169,9 @@ export class EventReader {
       consumerRestarts: this.consumerRestarts,
       lastSequence: this.cursor,
       received: this.received,
+      lastReceivedAt: this.lastReceivedAt,
+      pending: this.pending,
+      lastDelayMs: this.lastDelayMs,
       rejected: this.rejects.total,
       rejectedByReason: { ...this.rejects.byReason },
     };
@@ -289,7 +301,11 @@ export class EventReader {
   private handle(m: JsMsg): void {
     this.received++;
     const now = this.now();
-    const receivedAt = this.catchingUp ? Math.min(now, Math.floor(m.info.timestampNanos / 1e6)) : now;
+    const storedAt = Math.floor(m.info.timestampNanos / 1e6);
+    const receivedAt = this.catchingUp ? Math.min(now, storedAt) : now;
+    this.lastReceivedAt = now;
+    this.pending = m.info.pending;
+    this.lastDelayMs = Math.max(0, now - storedAt);
     const decoded = decodeEvent(m.data, m.subject);
     if (decoded.ok) {
       try {

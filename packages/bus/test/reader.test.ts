@@ -4,7 +4,7 @@ import type { NatsConnection } from '@nats-io/nats-core';
 import { encodeEvent, subjectFor, type SpillwayEvent } from '@spillway/events';
 import { Fleet, snapshotPool } from '@spillway/fleet';
 import { eventually, startNatsServer, type NatsServerHandle } from '@spillway/testkit';
-import { connectNats, ensureStream, EventPublisher, startReader, type EventReader, type Logger } from '../src/index.js';
+import { connectNats, ensureStream, EventPublisher, startReader, type EventReader, type ReaderSink, type Logger } from '../src/index.js';
 import { metrics, podEvents, publishAll, readiness, waitForStored, zoneOf } from './helpers.js';
 
 let server: NatsServerHandle;
@@ -27,7 +27,7 @@ afterAll(async () => {
   await server?.stop();
 });
 
-function reader(pool: string, fleet: Fleet, extra: { logger?: Logger; now?: () => number } = {}): EventReader {
+function reader(pool: string, fleet: ReaderSink, extra: { logger?: Logger; now?: () => number } = {}): EventReader {
   const r = startReader(nc, { pool, sink: fleet, ...extra });
   readers.push(r);
   return r;
@@ -65,13 +65,35 @@ describe('EventReader', () => {
     // last_per_subject: 30 readiness + 30 metrics subjects, the superseded values are not replayed.
     expect(r.status.received).toBe(60);
     expect(fleet.counters.rejected).toBe(0);
+    expect(r.status.pending).toBe(0);
+    expect(r.status.lastReceivedAt).toBeGreaterThanOrEqual(t);
+    expect(r.status.lastDelayMs).toBeGreaterThanOrEqual(0);
+  });
+
+  it('tells how far behind the stream the reader was at each message (its backlog)', async () => {
+    const t = Date.now();
+    const before = await stored();
+    await publishAll(publisher, podEvents('backlog', 0, 10, t));
+    await waitForStored(jsm, 'SPILLWAY', before + 20);
+    const fleet = new Fleet();
+    const seen: number[] = [];
+    const r: EventReader = reader('backlog', {
+      apply: (event, receivedAt) => {
+        seen.push(r.status.pending);
+        return fleet.apply(event, receivedAt);
+      },
+      recordRejected: () => fleet.recordRejected(),
+    });
+    await r.caughtUp;
+    // 20 messages replayed: 19 were still ahead of the first, none of the last.
+    expect(seen).toEqual(Array.from({ length: 20 }, (_, i) => 19 - i));
   });
 
   it('is caught up at once when the pool has nothing in the stream', async () => {
     const fleet = new Fleet();
     const r = reader('empty-pool', fleet);
     await r.caughtUp;
-    expect(r.status).toMatchObject({ caughtUp: true, received: 0, connection: 'connected', staleSince: undefined });
+    expect(r.status).toMatchObject({ caughtUp: true, received: 0, connection: 'connected', staleSince: undefined, pending: 0, lastReceivedAt: undefined, lastDelayMs: undefined });
   });
 
   it('follows live after the replay, and a later reader reaches the same view', async () => {

@@ -70,7 +70,16 @@ export class CostPolicy implements PricingPolicy {
   }
 
   explain(ctx: PricingContext, endpoint: Endpoint, tier: Tier): EntryCost {
-    const key = this.priceOne(ctx, endpoint, tier, true);
+    return this.components(this.priceOne(ctx, endpoint, tier, true));
+  }
+
+  /** The request-independent components (no prompt: no prefill, no LoRA), for views of the pool. */
+  explainBase(ctx: PricingContext, endpoint: Endpoint, tier: Tier): EntryCost {
+    return this.components(this.priceOne(ctx, endpoint, tier, false));
+  }
+
+  /** The components of the endpoint priced last, whose key is `key`. */
+  private components(key: number): EntryCost {
     return {
       totalMs: round(key % BAND),
       waitMs: round(this.waitMs),
@@ -131,7 +140,7 @@ export class CostPolicy implements PricingPolicy {
       const weights = this.config.avoidablePrefill;
       const externality = weights.batchWeight * running + weights.queueWeight * load.waiting;
       this.prefillMs = ((uncached + avoidable * externality) * 1000) / prefillTokensPerS;
-      this.loraMs = this.loraCost(endpoint, ctx.model, rates, requestsPerS);
+      this.loraMs = ctx.modelIsAdapter ? this.loraCost(endpoint, ctx.model, rates, requestsPerS) : 0;
     } else {
       this.cachedTokens = 0;
       this.prefillMs = 0;
@@ -142,8 +151,9 @@ export class CostPolicy implements PricingPolicy {
   }
 
   /**
-   * LoRA affinity in the same currency: nothing when the endpoint runs (or is loading) the model's
-   * adapter or reports no LoRA state; a load when it has a free adapter slot; a load plus a
+   * LoRA affinity in the same currency (for a model known to be an adapter, see
+   * PricingContext.modelIsAdapter): nothing when the endpoint runs (or is loading) the adapter or
+   * reports no LoRA state; a load when it has a free adapter slot; a load plus a
    * request's service time when every slot is taken (an adapter must finish first).
    */
   private loraCost(endpoint: Endpoint, model: string, rates: ServiceRates, requestsPerS: number): number {

@@ -1,5 +1,5 @@
 export { Scheduler } from './scheduler.js';
-export type { SchedulerOptions, PickRequest, ServedOutcome } from './scheduler.js';
+export type { SchedulerOptions, PickRequest, ServedOutcome, EndpointExplanation } from './scheduler.js';
 export type { EntryCost, EntryScore } from './pricing.js';
 export {
   schedulerConfigSchema,

@@ -26,6 +26,12 @@ export class PenaltyBox {
     return false;
   }
 
+  /** When the endpoint's penalty ends (ms); undefined when it has none now. Read-only. */
+  penalisedUntil(endpoint: Endpoint, now: number): number | undefined {
+    const until = this.until.get(endpoint);
+    return until !== undefined && now < until ? until : undefined;
+  }
+
   /** Drops expired entries and returns the live ones, for counting and inspection. */
   active(now: number): Endpoint[] {
     const live: Endpoint[] = [];

@@ -9,6 +9,12 @@ export interface PricingContext {
   topologyVersion: number;
   /** Target model after rewrite: rate defaults and LoRA affinity. */
   model: string;
+  /**
+   * Some candidate runs or is loading `model` as a LoRA adapter. Servers list adapters, not their
+   * base model, so until one holds it the model is taken for the base model (or an adapter no one
+   * holds yet, which costs the same load everywhere) and no adapter cost applies.
+   */
+  modelIsAdapter: boolean;
   /** The prompt's length in tokens (estimated from its characters); 0 when unknown. */
   promptTokens: number;
   /** Prompt tokens cached at the candidate holding the longest prefix (0 when none is). */

@@ -10,7 +10,7 @@ import { isSilent } from './load.js';
 import { TIER_LOCAL, ZoneNetwork, type Tier } from './network.js';
 import { PenaltyBox } from './penalties.js';
 import { PrefixIndex } from './prefix-index.js';
-import type { PricingContext, PricingPolicy } from './pricing.js';
+import type { EntryCost, PricingContext, PricingPolicy } from './pricing.js';
 import { Ranking } from './rank.js';
 import { seededRng, type Rng } from './rng.js';
 import { defaultScorers, type WeightedScorer } from './scorers.js';
@@ -54,6 +54,16 @@ export interface PickRequest {
   readonly cacheSalt?: string | undefined;
 }
 
+/** How the scheduler sees one endpoint now, independent of any request (Scheduler.explain). */
+export interface EndpointExplanation {
+  /** The cost model's request-independent components: wait, round trip, zone bias, uncertainty. */
+  readonly cost: EntryCost;
+  /** Milliseconds left of a passive-health penalty; 0 when it has none. */
+  readonly penaltyLeftMs: number;
+  /** Readiness not re-published while its zone-mates' was: left out of picks like a penalised one. */
+  readonly silent: boolean;
+}
+
 /** What an outcome report concluded. */
 export type ServedOutcome = 'primary' | 'fallback' | 'unparsable' | 'no-primary';
 
@@ -81,6 +91,8 @@ export class Scheduler {
   // learnt (penalties, prefix index; in-flight accounting lives in the fleet) is kept.
   private current!: SchedulerConfig;
   private policy!: PricingPolicy;
+  /** Prices endpoints for explain(): the policy itself under cost, a cost model beside the weighted policy. */
+  private costModel!: CostPolicy;
   private blockChars!: number;
   private usesPrefix!: boolean;
   private network!: ZoneNetwork;
@@ -119,6 +131,7 @@ export class Scheduler {
       pool: undefined as unknown as PoolView,
       topologyVersion: 0,
       model: '',
+      modelIsAdapter: false,
       promptTokens: 0,
       bestCachedTokens: 0,
       prefixBlocks: 0,
@@ -167,6 +180,7 @@ export class Scheduler {
       this.policy = new CostPolicy(config, this.network, staleAfterMs);
       this.usesPrefix = true;
     }
+    this.costModel = this.policy instanceof CostPolicy ? this.policy : new CostPolicy(config, this.network, staleAfterMs);
     this.blockChars = config.prefix.blockTokens * config.prefix.charsPerToken;
     this.hashes = new Float64Array(config.prefix.maxBlocks);
     this.ctx.blockTokens = config.prefix.blockTokens;
@@ -192,6 +206,24 @@ export class Scheduler {
     this.setContext(pool, now, '', 0, 0, false);
     const tier = this.network.tierOf(pool, endpoint.zone, this.fleet.topologyVersion);
     return this.policy.baseKey(this.ctx, endpoint, tier) >= this.policy.limitBand;
+  }
+
+  /**
+   * How the scheduler sees `endpoint` now, whatever the request: its request-independent cost (by
+   * the cost model, whatever the policy) and its passive health. Read-only, for views of the pool;
+   * undefined when the pool is unknown.
+   */
+  explain(endpoint: Endpoint, now: number): EndpointExplanation | undefined {
+    const pool = this.fleet.pool(this.pool);
+    if (!pool) return undefined;
+    this.setContext(pool, now, '', 0, 0, false);
+    const tier = this.network.tierOf(pool, endpoint.zone, this.fleet.topologyVersion);
+    const until = this.penalties.penalisedUntil(endpoint, now);
+    return {
+      cost: this.costModel.explainBase(this.ctx, endpoint, tier),
+      penaltyLeftMs: until === undefined ? 0 : until - now,
+      silent: isSilent(endpoint, pool, now, this.config.gaps.readinessSilenceMs),
+    };
   }
 
   /** Blocks held by the prefix index over all endpoints (a gauge for the EPP). */
@@ -248,6 +280,7 @@ export class Scheduler {
 
     const n = candidates.count;
     this.ensureScratch(n);
+    this.ctx.modelIsAdapter = heldAsAdapter(request.model, candidates.endpoints, n);
     this.policy.price(this.ctx, candidates, this.keys, this.waits);
     for (let i = 0; i < n; i++) if ((this.keys[i] as number) >= this.policy.limitBand) counts.full++;
     this.ranking.rank(this.keys, candidates.tiers, n, this.listSizes, this.rng);
@@ -379,6 +412,7 @@ export class Scheduler {
     ctx.pool = pool;
     ctx.topologyVersion = this.fleet.topologyVersion;
     ctx.model = model;
+    ctx.modelIsAdapter = false;
     ctx.promptTokens = promptTokens;
     ctx.bestCachedTokens = 0;
     ctx.prefixBlocks = blocks;
@@ -513,6 +547,15 @@ export class Scheduler {
     this.candidates.clear();
     return record;
   }
+}
+
+/** Whether any of the first `count` endpoints runs or is loading `model` as a LoRA adapter. */
+function heldAsAdapter(model: string, endpoints: readonly Endpoint[], count: number): boolean {
+  for (let i = 0; i < count; i++) {
+    const lora = endpoints[i]?.metrics?.lora;
+    if (lora !== undefined && (lora.running.includes(model) || lora.waiting.includes(model))) return true;
+  }
+  return false;
 }
 
 /** The first `count` hashes as an on-heap array of doubles (see DecisionRecord.prefixHashes). */

@@ -166,6 +166,15 @@ const rows: Row[] = [
     expect: { status: 'routed', rule: 'local', pods: ['l1', 'l2', 'l0'] },
   },
   {
+    name: 'a base-model request costs no adapter load on servers that list LoRA adapters',
+    pods: [
+      { pod: 'l0', zone: 'a', address: '10.0.0.1:8000', lora: { running: ['sql-lora'], waiting: [], max: 2 } },
+      { pod: 'l1', zone: 'a', address: '10.0.0.2:8000', waiting: 1, lora: { running: ['chat-lora'], waiting: [], max: 2 } },
+    ],
+    request: { model: 'llama' },
+    expect: { status: 'routed', rule: 'local', pods: ['l0', 'l1'] },
+  },
+  {
     name: 'two pods with one address (IP reuse) are listed once',
     pods: [
       { pod: 'old', zone: 'a', address: '10.0.0.1:8000', waiting: 0 },
@@ -237,6 +246,10 @@ describe('cost policy: picking v2 rules', () => {
       if (want.reasons) expect(decision.entries.map((e) => e.reason)).toEqual(want.reasons);
       if (want.counts) expect(decision.counts).toMatchObject(want.counts);
       if (want.penaltiesIgnored !== undefined) expect(decision.penaltiesIgnored).toBe(want.penaltiesIgnored);
+      // An adapter load is only ever priced for a model some candidate holds as an adapter.
+      const model = row.request?.model ?? 'llama';
+      const held = row.pods.some((p) => p.lora?.running.includes(model) || p.lora?.waiting.includes(model));
+      if (!held) for (const e of decision.entries) expect((e.cost as EntryCost).loraMs).toBe(0);
       const addresses = decision.entries.map((e) => e.address);
       expect(new Set(addresses).size).toBe(addresses.length);
       expect(decision.destination).toBe(addresses.join(','));

@@ -29,6 +29,8 @@ export const eppFlags = {
   grpcPort: { description: 'ext_proc gRPC port (also serves gRPC health)', schema: port(9002), placeholder: 'N' },
   healthPort: { description: 'gRPC health port', schema: port(9003), placeholder: 'N' },
   metricsPort: { description: 'Prometheus /metrics port', schema: port(9090), placeholder: 'N' },
+  ui: { description: "serve the operators' view, read-only: GET / (a page) and GET /api/state (its JSON), on the metrics port or --ui-port", schema: booleanValue(true), placeholder: 'true|false' },
+  uiPort: { description: "serve the view on this port instead of the metrics port", schema: port().optional(), placeholder: 'N' },
   maxEndpoints: { description: 'most endpoints in the destination list (1 for single-address gateways)', schema: positiveInt().max(64).optional(), placeholder: 'N' },
   subsetMode: { description: 'strict: pick only inside the subset hint; locality: subset = local preference, spill beyond it', schema: z.enum(['strict', 'locality']).optional(), placeholder: 'MODE' },
   policy: { description: 'cost: price every endpoint in ms of expected time to first token; weighted: the reference scorers', schema: z.enum(['cost', 'weighted']).optional(), placeholder: 'POLICY' },
@@ -138,6 +140,9 @@ export function loadEppConfig(argv: readonly string[], env: NodeJS.ProcessEnv): 
   }
   if (flags.healthTls && flags.tlsCert === undefined) {
     throw new CliError('--health-tls: TLS on the health port needs --tls-cert and --tls-key');
+  }
+  if (flags.uiPort !== undefined && flags.uiPort !== 0 && flags.uiPort === flags.metricsPort) {
+    throw new CliError('--ui-port: the same port as --metrics-port; leave --ui-port out to serve the view on the metrics port', 'ui-port');
   }
   const tls = readServerTls(flags);
   const nats = natsSettingsFromValues({ ...flags, natsName: flags.natsName ?? `spillway-epp-${flags.zone}` }, env);

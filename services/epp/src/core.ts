@@ -12,6 +12,7 @@ import { LabelCache } from './label-cache.js';
 import { capLabel, ModelLabels } from './model-labels.js';
 import { RequestMetrics, type TrackedRequest } from './request-metrics.js';
 import { StateOutbox } from './shared-state/outbox.js';
+import { SpillMatrix } from './ui/spill-matrix.js';
 
 export interface EppLimits {
   maxBodyBytes: number;
@@ -34,6 +35,8 @@ export class EppCore {
   readonly deadlines: DeadlineSweeper;
   /** The last decisions, for `GET /debug/decisions`. */
   readonly decisions = new DecisionLog();
+  /** Requests per second from this EPP's zone into each zone, for the operators' view. */
+  readonly spill: SpillMatrix;
   /** Request-body bytes held by all open streams (--max-buffered-body-bytes). */
   readonly bodies: BodyBudget;
   // Prometheus children per label set, so the request path does not build label objects.
@@ -71,6 +74,7 @@ export class EppCore {
     this.limits = { maxBodyBytes: config.flags.maxBodyBytes, requestTimeoutMs: config.flags.requestTimeoutMs };
     this.deadlines = new DeadlineSweeper(now);
     this.bodies = new BodyBudget(config.flags.maxBufferedBodyBytes);
+    this.spill = new SpillMatrix(now());
     this.routed = metrics.batched(metrics.requests.labels({ outcome: 'routed' }));
     this.attemptSucceeded = metrics.batched(metrics.schedulerAttempts.labels({ status: 'success' }));
     this.attemptFailed = metrics.batched(metrics.schedulerAttempts.labels({ status: 'failure' }));
@@ -121,7 +125,9 @@ export class EppCore {
    * is the body as the client sent it; `startedAt` when its stream began (ms, this clock).
    */
   commit(decision: Decision, request: PreparedRequest | undefined, requestBytes: number, startedAt: number): TrackedRequest {
-    this.scheduler.commit(decision, this.now());
+    const now = this.now();
+    this.scheduler.commit(decision, now);
+    this.spill.record(this.scheduler.zone, decision.entries[0]?.zone ?? '', now);
     this.routed.inc();
     const labels = this.modelLabels;
     const target = request?.model ?? '';

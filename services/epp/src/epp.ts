@@ -17,6 +17,7 @@ import { startChannel, type RunningChannel } from './shared-state/channel.js';
 import { SharedStateCounters } from './shared-state/counters.js';
 import { newEppId } from './shared-state/identity.js';
 import { registerSharedStateMetrics } from './shared-state/metrics.js';
+import { createView, startViewServer } from './ui/view.js';
 import { refreshViewGauges } from './view-gauges.js';
 import { StaleViewLog } from './view-staleness.js';
 import { startSummaryLog } from './summary-log.js';
@@ -25,6 +26,8 @@ export interface RunningEpp {
   readonly grpcPort: number;
   readonly healthPort: number;
   readonly metricsPort: number;
+  /** Where the operators' view is served (the metrics port unless --ui-port); undefined with --ui false. */
+  readonly uiPort: number | undefined;
   readonly core: EppCore;
   readonly health: HealthState;
   readonly metrics: EppMetrics;
@@ -88,6 +91,12 @@ export async function startEpp(config: EppConfig, options: StartOptions = {}): P
   // Kubelet gRPC probes cannot present client certificates: plaintext unless asked otherwise.
   const healthTls = flags.healthTls && config.tls !== undefined;
   const healthPort = await bindGrpc(healthServer, flags.host, flags.healthPort, healthTls ? credentials : ServerCredentials.createInsecure());
+  let nc: NatsConnection | undefined;
+  let reader: EventReader | undefined;
+  // The operators' view (docs/ui.md): computed when asked, off the request path.
+  const view = flags.ui
+    ? createView({ fleet: core.fleet, scheduler: core.scheduler, decisions: core.decisions, spill: core.spill, isReady: () => health.isReady, readerStatus: () => reader?.status }, logger)
+    : undefined;
   // The view's gauges are computed when Prometheus asks, off the request path.
   const metricsServer = await startMetricsServer(
     metrics.registry,
@@ -97,10 +106,13 @@ export async function startEpp(config: EppConfig, options: StartOptions = {}): P
       isReady: () => health.isReady,
       beforeScrape: () => refreshViewGauges(metrics, core.fleet, core.scheduler, flags.pool, Date.now()),
       recentDecisions: (limit) => core.decisions.recent(limit),
+      routes: flags.uiPort === undefined ? view : undefined,
     },
     flags.connectionTimeoutMs,
   );
-  logger.info({ host: flags.host, grpcPort, healthPort, metricsPort: metricsServer.port, tls: config.tls !== undefined, mtls: config.tls?.clientCa !== undefined, healthTls }, 'listening');
+  const viewServer = view !== undefined && flags.uiPort !== undefined ? await startViewServer(view, flags.host, flags.uiPort, flags.connectionTimeoutMs) : undefined;
+  const uiPort = view === undefined ? undefined : (viewServer?.port ?? metricsServer.port);
+  logger.info({ host: flags.host, grpcPort, healthPort, metricsPort: metricsServer.port, uiPort, tls: config.tls !== undefined, mtls: config.tls?.clientCa !== undefined, healthTls }, 'listening');
   if (config.tls === undefined && !isLoopback(flags.host)) {
     logger.warn(
       { host: flags.host, grpcPort },
@@ -108,8 +120,6 @@ export async function startEpp(config: EppConfig, options: StartOptions = {}): P
     );
   }
 
-  let nc: NatsConnection | undefined;
-  let reader: EventReader | undefined;
   let channel: RunningChannel | undefined;
   // Without sharing there is no warm start to wait for.
   let warm = sharedCounters === undefined;
@@ -179,6 +189,7 @@ export async function startEpp(config: EppConfig, options: StartOptions = {}): P
     grpcPort,
     healthPort,
     metricsPort: metricsServer.port,
+    uiPort,
     core,
     health,
     metrics,
@@ -198,7 +209,7 @@ export async function startEpp(config: EppConfig, options: StartOptions = {}): P
       core.deadlines.close();
       health.setReady(false);
       health.closeWatchers();
-      await Promise.all([shutdownGrpc(grpc, 2000), shutdownGrpc(healthServer, 2000), closeHttp(metricsServer.server)]);
+      await Promise.all([shutdownGrpc(grpc, 2000), shutdownGrpc(healthServer, 2000), closeHttp(metricsServer.server), viewServer && closeHttp(viewServer.server)]);
       await following;
       await channel?.close();
       await reader?.close();

@@ -1,4 +1,4 @@
-import { createServer as createHttpServer, type Server as HttpServer } from 'node:http';
+import { createServer as createHttpServer, type IncomingMessage, type Server as HttpServer, type ServerResponse } from 'node:http';
 import { isIP } from 'node:net';
 import { Server, ServerCredentials } from '@grpc/grpc-js';
 import type { Registry } from 'prom-client';
@@ -60,7 +60,8 @@ export function shutdownGrpc(server: Server, graceMs: number): Promise<void> {
 
 /**
  * `/metrics` for Prometheus; `/healthz` and `/readyz` for plain HTTP probes; `/debug/decisions`
- * (`?limit=N`) the last decisions with each listed endpoint's cost components. Everything else is 404.
+ * (`?limit=N`) the last decisions with each listed endpoint's cost components; then `routes` (the
+ * operators' view, when on this port). Everything else is 404.
  */
 export interface MetricsHooks {
   isReady(): boolean;
@@ -68,6 +69,8 @@ export interface MetricsHooks {
   beforeScrape(): void;
   /** The most recent decisions, newest first. */
   recentDecisions(limit: number): unknown[];
+  /** Further read-only routes on this port (the operators' view); true when it handled the request. */
+  routes?: ((req: IncomingMessage, res: ServerResponse) => boolean) | undefined;
 }
 
 export function startMetricsServer(registry: Registry, host: string, port: number, hooks: MetricsHooks, silentMs: number): Promise<{ server: HttpServer; port: number }> {
@@ -100,6 +103,7 @@ export function startMetricsServer(registry: Registry, host: string, port: numbe
       res.end(body);
       return;
     }
+    if (hooks.routes?.(req, res)) return;
     res.writeHead(404, { 'content-type': 'text/plain' });
     res.end('not found\n');
   });

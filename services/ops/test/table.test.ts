@@ -74,6 +74,9 @@ describe('fleet table', () => {
       consumerRestarts: 2,
       lastSequence: 42,
       received: 10,
+      lastReceivedAt: undefined,
+      pending: 0,
+      lastDelayMs: undefined,
       rejected: 3,
       rejectedByReason: { 'not-json': 2, invalid: 1 },
     };
