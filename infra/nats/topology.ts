@@ -17,6 +17,7 @@
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { AGGREGATE_STREAM, HUB_DOMAIN, domainOf, uniqueZones, zoneStreamName, zoneSubjects } from '@spillway/bus';
+import { ALL_STATE_SUBJECTS, stateZoneFilter } from '@spillway/events';
 import { loadTopology } from '../topology.js';
 
 // The stream definitions and provisioning live in @spillway/bus (spillway-provision uses them in
@@ -100,7 +101,7 @@ export interface RenderedZone extends RenderedServer {
     admin: Credentials;
     /** Publishes this zone's subjects only (and reads stream info). */
     collector: Credentials;
-    /** Reads the local aggregate only: consumers, direct get, stream info. */
+    /** Reads the local aggregate only (consumers, direct get, stream info); shares state on its own zone's spillway.state subjects. */
     epp: Credentials;
   };
 }
@@ -194,12 +195,14 @@ ${i}  allow: ["_INBOX.>"]
 ${i}}`;
 }
 
-function eppPermissions(aggregate: string, indent: string): string {
+function eppPermissions(zone: string, aggregate: string, indent: string): string {
   const i = `${indent}    `;
   const s = aggregate;
   return `${i}# Read-only on the local aggregate: ordered consumers (create, info, next, delete),
-${i}# direct get and stream info. Nothing under spillway.> may be published, and no stream may
-${i}# be created or changed (the aggregate is provisioned by an admin).
+${i}# direct get and stream info. No event may be published (spillway.v1.>, spillway.kv.>), and
+${i}# no stream may be created or changed (the aggregate is provisioned by an admin).
+${i}# The state shared between EPPs (spillway.state.<pool>.<zone>.<epp-id>, and .sync for warm
+${i}# starts): published for this zone only, read for every zone of every pool.
 ${i}publish: {
 ${i}  allow: ${list(
     [
@@ -214,14 +217,18 @@ ${i}  allow: ${list(
       `$JS.API.DIRECT.GET.${s}`,
       `$JS.API.DIRECT.GET.${s}.>`,
       `$JS.API.STREAM.MSG.GET.${s}`,
+      stateZoneFilter(zone),
     ],
     `${i}  `,
   )}
-${i}  deny: ["spillway.>"]
+${i}  deny: ["spillway.v1.>", "spillway.kv.>"]
 ${i}}
 ${i}subscribe: {
-${i}  allow: ["_INBOX.>"]
-${i}}`;
+${i}  allow: ${list(['_INBOX.>', ALL_STATE_SUBJECTS], `${i}  `)}
+${i}}
+${i}# A peer's warm-start request is answered on its reply subject: a snapshot in parts, each
+${i}# reply subject usable for a few seconds and a bounded number of parts.
+${i}allow_responses: { max: 64, expires: "10s" }`;
 }
 
 /**
@@ -316,7 +323,7 @@ accounts {
     users: [
 ${userBlock(users.admin.user, secret(users.admin), undefined, '      ')}
 ${userBlock(users.collector.user, secret(users.collector), collectorPermissions(zone, '      '), '      ')}
-${userBlock(users.epp.user, secret(users.epp), eppPermissions(aggregate, '      '), '      ')}
+${userBlock(users.epp.user, secret(users.epp), eppPermissions(zone, aggregate, '      '), '      ')}
     ]
   }
 }

@@ -4,6 +4,7 @@ import { events } from './events.js';
 import { extproc } from './extproc.js';
 import { pick } from './pick.js';
 import { routing } from './routing.js';
+import { sharing } from './sharing.js';
 
 /** Every part of `npm run bench`, in the order they run and appear in BENCHMARKS.md. */
-export const parts: BenchPart[] = [events, pick, extproc, collector, routing];
+export const parts: BenchPart[] = [events, pick, extproc, sharing, collector, routing];

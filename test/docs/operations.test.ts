@@ -2,7 +2,7 @@ import { readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { parse as parseYaml } from 'yaml';
-import { EppMetrics } from '@spillway/epp';
+import { EppMetrics, registerSharedStateMetrics, SharedStateCounters } from '@spillway/epp';
 import { CollectorMetrics } from '@spillway/collector';
 
 // The runbook must name what the binaries really export and log: a renamed metric or log line
@@ -13,7 +13,10 @@ const metricsDoc = readFileSync(join(root, 'docs/metrics.md'), 'utf8');
 
 async function exported(): Promise<Set<string>> {
   const names = new Set<string>();
-  for (const registry of [new EppMetrics().registry, new CollectorMetrics().registry]) {
+  const epp = new EppMetrics();
+  // The shared-state channel's metrics join the EPP's registry when sharing is on (the default).
+  registerSharedStateMetrics(epp.registry, { counters: new SharedStateCounters(), outboxDropped: () => 0, peerCount: () => 0, ownInFlight: () => 0, remoteInFlight: () => 0 });
+  for (const registry of [epp.registry, new CollectorMetrics().registry]) {
     for (const metric of await registry.getMetricsAsJSON()) names.add(metric.name);
   }
   return names;
@@ -50,7 +53,7 @@ describe('docs/operations.md', () => {
   });
 
   it('quotes log lines the code really writes', () => {
-    const sources = ['services/epp/src', 'packages/bus/src']
+    const sources = ['services/epp/src', 'services/epp/src/shared-state', 'packages/bus/src']
       .flatMap((dir) => readdirSync(join(root, dir)).filter((f) => f.endsWith('.ts')).map((f) => readFileSync(join(root, dir, f), 'utf8')))
       .join('\n');
     const table = operations.slice(operations.indexOf('## Logs'));

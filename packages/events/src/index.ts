@@ -35,3 +35,37 @@ export {
   decodeKvBatch,
 } from './kv.js';
 export type { KvSubjectParts, KvBatch, KvEvent, KvDecodeResult } from './kv.js';
+export {
+  STATE_SUBJECT_ROOT,
+  ALL_STATE_SUBJECTS,
+  STATE_PICK,
+  STATE_RELEASE,
+  STATE_PENALTY,
+  STATE_PLACEMENT,
+  MAX_STATE_BATCH_BYTES,
+  MAX_STATE_ENTRIES,
+  MAX_STATE_HASHES,
+  MAX_STATE_ENTRY_HASHES,
+  stateSubjectFor,
+  stateSyncSubjectFor,
+  statePoolFilter,
+  stateSyncFilter,
+  stateZoneFilter,
+  parseStateSubject,
+  eppIdOf,
+  stateBatchSchema,
+  stateBatchHashes,
+  encodeStateBatch,
+  decodeStateBatch,
+} from './state.js';
+export type {
+  StateSubjectParts,
+  StateBatch,
+  StateEntry,
+  StatePickEntry,
+  StateReleaseEntry,
+  StatePenaltyEntry,
+  StatePlacementEntry,
+  StateDecodeReason,
+  StateDecodeResult,
+} from './state.js';

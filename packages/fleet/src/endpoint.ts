@@ -91,6 +91,8 @@ export class EndpointRecord implements Endpoint {
   metricsAt = -1;
   metricsTie = '';
 
+  /** Picks made up to this time (EPP clock) are covered by the latest sample; -Infinity before any. */
+  sampledUntil = Number.NEGATIVE_INFINITY;
   /** Pick times (EPP clock) not yet covered by a metrics sample, oldest first; a deque over an array. */
   pickTimes: number[] = [];
   pickHead = 0;

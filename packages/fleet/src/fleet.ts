@@ -181,19 +181,57 @@ export class Fleet {
     return load;
   }
 
-  /** A request picked at `pickedAt` finished (completed, cancelled or failed) and no longer loads the endpoint. */
-  releasePick(endpoint: Endpoint, pickedAt: number): void {
+  /**
+   * A pick made at `pickedAt` (EPP clock) and learnt only now: another EPP's, from the shared-state
+   * channel. It counts in flight and, like a local pick, loads the endpoint until the first sample
+   * that postdates it: a pick the latest sample already covers is not counted as unsampled, and a
+   * later one is placed in time order among this endpoint's unsampled picks. Returns whether it is
+   * counted as unsampled.
+   */
+  recordPickAt(endpoint: Endpoint, pickedAt: number): boolean {
     const record = endpoint as EndpointRecord;
+    record.inFlight++;
+    if (pickedAt <= record.sampledUntil) return false;
+    const times = record.pickTimes;
+    let i = times.length;
+    while (i > record.pickHead && (times[i - 1] as number) > pickedAt) i--;
+    if (i === times.length) times.push(pickedAt);
+    else times.splice(i, 0, pickedAt);
+    return true;
+  }
+
+  /**
+   * A request picked at `pickedAt` finished (completed, cancelled or failed) and no longer loads the
+   * endpoint. `releasedAt` (EPP clock) is given for a release learnt later (another EPP's): when the
+   * latest sample postdates it, that sample already showed the request gone.
+   */
+  releasePick(endpoint: Endpoint, pickedAt: number, releasedAt?: number): void {
+    const record = endpoint as EndpointRecord;
+    if (this.dropPick(record, pickedAt)) return;
+    // Not among the unsampled picks: the latest sample counted this request, and it is gone now.
+    if (record.metrics !== undefined && !(releasedAt !== undefined && releasedAt <= record.sampledUntil)) record.releasedSinceSample++;
+  }
+
+  /**
+   * Forgets a pick without saying the request finished: another EPP's pick whose release never
+   * came (lost, or that EPP went silent). It stops counting in flight and as unsampled load; a
+   * sample taken since it still shows the request, if it is still running.
+   */
+  forgetPick(endpoint: Endpoint, pickedAt: number): void {
+    this.dropPick(endpoint as EndpointRecord, pickedAt);
+  }
+
+  /** Takes the pick out of the in-flight count and the unsampled picks; true when it was unsampled. */
+  private dropPick(record: EndpointRecord, pickedAt: number): boolean {
     if (record.inFlight > 0) record.inFlight--;
     const times = record.pickTimes;
     for (let i = times.length - 1; i >= record.pickHead; i--) {
       if (times[i] === pickedAt) {
         times.splice(i, 1);
-        return;
+        return true;
       }
     }
-    // Not among the unsampled picks: the latest sample counted this request, and it is gone now.
-    if (record.metrics !== undefined) record.releasedSinceSample++;
+    return false;
   }
 
   /** The pod's record, created if new; undefined when its zone is full (over capacity). */
@@ -256,7 +294,8 @@ export class Fleet {
     else if (record.batchCapacity !== undefined && running > record.batchCapacity) record.batchCapacity = running;
     this.lastMetrics.set(record, event);
     (this.pools.get(record.pool) as PoolState).noteSample(event.zone, receivedAt);
-    absorbSampledPicks(record, Math.max(event.observedAt - this.pickTransitMs, receivedAt - this.maxSampleLagMs));
+    record.sampledUntil = Math.max(event.observedAt - this.pickTransitMs, receivedAt - this.maxSampleLagMs);
+    absorbSampledPicks(record, record.sampledUntil);
     return 'applied';
   }
 }

@@ -250,6 +250,58 @@ describe('in-flight accounting', () => {
   });
 });
 
+describe("another EPP's picks, learnt later (shared state)", () => {
+  it('count like local picks: unsampled until a sample postdates them, in time order', () => {
+    const fleet = new Fleet({ pickTransitMs: 2, maxSampleLagMs: 500 });
+    fleet.apply(readiness('p'), T0);
+    fleet.apply(metrics('p', { observedAt: T0 }), T0);
+    const pod = fleet.get('llama', 'zone-a', 'p')!;
+    fleet.recordPick(pod, T0 + 30);
+    // Learnt after the local pick at T0+30 but made before it: placed before it.
+    expect(fleet.recordPickAt(pod, T0 + 20)).toBe(true);
+    expect(fleet.recordPickAt(pod, T0 + 40)).toBe(true);
+    expect(pod.inFlight).toBe(3);
+    expect(pod.unsampledPicks).toBe(3);
+    // Recent picks weigh by age: the deque stays sorted, so the window scan is right.
+    expect(fleet.recentPicks(pod, T0 + 40, 15)).toBeCloseTo(1 + 5 / 15, 6);
+    // A sample observed at T0+25 covers the pick made at T0+20 only.
+    fleet.apply(metrics('p', { observedAt: T0 + 25, runningRequests: 1 }), T0 + 26);
+    expect(pod.unsampledPicks).toBe(2);
+    // A pick learnt after a sample that postdates it is already in that sample: in flight only.
+    expect(fleet.recordPickAt(pod, T0 + 10)).toBe(false);
+    expect(pod.unsampledPicks).toBe(2);
+    expect(pod.inFlight).toBe(4);
+  });
+
+  it("a release the latest sample postdates is not counted again; a later one is; forgetting says nothing finished", () => {
+    const fleet = new Fleet({ pickTransitMs: 2, maxSampleLagMs: 500 });
+    fleet.apply(readiness('p'), T0);
+    fleet.apply(metrics('p', { observedAt: T0 }), T0);
+    const pod = fleet.get('llama', 'zone-a', 'p')!;
+    fleet.recordPickAt(pod, T0 + 10);
+    fleet.recordPickAt(pod, T0 + 11);
+    fleet.recordPickAt(pod, T0 + 12);
+    fleet.apply(metrics('p', { observedAt: T0 + 100, runningRequests: 3 }), T0 + 100);
+    expect(pod.unsampledPicks).toBe(0);
+    // Finished at T0+50, before the sample at T0+100 (which no longer showed it): nothing to correct.
+    fleet.releasePick(pod, T0 + 10, T0 + 50);
+    expect(pod.releasedSinceSample).toBe(0);
+    // Finished after the sample: the sample over-reports by one.
+    fleet.releasePick(pod, T0 + 11, T0 + 150);
+    expect(pod.releasedSinceSample).toBe(1);
+    // Forgotten (its release was lost): no longer in flight, and not taken as finished.
+    fleet.forgetPick(pod, T0 + 12);
+    expect(pod.releasedSinceSample).toBe(1);
+    expect(pod.inFlight).toBe(0);
+    // An unsampled pick forgotten stops loading the endpoint at once.
+    fleet.recordPickAt(pod, T0 + 200);
+    expect(pod.unsampledPicks).toBe(1);
+    fleet.forgetPick(pod, T0 + 200);
+    expect(pod.unsampledPicks).toBe(0);
+    expect(pod.inFlight).toBe(0);
+  });
+});
+
 describe('what event gaps need (picking v2)', () => {
   it('counts completions of sampled requests since the latest sample; a new sample resets them', () => {
     const fleet = new Fleet();

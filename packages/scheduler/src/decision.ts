@@ -96,6 +96,8 @@ export class DecisionRecord implements Decision {
   committed = false;
   /** The served endpoint of the first report; later reports are ignored. */
   served: string | undefined = undefined;
+  /** The request's id on the shared-state channel; 0 when it is not shared. */
+  shareId = 0;
 
   constructor(
     readonly status: DecisionStatus,

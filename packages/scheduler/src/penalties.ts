@@ -42,6 +42,11 @@ export class PenaltyBox {
     return live;
   }
 
+  /** The penalties in force at `now`, with when each ends. */
+  *entries(now: number): IterableIterator<[Endpoint, number]> {
+    for (const [endpoint, until] of this.until) if (now < until) yield [endpoint, until];
+  }
+
   forget(endpoint: Endpoint): void {
     this.until.delete(endpoint);
   }

@@ -149,6 +149,11 @@ export class PrefixIndex {
     return this.byEndpoint.keys();
   }
 
+  /** Each endpoint's blocks, least recently used first (inserting them in this order rebuilds the index). */
+  *placements(): IterableIterator<[Endpoint, IterableIterator<number>]> {
+    for (const [endpoint, lru] of this.byEndpoint) yield [endpoint, lru.keys()];
+  }
+
   private level(i: number): Set<Endpoint> | undefined {
     if (this.fetched[i] !== this.epoch) {
       this.fetched[i] = this.epoch;

@@ -14,6 +14,7 @@ import type { EntryCost, PricingContext, PricingPolicy } from './pricing.js';
 import { Ranking } from './rank.js';
 import { seededRng, type Rng } from './rng.js';
 import { defaultScorers, type WeightedScorer } from './scorers.js';
+import { SharedState, type SharedStateOptions } from './shared-state.js';
 import { RemoteShortlist, type BaseKey } from './shortlist.js';
 import type { SubsetHint } from './subset.js';
 import { WeightedPolicy } from './weighted.js';
@@ -32,6 +33,8 @@ export interface SchedulerOptions {
   readonly seed?: number;
   /** Replaces the weighted policy's scorers (built from config.weights). */
   readonly scorers?: readonly WeightedScorer[];
+  /** State shared with the pool's other EPPs (shared-state.ts): where this EPP's entries go, and how long others' live. */
+  readonly shared?: SharedStateOptions;
 }
 
 export interface PickRequest {
@@ -99,6 +102,8 @@ export class Scheduler {
   private readonly index = new PrefixIndex();
   private readonly shortlist = new RemoteShortlist();
   private readonly ranking = new Ranking();
+  /** Picks, releases, placements and penalties shared with the pool's other EPPs: `shared.apply(batch, now)` folds theirs in. */
+  readonly shared: SharedState;
 
   // Per-pick state, reused.
   private hashes!: Float64Array;
@@ -137,6 +142,7 @@ export class Scheduler {
       isExcluded: this.excludedNow,
     };
     this.baseKey = (endpoint, tier) => this.policy.baseKey(this.ctx, endpoint, tier);
+    this.shared = new SharedState(this.fleet, this.pool, this.index, this.penalties, (endpoint, hashes) => this.learnBlocks(endpoint, hashes), () => this.shortlist.invalidate(), options.shared);
     this.configure(schedulerConfigSchema.parse(options.config ?? {}));
   }
 
@@ -309,15 +315,17 @@ export class Scheduler {
     record.chargedTo = primary;
     record.chargedAt = now;
     this.learn(primary, record);
+    this.shared.committed(record, primary, now);
   }
 
-  /** The request finished (completed, failed or cancelled). Idempotent. */
-  release(decision: Decision): void {
+  /** The request finished (completed, failed or cancelled) at `now` (when known: peers learn it). Idempotent. */
+  release(decision: Decision, now?: number): void {
     const record = decision as DecisionRecord;
     const charged = record.chargedTo;
     if (!charged) return;
     record.chargedTo = undefined;
     this.fleet.releasePick(charged, record.chargedAt);
+    this.shared.released(record, now);
   }
 
   /**
@@ -354,6 +362,7 @@ export class Scheduler {
       record.chargedTo = servedEndpoint;
       record.chargedAt = now;
       this.learn(servedEndpoint, record);
+      this.shared.moved(record, servedEndpoint, now);
     }
     return 'fallback';
   }
@@ -390,7 +399,10 @@ export class Scheduler {
 
   private penalise(endpoints: readonly Endpoint[], now: number): void {
     if (this.config.penaltyMs <= 0) return;
-    for (const endpoint of endpoints) this.penalties.penalise(endpoint, now + this.config.penaltyMs);
+    for (const endpoint of endpoints) {
+      this.penalties.penalise(endpoint, now + this.config.penaltyMs);
+      this.shared.penalised(endpoint, now + this.config.penaltyMs);
+    }
     this.shortlist.invalidate();
   }
 
@@ -479,7 +491,11 @@ export class Scheduler {
 
   private learn(endpoint: Endpoint, record: DecisionRecord): void {
     const hashes = record.prefixHashes;
-    if (!hashes) return;
+    if (hashes) this.learnBlocks(endpoint, hashes);
+  }
+
+  /** Records that `endpoint` now caches these blocks (chain order: inserted tail first). */
+  private learnBlocks(endpoint: Endpoint, hashes: readonly number[]): void {
     const prefix = this.config.prefix;
     const cache = endpoint.metrics?.cache;
     const capacity =

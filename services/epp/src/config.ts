@@ -7,6 +7,7 @@ import { connectionOptions, DEFAULT_STREAM, NatsOptionsError, natsFlags, natsSet
 import { DEFAULT_MAX_CLOCK_SKEW_MS, DEFAULT_MAX_PODS_PER_ZONE } from '@spillway/fleet';
 import { schedulerConfigSchema, type SchedulerConfig } from '@spillway/scheduler';
 import type { ModelRewriteRule } from '@spillway/protocol';
+import { sharedStateConfigSchema, type SharedStateConfig } from './shared-state/config.js';
 
 /**
  * spillway-epp's configuration: flags over `SPILLWAY_<FLAG>` environment variables over the config
@@ -47,6 +48,7 @@ export const eppFlags = {
   requestTimeoutMs: { description: 'a request whose body is not complete by then ends the stream', schema: durationMs().default(60_000), placeholder: 'MS' },
   maxBodyBytes: { description: 'largest request body accepted (413 above)', schema: positiveInt().default(8 * 1024 * 1024), placeholder: 'BYTES' },
   maxBufferedBodyBytes: { description: 'request-body bytes all open streams may hold together; a body that needs more gets 503', schema: positiveInt().default(512 * 1024 * 1024), placeholder: 'BYTES' },
+  shareState: { description: "share picks in flight, prefix placements and penalties with the pool's other EPPs over NATS (on unless false; the config file's sharedState holds its settings)", schema: z.union([z.boolean(), z.enum(['true', 'false']).transform((v) => v === 'true')]).optional(), placeholder: 'true|false' },
   logLevel: { description: 'pino log level (debug logs one line per decision)', schema: logLevel(), placeholder: 'LEVEL' },
 } satisfies FlagSpecs;
 
@@ -63,6 +65,7 @@ export const eppConfigFileSchema = schedulerConfigSchema
   .omit({ maxEndpoints: true, subsetMode: true, policy: true })
   .extend({
     modelRewrites: z.array(modelRewriteSchema).default([]),
+    sharedState: sharedStateConfigSchema.prefault({}),
     ...flagFields,
   })
   .superRefine((value, ctx) => {
@@ -90,6 +93,8 @@ export interface EppConfig {
   nats: NatsSettings;
   scheduler: SchedulerConfig;
   modelRewrites: ModelRewriteRule[];
+  /** The channel to the pool's other EPPs; `enabled` is `--share-state` when given. */
+  sharedState: SharedStateConfig;
   /** Server TLS material, read and checked while parsing (a missing file is a usage error). */
   tls: ServerTls | undefined;
   /** Settings that were accepted but deserve a line in the log at start (deprecated flags). */
@@ -154,7 +159,8 @@ export function loadEppConfig(argv: readonly string[], env: NodeJS.ProcessEnv): 
   }
   const scheduler = schedulerConfigOf(file, flags, path);
   const source = path === undefined || read === undefined ? undefined : { path, hash: read.hash, argv: [...argv], env };
-  return { flags, nats, scheduler, modelRewrites: file.modelRewrites, tls, warnings, source };
+  const sharedState = { ...file.sharedState, enabled: flags.shareState ?? file.sharedState.enabled };
+  return { flags, nats, scheduler, modelRewrites: file.modelRewrites, sharedState, tls, warnings, source };
 }
 
 /** Flags over environment over the file's flag fields; undefined for `--help`. Throws CliError naming the bad flag. */

@@ -11,6 +11,7 @@ import { DecisionLog } from './decision-log.js';
 import { LabelCache } from './label-cache.js';
 import { capLabel, ModelLabels } from './model-labels.js';
 import { RequestMetrics, type TrackedRequest } from './request-metrics.js';
+import { StateOutbox } from './shared-state/outbox.js';
 import { SpillMatrix } from './ui/spill-matrix.js';
 
 export interface EppLimits {
@@ -28,6 +29,8 @@ export class EppCore {
   readonly scheduler: Scheduler;
   /** Replaced by reconfigure (a config reload); read once per request. */
   rewriter: ModelRewriter | undefined;
+  /** This EPP's entries for the pool's other EPPs (picks, releases, penalties); undefined when sharing is off. */
+  readonly outbox: StateOutbox | undefined;
   readonly limits: EppLimits;
   readonly deadlines: DeadlineSweeper;
   /** The last decisions, for `GET /debug/decisions`. */
@@ -55,6 +58,8 @@ export class EppCore {
     readonly now: () => number = Date.now,
   ) {
     this.fleet = new Fleet({ staleAfterMs: config.flags.metricsStaleMs, maxClockSkewMs: config.flags.maxClockSkewMs, maxPodsPerZone: config.flags.maxPodsPerZone });
+    const sharing = config.sharedState;
+    this.outbox = sharing.enabled ? new StateOutbox(sharing) : undefined;
     this.scheduler = new Scheduler({
       fleet: this.fleet,
       pool: config.flags.pool,
@@ -62,6 +67,7 @@ export class EppCore {
       region: config.flags.region,
       config: config.scheduler,
       seed: (Date.now() ^ process.pid) >>> 0,
+      shared: { outbox: this.outbox, remoteEntryTtlMs: sharing.remoteEntryTtlMs, peerTimeoutMs: sharing.peerTimeoutMs, maxPeers: sharing.maxPeers },
     });
     this.rewriter = config.modelRewrites.length > 0 ? compileModelRewrites(config.modelRewrites) : undefined;
     this.modelLabels = new ModelLabels(config.modelRewrites, config.flags.metricModels);
@@ -149,8 +155,9 @@ export class EppCore {
 
   /** The stream ended, however: the pick's charge is released and the request's metrics observed. */
   release(decision: Decision, tracked: TrackedRequest | undefined): void {
-    this.scheduler.release(decision);
-    tracked?.finish(this.now());
+    const now = this.now();
+    this.scheduler.release(decision, now);
+    tracked?.finish(now);
   }
 
   /** An error answer (400, 413, 429, 503, ...); `request` when the body was understood. */

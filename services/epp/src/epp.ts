@@ -13,6 +13,10 @@ import { HealthState } from './health.js';
 import { EppMetrics } from './metrics.js';
 import { bindGrpc, grpcCredentials, isLoopback, newGrpcServer, shutdownGrpc, startMetricsServer } from './servers.js';
 import { handleStream } from './stream.js';
+import { startChannel, type RunningChannel } from './shared-state/channel.js';
+import { SharedStateCounters } from './shared-state/counters.js';
+import { newEppId } from './shared-state/identity.js';
+import { registerSharedStateMetrics } from './shared-state/metrics.js';
 import { createView, startViewServer } from './ui/view.js';
 import { refreshViewGauges } from './view-gauges.js';
 import { StaleViewLog } from './view-staleness.js';
@@ -27,6 +31,9 @@ export interface RunningEpp {
   readonly core: EppCore;
   readonly health: HealthState;
   readonly metrics: EppMetrics;
+  /** This EPP's id among the pool's EPPs, and the shared-state channel's counters (undefined when sharing is off). */
+  readonly eppId: string;
+  readonly sharedState: SharedStateCounters | undefined;
   /** Resolves once the replay has caught up and the EPP reports ready. */
   readonly ready: Promise<void>;
   reader(): EventReader | undefined;
@@ -60,6 +67,19 @@ export async function startEpp(config: EppConfig, options: StartOptions = {}): P
   const health = new HealthState();
   const configWatch = watchEppConfig(config, core, metrics, logger, options.configPollMs);
   const summary = startSummaryLog(metrics, logger, options.summaryMs);
+  const eppId = newEppId();
+  const sharedCounters = core.outbox === undefined ? undefined : new SharedStateCounters();
+  if (core.outbox !== undefined && sharedCounters !== undefined) {
+    const outbox = core.outbox;
+    const shared = core.scheduler.shared;
+    registerSharedStateMetrics(metrics.registry, {
+      counters: sharedCounters,
+      outboxDropped: () => outbox.dropped,
+      peerCount: () => shared.peerCount,
+      ownInFlight: () => shared.ownInFlight,
+      remoteInFlight: () => shared.remoteInFlight,
+    });
+  }
 
   const credentials = grpcCredentials(config.tls);
   const grpc = newGrpcServer(flags.connectionTimeoutMs);
@@ -100,6 +120,9 @@ export async function startEpp(config: EppConfig, options: StartOptions = {}): P
     );
   }
 
+  let channel: RunningChannel | undefined;
+  // Without sharing there is no warm start to wait for.
+  let warm = sharedCounters === undefined;
   let closed = false;
   const stop = new AbortController();
   const stopped = new Promise<void>((resolve) => stop.signal.addEventListener('abort', () => resolve(), { once: true }));
@@ -126,6 +149,12 @@ export async function startEpp(config: EppConfig, options: StartOptions = {}): P
     await Promise.race([reader.caughtUp, stopped]);
     if (closed) return;
     logger.info({ pods: core.fleet.pool(flags.pool)?.readyCount ?? 0, events: core.fleet.counters }, 'replay caught up');
+    if (core.outbox !== undefined && sharedCounters !== undefined) {
+      // After the replay: peers' entries name endpoints, which the view must know. Ready after the warm start.
+      channel = startChannel(connection, { pool: flags.pool, zone: flags.zone, epp: eppId }, core.scheduler.shared, core.outbox, config.sharedState, sharedCounters, logger);
+      await Promise.race([channel.warm, stopped]);
+      warm = true;
+    }
   };
   const following = connectAndFollow().catch((error: unknown) => {
     if (!closed) logger.error({ err: error }, 'NATS setup failed');
@@ -141,7 +170,7 @@ export async function startEpp(config: EppConfig, options: StartOptions = {}): P
     metrics.natsConnected.set(status?.connection === 'connected' ? 1 : 0);
     metrics.viewStaleSeconds.set(staleFor / 1000);
     staleLog.update(status?.staleSince, now, status?.connection);
-    if (status?.caughtUp === true && !health.isReady) {
+    if (status?.caughtUp === true && warm && !health.isReady) {
       logger.info('ready');
       health.setReady(true);
       markReady();
@@ -164,6 +193,8 @@ export async function startEpp(config: EppConfig, options: StartOptions = {}): P
     core,
     health,
     metrics,
+    eppId,
+    sharedState: sharedCounters,
     ready,
     reader: () => reader,
     close: async () => {
@@ -180,6 +211,7 @@ export async function startEpp(config: EppConfig, options: StartOptions = {}): P
       health.closeWatchers();
       await Promise.all([shutdownGrpc(grpc, 2000), shutdownGrpc(healthServer, 2000), closeHttp(metricsServer.server), viewServer && closeHttp(viewServer.server)]);
       await following;
+      await channel?.close();
       await reader?.close();
       await nc?.close();
     },

@@ -5,3 +5,6 @@ export type { EppConfig, EppFlagValues } from './config.js';
 export { HealthState, HEALTH_SERVICES } from './health.js';
 export { EppMetrics } from './metrics.js';
 export type { UiState, UiZone, UiPod, UiSpill, UiStream, UiDecision } from './ui/state-types.js';
+export { registerSharedStateMetrics } from './shared-state/metrics.js';
+export type { SharedStateSources } from './shared-state/metrics.js';
+export { SharedStateCounters } from './shared-state/counters.js';

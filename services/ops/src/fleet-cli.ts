@@ -4,6 +4,7 @@ import { CliError, parseCommandLine, renderHelp, type FlagSpecs, type FlagValues
 import { Fleet } from '@spillway/fleet';
 import { z } from 'zod';
 import { connectNats, DEFAULT_STREAM, natsFlags, natsSettingsFromValues, startReader, streamNameSchema, type Environment, type NatsSettings } from '@spillway/bus';
+import { followInFlight } from './in-flight.js';
 import { fleetRows, renderFleetStatus, renderFleetTable } from './table.js';
 
 const ms = (min: number) =>
@@ -20,6 +21,11 @@ export const fleetFlags = {
   interval: { description: 'redraw period when following (default 1000)', schema: ms(50).default(1000), placeholder: 'MS' },
   timeout: { description: 'with --once: give up when not caught up after MS (default 15000)', schema: ms(1).default(15_000), placeholder: 'MS' },
   staleAfter: { description: 'metrics older than this are marked STALE (default 1000)', schema: ms(1).default(1000), placeholder: 'MS' },
+  inFlight: {
+    description: "show requests in flight per pod as the pool's EPPs see them together (asks them, then follows their shared state; needs a user that may publish spillway.state subjects); default true",
+    schema: z.union([z.boolean(), z.enum(['true', 'false']).transform((v) => v === 'true')]).default(true),
+    placeholder: 'true|false',
+  },
   ...natsFlags,
 } satisfies FlagSpecs;
 
@@ -27,14 +33,15 @@ export const FLEET_USAGE = renderHelp(
   'spillway-fleet',
   [
     'Replays the Spillway event stream for one pool and prints its pods as a table (zone, pod,',
-    'address, readiness, queue, running, KV-cache use, metrics age), then follows live and redraws.',
-    'Read-only: it never creates the stream. -h is short for --help.',
+    "address, readiness, queue, running, KV-cache use, requests in flight over the pool's EPPs,",
+    'metrics age), then follows live and redraws. It never creates the stream; for the requests in',
+    'flight it asks the EPPs once, then follows their shared state. -h is short for --help.',
   ].join('\n'),
   fleetFlags,
 );
 
 type FleetFlagValues = FlagValues<typeof fleetFlags>;
-export type FleetCliOptions = Pick<FleetFlagValues, 'pool' | 'stream' | 'once' | 'interval' | 'timeout' | 'staleAfter'> & { nats: NatsSettings };
+export type FleetCliOptions = Pick<FleetFlagValues, 'pool' | 'stream' | 'once' | 'interval' | 'timeout' | 'staleAfter' | 'inFlight'> & { nats: NatsSettings };
 
 /** Parses argv (without node and script); throws CliError naming the bad flag; undefined for --help (or -h). */
 export function parseFleetArgs(argv: readonly string[], env: Environment): FleetCliOptions | undefined {
@@ -44,8 +51,8 @@ export function parseFleetArgs(argv: readonly string[], env: Environment): Fleet
     env,
   );
   if (parsed.help) return undefined;
-  const { pool, stream, once, interval, timeout, staleAfter } = parsed.values;
-  return { pool, stream, once, interval, timeout, staleAfter, nats: natsSettingsFromValues(parsed.values, env) };
+  const { pool, stream, once, interval, timeout, staleAfter, inFlight } = parsed.values;
+  return { pool, stream, once, interval, timeout, staleAfter, inFlight, nats: natsSettingsFromValues(parsed.values, env) };
 }
 
 export interface CliIo {
@@ -104,15 +111,18 @@ async function show(nc: NatsConnection, options: FleetCliOptions, io: CliIo, now
   }
   const fleet = new Fleet({ staleAfterMs: options.staleAfter });
   const reader = startReader(nc, { pool: options.pool, stream: options.stream, sink: fleet, jsm, now });
+  const inFlight = options.inFlight ? followInFlight(nc, options.pool, now) : undefined;
   const header = { pool: options.pool, stream: options.stream, server: nc.getServer() };
   const frame = () => {
     const at = now();
-    const rows = fleetRows(fleet, options.pool, at);
-    return `${renderFleetStatus(header, reader.status, fleet.counters, rows, at)}\n\n${renderFleetTable(rows)}\n`;
+    inFlight?.view.prune(at);
+    const rows = fleetRows(fleet, options.pool, at, inFlight?.view.byEndpoint());
+    const shared = inFlight === undefined ? undefined : { epps: inFlight.view.eppCount, inFlight: inFlight.view.total };
+    return `${renderFleetStatus(header, reader.status, fleet.counters, rows, at, shared)}\n\n${renderFleetTable(rows)}\n`;
   };
   try {
     if (options.once) {
-      const outcome = await Promise.race([reader.caughtUp.then(() => 'ok' as const), deadline]);
+      const outcome = await Promise.race([Promise.all([reader.caughtUp, inFlight?.answered]).then(() => 'ok' as const), deadline]);
       if (outcome === 'timeout') {
         io.err(`spillway-fleet: replay of ${options.stream} did not catch up within ${options.timeout} ms\n`);
         return 1;
@@ -129,6 +139,7 @@ async function show(nc: NatsConnection, options: FleetCliOptions, io: CliIo, now
     }
     return 0;
   } finally {
+    inFlight?.close();
     await reader.close();
   }
 }

@@ -10,14 +10,19 @@ export interface FleetRow {
   waiting: number | undefined;
   running: number | undefined;
   kvCacheUsage: number | undefined;
+  /** Requests in flight on the pod over every EPP of the pool (their shared state); undefined when not followed. */
+  inFlight: number | undefined;
   /** Since this reader received the pod's latest sample (ms); undefined without metrics. */
   metricsAgeMs: number | undefined;
   /** Metrics missing or older than the fleet's staleness limit. */
   stale: boolean;
 }
 
-/** The pool's pods at `now`, sorted by zone then pod. Reads the fleet, changes nothing. */
-export function fleetRows(fleet: Fleet, pool: string, now: number): FleetRow[] {
+/**
+ * The pool's pods at `now`, sorted by zone then pod. Reads the fleet, changes nothing. `inFlight`
+ * holds requests in flight by `zone/pod`, when the pool's shared state is followed.
+ */
+export function fleetRows(fleet: Fleet, pool: string, now: number, inFlight?: ReadonlyMap<string, number>): FleetRow[] {
   const view = fleet.pool(pool);
   if (!view) return [];
   const rows: FleetRow[] = [];
@@ -32,6 +37,7 @@ export function fleetRows(fleet: Fleet, pool: string, now: number): FleetRow[] {
       waiting: m?.waitingRequests,
       running: m?.runningRequests,
       kvCacheUsage: m?.kvCacheUsage,
+      inFlight: inFlight === undefined ? undefined : (inFlight.get(`${ep.zone}/${ep.pod}`) ?? 0),
       metricsAgeMs: fleet.metricsAge(ep, now),
       stale: !fleet.isFresh(ep, now),
     });
@@ -39,9 +45,9 @@ export function fleetRows(fleet: Fleet, pool: string, now: number): FleetRow[] {
   return rows.sort((a, b) => (a.zone !== b.zone ? (a.zone < b.zone ? -1 : 1) : a.pod < b.pod ? -1 : a.pod > b.pod ? 1 : 0));
 }
 
-const HEADER = ['ZONE', 'POD', 'ADDRESS', 'READY', 'WAITING', 'RUNNING', 'KV USE', 'METRICS AGE', 'STALE'] as const;
+const HEADER = ['ZONE', 'POD', 'ADDRESS', 'READY', 'WAITING', 'RUNNING', 'KV USE', 'IN FLIGHT', 'METRICS AGE', 'STALE'] as const;
 /** Numeric columns are right-aligned. */
-const RIGHT = new Set([4, 5, 6, 7]);
+const RIGHT = new Set([4, 5, 6, 7, 8]);
 
 export function formatAge(ms: number | undefined): string {
   if (ms === undefined) return '-';
@@ -61,6 +67,7 @@ function cells(row: FleetRow): string[] {
     row.waiting === undefined ? '-' : String(row.waiting),
     row.running === undefined ? '-' : String(row.running),
     row.kvCacheUsage === undefined ? '-' : `${(row.kvCacheUsage * 100).toFixed(1)}%`,
+    row.inFlight === undefined ? '-' : String(row.inFlight),
     formatAge(row.metricsAgeMs),
     row.stale ? 'STALE' : '',
   ];
@@ -87,6 +94,7 @@ export function renderFleetStatus(
   counters: FleetCounters,
   rows: readonly FleetRow[],
   now: number,
+  shared?: { epps: number; inFlight: number },
 ): string {
   const ready = rows.filter((r) => r.ready === 'ready').length;
   const stale = rows.filter((r) => r.stale).length;
@@ -99,5 +107,6 @@ export function renderFleetStatus(
     `connection ${status.connection}  reconnects ${status.reconnects}  ${status.caughtUp ? 'caught up' : 'replaying'}  seq ${status.lastSequence}${staleness}`,
     `pods ${rows.length}  ready ${ready}  stale metrics ${stale}`,
     `events applied ${counters.applied}  ignored ${counters.ignored}  rejected ${counters.rejected}${rejected ? ` (${rejected})` : ''}  future ${counters.future}  over capacity ${counters.overCapacity}`,
+    ...(shared === undefined ? [] : [shared.epps === 0 ? 'in flight: no EPP shares its state' : `in flight ${shared.inFlight} over ${shared.epps} EPP${shared.epps === 1 ? '' : 's'} (their shared state)`]),
   ].join('\n');
 }

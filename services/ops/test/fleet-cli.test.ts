@@ -58,7 +58,8 @@ describe('spillway-fleet', () => {
     const { code, out, err } = await inProcess(['--nats', server.url, '--pool', 'cli', '--once']);
     expect(err).toBe('');
     expect(code).toBe(0);
-    expect(out).toMatch(/ZONE\s+POD\s+ADDRESS\s+READY\s+WAITING\s+RUNNING\s+KV USE\s+METRICS AGE\s+STALE/);
+    expect(out).toMatch(/ZONE\s+POD\s+ADDRESS\s+READY\s+WAITING\s+RUNNING\s+KV USE\s+IN FLIGHT\s+METRICS AGE\s+STALE/);
+    expect(out).toContain('in flight: no EPP shares its state');
     const lines = podLines(out);
     expect(lines).toHaveLength(7);
     expect(lines.find((l) => /\svllm-6\s/.test(l))).toMatch(/not ready/);

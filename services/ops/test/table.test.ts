@@ -13,6 +13,7 @@ const row = (over: Partial<FleetRow>): FleetRow => ({
   waiting: 1,
   running: 2,
   kvCacheUsage: 0.5,
+  inFlight: 3,
   metricsAgeMs: 100,
   stale: false,
   ...over,
@@ -27,14 +28,17 @@ describe('fleet table', () => {
     fleet.apply(metrics('p', 0, 10, { waitingRequests: 4, runningRequests: 9, kvCacheUsage: 0.25 }), 1_000);
     fleet.apply(metrics('p', 1, 10), 400);
     fleet.apply(metrics('p', 7, 10), 1_000); // metrics only, no readiness yet
-    const rows = fleetRows(fleet, 'p', 1_500);
+    const rows = fleetRows(fleet, 'p', 1_500, new Map([['zone-a/vllm-0', 2]]));
     expect(rows.map((r) => [r.zone, r.pod, r.ready, r.stale])).toEqual([
       ['zone-a', 'vllm-0', 'ready', false],
       ['zone-a', 'vllm-3', 'not ready', true],
       ['zone-b', 'vllm-1', 'ready', true],
       ['zone-b', 'vllm-7', 'unknown', false],
     ]);
-    expect(rows[0]).toMatchObject({ waiting: 4, running: 9, kvCacheUsage: 0.25, metricsAgeMs: 500, address: '10.0.0.0:8000' });
+    expect(rows[0]).toMatchObject({ waiting: 4, running: 9, kvCacheUsage: 0.25, inFlight: 2, metricsAgeMs: 500, address: '10.0.0.0:8000' });
+    expect(rows[1]?.inFlight).toBe(0);
+    // Not followed: unknown, not zero.
+    expect(fleetRows(fleet, 'p', 1_500)[0]?.inFlight).toBeUndefined();
     expect(rows[2]?.metricsAgeMs).toBe(1_100);
     expect(fleetRows(fleet, 'nope', 0)).toEqual([]);
   });
@@ -42,13 +46,13 @@ describe('fleet table', () => {
   it('renders aligned columns with a header, percentages, ages, dashes and STALE', () => {
     const text = renderFleetTable([
       row({ pod: 'vllm-a-0', kvCacheUsage: 0.431 }),
-      row({ zone: 'zone-b', pod: 'x', address: '[fd00::1]:8000', ready: 'not ready', waiting: undefined, running: undefined, kvCacheUsage: undefined, metricsAgeMs: undefined, stale: true }),
+      row({ zone: 'zone-b', pod: 'x', address: '[fd00::1]:8000', ready: 'not ready', waiting: undefined, running: undefined, kvCacheUsage: undefined, inFlight: undefined, metricsAgeMs: undefined, stale: true }),
     ]);
     const lines = text.split('\n');
     expect(lines).toHaveLength(3);
-    expect(lines[0]).toMatch(/^ZONE\s+POD\s+ADDRESS\s+READY\s+WAITING\s+RUNNING\s+KV USE\s+METRICS AGE\s+STALE$/);
-    expect(lines[1]).toMatch(/^zone-a\s+vllm-a-0\s+10\.0\.0\.1:8000\s+ready\s+1\s+2\s+43\.1%\s+100ms$/);
-    expect(lines[2]).toMatch(/^zone-b\s+x\s+\[fd00::1\]:8000\s+not ready\s+-\s+-\s+-\s+-\s+STALE$/);
+    expect(lines[0]).toMatch(/^ZONE\s+POD\s+ADDRESS\s+READY\s+WAITING\s+RUNNING\s+KV USE\s+IN FLIGHT\s+METRICS AGE\s+STALE$/);
+    expect(lines[1]).toMatch(/^zone-a\s+vllm-a-0\s+10\.0\.0\.1:8000\s+ready\s+1\s+2\s+43\.1%\s+3\s+100ms$/);
+    expect(lines[2]).toMatch(/^zone-b\s+x\s+\[fd00::1\]:8000\s+not ready\s+-\s+-\s+-\s+-\s+-\s+STALE$/);
     // Columns line up: every line starts its POD column at the same offset.
     expect(new Set(lines.map((l) => l.indexOf(l.split(/\s+/)[1] ?? '')))).toHaveProperty('size', 1);
   });
@@ -81,5 +85,9 @@ describe('fleet table', () => {
     expect(text).toContain('connection reconnecting  reconnects 2  caught up  seq 42  STALE for 3.0s');
     expect(text).toContain('pods 2  ready 1  stale metrics 1');
     expect(text).toContain('events applied 7  ignored 0  rejected 3 (not-json=2 invalid=1)');
+    expect(text).not.toContain('in flight');
+    const shared = (epps: number, inFlight: number) => renderFleetStatus({ pool: 'llama', stream: 'SPILLWAY', server: 'x' }, status, { applied: 0, ignored: 0, rejected: 0, future: 0, overCapacity: 0 }, [], 0, { epps, inFlight });
+    expect(shared(2, 5)).toContain('in flight 5 over 2 EPPs (their shared state)');
+    expect(shared(0, 0)).toContain('in flight: no EPP shares its state');
   });
 });

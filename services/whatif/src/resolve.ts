@@ -27,7 +27,7 @@ export interface ResolvedScenario {
   readonly clusterFraction: number | undefined;
   readonly rates: readonly RateSchedule[];
   readonly signals: ScenarioFile['signals'];
-  readonly epps: { readonly perZone: number; readonly spread: 'round-robin' | 'random' };
+  readonly epps: { readonly perZone: number; readonly spread: 'round-robin' | 'random'; readonly sharing: boolean; readonly batchMs: number };
   readonly faults: readonly ResolvedFault[];
   readonly windows: readonly WindowSpec[];
   readonly strategies: readonly StrategySpec[];
@@ -123,7 +123,7 @@ export function resolveScenario(file: ScenarioFile, options: ResolveOptions = {}
     clusterFraction,
     rates,
     signals: file.signals,
-    epps: { perZone: file.epps.perZone, spread: file.epps.spread },
+    epps: { perZone: file.epps.perZone, spread: file.epps.spread, sharing: file.epps.sharing, batchMs: file.epps.batchMs },
     faults,
     windows,
     strategies: strategySpecs(file.strategies, file.config),

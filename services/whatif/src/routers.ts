@@ -1,6 +1,6 @@
 import { Rng } from '@spillway/engine';
 import type { Endpoint, Fleet } from '@spillway/fleet';
-import { Scheduler, type Decision, type SchedulerConfigInput } from '@spillway/scheduler';
+import { Scheduler, type Decision, type SchedulerConfigInput, type SharedState, type SharedStateOptions } from '@spillway/scheduler';
 import type { StrategyKind } from './strategies.js';
 import type { ReplicaInfo } from './topology.js';
 import type { SimRequest } from './workload.js';
@@ -30,8 +30,10 @@ export interface EppRouter {
   route(request: SimRequest, gatewayZone: number, now: number): Route;
   /** The gateway served the request at `replica` (primary or not). */
   served(route: Route, replica: number, now: number): void;
-  /** The request ended, however. Idempotent. */
-  release(route: Route): void;
+  /** The request ended at `now`, however. Idempotent. */
+  release(route: Route, now: number): void;
+  /** The state this EPP shares with the pool's other EPPs (Spillway's scheduler only). */
+  readonly shared?: SharedState | undefined;
 }
 
 /** What one EPP's router may look at. */
@@ -49,6 +51,8 @@ export interface RouterContext {
   readonly seed: number;
   /** Scheduler config for the scheduler-based kinds (from schedulerConfigFor). */
   readonly config: SchedulerConfigInput;
+  /** The shared-state channel of the scheduler-based kinds (its outbox), when the EPPs share state. */
+  readonly shared?: SharedStateOptions | undefined;
 }
 
 export function createRouter(kind: StrategyKind, ctx: RouterContext): EppRouter {
@@ -185,8 +189,12 @@ class SchedulerRouter implements EppRouter {
     protected readonly ctx: RouterContext,
     private readonly sendsSubset: boolean,
   ) {
-    this.scheduler = new Scheduler({ fleet: ctx.fleet, pool: POOL, zone: ctx.zone, region: ctx.region, config: ctx.config, seed: ctx.seed });
+    this.scheduler = new Scheduler({ fleet: ctx.fleet, pool: POOL, zone: ctx.zone, region: ctx.region, config: ctx.config, seed: ctx.seed, shared: ctx.shared });
     for (const r of ctx.replicas) this.byAddress.set(r.address, r.index);
+  }
+
+  get shared(): SharedState {
+    return this.scheduler.shared;
   }
 
   route(request: SimRequest, gatewayZone: number, now: number, priority = request.priority): Route {
@@ -202,8 +210,8 @@ class SchedulerRouter implements EppRouter {
     this.scheduler.reportServed(route.token as Decision, (this.ctx.replicas[replica] as ReplicaInfo).address, now);
   }
 
-  release(route: Route): void {
-    this.scheduler.release(route.token as Decision);
+  release(route: Route, now: number): void {
+    this.scheduler.release(route.token as Decision, now);
   }
 }
 
@@ -228,8 +236,8 @@ class ReferenceRouter extends SchedulerRouter {
     return super.route(request, gatewayZone, now, 0);
   }
 
-  override release(route: Route): void {
-    if (route.token) super.release(route);
+  override release(route: Route, now: number): void {
+    if (route.token) super.release(route, now);
   }
 
   private saturation(now: number): number {

@@ -2,7 +2,7 @@ import { availableParallelism } from 'node:os';
 import { Worker } from 'node:worker_threads';
 import type { ResolvedScenario } from './resolve.js';
 import { runStrategy, type RunResult } from './simulation.js';
-import { STRATEGY_DESCRIPTIONS, type StrategyKind } from './strategies.js';
+import { SHARING_KINDS, sharesState, STRATEGY_DESCRIPTIONS, type StrategyKind, type StrategySpec } from './strategies.js';
 
 /** What `--json` writes: one scenario instance (file, load) and one result per (strategy, seed). */
 export interface ScenarioReport {
@@ -84,9 +84,16 @@ function reportOf(scenario: ResolvedScenario, results: RunResult[]): ScenarioRep
       method: scenario.capacity.method,
       ...(scenario.capacity.cacheBlindPerReplica ? { cacheBlindPerReplicaRps: perZone(scenario.capacity.cacheBlindPerReplica) } : {}),
     },
-    strategies: scenario.strategies.map((s) => ({ name: s.name, kind: s.kind, description: STRATEGY_DESCRIPTIONS[s.kind], config: s.config })),
+    strategies: scenario.strategies.map((s) => ({ name: s.name, kind: s.kind, description: describeStrategy(s, scenario.epps.sharing), config: s.config })),
     results,
   };
+}
+
+/** A strategy's description, saying whether its EPPs share state where that can apply. */
+function describeStrategy(spec: StrategySpec, scenarioSharing: boolean): string {
+  const base = STRATEGY_DESCRIPTIONS[spec.kind];
+  if (!SHARING_KINDS.includes(spec.kind)) return base;
+  return `${base}; ${sharesState(spec, scenarioSharing) ? "the pool's EPPs share picks in flight, prefix placements and penalties" : 'no state shared between EPPs'}`;
 }
 
 interface Pending {

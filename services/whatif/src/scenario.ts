@@ -111,14 +111,25 @@ const signalsSchema = z.strictObject({
   readinessEveryS: z.number().finite().min(1).max(3600).default(30),
   /** From a replica's death until probes mark it not ready (gateways and readiness events). */
   detectMs: z.number().finite().min(0).max(600_000).default(2000),
+  /** Delivery delay of a shared-state batch from one EPP to another (core NATS, any zone), uniform in [min, max] ms; batches are lost at `lossRate` too. */
+  sharingDelayMs: z
+    .tuple([z.number().finite().min(0).max(60_000), z.number().finite().min(0).max(60_000)])
+    .refine(([lo, hi]) => lo <= hi, 'the first number must not exceed the second')
+    .default([1, 3]),
 });
 
 const eppsSchema = z.strictObject({
   perZone: positiveInt.max(16).default(1),
   /** How a gateway spreads its picks over its zone's EPPs. */
   spread: z.enum(['round-robin', 'random']).default('round-robin'),
-  /** EPPs sharing picks and prefix placements (issue 13): rejected until the channel is modelled. */
-  sharing: z.boolean().default(false),
+  /**
+   * The pool's EPPs (every zone's) share picks in flight, prefix placements and penalties, as
+   * deployed by default. Applies to the strategies that run Spillway's scheduler per zone
+   * (spillway, zone-local); a strategy may say otherwise (`{ name, kind, sharing: false }`).
+   */
+  sharing: z.boolean().default(true),
+  /** A batch leaves this long after its first entry (the EPP's `sharedState.batchMs`). */
+  batchMs: z.number().finite().min(0).max(1000).default(5),
 });
 
 const faultSchema = z.discriminatedUnion('kind', [
@@ -150,6 +161,8 @@ const strategyObject = z.strictObject({
   name,
   kind: z.enum(STRATEGY_KINDS),
   config: configOverrides.optional(),
+  /** Overrides `epps.sharing` for this strategy (e.g. `spillway-unshared`: `sharing: false`). */
+  sharing: z.boolean().optional(),
 });
 const strategyEntry = z.union([z.enum(STRATEGY_KINDS), strategyObject], {
   error: `a strategy is one of ${STRATEGY_KINDS.join(', ')}, or { name, kind, config }`,
@@ -217,8 +230,6 @@ function checkScenario(s: z.output<typeof scenarioObject>, ctx: Ctx): void {
     const prev = s.load.timeline[i - 1];
     if (prev && c.atS <= prev.atS) issue(ctx, ['load', 'timeline', i, 'atS'], 'timeline entries must be in increasing atS order');
   });
-
-  if (s.epps.sharing) issue(ctx, ['epps', 'sharing'], 'not supported yet: the modelled sharing channel between EPPs arrives with issue 13; use sharing: false');
 
   const replicasOf = new Map(s.zones.map((z) => [z.zone, z.replicas]));
   s.faults.forEach((f, i) => {

@@ -1,10 +1,12 @@
 import { Engine, Rng, type EngineRequest, type Sequence } from '@spillway/engine';
 import { RateWindow, type MetricsEvent, type ReadinessEvent, type ServiceRates } from '@spillway/events';
 import { Fleet } from '@spillway/fleet';
+import type { StateBatch } from '@spillway/events';
 import { EventQueue } from './queue.js';
 import type { ResolvedFault, ResolvedScenario, WindowSpec } from './resolve.js';
 import { createRouter, GLOBAL_ZONE, POOL, type EppRouter, type Route } from './routers.js';
-import { schedulerConfigFor, type StrategySpec } from './strategies.js';
+import { HEARTBEAT_MS, PEER_TIMEOUT_MS, REMOTE_ENTRY_TTL_MS, SharingChannel } from './sharing.js';
+import { schedulerConfigFor, sharesState, type StrategySpec } from './strategies.js';
 import { slope, Tally, type Figures } from './tally.js';
 import { layout, type ReplicaInfo } from './topology.js';
 import { ArrivalStream, prefixGroupsOf, type SimRequest } from './workload.js';
@@ -72,6 +74,8 @@ interface ReplicaState {
 interface Epp {
   readonly index: number;
   readonly zoneIndex: number;
+  /** Its id on the shared-state channel: a new one per process (restart). */
+  id: string;
   fleet: Fleet;
   router: EppRouter;
   restarts: number;
@@ -84,7 +88,7 @@ interface Stored {
   readonly storedAt: number;
 }
 
-type Kind = 'arrival' | 'sample' | 'readiness' | 'deliver' | 'fault' | 'detect' | 'mark' | 'probe' | 'backlog';
+type Kind = 'arrival' | 'sample' | 'readiness' | 'deliver' | 'fault' | 'detect' | 'mark' | 'probe' | 'backlog' | 'share-flush' | 'share-deliver' | 'share-tick';
 
 /** Range marks: the run records output-token totals at every range boundary. */
 interface Mark {
@@ -136,6 +140,8 @@ class Simulation {
   private readySnapshot: number[] | undefined;
   private readonly subsetCache: (string[] | undefined)[];
   private backlog = 0;
+  /** The state channel between the EPPs, when this strategy's EPPs share state. */
+  private readonly sharing: SharingChannel | undefined;
   private readonly backlogTimes: number[] = [];
   private readonly backlogValues: number[] = [];
 
@@ -154,11 +160,22 @@ class Simulation {
     for (const r of this.replicas) r.engine = this.newEngine(r);
     this.collectorUp = s.zones.map(() => true);
     this.subsetCache = s.zones.map(() => undefined);
+    if (!this.global && sharesState(strategy, s.epps.sharing)) {
+      const sharingRng = new Rng((seed * 7_919 + 11) >>> 0);
+      this.sharing = new SharingChannel({
+        batchMs: s.epps.batchMs,
+        delayMs: s.signals.sharingDelayMs,
+        lossRate: s.signals.lossRate,
+        rng: sharingRng,
+        schedule: (at: number, what: 'flush' | 'deliver', peer: number, batch?: StateBatch) => this.queue.push(at, what === 'flush' ? 'share-flush' : 'share-deliver', peer, batch),
+        up: () => this.natsUp,
+      });
+    }
 
     // The reference EPP is one pool-wide picker for every gateway; the others run per zone, each
-    // with its own fleet and scheduler. A sharing channel between a zone's EPPs (`epps.sharing`,
-    // rejected by the schema until it is modelled) would fold each EPP's picks, prefix placements
-    // and penalties into its peers' state here, after the channel's own delay.
+    // with its own fleet and scheduler. With sharing (the default for Spillway's strategies), every
+    // EPP of the pool folds the others' picks, prefix placements and penalties into its own state
+    // after the channel's delay (sharing.ts).
     this.epps = [];
     if (this.global) {
       this.epps.push(this.newEpp(0, 0));
@@ -206,10 +223,12 @@ class Simulation {
     s.faults.forEach((f, i) => this.queue.push(f.atMs, 'fault', i));
     if (this.windows.length > 0) this.queue.push(0, 'probe', 0);
     this.queue.push(s.warmupMs, 'backlog', 0);
+    if (this.sharing) this.queue.push(HEARTBEAT_MS, 'share-tick', 0);
 
     for (let e = this.queue.pop(); e !== undefined; e = this.queue.pop()) {
       if (!Number.isFinite(e.at)) continue;
       this.advanceEngines(e.at);
+      if (this.sharing) this.sharing.now = e.at;
       switch (e.kind) {
         case 'arrival':
           this.arrive(e.target, e.at);
@@ -242,6 +261,16 @@ class Simulation {
           this.backlogTimes.push(e.at / 1000);
           this.backlogValues.push(this.backlog);
           if (e.at + BACKLOG_EVERY_MS <= s.durationMs) this.queue.push(e.at + BACKLOG_EVERY_MS, 'backlog', 0);
+          break;
+        case 'share-flush':
+          this.sharing?.flush(e.target, e.at);
+          break;
+        case 'share-deliver':
+          this.sharing?.deliver(e.target, e.payload as StateBatch, e.at);
+          break;
+        case 'share-tick':
+          this.sharing?.tick(e.at);
+          if (e.at + HEARTBEAT_MS < s.durationMs) this.queue.push(e.at + HEARTBEAT_MS, 'share-tick', 0);
           break;
       }
     }
@@ -288,12 +317,15 @@ class Simulation {
 
   private newEpp(index: number, zoneIndex: number): Epp {
     const fleet = new Fleet({ staleAfterMs: this.s.signals.staleAfterMs });
-    return { index, zoneIndex, fleet, router: this.newRouter(index, zoneIndex, fleet, 0), restarts: 0, awaitingReplay: false };
+    const id = `epp-${index}-0`;
+    return { index, zoneIndex, id, fleet, router: this.newRouter(index, zoneIndex, fleet, 0, id), restarts: 0, awaitingReplay: false };
   }
 
-  private newRouter(index: number, zoneIndex: number, fleet: Fleet, restarts: number): EppRouter {
+  private newRouter(index: number, zoneIndex: number, fleet: Fleet, restarts: number, id: string): EppRouter {
     const zone = this.s.zones[zoneIndex] as { zone: string; region: string };
-    return createRouter(this.strategy.kind, {
+    const sharing = this.sharing;
+    const outbox = sharing === undefined ? undefined : restarts === 0 ? sharing.join(index, zone.zone, id) : sharing.restart(index, id);
+    const router = createRouter(this.strategy.kind, {
       replicas: this.replicas.map((r) => r.info),
       fleet,
       readyReplicas: () => this.readyReplicas(),
@@ -302,7 +334,10 @@ class Simulation {
       region: this.global ? GLOBAL_ZONE : zone.region,
       seed: (this.seed * 13 + index * 101 + restarts * 7919 + 1) >>> 0,
       config: schedulerConfigFor(this.strategy, { zones: this.s.zones, rttMs: this.s.rttMs }),
+      shared: outbox === undefined ? undefined : { outbox, peerTimeoutMs: PEER_TIMEOUT_MS, remoteEntryTtlMs: REMOTE_ENTRY_TTL_MS },
     });
+    sharing?.attach(index, router.shared);
+    return router;
   }
 
   private newEngine(r: ReplicaState): Engine<SimEngineRequest> {
@@ -367,7 +402,7 @@ class Simulation {
       route.router.served(route, replica, now);
       return;
     }
-    route.router.release(route);
+    route.router.release(route, now);
     this.count(request.arrivalAt, (t) => t.rejected503++);
   }
 
@@ -380,7 +415,7 @@ class Simulation {
     const r = this.replicas[flight.replica] as ReplicaState;
     r.active.delete(flight);
     this.backlog--;
-    flight.route.router.release(flight.route);
+    flight.route.router.release(flight.route, at);
     const request = flight.request;
     const ttft = seq.ttftMs;
     const e2e = at - request.arrivalAt + flight.networkMs;
@@ -557,14 +592,16 @@ class Simulation {
   /**
    * An EPP restarts: a new fleet rebuilt from the last event per subject (the stream's replay,
    * staleness measured from each event's stream timestamp) and a new scheduler with empty
-   * in-flight accounting, prefix index and penalties. Requests it routed before are released to
-   * the old state, which is gone with them.
+   * in-flight accounting, prefix index and penalties — filled from its peers' snapshots when the
+   * EPPs share state (warm start). Requests it routed before are released to the old state, which
+   * is gone with them.
    */
   private restart(epp: Epp, now: number): void {
     const before = epp.fleet;
     epp.restarts++;
+    epp.id = `epp-${epp.index}-${epp.restarts}`;
     epp.fleet = new Fleet({ staleAfterMs: this.s.signals.staleAfterMs });
-    epp.router = this.newRouter(epp.index, epp.zoneIndex, epp.fleet, epp.restarts);
+    epp.router = this.newRouter(epp.index, epp.zoneIndex, epp.fleet, epp.restarts, epp.id);
     if (this.natsUp) this.replay(epp, now);
     else epp.awaitingReplay = true;
     this.observer.onEppRestart?.({ at: now, zone: this.zoneNames[epp.zoneIndex] as string, before, after: epp.fleet });
@@ -573,6 +610,8 @@ class Simulation {
   private replay(epp: Epp, now: number): void {
     epp.awaitingReplay = false;
     for (const { event, storedAt } of this.stream.values()) epp.fleet.apply(event, Math.min(storedAt, now));
+    // Then, as the EPP does before it reports ready, it asks its peers for their state.
+    this.sharing?.warmStart(epp.index, now);
   }
 
   private kill(index: number, now: number): void {
@@ -583,7 +622,7 @@ class Simulation {
     r.engine = undefined;
     // Requests on a dead replica fail mid-stream: the client sees an error (counted as aborted).
     for (const flight of r.active) {
-      flight.route.router.release(flight.route);
+      flight.route.router.release(flight.route, now);
       this.backlog--;
       this.count(flight.request.arrivalAt, (t) => t.aborted++);
     }

@@ -28,6 +28,16 @@ export interface StrategySpec {
   readonly kind: StrategyKind;
   /** Scheduler config overrides from the file (the variant's own, then `config.<name>`). */
   readonly config: Readonly<Record<string, unknown>>;
+  /** The variant's own `sharing`, over the scenario's `epps.sharing`. */
+  readonly sharing?: boolean | undefined;
+}
+
+/** The kinds whose EPPs run Spillway's scheduler per zone, and so can share state with each other. */
+export const SHARING_KINDS: readonly StrategyKind[] = ['spillway', 'zone-local'];
+
+/** Whether a strategy's EPPs share state in a scenario whose `epps.sharing` is `scenarioSharing`. */
+export function sharesState(spec: StrategySpec, scenarioSharing: boolean): boolean {
+  return SHARING_KINDS.includes(spec.kind) && (spec.sharing ?? scenarioSharing);
 }
 
 /** What a strategy's scheduler config may depend on besides the file's overrides. */
@@ -91,11 +101,11 @@ function isObject(v: unknown): v is Record<string, unknown> {
 
 /** Resolves the file's strategy list into specs with their overrides. */
 export function strategySpecs(
-  entries: readonly (StrategyKind | { name: string; kind: StrategyKind; config?: Record<string, unknown> | undefined })[],
+  entries: readonly (StrategyKind | { name: string; kind: StrategyKind; config?: Record<string, unknown> | undefined; sharing?: boolean | undefined })[],
   overrides: Readonly<Record<string, Record<string, unknown>>>,
 ): StrategySpec[] {
   return entries.map((entry) => {
-    const base = typeof entry === 'string' ? { name: entry, kind: entry, config: {} } : { name: entry.name, kind: entry.kind, config: entry.config ?? {} };
-    return { name: base.name, kind: base.kind, config: mergeLayers(base.config, overrides[base.name] ?? {}) };
+    const base = typeof entry === 'string' ? { name: entry, kind: entry, config: {}, sharing: undefined } : { name: entry.name, kind: entry.kind, config: entry.config ?? {}, sharing: entry.sharing };
+    return { name: base.name, kind: base.kind, config: mergeLayers(base.config, overrides[base.name] ?? {}), ...(base.sharing === undefined ? {} : { sharing: base.sharing }) };
   });
 }

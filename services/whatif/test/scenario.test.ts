@@ -10,8 +10,9 @@ const SCENARIOS = fileURLToPath(new URL('../../../infra/scenarios/', import.meta
 describe('scenario file: validation', () => {
   it('accepts a minimal file and fills the defaults', () => {
     const s = parse(smallScenario());
-    expect(s.signals).toMatchObject({ sampleEveryMs: 100, delayMs: [5, 20], lossRate: 0, staleAfterMs: 1000 });
-    expect(s.epps).toEqual({ perZone: 1, spread: 'round-robin', sharing: false });
+    expect(s.signals).toMatchObject({ sampleEveryMs: 100, delayMs: [5, 20], lossRate: 0, staleAfterMs: 1000, sharingDelayMs: [1, 3] });
+    // Sharing is the product's default: the scheduler-based strategies run with it unless told otherwise.
+    expect(s.epps).toEqual({ perZone: 1, spread: 'round-robin', sharing: true, batchMs: 5 });
     expect(s.network).toMatchObject({ sameRegionMs: 1, crossRegionMs: 30 });
   });
 
@@ -34,7 +35,9 @@ describe('scenario file: validation', () => {
     ['timeline out of order', { load: { clusterFraction: 0.5, timeline: [{ atS: 9 }, { atS: 5 }] } }, /^load\.timeline\.1\.atS: /],
     ['delay range reversed', { signals: { delayMs: [20, 5] } }, /^signals\.delayMs: /],
     ['loss rate of 1', { signals: { lossRate: 1 } }, /^signals\.lossRate: /],
-    ['sharing between EPPs', { epps: { perZone: 2, sharing: true } }, /^epps\.sharing: not supported yet/],
+    ['sharing delay range reversed', { signals: { sharingDelayMs: [5, 1] } }, /^signals\.sharingDelayMs: /],
+    ['a batch interval out of range', { epps: { perZone: 2, batchMs: -1 } }, /^epps\.batchMs: /],
+    ['sharing that is not a boolean', { strategies: [{ name: 's', kind: 'spillway', sharing: 'yes' }] }, /^strategies\.0/],
     ['fault naming an unknown zone', { faults: [{ atS: 5, kind: 'collector-down', zone: 'zone-x' }] }, /^faults\.0\.zone: unknown zone zone-x/],
     ['fault after the end', { faults: [{ atS: 99, kind: 'nats-down' }] }, /^faults\.0\.atS: must be before durationS/],
     ['replica-down with too many replicas', { faults: [{ atS: 5, kind: 'replica-down', zone: 'zone-a', count: 3 }] }, /^faults\.0\.count: zone zone-a has 2 replicas/],

@@ -70,8 +70,8 @@ export interface RunningEppChild extends Child {
   metricsPort: number;
 }
 
-/** Starts the built spillway-epp and waits until its gRPC health says readiness SERVING. */
-export async function startEppChild(natsUrl: string, zone: string): Promise<RunningEppChild> {
+/** Starts the built spillway-epp (with `extraArgs`) and waits until its gRPC health says readiness SERVING. */
+export async function startEppChild(natsUrl: string, zone: string, extraArgs: string[] = []): Promise<RunningEppChild> {
   if (!existsSync(EPP_MAIN)) throw new Error(`${EPP_MAIN} is missing: build first (npm run build, or npx tsc -b services/epp)`);
   const [grpcPort, healthPort, metricsPort] = [await freePort(), await freePort(), await freePort()];
   const args = [
@@ -85,6 +85,7 @@ export async function startEppChild(natsUrl: string, zone: string): Promise<Runn
     '--health-port', String(healthPort),
     '--metrics-port', String(metricsPort),
     '--log-level', 'warn',
+    ...extraArgs,
   ];
   const child = track('spillway-epp', spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe'] }));
   try {

@@ -1,0 +1,199 @@
+import { Decoder, encode } from '@msgpack/msgpack';
+import { z } from 'zod';
+import { escapeToken, unescapeToken } from './token.js';
+
+/**
+ * State shared between the EPPs of a pool (active-active picking): the picks each EPP has in
+ * flight, the prompt blocks it sent where (prefix placements) and the passive-health penalties it
+ * gave. It is short-lived and high-rate, so it travels on core NATS outside the stream's
+ * `spillway.v1.>` (never stored, never replayed):
+ *
+ * - `spillway.state.<pool>.<zone>.<epp-id>`: one EPP's batches. Per-zone publish permissions bound
+ *   which subjects an EPP may use, and a receiver checks that the batch's origin is the subject's.
+ * - `spillway.state.<pool>.<zone>.<epp-id>.sync`: a starting EPP's warm-start request; every peer
+ *   answers on the request's reply subject with a snapshot (batches flagged `snapshot`).
+ *
+ * A batch is msgpack: a map with the header fields and `entries`, each entry a tuple whose first
+ * element is its kind (compact, and cheap to tell apart while decoding):
+ *
+ *   [1, id, zone, pod, pickedAt, hashes]  a pick: request `id` of the origin went to (zone, pod) at
+ *                                          `pickedAt` (origin's clock); the prompt's block hashes
+ *                                          as the prefix index inserts them (may be empty)
+ *   [2, id, releasedAt]                    the request finished (completed, failed or cancelled)
+ *   [3, zone, pod, until]                  (zone, pod) is penalised until `until` (origin's clock)
+ *   [4, zone, pod, hashes]                 (zone, pod) caches these blocks, oldest first (snapshots only)
+ *
+ * When the gateway reports that a fallback served a request, its charge moves: a release of `id`
+ * and a pick of the same `id` at the endpoint that served it, in that order.
+ *
+ * Times are the origin's clock: a receiver translates them by the batch's `sentAt` (see docs/sharing.md).
+ */
+export const STATE_SUBJECT_ROOT = 'spillway.state';
+
+export interface StateSubjectParts {
+  pool: string;
+  zone: string;
+  /** The publishing EPP's id. */
+  epp: string;
+}
+
+/** One EPP's batch subject. */
+export function stateSubjectFor(parts: StateSubjectParts): string {
+  return `${STATE_SUBJECT_ROOT}.${escapeToken(parts.pool)}.${escapeToken(parts.zone)}.${escapeToken(parts.epp)}`;
+}
+
+/** One EPP's warm-start request subject. */
+export function stateSyncSubjectFor(parts: StateSubjectParts): string {
+  return `${stateSubjectFor(parts)}.sync`;
+}
+
+/** Every EPP's batches of one pool (and not the sync requests): what an EPP subscribes to. */
+export function statePoolFilter(pool: string): string {
+  return `${STATE_SUBJECT_ROOT}.${escapeToken(pool)}.*.*`;
+}
+
+/** Every EPP's warm-start requests of one pool: what an EPP answers once it is ready. */
+export function stateSyncFilter(pool: string): string {
+  return `${STATE_SUBJECT_ROOT}.${escapeToken(pool)}.*.*.sync`;
+}
+
+/** Everything one zone's EPPs publish, batches and sync requests of every pool (for per-zone permissions). */
+export function stateZoneFilter(zone: string): string {
+  return `${STATE_SUBJECT_ROOT}.*.${escapeToken(zone)}.>`;
+}
+
+/** Every pool's state subjects (what an EPP user may subscribe to). */
+export const ALL_STATE_SUBJECTS = `${STATE_SUBJECT_ROOT}.>`;
+
+/** The parts of a batch or sync subject; undefined for anything else. */
+export function parseStateSubject(subject: string): (StateSubjectParts & { sync: boolean }) | undefined {
+  const tokens = subject.split('.');
+  const sync = tokens.length === 6 && tokens[5] === 'sync';
+  if ((tokens.length !== 5 && !sync) || tokens[0] !== 'spillway' || tokens[1] !== 'state') return undefined;
+  const pool = unescapeToken(tokens[2] ?? '');
+  const zone = unescapeToken(tokens[3] ?? '');
+  const epp = unescapeToken(tokens[4] ?? '');
+  if (!pool || !zone || !epp) return undefined;
+  return { pool, zone, epp, sync };
+}
+
+/** An EPP id that is unique per process and readable: `<host>-<suffix>`, at most 64 characters. */
+export function eppIdOf(host: string, suffix: string): string {
+  const base = host.replace(/[^A-Za-z0-9_-]/g, '-').replace(/^-+|-+$/g, '').slice(0, 48) || 'epp';
+  return `${base}-${suffix.replace(/[^A-Za-z0-9]/g, '').slice(0, 15) || '0'}`;
+}
+
+// ---- the batch ------------------------------------------------------------------------------
+
+export const STATE_PICK = 1;
+export const STATE_RELEASE = 2;
+export const STATE_PENALTY = 3;
+export const STATE_PLACEMENT = 4;
+
+/**
+ * Bounds of one batch, enforced on decode so a hostile or broken publisher cannot make a receiver
+ * hold more: bytes (below NATS's default 1 MiB max payload), entries, and block hashes in all.
+ */
+export const MAX_STATE_BATCH_BYTES = 1024 * 1024;
+export const MAX_STATE_ENTRIES = 8192;
+export const MAX_STATE_HASHES = 131_072;
+/** Hashes of one pick or placement entry (the scheduler hashes at most `prefix.maxBlocks`, ≤ 65,536). */
+export const MAX_STATE_ENTRY_HASHES = 65_536;
+
+const MAX_TIME = 8.64e15;
+const time = z.number().finite().nonnegative().max(MAX_TIME);
+const id = z.number().int().min(0).max(Number.MAX_SAFE_INTEGER);
+/**
+ * Block hashes: whole numbers in [0, 2^53). Checked in one loop rather than one schema node per
+ * element: a pick carries up to hundreds of them and receivers decode every peer's picks.
+ */
+function isHashList(value: unknown): value is number[] {
+  if (!Array.isArray(value) || value.length > MAX_STATE_ENTRY_HASHES) return false;
+  for (let i = 0; i < value.length; i++) {
+    const h: unknown = value[i];
+    if (typeof h !== 'number' || !Number.isSafeInteger(h) || h < 0) return false;
+  }
+  return true;
+}
+const hashes = z.custom<number[]>(isHashList, `a list of at most ${MAX_STATE_ENTRY_HASHES} block hashes (whole numbers in [0, 2^53))`);
+const name = z.string().min(1).max(253);
+const eppId = z.string().min(1).max(128);
+
+const pickEntry = z.tuple([z.literal(STATE_PICK), id, name, name, time, hashes]);
+const releaseEntry = z.tuple([z.literal(STATE_RELEASE), id, time]);
+const penaltyEntry = z.tuple([z.literal(STATE_PENALTY), name, name, time]);
+const placementEntry = z.tuple([z.literal(STATE_PLACEMENT), name, name, hashes]);
+
+export const stateBatchSchema = z.object({
+  v: z.literal(1),
+  pool: name,
+  zone: name,
+  /** The publishing EPP (its id token of the subject). */
+  epp: eppId,
+  /** +1 per batch published on the subject (heartbeats included); a receiver counts the gaps. Snapshots carry the last one published. */
+  seq: id,
+  /** When the batch left, on the origin's clock: the reference for translating its times. */
+  sentAt: time,
+  entries: z.array(z.union([pickEntry, releaseEntry, penaltyEntry, placementEntry])).max(MAX_STATE_ENTRIES),
+  /** Present on warm-start replies only: `last` is the responder's final part. */
+  snapshot: z.object({ last: z.boolean() }).optional(),
+  /**
+   * On a sync request only: what the requester wants. `all` (the default): a starting EPP's warm
+   * start. `in-flight`: requests in flight and penalties, no prefix placements (the operator's view).
+   */
+  want: z.enum(['all', 'in-flight']).optional(),
+});
+
+export type StateBatch = z.infer<typeof stateBatchSchema>;
+export type StateEntry = StateBatch['entries'][number];
+export type StatePickEntry = z.infer<typeof pickEntry>;
+export type StateReleaseEntry = z.infer<typeof releaseEntry>;
+export type StatePenaltyEntry = z.infer<typeof penaltyEntry>;
+export type StatePlacementEntry = z.infer<typeof placementEntry>;
+
+export type StateDecodeReason = 'oversized' | 'not-msgpack' | 'invalid' | 'too-many-hashes' | 'subject-mismatch';
+export type StateDecodeResult = { ok: true; batch: StateBatch } | { ok: false; reason: StateDecodeReason; detail: string };
+
+/** One decoder for every batch (decoding is synchronous): cheaper than a new one per call. */
+const decoder = new Decoder({ maxStrLength: 1024, maxArrayLength: MAX_STATE_ENTRY_HASHES, maxMapLength: 16, maxBinLength: 0, maxExtLength: 0 });
+
+export function encodeStateBatch(batch: StateBatch): Uint8Array {
+  return encode(batch);
+}
+
+/** Block hashes in a batch, over its pick and placement entries. */
+export function stateBatchHashes(batch: StateBatch): number {
+  let total = 0;
+  for (const entry of batch.entries) {
+    if (entry[0] === STATE_PICK) total += entry[5].length;
+    else if (entry[0] === STATE_PLACEMENT) total += entry[3].length;
+  }
+  return total;
+}
+
+/**
+ * Decodes and validates one batch; never throws. With `from` (the parts of the subject it arrived
+ * on), the batch must come from that pool, zone and EPP: an EPP may publish only its own zone's
+ * subjects, so the subject is what vouches for the origin, and a batch naming another is forged.
+ */
+export function decodeStateBatch(data: Uint8Array, from?: StateSubjectParts): StateDecodeResult {
+  if (data.byteLength > MAX_STATE_BATCH_BYTES) return { ok: false, reason: 'oversized', detail: `${data.byteLength} bytes, limit ${MAX_STATE_BATCH_BYTES}` };
+  let raw: unknown;
+  try {
+    raw = decoder.decode(data);
+  } catch (error) {
+    return { ok: false, reason: 'not-msgpack', detail: error instanceof Error ? error.message : String(error) };
+  }
+  const parsed = stateBatchSchema.safeParse(raw);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0];
+    return { ok: false, reason: 'invalid', detail: `${issue?.path.join('.') ?? ''}: ${issue?.message ?? 'invalid'}` };
+  }
+  const batch = parsed.data;
+  const total = stateBatchHashes(batch);
+  if (total > MAX_STATE_HASHES) return { ok: false, reason: 'too-many-hashes', detail: `${total} hashes, limit ${MAX_STATE_HASHES}` };
+  if (from !== undefined && (from.pool !== batch.pool || from.zone !== batch.zone || from.epp !== batch.epp)) {
+    return { ok: false, reason: 'subject-mismatch', detail: `a batch of ${batch.pool}/${batch.zone}/${batch.epp} on the subject of ${from.pool}/${from.zone}/${from.epp}` };
+  }
+  return { ok: true, batch };
+}
