@@ -72,3 +72,41 @@ export function bodyMessage(
     observabilityMode: false,
   } as ProcessingRequest;
 }
+
+export interface ResponseHeadersOptions {
+  status?: number;
+  headers?: Record<string, string>;
+  /** The endpoint Envoy's override_host used, forwarded in `envoy.lb` (selected_host_key). */
+  served?: string;
+  /** The EPP's destination list as Envoy holds it in `envoy.lb` (received dynamic metadata). */
+  destination?: string;
+  /** The subset hint, forwarded on every message when its namespace is forwarded. */
+  subset?: unknown;
+}
+
+/**
+ * The response_headers message Envoy sends once the model server answers, with the metadata the
+ * shipped config forwards (`envoy.lb`, `envoy.lb.subset_hint`).
+ */
+export function envoyResponseHeadersMessage(options: ResponseHeadersOptions = {}): ProcessingRequest {
+  const headers = { ':status': String(options.status ?? 200), 'content-type': 'application/json', ...options.headers };
+  const lb: Record<string, string> = {};
+  if (options.destination !== undefined) lb['x-gateway-destination-endpoint'] = options.destination;
+  if (options.served !== undefined) lb['x-gateway-destination-endpoint-served'] = options.served;
+  const filterMetadata: Record<string, Record<string, unknown>> = {};
+  if (Object.keys(lb).length > 0) filterMetadata['envoy.lb'] = lb;
+  if (options.subset !== undefined) filterMetadata['envoy.lb.subset_hint'] = { 'x-gateway-destination-endpoint-subset': options.subset };
+  return {
+    request: {
+      $case: 'responseHeaders',
+      value: {
+        headers: { headers: Object.entries(headers).map(([key, value]) => ({ key, value: '', rawValue: utf8.encode(value) })) },
+        attributes: {},
+        endOfStream: false,
+      },
+    },
+    metadataContext: Object.keys(filterMetadata).length > 0 ? { filterMetadata, typedFilterMetadata: {} } : undefined,
+    attributes: {},
+    observabilityMode: false,
+  };
+}

@@ -1,17 +1,18 @@
 /**
  * The ext_proc bench's baseline (issue 4, issue 7 part 2): a bare grpc-js ext_proc server with the
  * EPP's service definition and server options that answers every request with a fixed destination
- * and does nothing else. It buffers the request body until end_of_stream, then writes what the EPP
- * writes for a full-duplex request (one headers response with the destination, the body echoed as
- * streamed_response), and ends the stream when the client half-closes. What it reaches is the
- * transport's own limit on this machine.
+ * and does nothing else: the minimum valid exchange. It buffers the request body until end_of_stream,
+ * then writes what the EPP writes for a full-duplex request (one headers response with the
+ * destination, the body echoed as streamed_response), answers response_headers with a plain continue,
+ * and ends the stream when the client half-closes. What it reaches is the transport's own limit on
+ * this machine.
  *
  *   node --conditions=@spillway/source --import tsx test/bench/extproc/bare-server.ts [PORT]
  *
  * Prints the bound port on stdout as one line of JSON: {"port":N}.
  */
 import { Server, ServerCredentials, type ServerDuplexStream } from '@grpc/grpc-js';
-import { extProcService, routedResponses, type ProcessingRequest, type ProcessingResponse } from '@spillway/protocol';
+import { extProcService, responseHeadersResponse, routedResponses, type ProcessingRequest, type ProcessingResponse } from '@spillway/protocol';
 
 const DESTINATION = '10.0.0.1:8000';
 
@@ -19,8 +20,11 @@ function process_(call: ServerDuplexStream<ProcessingRequest, ProcessingResponse
   const chunks: Uint8Array[] = [];
   let answered = false;
   call.on('data', (message: ProcessingRequest) => {
-    if (answered) return;
     const request = message.request;
+    if (answered) {
+      if (request?.$case === 'responseHeaders') call.write(responseHeadersResponse());
+      return;
+    }
     if (request?.$case === 'requestHeaders' && !request.value.endOfStream) return;
     if (request?.$case === 'requestBody') {
       chunks.push(request.value.body);

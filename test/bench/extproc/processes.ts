@@ -127,6 +127,13 @@ export async function startBareServer(): Promise<RunningBare> {
   }
 }
 
+/** One unlabelled counter from the EPP's /metrics (0 when absent). */
+export async function eppCounter(metricsPort: number, name: string): Promise<number> {
+  const text = await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text();
+  const match = new RegExp(`^${name} (\\S+)$`, 'm').exec(text);
+  return match ? Number(match[1]) : 0;
+}
+
 /** spillway_requests_total by outcome, from the EPP's /metrics. */
 export async function eppOutcomes(metricsPort: number): Promise<Map<string, number>> {
   const text = await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text();

@@ -1,12 +1,18 @@
 import { connect, constants as h2 } from 'node:http2';
 import { EXT_PROC_PATH, ProcessingRequest, ProcessingResponse } from '@spillway/protocol';
-import { envoyRequestMessages } from '@spillway/testkit';
+import { envoyRequestMessages, envoyResponseHeadersMessage } from '@spillway/testkit';
 
 /**
  * The one request the ext_proc bench sends, pre-encoded as the body of a gRPC POST: the messages
- * Envoy sends for a full-duplex `/v1/completions` request (request_headers with protocol_config
- * and the subset hint in metadata_context, then the whole 1 KB JSON body in one request_body with
- * end_of_stream), each behind gRPC's 5-byte prefix (flag 0, big-endian length).
+ * Envoy sends for a `/v1/completions` request in the shipped config's mode (infra/envoy:
+ * request_header_mode SEND, request_body_mode FULL_DUPLEX_STREAMED, response_header_mode SEND,
+ * response_body_mode NONE, response trailers SKIP; forwarding `envoy.lb` and `envoy.lb.subset_hint`):
+ * request_headers with protocol_config and the subset hint in metadata_context, the whole 1 KB JSON
+ * body in one request_body with end_of_stream (the hint again: Envoy attaches the forwarded
+ * namespaces to every message), then response_headers (`:status 200`) carrying the served endpoint
+ * and the destination list in `envoy.lb`. Each message is behind gRPC's 5-byte prefix (flag 0,
+ * big-endian length). Envoy sends response_headers only after the routing reply; the pre-encoded
+ * request sends it at once, which a server reading its stream in order handles the same way.
  */
 export interface PodAddress {
   pod: string;
@@ -33,9 +39,20 @@ export function grpcFrame(message: Uint8Array): Buffer {
   return frame;
 }
 
-export function encodedRequest(model: string, subset: string[]): { bytes: Buffer; messages: number; bodyBytes: number } {
+export interface EncodedRequest {
+  bytes: Buffer;
+  messages: number;
+  bodyBytes: number;
+}
+
+/**
+ * `served` (and the destination list Envoy holds) go on the response_headers message; without
+ * `served` the request ends after its body (the routing exchange alone).
+ */
+export function encodedRequest(model: string, subset: string[], response?: { served: string; destination: string }): EncodedRequest {
   const body = completionsBody(model);
   const messages = envoyRequestMessages({ body, subset, mode: 'full-duplex' });
+  if (response !== undefined) messages.push(envoyResponseHeadersMessage({ status: 200, served: response.served, destination: response.destination, subset }));
   return {
     bytes: Buffer.concat(messages.map((m) => grpcFrame(ProcessingRequest.encode(m).finish()))),
     messages: messages.length,
@@ -65,6 +82,8 @@ export interface Answer {
   destination: string | undefined;
   /** Bytes echoed as streamed_response. */
   echoedBytes: number;
+  /** Replies to response_headers. */
+  responseHeadersReplies: number;
 }
 
 /**
@@ -103,6 +122,7 @@ export async function sendOnce(port: number, bytes: Buffer, count = 1): Promise<
               responses,
               destination: destinationOf(responses[0]),
               echoedBytes: responses.reduce((n, r) => n + streamedBytes(r), 0),
+              responseHeadersReplies: responses.filter((r) => r.response?.$case === 'responseHeaders').length,
             });
           } catch (error) {
             reject(error instanceof Error ? error : new Error(String(error)));
@@ -130,8 +150,11 @@ function streamedBytes(response: ProcessingResponse): number {
   return mutation?.$case === 'streamedResponse' ? mutation.value.body.length : 0;
 }
 
-/** Throws unless every answer is a routed full-duplex reply: gRPC OK, a destination, the whole body echoed. */
-export function assertRouted(server: string, answers: Answer[], bodyBytes: number): void {
+/**
+ * Throws unless every answer is a routed full-duplex reply: gRPC OK, a destination, the whole body
+ * echoed, and as many response_headers replies as response_headers messages were sent.
+ */
+export function assertRouted(server: string, answers: Answer[], bodyBytes: number, responseHeaders = 0): void {
   for (const a of answers) {
     const problem =
       a.httpStatus !== 200
@@ -144,7 +167,9 @@ export function assertRouted(server: string, answers: Answer[], bodyBytes: numbe
               ? 'no destination header in the first response'
               : a.echoedBytes !== bodyBytes
                 ? `echoed ${a.echoedBytes} of ${bodyBytes} body bytes`
-                : undefined;
+                : a.responseHeadersReplies !== responseHeaders
+                  ? `${a.responseHeadersReplies} response_headers replies, expected ${responseHeaders}`
+                  : undefined;
     if (problem) throw new Error(`${server} did not route the benchmark request: ${problem}`);
   }
 }
