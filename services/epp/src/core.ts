@@ -3,6 +3,7 @@ import { Fleet } from '@spillway/fleet';
 import { compileModelRewrites, type ErrorStatus, type ModelRewriter, type PreparedRequest } from '@spillway/protocol';
 import { Scheduler, type Decision, type PickRequest } from '@spillway/scheduler';
 import type { PendingCount, EppMetrics, Outcome } from './metrics.js';
+import type { PendingHistogram } from './pending-histogram.js';
 import type { EppConfig } from './config.js';
 import type { LiveSettings } from './config-reload.js';
 import { BodyBudget } from './body-budget.js';
@@ -46,6 +47,8 @@ export class EppCore {
   private readonly attemptFailed: PendingCount;
   private readonly spills: PendingCount;
   private readonly entryReasons: LabelCache<PendingCount>;
+  private readonly pickSeconds: PendingHistogram;
+  private readonly listLength: PendingHistogram;
   /** Client-chosen model names to label values: configured models, everything else `other`. Replaced by reconfigure. */
   modelLabels: ModelLabels;
   /** Per-model request metrics, keyed by label values: at most the configured models plus `other`. */
@@ -79,6 +82,8 @@ export class EppCore {
     this.attemptSucceeded = metrics.batched(metrics.schedulerAttempts.labels({ status: 'success' }));
     this.attemptFailed = metrics.batched(metrics.schedulerAttempts.labels({ status: 'failure' }));
     this.spills = metrics.batched(metrics.spills);
+    this.pickSeconds = metrics.batchedHistogram(metrics.schedulerDuration);
+    this.listLength = metrics.batchedHistogram(metrics.listLength);
     this.requestMetrics = new RequestMetrics(metrics);
     // Reasons are the scheduler's fixed EntryReason set, far below the cache limit: the cache never resets.
     this.entryReasons = new LabelCache((reason) => metrics.batched(metrics.listEntries.labels({ reason })));
@@ -90,12 +95,12 @@ export class EppCore {
     const decision = this.scheduler.pick(request, this.now());
     const seconds = (performance.now() - started) / 1e3;
     const m = this.metrics;
-    m.schedulerDuration.observe(seconds);
+    this.pickSeconds.observe(seconds);
     this.decisions.record(decision);
     (decision.status === 'routed' ? this.attemptSucceeded : this.attemptFailed).inc();
     if (decision.counts.subsetIgnored > 0) m.subsetEntriesIgnored.inc(decision.counts.subsetIgnored);
     if (decision.status === 'routed') {
-      m.listLength.observe(decision.entries.length);
+      this.listLength.observe(decision.entries.length);
       for (const entry of decision.entries) this.entryReasons.get(entry.reason).inc();
       if (decision.rule === 'spill') this.spills.inc();
     }

@@ -1,5 +1,6 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import { BUILD } from './build-info.js';
+import { PendingHistogram } from './pending-histogram.js';
 
 /**
  * The EPP's Prometheus metrics (docs/metrics.md). Where the meaning matches the reference EPP (the
@@ -46,7 +47,7 @@ export class PendingCount {
 export class EppMetrics {
   readonly registry = new Registry();
   // Only children with a fixed, small label set are batched, so this never grows with client input.
-  private readonly pending: PendingCount[] = [];
+  private readonly pending: { flush(): void }[] = [];
   private readonly readHooks: (() => void)[] = [];
   private readonly flushPending = (): void => {
     for (const count of this.pending) count.flush();
@@ -86,6 +87,7 @@ export class EppMetrics {
     labelNames: ['model_name', 'target_model_name'] as const,
     buckets: [64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216],
     registers: [this.registry],
+    collect: this.flushPending,
   });
   readonly requestDuration = new Histogram({
     name: 'inference_objective_request_duration_seconds',
@@ -93,6 +95,7 @@ export class EppMetrics {
     labelNames: ['model_name', 'target_model_name'] as const,
     buckets: [0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1, 1.25, 1.5, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 45, 60, 120, 180, 240, 300, 360, 480, 600, 900, 1200, 1800, 2700, 3600],
     registers: [this.registry],
+    collect: this.flushPending,
   });
   // Token figures exist only when the gateway streams response bodies to the EPP (docs/metrics.md).
   readonly responseSizes = new Histogram({
@@ -135,6 +138,7 @@ export class EppMetrics {
     help: '[ALPHA] Scheduling latency distribution in seconds: the time to pick the endpoint list.',
     buckets: [0.00001, 0.00002, 0.00005, 0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1],
     registers: [this.registry],
+    collect: this.flushPending,
   });
   readonly schedulerAttempts = new Counter({
     name: 'inference_extension_scheduler_attempts_total',
@@ -148,6 +152,7 @@ export class EppMetrics {
     help: 'Number of endpoints in the returned destination list.',
     buckets: [1, 2, 3, 4, 5, 8],
     registers: [this.registry],
+    collect: this.flushPending,
   });
   readonly listEntries = new Counter({
     name: 'spillway_destination_entries_total',
@@ -272,6 +277,17 @@ export class EppMetrics {
     const count = new PendingCount(child);
     this.pending.push(count);
     return count;
+  }
+
+  /**
+   * A batched series of `requestSizes`, `requestDuration`, `schedulerDuration` or `listLength`
+   * (histograms that flush on read), flushed here on every read. Call once per label set: the label
+   * values must come from a fixed, small set (configured models, never client input as is).
+   */
+  batchedHistogram(histogram: Histogram<string>, labels: Record<string, string> = {}): PendingHistogram {
+    const series = new PendingHistogram(histogram, labels);
+    this.pending.push(series);
+    return series;
   }
 
   /**

@@ -1,6 +1,7 @@
 import type { Histogram } from 'prom-client';
 import { UsageTail } from '@spillway/protocol';
 import { PendingCount, type EppMetrics } from './metrics.js';
+import type { PendingHistogram } from './pending-histogram.js';
 
 type HistogramChild = ReturnType<Histogram<'model_name' | 'target_model_name'>['labels']>;
 
@@ -27,8 +28,9 @@ export function errorCodeOf(status: number): string {
 /** The metric children of one (model_name, target_model_name) pair, made once and reused. */
 class PairSeries {
   readonly byPriority = new Map<number, PendingCount>();
-  readonly requestSize: HistogramChild;
-  readonly duration: HistogramChild;
+  // Batched (PendingHistogram): observed on every routed request.
+  readonly requestSize: PendingHistogram;
+  readonly duration: PendingHistogram;
   // Made on first use: they only ever fill when response bodies are streamed to the EPP.
   private responseChildren: { size: HistogramChild; input: HistogramChild; output: HistogramChild; cached: HistogramChild; ntpot: HistogramChild } | undefined;
 
@@ -36,8 +38,8 @@ class PairSeries {
     private readonly metrics: EppMetrics,
     private readonly labels: { model_name: string; target_model_name: string },
   ) {
-    this.requestSize = metrics.requestSizes.labels(labels);
-    this.duration = metrics.requestDuration.labels(labels);
+    this.requestSize = metrics.batchedHistogram(metrics.requestSizes, labels);
+    this.duration = metrics.batchedHistogram(metrics.requestDuration, labels);
   }
 
   requests(priority: number): PendingCount {
