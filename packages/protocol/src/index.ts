@@ -2,6 +2,7 @@
 // Pure: no I/O, no clock; randomness is injected.
 export * from './constants.js';
 export * from './messages.js';
+export { decodeProcessingRequest } from './decode.js';
 export { readSubsetHint, readServedEndpoint } from './metadata.js';
 export type { SubsetHint } from './metadata.js';
 export { renderDestination, parseDestination } from './destination.js';

@@ -3,6 +3,7 @@
 import type { ServiceDefinition } from '@grpc/grpc-js';
 import { BinaryWriter } from '@bufbuild/protobuf/wire';
 import { ProcessingRequest, ProcessingResponse } from './gen/envoy/service/ext_proc/v3/external_processor.js';
+import { decodeProcessingRequest } from './decode.js';
 
 export {
   BodyMutation,
@@ -84,7 +85,8 @@ export function encodeToBuffer<T>(fns: Encoder<T>, message: T): Buffer {
 
 /**
  * `ExternalProcessor` for `server.addService(extProcService, { process })`. Same path and
- * messages as the generated `ExternalProcessorService`, with the cheaper encoder above.
+ * messages as the generated `ExternalProcessorService`, with the cheaper encoder above and the
+ * cheaper request decoder of decode.ts (same result as the generated one).
  * Decoded `bytes` fields are views into the received frame (no copy either).
  */
 export const extProcService = {
@@ -93,7 +95,7 @@ export const extProcService = {
     requestStream: true,
     responseStream: true,
     requestSerialize: (value: ProcessingRequest): Buffer => encodeToBuffer(ProcessingRequest, value),
-    requestDeserialize: (value: Buffer): ProcessingRequest => ProcessingRequest.decode(value),
+    requestDeserialize: (value: Buffer): ProcessingRequest => decodeProcessingRequest(value),
     responseSerialize: (value: ProcessingResponse): Buffer => encodeToBuffer(ProcessingResponse, value),
     responseDeserialize: (value: Buffer): ProcessingResponse => ProcessingResponse.decode(value),
   },
