@@ -27,9 +27,12 @@ export function readSubsetHint(metadata: Metadata | undefined): SubsetHint | und
 /**
  * Reads `filter_metadata["envoy.lb"]["x-gateway-destination-endpoint-served"]` from a response
  * message: the endpoint the gateway actually used, canonicalised; undefined if absent or malformed.
+ * `primary`, a canonical `ip:port` key: a value exactly equal to it (the usual case) is returned
+ * as is, without parsing, since a canonical key parses to itself.
  */
-export function readServedEndpoint(metadata: Metadata | undefined): string | undefined {
+export function readServedEndpoint(metadata: Metadata | undefined, primary?: string): string | undefined {
   const value = metadata?.filterMetadata[LB_NAMESPACE]?.[SERVED_KEY];
   if (typeof value !== 'string') return undefined;
+  if (value === primary) return primary;
   return parseEndpointAddress(value.trim())?.key;
 }

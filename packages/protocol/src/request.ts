@@ -1,7 +1,7 @@
 // The complete request body -> what the scheduler needs and what to forward.
 import type { RequestHeaders } from './headers.js';
 import { parseInferenceBody } from './openai.js';
-import type { ApiKind, RequestBodyError } from './openai.js';
+import type { ApiKind, JsonObject, RequestBodyError } from './openai.js';
 import { rewriteModel } from './rewrite.js';
 import type { ModelRewriter, Random } from './rewrite.js';
 
@@ -16,6 +16,11 @@ export interface PreparedRequest {
   /** The body to forward. */
   readonly body: Uint8Array;
   readonly bodyChanged: boolean;
+  /**
+   * The body as the client sent it, parsed (once). Read more of it only when needed, e.g. the
+   * structured chat messages with `chatMessages(request)`.
+   */
+  readonly json: JsonObject;
 }
 
 export type PrepareResult = { readonly ok: true; readonly request: PreparedRequest } | { readonly ok: false; readonly error: RequestBodyError };
@@ -46,6 +51,7 @@ export function prepareRequest(
       stream: body.stream,
       body: rewritten.bytes,
       bodyChanged: rewritten.changed,
+      json: body.json,
     },
   };
 }

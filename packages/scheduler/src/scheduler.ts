@@ -337,6 +337,11 @@ export class Scheduler {
   reportServed(target: Decision | string, served: string | undefined, now: number): ServedOutcome {
     const record = typeof target === 'string' ? undefined : (target as DecisionRecord);
     if (record?.served !== undefined) return record.served === record.primary?.address ? 'primary' : 'fallback';
+    // The usual case, without parsing: the gateway served the primary and names it by its canonical key.
+    if (record?.primary !== undefined && served === record.primary.address) {
+      record.served = served;
+      return 'primary';
+    }
     const servedAddress = served === undefined ? undefined : parseEndpointAddress(served.split(',')[0]?.trim() ?? '');
     if (!servedAddress) return 'unparsable';
     const pool = this.fleet.pool(this.pool);

@@ -207,7 +207,7 @@ class ExtProcStream implements Deadline {
 
   private noteServed(message: ProcessingRequest): void {
     if (this.served !== undefined || this.decision === undefined) return;
-    const served = readServedEndpoint(message.metadataContext);
+    const served = readServedEndpoint(message.metadataContext, this.decision.entries[0]?.address);
     if (served === undefined) return;
     this.served = served;
     this.core.reportServed(this.decision, served);
