@@ -5,6 +5,7 @@ import { startNatsServer, TestPublisher } from '@spillway/testkit';
 import { markdownTable, type BenchContext, type BenchPart } from './part.js';
 import { displayCommand, H2LOAD_INSTALL, h2loadVersion, runH2load, type LoadResult, type LoadSpec } from './extproc/h2load.js';
 import { eppCounter, eppOutcomes, keepPodsFresh, podPool, startBareServer, startEppChild, type Child } from './extproc/processes.js';
+import { eppInProcess, type InProcess } from './extproc/in-process.js';
 import { assertRouted, encodedRequest, sendOnce } from './extproc/request.js';
 
 /**
@@ -51,10 +52,20 @@ const FULL: Plan = { saturationSeconds: 8, saturationRepeats: 4, rates: [1000, 2
 const QUICK: Plan = { saturationSeconds: 4, saturationRepeats: 2, rates: [2000], rateSeconds: 4, rateRepeats: 2, warmupSeconds: 1 };
 
 /** Repeat r runs bare then EPP when r is even, EPP then bare when odd (ABBA): a drift hits both alike. */
-const order = (repeat: number): readonly ServerName[] => (repeat % 2 === 0 ? ['bare', 'epp'] : ['epp', 'bare']);
+const order = (repeat: number): readonly ServerName[] => {
+  const servers: ServerName[] = BEFORE === undefined ? ['bare', 'epp'] : ['bare', 'epp', 'before'];
+  return repeat % 2 === 0 ? servers : servers.reverse();
+};
 
-type ServerName = 'bare' | 'epp';
-const LABEL: Record<ServerName, string> = { bare: 'bare grpc-js server', epp: 'spillway-epp' };
+type ServerName = 'bare' | 'epp' | 'before';
+const LABEL: Record<ServerName, string> = { bare: 'bare grpc-js server', epp: 'spillway-epp', before: 'spillway-epp (before)' };
+
+/**
+ * `SPILLWAY_BENCH_EPP_BEFORE=DIR`: a built checkout of another version of the repository, whose
+ * spillway-epp then joins the rotation, so a change's effect (CPU per request before → after) is
+ * measured in the same run on the same machine.
+ */
+const BEFORE = process.env['SPILLWAY_BENCH_EPP_BEFORE'];
 
 interface Run {
   server: ServerName;
@@ -102,6 +113,12 @@ async function run(context: BenchContext): Promise<string> {
     children.push(epp);
     const bare = await startBareServer();
     children.push(bare);
+    // Another version, for a before → after comparison: a second EPP of the same pool and zone (a peer).
+    const before = BEFORE === undefined ? undefined : await startEppChild(nats.url, LOCAL_ZONE, [], BEFORE);
+    if (before !== undefined) {
+      children.push(before);
+      context.log(`spillway-epp (before) from ${BEFORE}: pid ${before.pid} on :${before.grpcPort}`);
+    }
     context.log(`spillway-epp pid ${epp.pid} ready on :${epp.grpcPort}; bare server pid ${bare.pid} on :${bare.port}; ${version}`);
 
     // The served endpoint Envoy reports is the primary the EPP chose (the usual case): ask once.
@@ -123,10 +140,19 @@ async function run(context: BenchContext): Promise<string> {
     const listLength = median(eppAnswers.map((a) => (a.destination as string).split(',').length));
     context.log(`checked: ${checks} EPP answers routed, ${primaries.size} distinct primaries, all inside the subset`);
 
+    if (before !== undefined) assertRouted('spillway-epp (before)', await sendOnce(before.grpcPort, request.bytes, 3), request.bodyBytes, 1);
     const servers: Record<ServerName, { port: number; pid: number | undefined }> = {
       bare: { port: bare.port, pid: bare.pid },
       epp: { port: epp.grpcPort, pid: epp.pid },
+      before: { port: before?.grpcPort ?? 0, pid: before?.pid },
     };
+    // The EPP's own request path without the transport, in this process, before any load runs.
+    const inProcessRequests = context.quick ? 20_000 : 100_000;
+    const inProcess = {
+      alone: eppInProcess(request, PODS, LOCAL_ZONE, inProcessRequests, false),
+      shared: eppInProcess(request, PODS, LOCAL_ZONE, inProcessRequests, true),
+    };
+    context.log(`in-process request path: ${inProcess.alone.microsPerRequest.toFixed(1)} µs/request (${inProcess.shared.microsPerRequest.toFixed(1)} with the shared-state outbox)`);
     const outcomesBefore = await eppOutcomes(epp.metricsPort);
     const servedBefore = await eppCounter(epp.metricsPort, 'spillway_served_fallback_total');
     const runs: Run[] = [];
@@ -165,7 +191,7 @@ async function run(context: BenchContext): Promise<string> {
     const eppDone = runs.filter((r) => r.server === 'epp').reduce((n, r) => n + r.result.done, 0);
 
     const load = { before: loadBefore, after: loadavg()[0] as number };
-    return report({ plan, runs, version, request, listLength, primaries: primaries.size, outcomeDelta, eppDone, load, quiet: context.quiet.quiet, servedElsewhere });
+    return report({ plan, runs, version, request, listLength, primaries: primaries.size, outcomeDelta, eppDone, load, quiet: context.quiet.quiet, servedElsewhere, inProcess });
   } finally {
     stopRefresh?.();
     for (const child of children.reverse()) await child.stop();
@@ -191,6 +217,8 @@ interface ReportInput {
   quiet: boolean;
   /** Requests the EPP counted as served by a fallback (the served endpoint was not its primary). */
   servedElsewhere: number;
+  /** The EPP's own request path in-process (no transport), without and with the shared-state outbox. */
+  inProcess: { alone: InProcess; shared: InProcess };
 }
 
 function pooled(runs: Run[]): { p50: number; p99: number; p999: number; rate: number } {
@@ -211,6 +239,11 @@ function report(input: ReportInput): string {
   const bareCpu = median(sat('bare').map((r) => r.result.serverCpuMicrosPerRequest));
   const eppCpu = median(sat('epp').map((r) => r.result.serverCpuMicrosPerRequest));
   const cpuRatio = eppCpu / bareCpu;
+  const beforeRuns = sat('before');
+  const beforeLine =
+    beforeRuns.length === 0
+      ? ''
+      : `\n\nBefore → after (\`SPILLWAY_BENCH_EPP_BEFORE=${BEFORE ?? ''}\`, a second, older spillway-epp in the same rotation): CPU per request ${median(beforeRuns.map((r) => r.result.serverCpuMicrosPerRequest)).toFixed(0)} → ${eppCpu.toFixed(0)} µs, saturation ${median(beforeRuns.map((r) => r.result.requestsPerSecond)).toFixed(0)} → ${eppRps.toFixed(0)} req/s.`;
 
   const saturationRows = saturation.map((r) => [
     r.repeat + 1,
@@ -227,9 +260,14 @@ function report(input: ReportInput): string {
   let atTarget: { bareP99: number; eppP99: number; eppKept: boolean; bareKept: boolean; bareCpu: number; eppCpu: number } | undefined;
   for (const rate of plan.rates) {
     const at = (server: ServerName) => runs.filter((r) => r.rate === rate && r.server === server);
-    const stats = { bare: pooled(at('bare')), epp: pooled(at('epp')) };
-    const cpu = { bare: median(at('bare').map((r) => r.result.serverCpuMicrosPerRequest)), epp: median(at('epp').map((r) => r.result.serverCpuMicrosPerRequest)) };
-    for (const server of ['bare', 'epp'] as const) {
+    const stats = { bare: pooled(at('bare')), epp: pooled(at('epp')), before: pooled(at('before')) };
+    const cpu = {
+      bare: median(at('bare').map((r) => r.result.serverCpuMicrosPerRequest)),
+      epp: median(at('epp').map((r) => r.result.serverCpuMicrosPerRequest)),
+      before: median(at('before').map((r) => r.result.serverCpuMicrosPerRequest)),
+    };
+    for (const server of ['bare', 'epp', 'before'] as const) {
+      if (at(server).length === 0) continue;
       const s = stats[server];
       rateRows.push([
         rate,
@@ -288,7 +326,7 @@ function report(input: ReportInput): string {
     '',
     markdownTable(['repeat', 'server', 'req/s', 'p50 ms', 'p99 ms', 'p99.9 ms', 'CPU µs/req'], saturationRows),
     '',
-    `Median throughput: bare ${bareRps.toFixed(0)} req/s, spillway-epp ${eppRps.toFixed(0)} req/s: **ratio ${ratio.toFixed(2)}** (per-repeat ratios ${spread(pairRatios)}). Server CPU per request (median): bare ${bareCpu.toFixed(0)} µs, spillway-epp ${eppCpu.toFixed(0)} µs: **${ratioText(cpuRatio)}**, so with a core to itself the EPP would reach about ${(1 / cpuRatio).toFixed(2)} of the bare server's throughput. At saturation the latency is queueing behind ${CLIENTS * STREAMS} outstanding streams (Little's law), not service time.`,
+    `Median throughput: bare ${bareRps.toFixed(0)} req/s, spillway-epp ${eppRps.toFixed(0)} req/s: **ratio ${ratio.toFixed(2)}** (per-repeat ratios ${spread(pairRatios)}). Server CPU per request (median): bare ${bareCpu.toFixed(0)} µs, spillway-epp ${eppCpu.toFixed(0)} µs: **${ratioText(cpuRatio)}**, so with a core to itself the EPP would reach about ${(1 / cpuRatio).toFixed(2)} of the bare server's throughput. At saturation the latency is queueing behind ${CLIENTS * STREAMS} outstanding streams (Little's law), not service time.${beforeLine}`,
     '',
     `### Fixed request rates (${plan.rateSeconds} s each after ${plan.warmupSeconds} s warm-up, ${plan.rateRepeats} repeat${plan.rateRepeats > 1 ? 's' : ''} per server)`,
     '',
@@ -309,6 +347,10 @@ function report(input: ReportInput): string {
     `- Server CPU per request ≤ ${TARGET_CPU_RATIO}× the bare server's (saturation, medians): ${eppCpu.toFixed(0)} µs against ${bareCpu.toFixed(0)} µs, **${ratioText(cpuRatio)}**${atTarget === undefined ? '' : ` (at ${TARGET_RATE} req/s: ${atTarget.eppCpu.toFixed(0)} against ${atTarget.bareCpu.toFixed(0)} µs, ${ratioText(atTarget.eppCpu / atTarget.bareCpu)})`} — ${verdict(cpuRatio <= TARGET_CPU_RATIO)}${provisional}.`,
     `- Saturation throughput ≥ ${TARGET_SATURATION_RATIO}× the bare server's: ${eppRps.toFixed(0)} against ${bareRps.toFixed(0)} req/s, **${ratioText(ratio)}** (per repeat ${spread(pairRatios)}) — ${verdict(ratio >= TARGET_SATURATION_RATIO)}${provisional}.`,
     p99Line,
+    '',
+    '### Where the EPP\'s CPU per request goes',
+    '',
+    `The EPP's own request path, driven in-process with the same decoded messages and no transport (\`test/bench/extproc/in-process.ts\`: stream handler, body parse, pick, metrics, on a ${PODS}-pod view), costs **${input.inProcess.alone.microsPerRequest.toFixed(1)} µs per request** (${input.inProcess.shared.microsPerRequest.toFixed(1)} µs with the shared-state outbox filling; encoding and publishing its batches are not in that figure), against ${(eppCpu - bareCpu).toFixed(0)} µs between the two servers above. The rest of the difference is the EPP following its view (the event stream: every pod's metrics every ${REFRESH_MS} ms, ${((PODS * 1000) / REFRESH_MS).toFixed(0)} events/s, decoded, validated and applied whether requests come or not), publishing its picks to peer EPPs over NATS, and a process with more live state (a larger heap to collect). grpc-js, HTTP/2 and the protobuf codec are paid by both servers alike.`,
     '',
     REQUEST_PATH_NOTES,
   ].join('\n');

@@ -70,13 +70,18 @@ export interface RunningEppChild extends Child {
   metricsPort: number;
 }
 
-/** Starts the built spillway-epp (with `extraArgs`) and waits until its gRPC health says readiness SERVING. */
-export async function startEppChild(natsUrl: string, zone: string, extraArgs: string[] = []): Promise<RunningEppChild> {
-  if (!existsSync(EPP_MAIN)) throw new Error(`${EPP_MAIN} is missing: build first (npm run build, or npx tsc -b services/epp)`);
+/**
+ * Starts the built spillway-epp (with `extraArgs`) and waits until its gRPC health says readiness
+ * SERVING. `checkout` runs the binary of another built checkout of the repository instead.
+ */
+export async function startEppChild(natsUrl: string, zone: string, extraArgs: string[] = [], checkout?: string): Promise<RunningEppChild> {
+  const bin = checkout === undefined ? EPP_BIN : join(checkout, 'services', 'epp', 'bin', 'spillway-epp.js');
+  const main = checkout === undefined ? EPP_MAIN : join(checkout, 'services', 'epp', 'dist', 'main.js');
+  if (!existsSync(main)) throw new Error(`${main} is missing: build first (npm run build, or npx tsc -b services/epp)`);
   const [grpcPort, healthPort, metricsPort] = [await freePort(), await freePort(), await freePort()];
   const args = [
     ...nodeFlags(),
-    EPP_BIN,
+    bin,
     '--pool', POOL,
     '--zone', zone,
     '--nats', natsUrl,
