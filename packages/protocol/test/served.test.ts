@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { parseEndpointAddress } from '@spillway/events';
-import { readServedEndpoint } from '@spillway/protocol';
+import { headerValue, readServedEndpoint } from '@spillway/protocol';
 
 const metadata = (served: unknown) => ({ filterMetadata: { 'envoy.lb': { 'x-gateway-destination-endpoint-served': served } }, typedFilterMetadata: {} });
 
@@ -28,5 +28,19 @@ describe('readServedEndpoint', () => {
     expect(readServedEndpoint(metadata(42), '10.0.0.1:8000')).toBeUndefined();
     expect(readServedEndpoint(metadata('not an address'), '10.0.0.1:8000')).toBeUndefined();
     expect(readServedEndpoint(metadata(' 10.0.0.1:8000 '), '10.0.0.1:8000')).toBe('10.0.0.1:8000');
+  });
+});
+
+describe('headerValue', () => {
+  it('decodes raw_value exactly as TextDecoder does, ASCII or not, short or long', () => {
+    const decoder = new TextDecoder();
+    const ascii = fc.uint8Array({ maxLength: 200 }).map((b) => b.map((x) => x & 0x7f));
+    fc.assert(
+      fc.property(fc.oneof(ascii, fc.uint8Array({ maxLength: 200 }), fc.string({ unit: 'grapheme', maxLength: 60 }).map((t) => new TextEncoder().encode(t))), (raw) => {
+        const expected = raw.length > 0 ? decoder.decode(raw) : 'fallback';
+        expect(headerValue({ key: 'k', value: 'fallback', rawValue: raw })).toBe(expected);
+      }),
+      { numRuns: 1000 },
+    );
   });
 });
