@@ -229,6 +229,7 @@ function compileArray(node: Node): Check | undefined {
 
 interface Field {
   key: string;
+  node: Node;
   check: Check;
   optin: Node['_zod']['optin'];
   optionalOut: boolean;
@@ -237,6 +238,12 @@ interface Field {
 /**
  * A plain (stripping) object: only the shape's keys, in shape order, each by zod's rules for
  * absent and optional keys (its handlePropertyResult). A catchall (loose or strict object) is zod's.
+ *
+ * The object is checked by generated straight-line code (`new Function`): one test per field, the
+ * leaf fields inlined. When the input is a plain object that holds exactly the shape's keys and
+ * every field comes out unchanged, the input itself is returned (it equals what zod would build),
+ * which spares an allocation per event; otherwise the stripped copy is built. Where generating code
+ * is not allowed, the same rules run as closures.
  */
 function compileObject(node: Node): Check | undefined {
   const def = node._zod.def;
@@ -244,8 +251,16 @@ function compileObject(node: Node): Check | undefined {
   const fields: Field[] = [];
   for (const [key, field] of Object.entries(def.shape ?? {})) {
     if (key === '__proto__') continue;
-    fields.push({ key, check: compile(field), optin: field._zod.optin, optionalOut: field._zod.optout === 'optional' });
+    fields.push({ key, node: field, check: compile(field), optin: field._zod.optin, optionalOut: field._zod.optout === 'optional' });
   }
+  const copy = copyingObject(fields);
+  // A shape key that every object inherits (`constructor`, ...) is "present" without being counted.
+  if (fields.some((field) => field.key in Object.prototype)) return copy;
+  return generatedObject(fields, copy) ?? copy;
+}
+
+/** The stripped copy zod builds, by zod's rules. */
+function copyingObject(fields: readonly Field[]): Check {
   return (input) => {
     if (!isObject(input)) return REJECTED;
     const out: Record<string, unknown> = {};
@@ -267,6 +282,128 @@ function compileObject(node: Node): Check | undefined {
     }
     return out;
   };
+}
+
+/**
+ * The same rules as straight-line code. Returns the input when it can stand for zod's output (see
+ * compileObject), else runs `copy`. Undefined when code cannot be generated here.
+ */
+function generatedObject(fields: readonly Field[], copy: Check): Check | undefined {
+  const env: unknown[] = [];
+  const ref = (value: unknown): string => `e[${env.push(value) - 1}]`;
+  const lines = ['if (typeof input !== "object" || input === null || Array.isArray(input)) return R;', 'let seen = 0, same = true, v, r, p;'];
+  for (const field of fields) {
+    const k = JSON.stringify(field.key);
+    const optionalLeaf = field.node._zod.def.type === 'optional' && hasNoChecks(field.node) && !field.node._zod.traits.has('$ZodExactOptional');
+    const leaf = leafTest(optionalLeaf ? (field.node._zod.def.innerType as Node) : field.node, ref);
+    if (leaf !== undefined && !optionalLeaf) {
+      // Rejects undefined, so an absent key fails here as zod says it must.
+      lines.push(`v = input[${k}]; if (!(${leaf('v')})) return R; seen++;`);
+    } else if (leaf !== undefined && (field.node._zod.def.innerType as Node)._zod.optin !== 'defaulted') {
+      lines.push(`v = input[${k}]; if (v !== undefined) { if (!(${leaf('v')})) return R; seen++; } else if (${k} in input) seen++;`);
+    } else {
+      // Any other field: zod's handlePropertyResult, with identity tracked.
+      const { optin, optionalOut } = field;
+      lines.push(
+        `p = ${k} in input; v = input[${k}];`,
+        `if (${!(optionalOut && optin === 'optional')} || p) {`,
+        `  r = ${ref(field.check)}(v);`,
+        `  if (r === R) { if (${optin !== undefined && optionalOut} && !p) {} else return R; }`,
+        `  else if (!p && ${optin === undefined}) return R;`,
+        `  else { if (p) seen++; if (r === undefined ? (!p && ${optin === 'defaulted' && !optionalOut}) || (p && v !== undefined) : !p || r !== v) same = false; }`,
+        `}`,
+      );
+    }
+  }
+  lines.push(
+    'if (same && Object.getPrototypeOf(input) === P) { let n = 0; for (const _ in input) n++; if (n === seen) return input; }',
+    'return copy(input);',
+  );
+  try {
+    return new Function('e', 'R', 'P', 'copy', `return function check(input) {\n${lines.join('\n')}\n};`)(env, REJECTED, Object.prototype, copy) as Check;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * A leaf that returns its input unchanged and rejects undefined, as an inline test of variable `x`;
+ * undefined for anything else. Constants too rich to inline go through `ref`.
+ */
+function leafTest(node: Node, ref: (value: unknown) => string): ((x: string) => string) | undefined {
+  const def = node._zod.def;
+  if (def.coerce) return undefined;
+  let type: (x: string) => string;
+  switch (def.type) {
+    case 'string':
+      type = (x) => `typeof ${x} === "string"`;
+      break;
+    case 'number':
+      type = (x) => `Number.isFinite(${x})`;
+      break;
+    case 'boolean':
+      type = (x) => `typeof ${x} === "boolean"`;
+      break;
+    case 'literal':
+    case 'enum': {
+      const values = node._zod.values;
+      if (values === undefined || values.has(undefined)) return undefined;
+      const set = ref(values);
+      type = (x) => `${set}.has(${x})`;
+      break;
+    }
+    default:
+      return undefined;
+  }
+  const tests: ((x: string) => string)[] = [type];
+  for (const check of def.checks ?? []) {
+    const test = checkSource(check._zod.def, ref);
+    if (test === undefined) return undefined;
+    tests.push(test);
+  }
+  return (x) => tests.map((test) => test(x)).join(' && ');
+}
+
+/** One check as an inline expression; the same rules as compileCheck. */
+function checkSource(check: CheckDef, ref: (value: unknown) => string): ((x: string) => string) | undefined {
+  const num = (value: number | undefined) => (typeof value === 'number' && !Number.isNaN(value) ? String(value) : undefined);
+  switch (check.check) {
+    case 'min_length': {
+      const min = num(check.minimum);
+      return min === undefined ? undefined : (x) => `${x}.length >= ${min}`;
+    }
+    case 'max_length': {
+      const max = num(check.maximum);
+      return max === undefined ? undefined : (x) => `${x}.length <= ${max}`;
+    }
+    case 'length_equals': {
+      const exact = num(check.length);
+      return exact === undefined ? undefined : (x) => `${x}.length === ${exact}`;
+    }
+    case 'greater_than': {
+      const min = num(check.value);
+      const op = check.inclusive ? '>=' : '>';
+      return min === undefined ? undefined : (x) => `${x} ${op} ${min}`;
+    }
+    case 'less_than': {
+      const max = num(check.value);
+      const op = check.inclusive ? '<=' : '<';
+      return max === undefined ? undefined : (x) => `${x} ${op} ${max}`;
+    }
+    case 'number_format': {
+      const range = FORMAT_RANGES[check.format ?? 'float64'];
+      if (range === undefined) return undefined;
+      const [min, max, integer] = range;
+      return (x) => `${integer ? `Number.isInteger(${x}) && ` : ''}${x} >= ${min} && ${x} <= ${max}`;
+    }
+    default: {
+      // Refinements: called, not inlined.
+      const test = compileCheck(check);
+      if (test === undefined) return undefined;
+      const fn = ref(test);
+      return (x) => `${fn}(${x})`;
+    }
+  }
 }
 
 /** A record over a non-enumerable key type (strings with bounds, say): every own enumerable key is checked. */
