@@ -85,11 +85,14 @@ export class EndpointRecord implements Endpoint {
   batchCapacity: number | undefined = undefined;
   readinessReceivedAt = Number.NEGATIVE_INFINITY;
 
-  /** observedAt and canonical payload of the applied event per kind, for ordering and tie-breaks. */
+  /**
+   * observedAt and the applied event per kind, for ordering and tie-breaks. Plain fields, not
+   * WeakMaps keyed by the record: a WeakMap entry per pod taxes every garbage collection.
+   */
   readinessAt = -1;
-  readinessTie = '';
+  lastReadiness: ReadinessEvent | undefined = undefined;
   metricsAt = -1;
-  metricsTie = '';
+  lastMetrics: MetricsEvent | undefined = undefined;
 
   /** Picks made up to this time (EPP clock) are covered by the latest sample; -Infinity before any. */
   sampledUntil = Number.NEGATIVE_INFINITY;

@@ -70,8 +70,6 @@ export class Fleet {
   readonly maxClockSkewMs: number;
   readonly maxPodsPerZone: number;
   private readonly pools = new Map<string, PoolState>();
-  private readonly lastReadiness = new WeakMap<EndpointRecord, ReadinessEvent>();
-  private readonly lastMetrics = new WeakMap<EndpointRecord, MetricsEvent>();
   readonly counters: FleetCounters = { applied: 0, ignored: 0, rejected: 0, future: 0, overCapacity: 0 };
   /** Bumped whenever routability or topology changes (readiness); schedulers may cache on it. */
   topologyVersion = 0;
@@ -256,8 +254,13 @@ export class Fleet {
   }
 
   private applyReadiness(record: EndpointRecord, event: ReadinessEvent, receivedAt: number): ApplyOutcome {
-    if (!isNewer(event, record.readinessAt, this.lastReadiness.get(record))) return 'ignored';
-    const address = parseEndpointAddress(event.address);
+    const previous = record.lastReadiness;
+    if (!isNewer(event, record.readinessAt, previous)) return 'ignored';
+    // Readiness is re-published every 30 s, almost always with the same address: parse it once.
+    const address =
+      previous !== undefined && previous.address === event.address && record.address !== undefined && record.ip !== undefined
+        ? { ip: record.ip, key: record.address }
+        : parseEndpointAddress(event.address);
     // The schema already validated the address; an unparsable one here means a caller skipped decoding.
     if (!address) throw new Error(`readiness event for ${event.pod} has an invalid address ${event.address}`);
     const pool = this.pools.get(record.pool) as PoolState;
@@ -265,7 +268,7 @@ export class Fleet {
     record.applyReadiness(event, address);
     record.readinessAt = event.observedAt;
     record.readinessReceivedAt = receivedAt;
-    this.lastReadiness.set(record, event);
+    record.lastReadiness = event;
     pool.index(record);
     pool.noteReadiness(event.zone, receivedAt);
     this.zoneOf(record).track(record);
@@ -274,7 +277,7 @@ export class Fleet {
   }
 
   private applyMetrics(record: EndpointRecord, event: MetricsEvent, receivedAt: number): ApplyOutcome {
-    if (!isNewer(event, record.metricsAt, this.lastMetrics.get(record))) return 'ignored';
+    if (!isNewer(event, record.metricsAt, record.lastMetrics)) return 'ignored';
     record.metrics = {
       observedAt: event.observedAt,
       receivedAt,
@@ -292,7 +295,7 @@ export class Fleet {
     if (running > record.maxRunningSeen) record.maxRunningSeen = running;
     if (record.queuedSamples >= 2 && running >= record.maxRunningSeen) record.batchCapacity = running;
     else if (record.batchCapacity !== undefined && running > record.batchCapacity) record.batchCapacity = running;
-    this.lastMetrics.set(record, event);
+    record.lastMetrics = event;
     (this.pools.get(record.pool) as PoolState).noteSample(event.zone, receivedAt);
     record.sampledUntil = Math.max(event.observedAt - this.pickTransitMs, receivedAt - this.maxSampleLagMs);
     absorbSampledPicks(record, record.sampledUntil);
