@@ -1,7 +1,7 @@
 import type { z } from 'zod';
 import { compileSchema, REJECTED } from './precompile.js';
 import { spillwayEventSchema, type SpillwayEvent } from './schema.js';
-import { parseSubject, subjectOf } from './subject.js';
+import { isSubjectFor, parseSubject } from './subject.js';
 
 /** Events are small; anything this large is a bug or an attack and is rejected unparsed. */
 export const MAX_EVENT_BYTES = 64 * 1024;
@@ -78,8 +78,8 @@ export function decodeEvent(payload: Uint8Array | string, subject?: string): Dec
     event = parsed.data;
   }
   // Escaping is canonical (one subject per name), so the event's own subject is the only match;
-  // building it is cheaper than parsing the subject. A mismatch is parsed to say which way it fails.
-  if (subject !== undefined && subject !== subjectOf(event)) {
+  // comparing with it is cheaper than parsing the subject. A mismatch is parsed to say which way it fails.
+  if (subject !== undefined && !isSubjectFor(subject, event)) {
     const parts = parseSubject(subject);
     if (!parts) return fail('subject-mismatch', `subject ${subject} is not a v1 event subject`);
     if (parts.pool !== event.pool || parts.zone !== event.zone || parts.pod !== event.pod || parts.kind !== event.kind) {

@@ -210,6 +210,10 @@ function hasNoChecks(node: Node): boolean {
   return (node._zod.def.checks ?? []).length === 0;
 }
 
+/**
+ * An array: a new array of the elements' outputs, as zod builds it — or the input itself when it is
+ * a plain array with no holes whose elements all come out unchanged (it then equals zod's output).
+ */
 function compileArray(node: Node): Check | undefined {
   const tests = compileChecks(node);
   if (tests === undefined) return undefined;
@@ -217,13 +221,16 @@ function compileArray(node: Node): Check | undefined {
   return (v) => {
     if (!Array.isArray(v)) return REJECTED;
     for (let i = 0; i < tests.length; i++) if (!(tests[i] as Test)(v)) return REJECTED;
-    const out: unknown[] = new Array(v.length);
+    let out: unknown[] | undefined;
+    if (Object.getPrototypeOf(v) !== Array.prototype) out = new Array<unknown>(v.length);
     for (let i = 0; i < v.length; i++) {
-      const item = element(v[i]);
+      const input: unknown = v[i];
+      const item = element(input);
       if (item === REJECTED) return REJECTED;
-      out[i] = item;
+      if (out === undefined && (item !== input || (input === undefined && !(i in v)))) out = v.slice(0, i);
+      if (out !== undefined) out[i] = item;
     }
-    return out;
+    return out ?? v;
   };
 }
 
@@ -406,7 +413,11 @@ function checkSource(check: CheckDef, ref: (value: unknown) => string): ((x: str
   }
 }
 
-/** A record over a non-enumerable key type (strings with bounds, say): every own enumerable key is checked. */
+/**
+ * A record over a non-enumerable key type (strings with bounds, say): every own enumerable key is
+ * checked, and the output built as zod builds it — or the input itself when it is a plain object
+ * whose keys and values all come out unchanged.
+ */
 function compileRecord(node: Node): Check | undefined {
   const def = node._zod.def;
   const keyNode = def.keyType as Node;
@@ -416,17 +427,25 @@ function compileRecord(node: Node): Check | undefined {
   return (input) => {
     if (!isPlainObject(input)) return REJECTED;
     const out: Record<PropertyKey, unknown> = {};
+    let same = Object.getPrototypeOf(input) === Object.prototype;
     for (const key of Reflect.ownKeys(input)) {
-      if (key === '__proto__' || !Object.prototype.propertyIsEnumerable.call(input, key)) continue;
+      if (key === '__proto__' || !Object.prototype.propertyIsEnumerable.call(input, key)) {
+        same = false;
+        continue;
+      }
       let outKey = keyCheck(key);
       if (outKey === REJECTED && typeof key === 'string' && NUMERIC_KEY.test(key)) outKey = keyCheck(Number(key));
       if (outKey === REJECTED) return REJECTED;
-      if (outKey === '__proto__') continue;
+      if (outKey === '__proto__') {
+        same = false;
+        continue;
+      }
       const value = valueCheck(input[key]);
       if (value === REJECTED) return REJECTED;
+      if (outKey !== key || value !== input[key]) same = false;
       out[outKey as PropertyKey] = value;
     }
-    return out;
+    return same ? input : out;
   };
 }
 
