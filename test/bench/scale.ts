@@ -52,7 +52,10 @@ interface EppProcess {
 async function startEpp(natsUrl: string): Promise<EppProcess> {
   if (!existsSync(EPP_MAIN)) throw new Error(`${EPP_MAIN} is missing: build first (npm run build)`);
   const [grpcPort, healthPort, metricsPort] = [await freePort(), await freePort(), await freePort()];
+  // SPILLWAY_BENCH_NODE_FLAGS, e.g. `--cpu-prof --cpu-prof-dir DIR`, to profile the start.
+  const nodeFlags = (process.env['SPILLWAY_BENCH_NODE_FLAGS'] ?? '').split(/\s+/).filter((flag) => flag.length > 0);
   const args = [
+    ...nodeFlags,
     EPP_BIN,
     ...['--pool', POOL, '--zone', 'zone-a', '--region', 'r1', '--nats', natsUrl, '--host', '127.0.0.1'],
     ...['--grpc-port', String(grpcPort), '--health-port', String(healthPort), '--metrics-port', String(metricsPort), '--log-level', 'info'],
