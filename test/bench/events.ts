@@ -1,4 +1,5 @@
 import { spawn } from 'node:child_process';
+import { isDeepStrictEqual } from 'node:util';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { DeliverPolicy, jetstream, jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
@@ -304,7 +305,7 @@ function decodeCosts(quick: boolean): DecodeCosts[] {
     const json: unknown = JSON.parse(utf8.decode(payload));
     const viaZod = decodeWithZod(payload, subject);
     const viaFast = decodeEvent(payload, subject);
-    if (!viaFast.ok || JSON.stringify(viaFast.event) !== JSON.stringify(viaZod)) throw new Error(`decoders disagree on ${event.kind}`);
+    if (!viaFast.ok || !isDeepStrictEqual(viaFast.event, viaZod)) throw new Error(`decoders disagree on ${event.kind}`);
     const [zodDecode, fastDecode, zodCheck, fastCheck] = nsPerCall(quick ? 20_000 : 100_000, quick ? 3 : 5, [
       () => decodeWithZod(payload, subject),
       () => decodeEvent(payload, subject),

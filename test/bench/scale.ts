@@ -180,7 +180,7 @@ async function measureStart(natsUrl: string): Promise<{ start: Start; epp: EppPr
 
 async function run(context: BenchContext): Promise<string> {
   const starts = context.quick ? 1 : 3;
-  const liveSeconds = context.quick ? 10 : 60;
+  const liveSeconds = context.quick ? 5 : 60;
   const server = await startNatsServer({ forcePrivate: true });
   const nc = await connectNats({ servers: [server.url] });
   let epp: EppProcess | undefined;
