@@ -2,7 +2,7 @@ import { spawn } from 'node:child_process';
 import { isDeepStrictEqual } from 'node:util';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
-import { DeliverPolicy, jetstream, jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
+import { DeliverPolicy, jetstream, jetstreamManager, type JetStreamManager, type JsMsg } from '@nats-io/jetstream';
 import type { NatsConnection } from '@nats-io/nats-core';
 import { connectNats, ensureStream, EventPublisher, startReader, type ReaderSink } from '@spillway/bus';
 import { compileSchema, decodeEvent, encodeEvent, parseSubject, poolFilter, spillwayEventSchema, subjectOf, type MetricsEvent, type ReadinessEvent, type SpillwayEvent } from '@spillway/events';
@@ -80,8 +80,11 @@ function cpuSince(start: NodeJS.CpuUsage): number {
   return used.user + used.system;
 }
 
-/** Baseline: an ordered consumer over the pool that only counts, until the given sequence or caught up. */
-async function rawReplay(nc: NatsConnection, pool: string): Promise<Replay> {
+/**
+ * Baseline: an ordered consumer over the pool that only counts, until caught up. With `handle`, it
+ * also hands each message to it (to time a decode and apply without the reader around it).
+ */
+async function rawReplay(nc: NatsConnection, pool: string, handle?: (m: JsMsg) => void): Promise<Replay> {
   const cpu = process.cpuUsage();
   const started = performance.now();
   const consumer = await jetstream(nc).consumers.get(STREAM, { filter_subjects: poolFilter(pool), deliver_policy: DeliverPolicy.LastPerSubject });
@@ -91,6 +94,7 @@ async function rawReplay(nc: NatsConnection, pool: string): Promise<Replay> {
     const messages = await consumer.consume({ max_messages: 512, expires: 5_000, idle_heartbeat: 1_000 });
     for await (const m of messages) {
       count++;
+      handle?.(m);
       if (m.info.pending === 0) break;
     }
     messages.stop();
@@ -99,6 +103,21 @@ async function rawReplay(nc: NatsConnection, pool: string): Promise<Replay> {
   const cpuUs = cpuSince(cpu);
   await consumer.delete().catch(() => undefined);
   return { ms, count, cpuUs };
+}
+
+/** The consumer with decode and apply in line: zod alone (as before) or decodeEvent (now). */
+function decodeAndApply(nc: NatsConnection, pool: string, withZod: boolean): Promise<Replay> {
+  const fleet = new Fleet();
+  return rawReplay(nc, pool, (m) => {
+    const now = Date.now();
+    if (withZod) {
+      const event = decodeWithZod(m.data, m.subject);
+      if (event !== undefined) fleet.apply(event, now);
+    } else {
+      const decoded = decodeEvent(m.data, m.subject);
+      if (decoded.ok) fleet.apply(decoded.event, now);
+    }
+  });
 }
 
 async function readerReplay(nc: NatsConnection, pool: string): Promise<Replay & { fleet: Fleet }> {
@@ -346,20 +365,24 @@ async function run(context: BenchContext): Promise<string> {
     await waitStored(jsm, pods * 2);
     const raw: Replay[] = [];
     const bus: Replay[] = [];
+    const zodApply: Replay[] = [];
+    const fastApply: Replay[] = [];
     for (let r = 0; r < rounds; r++) {
-      // Alternate which goes first, so a trend in the machine's load does not favour one.
-      let x: Replay;
-      let y: Replay & { fleet: Fleet };
-      if (r % 2 === 0) {
-        x = await rawReplay(nc, 'replay');
-        y = await readerReplay(nc, 'replay');
-      } else {
-        y = await readerReplay(nc, 'replay');
-        x = await rawReplay(nc, 'replay');
-      }
-      if (x.count !== pods * 2 || y.count !== pods * 2 || y.fleet.pool('replay')?.readyCount !== pods) throw new Error(`replay incomplete: raw ${x.count}, reader ${y.count}`);
-      raw.push(x);
-      bus.push(y);
+      // Alternate the order, so a trend in the machine's load does not favour one.
+      const runs: (() => Promise<void>)[] = [
+        async () => void raw.push(await rawReplay(nc, 'replay')),
+        async () => {
+          const result = await readerReplay(nc, 'replay');
+          if (result.fleet.pool('replay')?.readyCount !== pods) throw new Error('the reader\'s replay left pods out');
+          bus.push(result);
+        },
+        async () => void zodApply.push(await decodeAndApply(nc, 'replay', true)),
+        async () => void fastApply.push(await decodeAndApply(nc, 'replay', false)),
+      ];
+      for (const step of r % 2 === 0 ? runs : runs.reverse()) await step();
+      for (const replay of [raw, bus, zodApply, fastApply]) if (replay.at(-1)?.count !== pods * 2) throw new Error(`replay incomplete: ${replay.at(-1)?.count}`);
+      const x = raw.at(-1) as Replay;
+      const y = bus.at(-1) as Replay;
       context.log(`replay round ${r + 1}: raw ${x.ms.toFixed(0)} ms (${(x.cpuUs / x.count).toFixed(1)} µs CPU/msg), reader ${y.ms.toFixed(0)} ms (${(y.cpuUs / y.count).toFixed(1)} µs CPU/msg)`);
     }
     const rawMs = median(raw.map((x) => x.ms));
@@ -367,6 +390,7 @@ async function run(context: BenchContext): Promise<string> {
     const rawCpu = median(raw.map((x) => x.cpuUs / x.count));
     const busCpu = median(bus.map((x) => x.cpuUs / x.count));
     const replayRatio = rawMs / busMs;
+    const inline = (replays: Replay[]) => `${median(replays.map((x) => x.ms)).toFixed(0)} ms; ${median(replays.map((x) => x.cpuUs / x.count)).toFixed(1)} µs CPU/msg`;
 
     context.log(`live: ${liveTotal} metrics from a child process, flat out`);
     const liveRaw = await liveRate(nc, jsm, server.url, 'live-raw', 1_000, liveTotal, true);
@@ -411,6 +435,12 @@ async function run(context: BenchContext): Promise<string> {
           `${rawMs.toFixed(0)} ms (${rate(pods * 2, rawMs / 1000)}; ${rawCpu.toFixed(1)} µs CPU/msg)`,
           `${busMs.toFixed(0)} ms (${rate(pods * 2, busMs / 1000)}; ${busCpu.toFixed(1)} µs CPU/msg)`,
           `${replayRatio.toFixed(2)}× the rate`,
+        ],
+        [
+          'the same replay, decode and apply in the consumer loop: zod alone (before) → precompiled check (now)',
+          '',
+          `${inline(zodApply)} → ${inline(fastApply)}`,
+          '',
         ],
         [
           `live ingestion, ${liveTotal.toLocaleString('en-US')} metrics published flat out by a child process`,
