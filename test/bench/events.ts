@@ -133,7 +133,7 @@ async function readerReplay(nc: NatsConnection, pool: string): Promise<Replay & 
   return { ms, count, cpuUs, fleet };
 }
 
-function median(values: number[]): number {
+export function median(values: number[]): number {
   const sorted = [...values].sort((a, b) => a - b);
   return sorted[Math.floor(sorted.length / 2)] as number;
 }

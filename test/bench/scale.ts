@@ -6,7 +6,7 @@ import { jetstreamManager } from '@nats-io/jetstream';
 import { connectNats, ensureStream, EventPublisher } from '@spillway/bus';
 import { ServingStatus } from '@spillway/protocol';
 import { freePort, healthStatus, startNatsServer } from '@spillway/testkit';
-import { childPublisher, publishPool, waitStored } from './events.js';
+import { childPublisher, median, publishPool, waitStored } from './events.js';
 import { markdownTable, type BenchContext, type BenchPart } from './part.js';
 
 /**
@@ -154,11 +154,6 @@ interface Start {
   steps: Map<Step, number>;
   rss: number;
   heapUsed: number;
-}
-
-function median(values: number[]): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.floor(sorted.length / 2)] as number;
 }
 
 async function measureStart(natsUrl: string): Promise<{ start: Start; epp: EppProcess }> {

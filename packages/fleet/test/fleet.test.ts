@@ -406,7 +406,7 @@ describe('order independence (property)', () => {
       runningRequests: fc.nat(20),
       kvCacheUsage: fc.double({ min: 0, max: 1, noNaN: true }),
       // Optional parts too: a tie compares the applied event as rebuilt from the view.
-      lora: fc.option(fc.record({ running: fc.constantFrom([], ['a'], ['a', 'b']), waiting: fc.constantFrom([], ['c']), max: fc.nat(4) }), { nil: undefined }),
+      lora: fc.option(fc.record({ running: fc.constantFrom<string[]>([], ['a'], ['a', 'b']), waiting: fc.constantFrom<string[]>([], ['c']), max: fc.nat(4) }), { nil: undefined }),
       cache: fc.option(fc.record({ blockSize: fc.constantFrom(16, 32), numBlocks: fc.nat(5) }), { nil: undefined }),
       rates: fc.option(fc.record({ windowMs: fc.constant(1000), promptTokensPerS: fc.nat(3), generationTokensPerS: fc.nat(3), requestsPerS: fc.nat(3) }), { nil: undefined }),
     }),
