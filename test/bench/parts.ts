@@ -4,7 +4,8 @@ import { events } from './events.js';
 import { extproc } from './extproc.js';
 import { pick } from './pick.js';
 import { routing } from './routing.js';
+import { scale } from './scale.js';
 import { sharing } from './sharing.js';
 
 /** Every part of `npm run bench`, in the order they run and appear in BENCHMARKS.md. */
-export const parts: BenchPart[] = [events, pick, extproc, sharing, collector, routing];
+export const parts: BenchPart[] = [events, scale, pick, extproc, sharing, collector, routing];

@@ -1,8 +1,19 @@
 import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import { parse as parseYaml } from 'yaml';
+import { createRequire } from 'node:module';
+import type * as Yaml from 'yaml';
 import type { z } from 'zod';
 import { CliError } from './flags.js';
+
+/**
+ * The YAML parser, loaded on first use: most processes start without a config file, and loading
+ * the library is a measurable part of a start.
+ */
+let yaml: typeof Yaml | undefined;
+function parseYaml(text: string): unknown {
+  yaml ??= createRequire(import.meta.url)('yaml') as typeof Yaml;
+  return yaml.parse(text);
+}
 
 /** A config file as read: its validated values and the SHA-256 of its bytes (hex), which names the version. */
 export interface ConfigFileVersion<T> {

@@ -38,8 +38,24 @@ function formatKey(ip: string, port: number): string {
   return ip.includes(':') ? `[${ip}]:${port}` : `${ip}:${port}`;
 }
 
+/**
+ * The last address parsed and its result. A readiness event's address is parsed twice in a row,
+ * by the schema's check and then by the view applying it; the second is answered from here.
+ * Results are frozen, so sharing one is safe.
+ */
+let lastText: string | undefined;
+let lastResult: EndpointAddress | undefined;
+
 /** Parses `ip:port` or `[ipv6]:port`; undefined when malformed. */
 export function parseEndpointAddress(text: string): EndpointAddress | undefined {
+  if (text === lastText) return lastResult;
+  const result = parseAddress(text);
+  lastText = text;
+  lastResult = result;
+  return result;
+}
+
+function parseAddress(text: string): EndpointAddress | undefined {
   let ipText: string;
   let portText: string;
   if (text.startsWith('[')) {
@@ -58,7 +74,7 @@ export function parseEndpointAddress(text: string): EndpointAddress | undefined 
   const ip = canonicalIp(ipText);
   const port = parsePort(portText);
   if (ip === undefined || port === undefined) return undefined;
-  return { ip, port, key: formatKey(ip, port) };
+  return Object.freeze({ ip, port, key: formatKey(ip, port) });
 }
 
 /**

@@ -1,6 +1,7 @@
 import type { z } from 'zod';
+import { compileSchema, REJECTED } from './precompile.js';
 import { spillwayEventSchema, type SpillwayEvent } from './schema.js';
-import { parseSubject } from './subject.js';
+import { isSubjectFor, parseSubject } from './subject.js';
 
 /** Events are small; anything this large is a bug or an attack and is rejected unparsed. */
 export const MAX_EVENT_BYTES = 64 * 1024;
@@ -23,6 +24,8 @@ export interface DecodeError {
 export type DecodeResult = { ok: true; event: SpillwayEvent } | { ok: false; error: DecodeError };
 
 const encoder = new TextEncoder();
+/** The schema's fast accept-check (precompile.ts); zod itself still explains every rejection. */
+const fastCheck = compileSchema(spillwayEventSchema);
 const decoder = new TextDecoder('utf-8', { fatal: true });
 
 export function encodeEvent(event: SpillwayEvent): Uint8Array {
@@ -68,10 +71,15 @@ export function decodeEvent(payload: Uint8Array | string, subject?: string): Dec
   }
   const version = (json as { v?: unknown }).v;
   if (version !== 1) return fail('unsupported-version', `v: ${JSON.stringify(version) ?? 'missing'} is not 1`);
-  const parsed = spillwayEventSchema.safeParse(json);
-  if (!parsed.success) return fail('invalid', describeIssues(parsed.error));
-  const event = parsed.data;
-  if (subject !== undefined) {
+  let event = fastCheck(json);
+  if (event === REJECTED) {
+    const parsed = spillwayEventSchema.safeParse(json);
+    if (!parsed.success) return fail('invalid', describeIssues(parsed.error));
+    event = parsed.data;
+  }
+  // Escaping is canonical (one subject per name), so the event's own subject is the only match;
+  // comparing with it is cheaper than parsing the subject. A mismatch is parsed to say which way it fails.
+  if (subject !== undefined && !isSubjectFor(subject, event)) {
     const parts = parseSubject(subject);
     if (!parts) return fail('subject-mismatch', `subject ${subject} is not a v1 event subject`);
     if (parts.pool !== event.pool || parts.zone !== event.zone || parts.pod !== event.pod || parts.kind !== event.kind) {

@@ -9,9 +9,11 @@ export {
   ENGINES,
 } from './schema.js';
 export type { ReadinessEvent, MetricsEvent, ServiceRates, SpillwayEvent, EventKind, Engine } from './schema.js';
-export { SUBJECT_ROOT, ALL_SUBJECTS, subjectFor, subjectOf, poolFilter, zoneFilter, parseSubject } from './subject.js';
+export { SUBJECT_ROOT, ALL_SUBJECTS, subjectFor, subjectOf, isSubjectFor, poolFilter, zoneFilter, parseSubject } from './subject.js';
 export type { SubjectParts } from './subject.js';
 export { encodeEvent, decodeEvent, MAX_EVENT_BYTES } from './codec.js';
+export { compileSchema, REJECTED } from './precompile.js';
+export type { Compiled } from './precompile.js';
 export type { DecodeResult, DecodeError, DecodeErrorReason } from './codec.js';
 export { RateWindow, DEFAULT_RATES_WINDOW_MS } from './rates.js';
 export type { Counters, Moments, RateUpdate } from './rates.js';

@@ -31,6 +31,21 @@ export function zoneFilter(pool: string, zone: string): string {
   return `${SUBJECT_ROOT}.${escapeToken(pool)}.${escapeToken(zone)}.>`;
 }
 
+const PREFIX = `${SUBJECT_ROOT}.`;
+
+/**
+ * Whether `subject` is exactly `subjectFor(parts)`, compared in place (no string built): the reader
+ * asks this of every message. Escaping is canonical, so this is the same as parsing the subject and
+ * comparing its names.
+ */
+export function isSubjectFor(subject: string, parts: SubjectParts): boolean {
+  if (!subject.startsWith(PREFIX) || !parts.pool || !parts.zone || !parts.pod) return false;
+  let at = matchToken(subject, PREFIX.length, escapeToken(parts.pool));
+  at = matchToken(subject, at, escapeToken(parts.zone));
+  at = matchToken(subject, at, escapeToken(parts.pod));
+  return at >= 0 && subject.length === at + parts.kind.length && subject.endsWith(parts.kind);
+}
+
 export function parseSubject(subject: string): SubjectParts | undefined {
   const tokens = subject.split('.');
   if (tokens.length !== 6 || tokens[0] !== 'spillway' || tokens[1] !== 'v1') return undefined;
@@ -41,4 +56,10 @@ export function parseSubject(subject: string): SubjectParts | undefined {
   const pod = unescapeToken(tokens[4] ?? '');
   if (!pool || !zone || !pod) return undefined;
   return { pool, zone, pod, kind };
+}
+
+/** Where the next token starts when `token` and a dot are at `at`; -1 when not (or `at` is -1). */
+function matchToken(subject: string, at: number, token: string): number {
+  if (at < 0 || !subject.startsWith(token, at) || subject.charCodeAt(at + token.length) !== 46 /* . */) return -1;
+  return at + token.length + 1;
 }

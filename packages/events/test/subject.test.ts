@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { escapeToken, parseSubject, poolFilter, subjectFor, unescapeToken } from '@spillway/events';
+import { escapeToken, isSubjectFor, parseSubject, poolFilter, subjectFor, unescapeToken } from '@spillway/events';
 
 describe('subject tokens', () => {
   it('escapes the contract example and leaves safe names alone', () => {
@@ -48,5 +48,27 @@ describe('subject tokens', () => {
     for (const subject of ['spillway.v1.a.b.c', 'spillway.v1.a.b.c.d.metrics', 'spillway.v1.a.b.c.spec', 'other.v1.a.b.c.metrics', 'spillway.v1.a..c.metrics']) {
       expect(parseSubject(subject)).toBeUndefined();
     }
+  });
+
+  it('isSubjectFor says what parsing the subject and comparing the names says (property)', () => {
+    const name = fc.oneof(fc.constantFrom('a', 'b', 'a.b', 'a%2Eb', 'zone-a', 'é'), fc.string({ unit: 'grapheme', minLength: 0, maxLength: 6 }));
+    const kind = fc.constantFrom('readiness' as const, 'metrics' as const);
+    const parts = fc.record({ pool: name, zone: name, pod: name, kind });
+    // Subjects near the right one: built from other names, cut, extended, or with raw tokens.
+    const subject = fc.oneof(
+      parts.map((p) => subjectFor(p)),
+      fc.tuple(name, name, name, fc.constantFrom('readiness', 'metrics', 'metricsx', 'spec', '')).map((t) => `spillway.v1.${t.join('.')}`),
+      fc.tuple(parts, fc.constantFrom('', '.', '.x', 'x')).map(([p, tail]) => subjectFor(p) + tail),
+      fc.tuple(parts, fc.nat(40)).map(([p, n]) => subjectFor(p).slice(0, n)),
+    );
+    fc.assert(
+      fc.property(subject, parts, (s, p) => {
+        const parsed = parseSubject(s);
+        const same = parsed !== undefined && parsed.pool === p.pool && parsed.zone === p.zone && parsed.pod === p.pod && parsed.kind === p.kind;
+        expect(isSubjectFor(s, p)).toBe(same);
+        expect(isSubjectFor(subjectFor(p), p)).toBe(p.pool !== '' && p.zone !== '' && p.pod !== '');
+      }),
+      { numRuns: 3000 },
+    );
   });
 });

@@ -1,6 +1,13 @@
 import type { Engine, MetricsEvent, ReadinessEvent } from '@spillway/events';
 
-/** The last metrics sample of a pod, with when this EPP received it (its clock, or the stream time on replay). */
+/** MetricsSample as the fleet writes it. */
+export type MutableSample = { -readonly [K in keyof MetricsSample]: MetricsSample[K] };
+
+/**
+ * The last metrics sample of a pod, with when this EPP received it (its clock, or the stream time on
+ * replay). One object per pod, updated in place by each sample: read it when you need it, copy what
+ * you keep (a new object per sample would outlive the young generation and churn the old one).
+ */
 export interface MetricsSample {
   readonly observedAt: number;
   readonly receivedAt: number;
@@ -77,7 +84,7 @@ export class EndpointRecord implements Endpoint {
   deleted = false;
   engine: Engine | undefined = undefined;
   labels: Readonly<Record<string, string>> | undefined = undefined;
-  metrics: MetricsSample | undefined = undefined;
+  metrics: MutableSample | undefined = undefined;
   inFlight = 0;
   releasedSinceSample = 0;
   queuedSamples = 0;
@@ -85,11 +92,14 @@ export class EndpointRecord implements Endpoint {
   batchCapacity: number | undefined = undefined;
   readinessReceivedAt = Number.NEGATIVE_INFINITY;
 
-  /** observedAt and canonical payload of the applied event per kind, for ordering and tie-breaks. */
+  /**
+   * observedAt per kind, and the applied readiness event, for ordering and tie-breaks (the applied
+   * metrics event is rebuilt from the sample when a tie needs it: see Fleet.appliedMetrics). Plain
+   * fields, not WeakMaps keyed by the record: a WeakMap entry per pod taxes every garbage collection.
+   */
   readinessAt = -1;
-  readinessTie = '';
+  lastReadiness: ReadinessEvent | undefined = undefined;
   metricsAt = -1;
-  metricsTie = '';
 
   /** Picks made up to this time (EPP clock) are covered by the latest sample; -Infinity before any. */
   sampledUntil = Number.NEGATIVE_INFINITY;

@@ -70,8 +70,6 @@ export class Fleet {
   readonly maxClockSkewMs: number;
   readonly maxPodsPerZone: number;
   private readonly pools = new Map<string, PoolState>();
-  private readonly lastReadiness = new WeakMap<EndpointRecord, ReadinessEvent>();
-  private readonly lastMetrics = new WeakMap<EndpointRecord, MetricsEvent>();
   readonly counters: FleetCounters = { applied: 0, ignored: 0, rejected: 0, future: 0, overCapacity: 0 };
   /** Bumped whenever routability or topology changes (readiness); schedulers may cache on it. */
   topologyVersion = 0;
@@ -256,8 +254,13 @@ export class Fleet {
   }
 
   private applyReadiness(record: EndpointRecord, event: ReadinessEvent, receivedAt: number): ApplyOutcome {
-    if (!isNewer(event, record.readinessAt, this.lastReadiness.get(record))) return 'ignored';
-    const address = parseEndpointAddress(event.address);
+    const previous = record.lastReadiness;
+    if (!isNewer(event, record.readinessAt, () => previous)) return 'ignored';
+    // Readiness is re-published every 30 s, almost always with the same address: parse it once.
+    const address =
+      previous !== undefined && previous.address === event.address && record.address !== undefined && record.ip !== undefined
+        ? { ip: record.ip, key: record.address }
+        : parseEndpointAddress(event.address);
     // The schema already validated the address; an unparsable one here means a caller skipped decoding.
     if (!address) throw new Error(`readiness event for ${event.pod} has an invalid address ${event.address}`);
     const pool = this.pools.get(record.pool) as PoolState;
@@ -265,7 +268,7 @@ export class Fleet {
     record.applyReadiness(event, address);
     record.readinessAt = event.observedAt;
     record.readinessReceivedAt = receivedAt;
-    this.lastReadiness.set(record, event);
+    record.lastReadiness = event;
     pool.index(record);
     pool.noteReadiness(event.zone, receivedAt);
     this.zoneOf(record).track(record);
@@ -274,17 +277,29 @@ export class Fleet {
   }
 
   private applyMetrics(record: EndpointRecord, event: MetricsEvent, receivedAt: number): ApplyOutcome {
-    if (!isNewer(event, record.metricsAt, this.lastMetrics.get(record))) return 'ignored';
-    record.metrics = {
-      observedAt: event.observedAt,
-      receivedAt,
-      waitingRequests: event.waitingRequests,
-      runningRequests: event.runningRequests,
-      kvCacheUsage: event.kvCacheUsage,
-      lora: event.lora,
-      cache: event.cache,
-      rates: event.rates,
-    };
+    if (!isNewer(event, record.metricsAt, () => appliedMetrics(record))) return 'ignored';
+    const sample = record.metrics;
+    if (sample === undefined) {
+      record.metrics = {
+        observedAt: event.observedAt,
+        receivedAt,
+        waitingRequests: event.waitingRequests,
+        runningRequests: event.runningRequests,
+        kvCacheUsage: event.kvCacheUsage,
+        lora: event.lora,
+        cache: event.cache,
+        rates: event.rates,
+      };
+    } else {
+      sample.observedAt = event.observedAt;
+      sample.receivedAt = receivedAt;
+      sample.waitingRequests = event.waitingRequests;
+      sample.runningRequests = event.runningRequests;
+      sample.kvCacheUsage = event.kvCacheUsage;
+      sample.lora = event.lora;
+      sample.cache = event.cache;
+      sample.rates = event.rates;
+    }
     record.metricsAt = event.observedAt;
     record.releasedSinceSample = 0;
     record.queuedSamples = event.waitingRequests > 0 ? Math.min(record.queuedSamples + 1, 1_000_000) : 0;
@@ -292,7 +307,6 @@ export class Fleet {
     if (running > record.maxRunningSeen) record.maxRunningSeen = running;
     if (record.queuedSamples >= 2 && running >= record.maxRunningSeen) record.batchCapacity = running;
     else if (record.batchCapacity !== undefined && running > record.batchCapacity) record.batchCapacity = running;
-    this.lastMetrics.set(record, event);
     (this.pools.get(record.pool) as PoolState).noteSample(event.zone, receivedAt);
     record.sampledUntil = Math.max(event.observedAt - this.pickTransitMs, receivedAt - this.maxSampleLagMs);
     absorbSampledPicks(record, record.sampledUntil);
@@ -315,10 +329,36 @@ function absorbSampledPicks(record: EndpointRecord, seenUntil: number): void {
   record.pickHead = head;
 }
 
-function isNewer(event: SpillwayEvent, appliedAt: number, applied: SpillwayEvent | undefined): boolean {
+function isNewer(event: SpillwayEvent, appliedAt: number, applied: () => SpillwayEvent | undefined): boolean {
   if (event.observedAt !== appliedAt) return event.observedAt > appliedAt;
   // Same instant: order-independent tie-break on the payload, so every replica converges.
-  return applied !== undefined && canonical(event) > canonical(applied);
+  const previous = applied();
+  return previous !== undefined && canonical(event) > canonical(previous);
+}
+
+/**
+ * The metrics event the view applied last, rebuilt from the record and its sample: every field of a
+ * metrics event is kept there (fleet.test.ts checks it against the schema), so the rebuilt event is
+ * the decoded one, and the decoded event itself need not outlive its message.
+ */
+export function appliedMetrics(record: EndpointRecord): MetricsEvent | undefined {
+  const sample = record.metrics;
+  if (sample === undefined) return undefined;
+  const event: MetricsEvent = {
+    v: 1,
+    kind: 'metrics',
+    pool: record.pool,
+    zone: record.zone,
+    pod: record.pod,
+    observedAt: sample.observedAt,
+    waitingRequests: sample.waitingRequests,
+    runningRequests: sample.runningRequests,
+    kvCacheUsage: sample.kvCacheUsage,
+  };
+  if (sample.lora !== undefined) event.lora = sample.lora;
+  if (sample.cache !== undefined) event.cache = sample.cache;
+  if (sample.rates !== undefined) event.rates = sample.rates;
+  return event;
 }
 
 function canonical(value: unknown): string {

@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import type { MetricsEvent, ReadinessEvent, SpillwayEvent } from '@spillway/events';
+import { metricsEventSchema, type MetricsEvent, type ReadinessEvent, type SpillwayEvent } from '@spillway/events';
 import { Fleet, snapshotPool } from '@spillway/fleet';
 
 const T0 = 1_764_420_000_000;
@@ -405,6 +405,10 @@ describe('order independence (property)', () => {
       waitingRequests: fc.nat(20),
       runningRequests: fc.nat(20),
       kvCacheUsage: fc.double({ min: 0, max: 1, noNaN: true }),
+      // Optional parts too: a tie compares the applied event as rebuilt from the view.
+      lora: fc.option(fc.record({ running: fc.constantFrom<string[]>([], ['a'], ['a', 'b']), waiting: fc.constantFrom<string[]>([], ['c']), max: fc.nat(4) }), { nil: undefined }),
+      cache: fc.option(fc.record({ blockSize: fc.constantFrom(16, 32), numBlocks: fc.nat(5) }), { nil: undefined }),
+      rates: fc.option(fc.record({ windowMs: fc.constant(1000), promptTokensPerS: fc.nat(3), generationTokensPerS: fc.nat(3), requestsPerS: fc.nat(3) }), { nil: undefined }),
     }),
   );
 
@@ -432,5 +436,33 @@ describe('order independence (property)', () => {
       }),
       { numRuns: 500 },
     );
+  });
+
+  it('settles a tie on every field of a metrics event, whichever arrives first', () => {
+    const full: MetricsEvent = {
+      v: 1,
+      kind: 'metrics',
+      pool: 'llama',
+      zone: 'zone-a',
+      pod: 'p',
+      observedAt: T0,
+      waitingRequests: 1,
+      runningRequests: 2,
+      kvCacheUsage: 0.5,
+      lora: { running: ['a'], waiting: [], max: 4 },
+      cache: { blockSize: 16, numBlocks: 100 },
+      rates: { windowMs: 1000, promptTokensPerS: 10, generationTokensPerS: 5, requestsPerS: 1, ttftMs: 20 },
+    };
+    // The view rebuilds the applied event from what it keeps: that must be every field there is.
+    expect(Object.keys(full).sort()).toEqual(Object.keys(metricsEventSchema.shape).sort());
+    const variants = [{ ...full, rates: { ...full.rates!, ttftMs: 21 } }, { ...full, lora: { ...full.lora!, max: 5 } }, { ...full, cache: undefined }];
+    for (const other of variants) {
+      const views = [[full, other], [other, full]].map((order) => {
+        const fleet = new Fleet();
+        for (const event of order) fleet.apply(event as SpillwayEvent, T0);
+        return snapshotPool(fleet, 'llama');
+      });
+      expect(views[0]).toEqual(views[1]);
+    }
   });
 });

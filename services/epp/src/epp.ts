@@ -129,6 +129,22 @@ export async function startEpp(config: EppConfig, options: StartOptions = {}): P
   let markReady!: () => void;
   const ready = new Promise<void>((resolve) => (markReady = resolve));
 
+  // Readiness: SERVING once the first replay caught up, and it stays so (docs/hardening.md, finding 14).
+  const staleLog = new StaleViewLog(logger);
+  const evaluate = (): void => {
+    const status = reader?.status;
+    const now = Date.now();
+    const staleFor = status?.staleSince === undefined ? 0 : now - status.staleSince;
+    metrics.caughtUp.set(status?.caughtUp === true ? 1 : 0);
+    metrics.natsConnected.set(status?.connection === 'connected' ? 1 : 0);
+    metrics.viewStaleSeconds.set(staleFor / 1000);
+    staleLog.update(status?.staleSince, now, status?.connection);
+    if (status?.caughtUp === true && warm && !health.isReady) {
+      logger.info('ready');
+      health.setReady(true);
+      markReady();
+    }
+  };
   const ensure = (connection: NatsConnection) => ensureStreamLogged(connection, flags.stream, logger);
   const connectAndFollow = async (): Promise<void> => {
     const connection = await connectNatsWithRetry(config.nats, { logger, signal: stop.signal });
@@ -149,33 +165,21 @@ export async function startEpp(config: EppConfig, options: StartOptions = {}): P
     await Promise.race([reader.caughtUp, stopped]);
     if (closed) return;
     logger.info({ pods: core.fleet.pool(flags.pool)?.readyCount ?? 0, events: core.fleet.counters }, 'replay caught up');
+    // Ready now rather than at the next tick: the time to SERVING is what a rollout waits on.
+    if (warm) evaluate();
     if (core.outbox !== undefined && sharedCounters !== undefined) {
       // After the replay: peers' entries name endpoints, which the view must know. Ready after the warm start.
       channel = startChannel(connection, { pool: flags.pool, zone: flags.zone, epp: eppId }, core.scheduler.shared, core.outbox, config.sharedState, sharedCounters, logger);
       await Promise.race([channel.warm, stopped]);
       warm = true;
+      if (!closed) evaluate();
     }
   };
   const following = connectAndFollow().catch((error: unknown) => {
     if (!closed) logger.error({ err: error }, 'NATS setup failed');
   });
 
-  // Readiness: SERVING once the first replay caught up, and it stays so (docs/hardening.md, finding 14).
-  const staleLog = new StaleViewLog(logger);
-  const tick = setInterval(() => {
-    const status = reader?.status;
-    const now = Date.now();
-    const staleFor = status?.staleSince === undefined ? 0 : now - status.staleSince;
-    metrics.caughtUp.set(status?.caughtUp === true ? 1 : 0);
-    metrics.natsConnected.set(status?.connection === 'connected' ? 1 : 0);
-    metrics.viewStaleSeconds.set(staleFor / 1000);
-    staleLog.update(status?.staleSince, now, status?.connection);
-    if (status?.caughtUp === true && warm && !health.isReady) {
-      logger.info('ready');
-      health.setReady(true);
-      markReady();
-    }
-  }, options.tickMs ?? 200);
+  const tick = setInterval(evaluate, options.tickMs ?? 200);
   tick.unref();
   const housekeeping = setInterval(() => {
     const now = Date.now();
