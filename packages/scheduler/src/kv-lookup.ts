@@ -1,6 +1,6 @@
 import { kvKeySeed } from '@spillway/events';
 import type { Endpoint, Fleet } from '@spillway/fleet';
-import type { KvBlockIndex } from './kv-index.js';
+import type { KvBlockIndex, KvPod } from './kv-index.js';
 import type { PrefixIndex } from './prefix-index.js';
 
 /** Which index said what an endpoint caches: the servers' own KV events, or this EPP's own picks. */
@@ -17,7 +17,8 @@ export class PrefixLookup {
   precise = false;
   /** Endpoints of the pool the precise index says hold the prompt's first block, deepest first, and their matched tokens. */
   private readonly holderList: Endpoint[] = [];
-  private readonly matchedTokens = new Map<Endpoint, number>();
+  /** Endpoint -> its pod's KV data, kept across requests (no allocation per pick); a stale entry only misses. */
+  private readonly podByEndpoint = new WeakMap<Endpoint, KvPod>();
   private approxDepth = 0;
   private blockTokens = 16;
   private promptTokens = 0;
@@ -70,8 +71,9 @@ export class PrefixLookup {
    */
   cachedTokens(endpoint: Endpoint): number {
     if (this.precise) {
-      const matched = this.matchedTokens.get(endpoint);
-      if (matched !== undefined) return matched;
+      const pod = this.podByEndpoint.get(endpoint);
+      const matched = pod === undefined ? 0 : this.kv.matchTokensOf(pod);
+      if (matched > 0) return Math.min(this.promptTokens, matched);
     }
     if (this.approxDepth === 0) return 0;
     const blocks = this.approx.matchOf(endpoint);
@@ -102,7 +104,6 @@ export class PrefixLookup {
 
   private clearMatches(): void {
     this.holderList.length = 0;
-    if (this.matchedTokens.size > 0) this.matchedTokens.clear();
   }
 
   /** Looks the prompt up in the precise index and resolves the matched pods to the pool's routable endpoints. */
@@ -110,10 +111,15 @@ export class PrefixLookup {
     this.clearMatches();
     this.kv.prepare(this.tokenIds as ArrayLike<number>, kvKeySeed(this.seedFor));
     for (const pod of this.kv.matched) {
-      const endpoint = this.fleet.get(this.pool, pod.zone, pod.pod);
-      if (endpoint === undefined || !endpoint.ready || endpoint.deleted) continue;
-      this.matchedTokens.set(endpoint, Math.min(this.promptTokens, this.kv.matchTokensOf(pod)));
-      this.holderList.push(endpoint);
+      let endpoint = pod.endpoint;
+      if (endpoint === undefined || endpoint.deleted) {
+        endpoint = this.fleet.get(this.pool, pod.zone, pod.pod);
+        pod.endpoint = endpoint;
+        if (endpoint !== undefined) this.podByEndpoint.set(endpoint, pod);
+      } else if (this.podByEndpoint.get(endpoint) !== pod) {
+        this.podByEndpoint.set(endpoint, pod);
+      }
+      if (endpoint !== undefined && endpoint.ready && !endpoint.deleted) this.holderList.push(endpoint);
     }
     return this.bestCachedTokens();
   }
