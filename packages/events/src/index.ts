@@ -6,12 +6,15 @@ export {
   metricsEventSchema,
   spillwayEventSchema,
   serviceRatesSchema,
+  kvSnapshotEventSchema,
+  MAX_KV_SNAPSHOT_KEYS,
+  EVENT_KINDS,
   ENGINES,
 } from './schema.js';
-export type { ReadinessEvent, MetricsEvent, ServiceRates, SpillwayEvent, EventKind, Engine } from './schema.js';
+export type { ReadinessEvent, MetricsEvent, KvSnapshotEvent, ServiceRates, SpillwayEvent, EventKind, Engine } from './schema.js';
 export { SUBJECT_ROOT, ALL_SUBJECTS, subjectFor, subjectOf, isSubjectFor, poolFilter, zoneFilter, parseSubject } from './subject.js';
 export type { SubjectParts } from './subject.js';
-export { encodeEvent, decodeEvent, MAX_EVENT_BYTES } from './codec.js';
+export { encodeEvent, decodeEvent, fitKvSnapshot, MAX_EVENT_BYTES, MAX_KV_SNAPSHOT_BYTES } from './codec.js';
 export { compileSchema, REJECTED } from './precompile.js';
 export type { Compiled } from './precompile.js';
 export type { DecodeResult, DecodeError, DecodeErrorReason } from './codec.js';
@@ -71,3 +74,27 @@ export type {
   StateDecodeReason,
   StateDecodeResult,
 } from './state.js';
+export {
+  VLLM_BLOCK_STORED,
+  VLLM_BLOCK_REMOVED,
+  VLLM_ALL_BLOCKS_CLEARED,
+  VLLM_MEDIUM_GPU,
+  VLLM_END_SEQ,
+  DEFAULT_VLLM_KV_LIMITS,
+  encodeVllmKvBatch,
+  encodeVllmSeq,
+  decodeVllmSeq,
+  decodeVllmKvBatch,
+} from './vllm-kv.js';
+export type {
+  VllmBlockHash,
+  VllmBlockStored,
+  VllmBlockRemoved,
+  VllmAllBlocksCleared,
+  VllmKvEvent,
+  VllmKvBatch,
+  VllmKvEventInput,
+  VllmKvLimits,
+  VllmDecodeReason,
+  VllmDecodeResult,
+} from './vllm-kv.js';
