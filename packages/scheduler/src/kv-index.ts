@@ -1,3 +1,4 @@
+import type { Endpoint } from '@spillway/fleet';
 import { KV_CLEARED, KV_STORED, kvBlockKeys, type KvBatch, type KvSnapshotEvent } from '@spillway/events';
 
 /**
@@ -64,6 +65,8 @@ export class KvPod {
   // Per-lookup match (see KvBlockIndex.prepare): valid when matchEpoch is the index's epoch.
   match = 0;
   matchEpoch = -1;
+  /** The fleet's record of this pod, resolved by the lookup when it first matches (re-resolved once deleted). */
+  endpoint: Endpoint | undefined = undefined;
 
   constructor(
     readonly zone: string,
@@ -121,9 +124,9 @@ export class KvBlockIndex {
     return entry !== undefined && !entry.blind && entry.seq >= 0 ? entry : undefined;
   }
 
-  /** True when some pod has KV data (otherwise lookups are pointless). */
+  /** True when some pod has KV data, even none held (otherwise every pod is priced by the approximate index). */
   get hasData(): boolean {
-    return this.entries > 0;
+    return this.podCount > 0;
   }
 
   /** Applies one relayed batch (decoded and validated by `decodeKvBatch`). */
@@ -217,8 +220,8 @@ export class KvBlockIndex {
     const matched = this.matched;
     matched.length = 0;
     this.bestTokens = 0;
-    if (this.entries === 0) return 0;
     this.counters.lookups++;
+    if (this.entries === 0) return 0;
     let best = 0;
     for (const blockSize of this.sizes.keys()) {
       let keys = this.keyScratch.get(blockSize);
