@@ -38,7 +38,8 @@ describe('spillway-collector against spillway-sim processes and nats-server', ()
           bad.push(`${msg.subject}: ${decoded.error.message}`);
           continue;
         }
-        if (decoded.event.kind === 'kv') continue; // KV snapshots: not what these tests look at
+        // KV snapshots are the KV relay's (kv-relay.test.ts).
+        if (decoded.event.kind === 'kv') continue;
         const map: Map<string, (ReadinessEvent | MetricsEvent)[]> = decoded.event.kind === 'readiness' ? readiness : metrics;
         const list = map.get(decoded.event.pod) ?? [];
         list.push(decoded.event);
