@@ -1,7 +1,7 @@
 // The complete request body -> what the scheduler needs and what to forward.
 import type { RequestHeaders } from './headers.js';
 import { parseInferenceBody } from './openai.js';
-import type { ApiKind, RequestBodyError } from './openai.js';
+import type { ApiKind, JsonValue, RequestBodyError } from './openai.js';
 import { rewriteModel } from './rewrite.js';
 import type { ModelRewriter, Random } from './rewrite.js';
 
@@ -12,6 +12,8 @@ export interface PreparedRequest {
   /** The model sent upstream, after rewrites. */
   readonly model: string;
   readonly prompt: string;
+  /** A chat request's `messages` as parsed (for tokenizing through the model's chat template); undefined for other APIs. */
+  readonly messages: readonly JsonValue[] | undefined;
   readonly stream: boolean;
   /** The body to forward. */
   readonly body: Uint8Array;
@@ -43,6 +45,7 @@ export function prepareRequest(
       requestedModel: body.model,
       model: rewritten.model,
       prompt: body.prompt,
+      messages: body.api === 'chat' ? (body.json['messages'] as JsonValue[]) : undefined,
       stream: body.stream,
       body: rewritten.bytes,
       bodyChanged: rewritten.changed,

@@ -1,0 +1,263 @@
+import type { ApiKind } from '@spillway/protocol';
+import type { KvCounters } from './counters.js';
+import { TokenCache } from './token-cache.js';
+
+/** What the request path needs of a tokenizer (`@spillway/tokenizer`'s PromptTokenizer has this shape). */
+export interface PromptTokenizer {
+  readonly name: string;
+  encodeText(text: string): ArrayLike<number>;
+  encodeChat(messages: ReadonlyArray<{ role: string; content: unknown }>): ArrayLike<number>;
+}
+
+/** The parts of a parsed request a tokenizer reads. */
+export interface PromptInput {
+  readonly api: ApiKind | undefined;
+  readonly prompt: string;
+  /** The chat request's `messages`, as parsed (chat only). */
+  readonly messages?: readonly unknown[] | undefined;
+}
+
+/**
+ * How token ids compose for one tokenizer, found by probing it: for chat,
+ * `encodeChat(P ++ [m]) = encodeChat(P)[..-gen] ++ encodeChat([m])[lead..]` (`gen`: the generation
+ * prompt appended to P; `lead`: what a conversation starts with, BOS or a default system turn); for
+ * text, `encodeText(a + b) = encodeText(a) ++ encodeText(b)[lead..]` when `a` ends at a newline.
+ */
+interface Composition {
+  chat: { lead: number; gen: number } | undefined;
+  textLead: number | undefined;
+}
+
+/** Completions prompts are split for caching at the first newline after each multiple of this many characters. */
+export const TEXT_CHUNK_CHARS = 2048;
+
+export interface PromptTokensOptions {
+  /** Token ids of prompt prefixes kept, in bytes. */
+  cacheBytes: number;
+  /** Prompts longer than this (characters) are not tokenized: the approximate index prices them. */
+  maxChars: number;
+}
+
+export type TokenizeOutcome = 'cached' | 'partly' | 'fresh';
+
+/**
+ * The request path's tokenization (docs/kv-events.md, "In the EPP"): a request's prompt, through its
+ * model's tokenizer (chat messages through the chat template, generation prompt appended, as vLLM
+ * does), to the token ids the precise block index is looked up with.
+ *
+ * Tokenizing costs CPU on the request path, and most of a long prompt is usually a context shared by
+ * many requests (a system prompt, a document, the earlier turns). So the ids of a prompt's prefix are
+ * cached, bounded in bytes: for chat, the messages but the last; for completions, the text up to the
+ * first newline after the last multiple of TEXT_CHUNK_CHARS characters. A request whose prefix is
+ * cached tokenizes only its own tail. Exact by construction: the split falls where the tokenizer
+ * starts afresh (a message boundary is a special token; a piece after a newline starts a new
+ * pre-token), each tokenizer's composition rule is probed when it is loaded, and a prefix enters the
+ * cache only if its ids are what the full tokenization began with. A tokenizer that does not compose
+ * still works, uncached.
+ */
+export class PromptTokens {
+  readonly cache: TokenCache;
+  private readonly compositions = new Map<PromptTokenizer, Composition>();
+
+  constructor(
+    /** By model name (after rewrites); `*` serves every other model. */
+    private readonly tokenizers: ReadonlyMap<string, PromptTokenizer>,
+    private readonly options: PromptTokensOptions,
+    private readonly counters: KvCounters,
+  ) {
+    this.cache = new TokenCache(options.cacheBytes);
+    for (const tokenizer of new Set(tokenizers.values())) this.compositions.set(tokenizer, probe(tokenizer));
+  }
+
+  tokenizerFor(model: string): PromptTokenizer | undefined {
+    return this.tokenizers.get(model) ?? this.tokenizers.get('*');
+  }
+
+  /** The rule each tokenizer follows (for the log at start). */
+  describe(): { tokenizer: string; chatPrefixCache: boolean; textPrefixCache: boolean }[] {
+    return [...this.compositions].map(([t, c]) => ({ tokenizer: t.name, chatPrefixCache: c.chat !== undefined, textPrefixCache: c.textLead !== undefined }));
+  }
+
+  /**
+   * The prompt's token ids, or undefined when the model has no tokenizer, the API has no prompt to
+   * tokenize (embeddings, responses), the prompt is too long, or the tokenizer failed on it.
+   */
+  tokenize(model: string, input: PromptInput): { ids: Uint32Array; outcome: TokenizeOutcome } | undefined {
+    const tokenizer = this.tokenizerFor(model);
+    if (tokenizer === undefined) return undefined;
+    const composition = this.compositions.get(tokenizer) as Composition;
+    try {
+      if (input.api === 'chat' && input.messages !== undefined) return this.chat(tokenizer, composition, input.messages);
+      if (input.api === 'completions') return this.text(tokenizer, composition, input.prompt);
+      return undefined;
+    } catch {
+      // A prompt the tokenizer or template cannot take (odd content parts): priced approximately.
+      this.counters.tokenizeFailed++;
+      return undefined;
+    }
+  }
+
+  private chat(tokenizer: PromptTokenizer, composition: Composition, raw: readonly unknown[]): { ids: Uint32Array; outcome: TokenizeOutcome } | undefined {
+    const messages = chatMessages(raw, this.options.maxChars);
+    if (messages === undefined) return undefined;
+    const rule = composition.chat;
+    if (rule === undefined || messages.length < 2) {
+      this.counters.tokenizedFresh++;
+      return { ids: toIds(tokenizer.encodeChat(messages)), outcome: 'fresh' };
+    }
+    const prefix = messages.slice(0, -1);
+    const last = messages[messages.length - 1] as ChatMessage;
+    const key = chatKey(tokenizer.name, prefix);
+    const cached = this.cache.get(key);
+    if (cached !== undefined) {
+      this.counters.tokenizedPartly++;
+      return { ids: concat(cached, cached.length - rule.gen, tokenizer.encodeChat([last]), rule.lead), outcome: 'partly' };
+    }
+    const full = toIds(tokenizer.encodeChat(messages));
+    const head = toIds(tokenizer.encodeChat(prefix));
+    if (head.length >= rule.gen && startsWith(full, head, head.length - rule.gen)) this.cache.set(key, head);
+    this.counters.tokenizedFresh++;
+    return { ids: full, outcome: 'fresh' };
+  }
+
+  private text(tokenizer: PromptTokenizer, composition: Composition, prompt: string): { ids: Uint32Array; outcome: TokenizeOutcome } | undefined {
+    if (prompt.length > this.options.maxChars) return undefined;
+    const lead = composition.textLead;
+    const split = lead === undefined ? -1 : textSplit(prompt);
+    if (split <= 0 || lead === undefined) {
+      this.counters.tokenizedFresh++;
+      return { ids: toIds(tokenizer.encodeText(prompt)), outcome: 'fresh' };
+    }
+    const key = `${tokenizer.name}\u0002t\u0002${prompt.slice(0, split)}`;
+    const cached = this.cache.get(key);
+    if (cached !== undefined) {
+      this.counters.tokenizedPartly++;
+      return { ids: concat(cached, cached.length, tokenizer.encodeText(prompt.slice(split)), lead), outcome: 'partly' };
+    }
+    const full = toIds(tokenizer.encodeText(prompt));
+    const head = toIds(tokenizer.encodeText(prompt.slice(0, split)));
+    if (startsWith(full, head, head.length)) this.cache.set(key, head);
+    this.counters.tokenizedFresh++;
+    return { ids: full, outcome: 'fresh' };
+  }
+}
+
+export interface ChatMessage {
+  role: string;
+  content: unknown;
+}
+
+/** The messages as the template takes them; undefined when one is not a message or they are too long. */
+function chatMessages(raw: readonly unknown[], maxChars: number): ChatMessage[] | undefined {
+  const messages: ChatMessage[] = [];
+  let chars = 0;
+  for (const item of raw) {
+    if (typeof item !== 'object' || item === null || Array.isArray(item)) return undefined;
+    const record = item as Record<string, unknown>;
+    const role = record['role'];
+    if (typeof role !== 'string') return undefined;
+    const content = record['content'];
+    chars += typeof content === 'string' ? content.length : JSON.stringify(content ?? null).length;
+    if (chars > maxChars) return undefined;
+    messages.push({ role, content });
+  }
+  return messages;
+}
+
+/** The cache key of a chat prefix: tokenizer, then each message's role and content, separated by characters JSON text never holds raw. */
+function chatKey(tokenizer: string, messages: readonly ChatMessage[]): string {
+  let key = `${tokenizer}\u0002c`;
+  for (const m of messages) key += `\u0002${m.role}\u0001${typeof m.content === 'string' ? m.content : JSON.stringify(m.content ?? null)}`;
+  return key;
+}
+
+/** Where a completions prompt is split for caching: after the first newline past the last whole chunk; -1 for none. */
+export function textSplit(prompt: string): number {
+  for (let chunk = Math.floor(prompt.length / TEXT_CHUNK_CHARS); chunk >= 1; chunk--) {
+    const newline = prompt.indexOf('\n', chunk * TEXT_CHUNK_CHARS);
+    // Not the prompt's last character (nothing to compose), and a piece after it that starts with no whitespace (it would join the newline's pre-token).
+    if (newline >= 0 && newline < prompt.length - 1 && !/\s/.test(prompt[newline + 1] as string)) return newline + 1;
+  }
+  return -1;
+}
+
+function toIds(ids: ArrayLike<number>): Uint32Array {
+  return ids instanceof Uint32Array ? ids : Uint32Array.from(ids);
+}
+
+function startsWith(full: Uint32Array, head: Uint32Array, length: number): boolean {
+  if (full.length < length) return false;
+  for (let i = 0; i < length; i++) if (full[i] !== head[i]) return false;
+  return true;
+}
+
+function concat(head: Uint32Array, headLength: number, tail: ArrayLike<number>, skip: number): Uint32Array {
+  const out = new Uint32Array(headLength + Math.max(0, tail.length - skip));
+  out.set(head.subarray(0, headLength));
+  for (let i = skip; i < tail.length; i++) out[headLength + i - skip] = tail[i] as number;
+  return out;
+}
+
+const PROBE_CHATS: ChatMessage[][] = [
+  [
+    { role: 'system', content: 'You are a terse assistant for a bookshop.' },
+    { role: 'user', content: 'Which novels by Tolstoy do you stock?' },
+  ],
+  [
+    { role: 'user', content: 'Tell me a story about a river.' },
+    { role: 'assistant', content: 'Once a river ran past a mill.' },
+    { role: 'user', content: 'And then what happened?' },
+  ],
+  [
+    { role: 'system', content: 'Answer in French.\nBe brief.' },
+    { role: 'user', content: 'Hello!' },
+    { role: 'assistant', content: 'Bonjour !' },
+    { role: 'user', content: '2 + 2 = ?' },
+  ],
+];
+const PROBE_TEXTS: [string, string][] = [
+  ['The shared context of many requests.\n', 'Question: what is a spillway?'],
+  ['Line one, with punctuation!\nLine two: numbers 12345.\n', 'Final words here.'],
+];
+
+/** Finds the composition rule of a tokenizer from a few probe prompts; a rule that does not hold for all of them is not used. */
+function probe(tokenizer: PromptTokenizer): Composition {
+  return { chat: probeChat(tokenizer), textLead: probeText(tokenizer) };
+}
+
+function probeChat(tokenizer: PromptTokenizer): Composition['chat'] {
+  try {
+    const cases = PROBE_CHATS.map((chat) => ({
+      full: toIds(tokenizer.encodeChat(chat)),
+      head: toIds(tokenizer.encodeChat(chat.slice(0, -1))),
+      tail: toIds(tokenizer.encodeChat(chat.slice(-1))),
+    }));
+    for (let lead = 0; lead <= 64; lead++) {
+      const first = cases[0] as (typeof cases)[number];
+      const gen = first.head.length + first.tail.length - lead - first.full.length;
+      if (gen < 0) continue;
+      if (cases.every((c) => c.head.length >= gen && equal(c.full, concat(c.head, c.head.length - gen, c.tail, lead)))) return { lead, gen };
+    }
+  } catch {
+    // A template that fails on the probes: no prefix cache for chat.
+  }
+  return undefined;
+}
+
+function probeText(tokenizer: PromptTokenizer): number | undefined {
+  try {
+    const cases = PROBE_TEXTS.map(([a, b]) => ({ full: toIds(tokenizer.encodeText(a + b)), head: toIds(tokenizer.encodeText(a)), tail: toIds(tokenizer.encodeText(b)) }));
+    for (let lead = 0; lead <= 4; lead++) {
+      if (cases.every((c) => equal(c.full, concat(c.head, c.head.length, c.tail, lead)))) return lead;
+    }
+  } catch {
+    // no prefix cache for text
+  }
+  return undefined;
+}
+
+function equal(a: Uint32Array, b: Uint32Array): boolean {
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+  return true;
+}
