@@ -1,6 +1,6 @@
 import { jetstream, JetStreamApiError, type JetStreamClient } from '@nats-io/jetstream';
 import { errors, type NatsConnection } from '@nats-io/nats-core';
-import { encodeEvent, subjectOf, type MetricsEvent, type ReadinessEvent, type SpillwayEvent } from '@spillway/events';
+import { encodeEvent, subjectOf, type KvSnapshotEvent, type MetricsEvent, type ReadinessEvent, type SpillwayEvent } from '@spillway/events';
 import type { ConnectionTracker } from './connection-state.js';
 
 export interface PublisherOptions {
@@ -25,6 +25,8 @@ export interface PublisherCounters {
   readinessRetries: number;
   metricsSent: number;
   metricsDropped: number;
+  kvSnapshotsSent: number;
+  kvSnapshotsDropped: number;
 }
 
 export interface ReadinessAck {
@@ -39,7 +41,7 @@ export interface ReadinessAck {
  * sample interval, so an ack per sample would cost a round trip for nothing).
  */
 export class EventPublisher {
-  readonly counters: PublisherCounters = { readinessAcked: 0, readinessDuplicates: 0, readinessRetries: 0, metricsSent: 0, metricsDropped: 0 };
+  readonly counters: PublisherCounters = { readinessAcked: 0, readinessDuplicates: 0, readinessRetries: 0, metricsSent: 0, metricsDropped: 0, kvSnapshotsSent: 0, kvSnapshotsDropped: 0 };
   private readonly js: JetStreamClient;
   private readonly retryForMs: number;
   private readonly ackTimeoutMs: number;
@@ -53,9 +55,10 @@ export class EventPublisher {
     this.ackTimeoutMs = options.ackTimeoutMs ?? 2_000;
   }
 
-  /** Readiness is acked (awaited); metrics resolve at once (false when dropped while disconnected). */
+  /** Readiness is acked (awaited); metrics and kv snapshots resolve at once (false when dropped while disconnected). */
   publish(event: SpillwayEvent): Promise<ReadinessAck | boolean> {
-    return event.kind === 'readiness' ? this.publishReadiness(event) : Promise.resolve(this.publishMetrics(event));
+    if (event.kind === 'readiness') return this.publishReadiness(event);
+    return Promise.resolve(event.kind === 'metrics' ? this.publishMetrics(event) : this.publishKvSnapshot(event));
   }
 
   /**
@@ -84,13 +87,27 @@ export class EventPublisher {
 
   /** Fire and forget into the stream subject. Returns false when dropped because NATS is down. */
   publishMetrics(event: MetricsEvent): boolean {
+    const sent = this.publishCore(event);
+    if (sent) this.counters.metricsSent++;
+    else this.counters.metricsDropped++;
+    return sent;
+  }
+
+  /**
+   * A pod's KV block set, like a metric sample: superseded by the next one, so fire and forget.
+   * The caller fits it to the server's `max_payload` (`fitKvSnapshot`).
+   */
+  publishKvSnapshot(event: KvSnapshotEvent): boolean {
+    const sent = this.publishCore(event);
+    if (sent) this.counters.kvSnapshotsSent++;
+    else this.counters.kvSnapshotsDropped++;
+    return sent;
+  }
+
+  private publishCore(event: MetricsEvent | KvSnapshotEvent): boolean {
     const state = this.options.connection?.status.state;
-    if (this.nc.isClosed() || (state !== undefined && state !== 'connected')) {
-      this.counters.metricsDropped++;
-      return false;
-    }
+    if (this.nc.isClosed() || (state !== undefined && state !== 'connected')) return false;
     this.nc.publish(subjectOf(event), encodeEvent(event));
-    this.counters.metricsSent++;
     return true;
   }
 

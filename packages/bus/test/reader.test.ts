@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
 import type { NatsConnection } from '@nats-io/nats-core';
-import { encodeEvent, subjectFor, type SpillwayEvent } from '@spillway/events';
+import { encodeEvent, MAX_EVENT_BYTES, MAX_KV_SNAPSHOT_KEYS, subjectFor, type KvSnapshotEvent, type SpillwayEvent } from '@spillway/events';
 import { Fleet, snapshotPool } from '@spillway/fleet';
 import { eventually, startNatsServer, type NatsServerHandle } from '@spillway/testkit';
 import { connectNats, ensureStream, EventPublisher, startReader, type EventReader, type ReaderSink, type Logger } from '../src/index.js';
@@ -246,5 +246,34 @@ describe('EventReader', () => {
     await reader('closing', other).caughtUp;
     expect(other.get('closing', zoneOf(1), 'vllm-1')?.ready).toBe(true);
     expect(fleet.get('closing', zoneOf(1), 'vllm-1')).toBeUndefined();
+  });
+
+  it('stores the latest kv snapshot per pod (a full one too), replays it to the sink, and the fleet ignores it', async () => {
+    const t = Date.now();
+    const snap = (pod: string, seq: number, keys: number[]): KvSnapshotEvent => ({ v: 1, kind: 'kv', pool: 'kvsnap', zone: 'zone-a', pod, observedAt: t + seq, blockSize: 16, seq, keys });
+    const full = Array.from({ length: MAX_KV_SNAPSHOT_KEYS }, (_, i) => Number.MAX_SAFE_INTEGER - i);
+    expect(encodeEvent(snap('p0', 1, full)).byteLength).toBeGreaterThan(MAX_EVENT_BYTES);
+    const before = await stored();
+    expect(publisher.publishKvSnapshot(snap('p0', 1, [1, 2]))).toBe(true);
+    expect(publisher.publishKvSnapshot(snap('p0', 2, full))).toBe(true);
+    expect(await publisher.publish(snap('p1', 7, [9]))).toBe(true);
+    await publishAll(publisher, [readiness('kvsnap', 0, t)]);
+    await waitForStored(jsm, 'SPILLWAY', before + 3);
+    const fleet = new Fleet();
+    const seen: SpillwayEvent[] = [];
+    const r = reader('kvsnap', {
+      apply: (event, receivedAt) => {
+        seen.push(event);
+        return fleet.apply(event, receivedAt);
+      },
+      recordRejected: () => fleet.recordRejected(),
+    });
+    await r.caughtUp;
+    const kv = seen.filter((e): e is KvSnapshotEvent => e.kind === 'kv').sort((a, b) => a.seq - b.seq);
+    expect(kv.map((e) => [e.pod, e.seq, e.keys.length])).toEqual([['p0', 2, MAX_KV_SNAPSHOT_KEYS], ['p1', 7, 1]]);
+    expect(kv[0]?.keys).toEqual(full);
+    expect(fleet.counters).toMatchObject({ rejected: 0, ignored: 2 });
+    expect(fleet.pool('kvsnap')?.readyCount).toBe(1);
+    expect(publisher.counters.kvSnapshotsSent).toBe(3);
   });
 });

@@ -1,9 +1,14 @@
 import type { z } from 'zod';
-import { spillwayEventSchema, type SpillwayEvent } from './schema.js';
+import { MAX_KV_SNAPSHOT_KEYS, spillwayEventSchema, type KvSnapshotEvent, type SpillwayEvent } from './schema.js';
 import { parseSubject } from './subject.js';
 
-/** Events are small; anything this large is a bug or an attack and is rejected unparsed. */
+/** Readiness and metrics events are small; anything this large is a bug or an attack and is rejected unparsed. */
 export const MAX_EVENT_BYTES = 64 * 1024;
+/**
+ * A `kv` snapshot carries up to `MAX_KV_SNAPSHOT_KEYS` keys of up to 16 digits each (~280 KB); this
+ * bounds it with room for the other fields. The only kind allowed past `MAX_EVENT_BYTES`.
+ */
+export const MAX_KV_SNAPSHOT_BYTES = 320 * 1024;
 
 export type DecodeErrorReason =
   | 'oversized'
@@ -46,7 +51,10 @@ function describeIssues(error: z.ZodError): string {
  */
 export function decodeEvent(payload: Uint8Array | string, subject?: string): DecodeResult {
   const size = typeof payload === 'string' ? payload.length : payload.byteLength;
-  if (size > MAX_EVENT_BYTES) return fail('oversized', `payload is ${size} bytes, limit ${MAX_EVENT_BYTES}`);
+  // Unparsed, only a kv subject (or none) may carry more than MAX_EVENT_BYTES; parsed, each kind is held to its own limit.
+  const parts = subject === undefined ? undefined : parseSubject(subject);
+  const preLimit = subject === undefined || parts?.kind === 'kv' ? MAX_KV_SNAPSHOT_BYTES : MAX_EVENT_BYTES;
+  if (size > preLimit) return fail('oversized', `payload is ${size} bytes, limit ${preLimit}`);
   let text: string;
   if (typeof payload === 'string') {
     text = payload;
@@ -71,12 +79,34 @@ export function decodeEvent(payload: Uint8Array | string, subject?: string): Dec
   const parsed = spillwayEventSchema.safeParse(json);
   if (!parsed.success) return fail('invalid', describeIssues(parsed.error));
   const event = parsed.data;
+  if (event.kind !== 'kv' && size > MAX_EVENT_BYTES) return fail('oversized', `payload is ${size} bytes, limit ${MAX_EVENT_BYTES} for kind ${event.kind}`);
   if (subject !== undefined) {
-    const parts = parseSubject(subject);
     if (!parts) return fail('subject-mismatch', `subject ${subject} is not a v1 event subject`);
     if (parts.pool !== event.pool || parts.zone !== event.zone || parts.pod !== event.pod || parts.kind !== event.kind) {
       return fail('subject-mismatch', `subject ${subject} does not name this event's pool, zone, pod and kind`);
     }
   }
   return { ok: true, event };
+}
+
+/**
+ * The snapshot with its oldest keys dropped so that it encodes to at most `maxBytes` (a NATS
+ * server's `max_payload` may be below `MAX_KV_SNAPSHOT_BYTES`) and holds at most
+ * `MAX_KV_SNAPSHOT_KEYS` keys. Keys are kept newest-last, so what is dropped is what the pod is
+ * likeliest to evict next. Returns the same object when nothing has to go.
+ */
+export function fitKvSnapshot(event: KvSnapshotEvent, maxBytes = MAX_KV_SNAPSHOT_BYTES): KvSnapshotEvent {
+  const limit = Math.min(maxBytes, MAX_KV_SNAPSHOT_BYTES);
+  const keys = event.keys;
+  if (keys.length <= MAX_KV_SNAPSHOT_KEYS && encoder.encode(JSON.stringify(event)).byteLength <= limit) return event;
+  let budget = limit - encoder.encode(JSON.stringify({ ...event, keys: [] })).byteLength;
+  let first = keys.length;
+  // Each kept key costs its decimal digits plus a comma (one comma too many: a byte of slack).
+  while (first > 0 && keys.length - first < MAX_KV_SNAPSHOT_KEYS) {
+    const cost = String(keys[first - 1]).length + 1;
+    if (cost > budget) break;
+    budget -= cost;
+    first--;
+  }
+  return { ...event, keys: keys.slice(first) };
 }

@@ -6,12 +6,15 @@ export {
   metricsEventSchema,
   spillwayEventSchema,
   serviceRatesSchema,
+  kvSnapshotEventSchema,
+  MAX_KV_SNAPSHOT_KEYS,
+  EVENT_KINDS,
   ENGINES,
 } from './schema.js';
-export type { ReadinessEvent, MetricsEvent, ServiceRates, SpillwayEvent, EventKind, Engine } from './schema.js';
+export type { ReadinessEvent, MetricsEvent, KvSnapshotEvent, ServiceRates, SpillwayEvent, EventKind, Engine } from './schema.js';
 export { SUBJECT_ROOT, ALL_SUBJECTS, subjectFor, subjectOf, poolFilter, zoneFilter, parseSubject } from './subject.js';
 export type { SubjectParts } from './subject.js';
-export { encodeEvent, decodeEvent, MAX_EVENT_BYTES } from './codec.js';
+export { encodeEvent, decodeEvent, fitKvSnapshot, MAX_EVENT_BYTES, MAX_KV_SNAPSHOT_BYTES } from './codec.js';
 export type { DecodeResult, DecodeError, DecodeErrorReason } from './codec.js';
 export { RateWindow, DEFAULT_RATES_WINDOW_MS } from './rates.js';
 export type { Counters, Moments, RateUpdate } from './rates.js';

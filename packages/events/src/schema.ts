@@ -12,6 +12,9 @@ const address = z.string().refine((text) => parseEndpointAddress(text) !== undef
   message: 'must be ip:port, or [ipv6]:port, with a port in 1..65535',
 });
 
+/** The kinds of contract v1, in subject order (the last subject token). */
+export const EVENT_KINDS = ['readiness', 'metrics', 'kv'] as const;
+
 export const ENGINES = ['vllm', 'sglang', 'trtllm', 'triton'] as const;
 
 // Generous ceilings: far above any real server, low enough that a broken counter cannot pass
@@ -71,10 +74,37 @@ export const metricsEventSchema = z.object({
   rates: serviceRatesSchema.optional(),
 });
 
-export const spillwayEventSchema = z.discriminatedUnion('kind', [readinessEventSchema, metricsEventSchema]);
+/**
+ * At most this many block keys in one `kv` snapshot (the newest when a pod holds more): 16384
+ * keys are ~280 KB of JSON, far below NATS's default 1 MB `max_payload`.
+ */
+export const MAX_KV_SNAPSHOT_KEYS = 16384;
+
+/**
+ * A pod's whole KV-cache block set (precise prefix-cache routing): the content keys
+ * (`kvBlockKeys`, see kv.ts) of the blocks it holds, most recently stored LAST, and `seq`, the
+ * relay sequence of the last `spillway.kv` batch folded in. The stream keeps the last one per
+ * subject, so a (re)starting EPP replays each pod's latest snapshot and then applies live batches
+ * with a larger `seq`. Published by the collector every `--kv-snapshot-interval` per pod with KV
+ * events; the fleet view ignores it (it only feeds the block index).
+ */
+export const kvSnapshotEventSchema = z.object({
+  v: z.literal(1),
+  kind: z.literal('kv'),
+  pool: name,
+  zone: name,
+  pod: name,
+  observedAt: epochMs,
+  blockSize: z.number().int().min(1).max(4096),
+  seq: count,
+  keys: z.array(count).max(MAX_KV_SNAPSHOT_KEYS),
+});
+
+export const spillwayEventSchema = z.discriminatedUnion('kind', [readinessEventSchema, metricsEventSchema, kvSnapshotEventSchema]);
 
 export type ReadinessEvent = z.infer<typeof readinessEventSchema>;
 export type MetricsEvent = z.infer<typeof metricsEventSchema>;
+export type KvSnapshotEvent = z.infer<typeof kvSnapshotEventSchema>;
 export type ServiceRates = z.infer<typeof serviceRatesSchema>;
 export type SpillwayEvent = z.infer<typeof spillwayEventSchema>;
 export type EventKind = SpillwayEvent['kind'];

@@ -1,4 +1,4 @@
-import type { EventKind, SpillwayEvent } from './schema.js';
+import { EVENT_KINDS, type EventKind, type SpillwayEvent } from './schema.js';
 import { escapeToken, unescapeToken } from './token.js';
 
 export const SUBJECT_ROOT = 'spillway.v1';
@@ -34,8 +34,8 @@ export function zoneFilter(pool: string, zone: string): string {
 export function parseSubject(subject: string): SubjectParts | undefined {
   const tokens = subject.split('.');
   if (tokens.length !== 6 || tokens[0] !== 'spillway' || tokens[1] !== 'v1') return undefined;
-  const kind = tokens[5];
-  if (kind !== 'readiness' && kind !== 'metrics') return undefined;
+  const kind = EVENT_KINDS.find((k) => k === tokens[5]);
+  if (kind === undefined) return undefined;
   const pool = unescapeToken(tokens[2] ?? '');
   const zone = unescapeToken(tokens[3] ?? '');
   const pod = unescapeToken(tokens[4] ?? '');

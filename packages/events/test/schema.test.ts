@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { decodeEvent, encodeEvent, MAX_EVENT_BYTES, type SpillwayEvent } from '@spillway/events';
+import { decodeEvent, encodeEvent, MAX_EVENT_BYTES, MAX_KV_SNAPSHOT_BYTES, type SpillwayEvent } from '@spillway/events';
 
 const readiness = {
   v: 1,
@@ -137,7 +137,9 @@ describe('v1 events', () => {
     expect(reason(JSON.stringify({ ...metrics, v: 99 }))).toBe('unsupported-version');
     expect(reason(JSON.stringify({ ...metrics, v: undefined }))).toBe('unsupported-version');
     expect(reason(new Uint8Array([0x7b, 0xff, 0xfe, 0x7d]))).toBe('not-utf8');
-    expect(reason('x'.repeat(MAX_EVENT_BYTES + 1))).toBe('oversized');
+    // Without a subject only the largest kind's limit applies unparsed (kind limits: kv-snapshot.test.ts).
+    expect(reason('x'.repeat(MAX_KV_SNAPSHOT_BYTES + 1))).toBe('oversized');
+    expect(reason(JSON.stringify({ ...metrics, pad: 'x'.repeat(MAX_EVENT_BYTES) }))).toBe('oversized');
     expect(reason(new Uint8Array(0))).toBe('not-json');
   });
 

@@ -93,6 +93,11 @@ export class Fleet {
       this.counters.future++;
       return 'future';
     }
+    // A pod's KV block set feeds the scheduler's block index, not this view: never a pod record.
+    if (event.kind === 'kv') {
+      this.counters.ignored++;
+      return 'ignored';
+    }
     const record = this.recordFor(event.pool, event.zone, event.pod);
     if (record === undefined) {
       this.counters.overCapacity++;

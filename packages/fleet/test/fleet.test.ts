@@ -163,6 +163,19 @@ describe('hostile input', () => {
     expect(fleet.counters).toMatchObject({ applied: 3, future: 3 });
   });
 
+  it('ignores kv snapshots (they feed the block index): no pod record, counted as ignored; future-dated ones are refused', () => {
+    const fleet = new Fleet();
+    const kv = { v: 1, kind: 'kv', pool: 'llama', zone: 'zone-a', pod: 'p', observedAt: T0, blockSize: 16, seq: 3, keys: [1, 2, 3] } as const;
+    expect(fleet.apply({ ...kv, keys: [...kv.keys] }, T0)).toBe('ignored');
+    expect(fleet.get('llama', 'zone-a', 'p')).toBeUndefined();
+    expect(fleet.pool('llama')).toBeUndefined();
+    expect(fleet.apply({ ...kv, keys: [], observedAt: T0 + 60_000 }, T0)).toBe('future');
+    fleet.apply(readiness('p'), T0);
+    expect(fleet.apply({ ...kv, keys: [] }, T0)).toBe('ignored');
+    expect(fleet.get('llama', 'zone-a', 'p')?.metrics).toBeUndefined();
+    expect(fleet.counters).toMatchObject({ applied: 1, ignored: 2, future: 1 });
+  });
+
   it('holds at most maxPodsPerZone pods per zone: a full zone forgets its oldest tombstone, else refuses new pods', () => {
     const fleet = new Fleet({ maxPodsPerZone: 3 });
     for (const pod of ['a', 'b', 'c']) expect(fleet.apply(readiness(pod), T0)).toBe('applied');

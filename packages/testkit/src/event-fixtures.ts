@@ -60,7 +60,7 @@ export async function publishAll(publisher: EventPublisher, events: readonly Spi
         pending = [];
       }
     } else {
-      publisher.publishMetrics(event);
+      void publisher.publish(event);
     }
   }
   await Promise.all(pending);

@@ -1,0 +1,110 @@
+import { describe, expect, it } from 'vitest';
+import {
+  decodeEvent,
+  encodeEvent,
+  fitKvSnapshot,
+  kvBlockKeys,
+  kvSnapshotEventSchema,
+  MAX_EVENT_BYTES,
+  MAX_KV_SNAPSHOT_BYTES,
+  MAX_KV_SNAPSHOT_KEYS,
+  parseSubject,
+  subjectFor,
+  subjectOf,
+  type KvSnapshotEvent,
+} from '@spillway/events';
+
+const tokens = Array.from({ length: 64 }, (_, i) => 1000 + i);
+const snapshot: KvSnapshotEvent = {
+  v: 1,
+  kind: 'kv',
+  pool: 'llama',
+  zone: 'zone-a',
+  pod: 'vllm-a-0',
+  observedAt: 1764420000000,
+  blockSize: 16,
+  seq: 41,
+  keys: kvBlockKeys(tokens, 16),
+};
+const SUBJECT = 'spillway.v1.llama.zone-a.vllm-a-0.kv';
+
+function reason(payload: string | Uint8Array, subject?: string): string {
+  const result = decodeEvent(payload, subject);
+  return result.ok ? 'ok' : result.error.reason;
+}
+
+describe('the kv snapshot kind', () => {
+  it('has its own subject under spillway.v1, and round-trips through encode and decode', () => {
+    expect(subjectOf(snapshot)).toBe(SUBJECT);
+    expect(parseSubject(SUBJECT)).toEqual({ pool: 'llama', zone: 'zone-a', pod: 'vllm-a-0', kind: 'kv' });
+    expect(subjectFor({ pool: 'l.x', zone: 'z', pod: 'p', kind: 'kv' })).toBe('spillway.v1.l%2Ex.z.p.kv');
+    expect(decodeEvent(encodeEvent(snapshot), SUBJECT)).toEqual({ ok: true, event: snapshot });
+    expect(decodeEvent(JSON.stringify({ ...snapshot, keys: [] }), SUBJECT).ok).toBe(true);
+  });
+
+  it('requires the subject to name the same pool, zone, pod and kind', () => {
+    for (const subject of [
+      'spillway.v1.llama.zone-b.vllm-a-0.kv',
+      'spillway.v1.llama.zone-a.vllm-a-1.kv',
+      'spillway.v1.llama.zone-a.vllm-a-0.metrics',
+      'spillway.kv.llama.zone-a.vllm-a-0',
+      'spillway.v1.llama.zone-a.vllm-a-0.kvx',
+    ]) {
+      expect(reason(encodeEvent(snapshot), subject)).toBe('subject-mismatch');
+    }
+  });
+
+  const invalid: [string, object, string][] = [
+    ['too many keys', { ...snapshot, keys: Array.from({ length: MAX_KV_SNAPSHOT_KEYS + 1 }, (_, i) => i) }, 'keys'],
+    ['a negative key', { ...snapshot, keys: [1, -2] }, 'keys.1'],
+    ['a fractional key', { ...snapshot, keys: [1.5] }, 'keys.0'],
+    ['a key past 2^53', { ...snapshot, keys: [2 ** 54] }, 'keys.0'],
+    ['a string key', { ...snapshot, keys: ['12'] }, 'keys.0'],
+    ['keys not a list', { ...snapshot, keys: 7 }, 'keys'],
+    ['missing keys', { ...snapshot, keys: undefined }, 'keys'],
+    ['blockSize zero', { ...snapshot, blockSize: 0 }, 'blockSize'],
+    ['blockSize huge', { ...snapshot, blockSize: 5000 }, 'blockSize'],
+    ['negative seq', { ...snapshot, seq: -1 }, 'seq'],
+    ['fractional seq', { ...snapshot, seq: 1.5 }, 'seq'],
+    ['missing pod', { ...snapshot, pod: undefined }, 'pod'],
+    ['observedAt past the schema maximum', { ...snapshot, observedAt: 9e15 }, 'observedAt'],
+  ];
+  it.each(invalid)('rejects %s with a message naming the field', (_name, value, field) => {
+    const result = decodeEvent(JSON.stringify(value), SUBJECT);
+    expect(result.ok).toBe(false);
+    if (!result.ok) {
+      expect(result.error.reason).toBe('invalid');
+      expect(result.error.message).toContain(field);
+    }
+  });
+
+  it('a full snapshot of 53-bit keys fits its byte limit; other kinds keep theirs', () => {
+    const full = { ...snapshot, keys: Array.from({ length: MAX_KV_SNAPSHOT_KEYS }, () => Number.MAX_SAFE_INTEGER) };
+    const bytes = encodeEvent(full);
+    expect(bytes.byteLength).toBeGreaterThan(MAX_EVENT_BYTES);
+    expect(bytes.byteLength).toBeLessThanOrEqual(MAX_KV_SNAPSHOT_BYTES);
+    expect(reason(bytes, SUBJECT)).toBe('ok');
+    expect(reason(bytes)).toBe('ok');
+    // Padding past the kv limit is refused unparsed; a metrics subject keeps the small limit.
+    expect(reason(' '.repeat(MAX_KV_SNAPSHOT_BYTES + 1), SUBJECT)).toBe('oversized');
+    expect(reason(' '.repeat(MAX_EVENT_BYTES + 1), 'spillway.v1.llama.zone-a.vllm-a-0.metrics')).toBe('oversized');
+    // A metrics event padded past 64 KB with whitespace is refused even without a subject.
+    const metrics = { v: 1, kind: 'metrics', pool: 'llama', zone: 'zone-a', pod: 'p', observedAt: 1, waitingRequests: 0, runningRequests: 0, kvCacheUsage: 0 };
+    expect(reason(JSON.stringify(metrics) + ' '.repeat(MAX_EVENT_BYTES))).toBe('oversized');
+  });
+
+  it('fitKvSnapshot keeps the newest keys within a byte budget and the key cap', () => {
+    expect(fitKvSnapshot(snapshot)).toBe(snapshot);
+    const many = { ...snapshot, keys: Array.from({ length: MAX_KV_SNAPSHOT_KEYS + 100 }, (_, i) => 1e15 + i) };
+    const capped = fitKvSnapshot(many);
+    expect(capped.keys).toHaveLength(MAX_KV_SNAPSHOT_KEYS);
+    expect(capped.keys.at(-1)).toBe(many.keys.at(-1));
+    expect(capped.keys[0]).toBe(many.keys[100]);
+    const small = fitKvSnapshot(many, 4096);
+    const size = encodeEvent(small).byteLength;
+    expect(size).toBeLessThanOrEqual(4096);
+    expect(size).toBeGreaterThan(4096 - 40);
+    expect(small.keys.at(-1)).toBe(many.keys.at(-1));
+    expect(kvSnapshotEventSchema.safeParse(small).success).toBe(true);
+  });
+});
