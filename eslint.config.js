@@ -24,6 +24,8 @@ const PURE = {
   scheduler: { packages: ['events', 'fleet'], modules: ['zod'] },
   protocol: { packages: ['events'], modules: ['@bufbuild/protobuf', 'zod'] },
   engine: { packages: [], modules: [] },
+  // Reads its vocabulary and template files once at load (below); no sockets, no clock.
+  tokenizer: { packages: [], modules: ['zod', '@huggingface/tokenizers', '@huggingface/jinja'] },
 };
 
 const pkg = (name) => ({ element: { type: 'package', captured: { name } } });
@@ -54,6 +56,8 @@ const policies = [
     disallow: { to: { module: { origin: 'core', source: 'node:net' } }, dependency: { specifiers: '!(isIP|isIPv4|isIPv6)' } },
     message: 'events is pure: of node:net only the address validators isIP, isIPv4 and isIPv6',
   },
+  // tokenizer reads its files at load (and resolves a preset's files through node's module resolution).
+  { from: pkg('tokenizer'), allow: { to: { module: { origin: 'core', source: ['node:fs', 'node:path', 'node:module'] } } } },
   // protocol's hand-written code names grpc-js types only (its generated stubs build the service definitions).
   { from: pkg('protocol'), allow: { to: { module: { origin: 'external', source: '@grpc/grpc-js' } }, dependency: { kind: 'type' } } },
   // Packages never import services.
