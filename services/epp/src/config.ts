@@ -8,7 +8,8 @@ import { DEFAULT_MAX_CLOCK_SKEW_MS, DEFAULT_MAX_PODS_PER_ZONE } from '@spillway/
 import { schedulerConfigSchema, type SchedulerConfig } from '@spillway/scheduler';
 import type { ModelRewriteRule } from '@spillway/protocol';
 import { sharedStateConfigSchema, type SharedStateConfig } from './shared-state/config.js';
-import { kvFlags, tokenizerSpecs, tokenizersFileSchema, type TokenizerSpecValue } from './kv/config.js';
+import type { PromptTokenizer } from '@spillway/tokenizer';
+import { kvFlags, loadTokenizers, tokenizersFileSchema } from './kv/config.js';
 
 /**
  * spillway-epp's configuration: flags over `SPILLWAY_<FLAG>` environment variables over the config
@@ -98,8 +99,8 @@ export interface EppConfig {
   modelRewrites: ModelRewriteRule[];
   /** The channel to the pool's other EPPs; `enabled` is `--share-state` when given. */
   sharedState: SharedStateConfig;
-  /** The tokenizer of each model (after rewrites; `*` for any other), from the file's `tokenizers` and `--tokenizer`. */
-  tokenizers: Map<string, TokenizerSpecValue>;
+  /** The tokenizer of each model (after rewrites; `*` for any other), loaded from the file's `tokenizers` and `--tokenizer`. */
+  tokenizers: Map<string, PromptTokenizer>;
   /** Server TLS material, read and checked while parsing (a missing file is a usage error). */
   tls: ServerTls | undefined;
   /** Settings that were accepted but deserve a line in the log at start (deprecated flags). */
@@ -165,7 +166,7 @@ export function loadEppConfig(argv: readonly string[], env: NodeJS.ProcessEnv): 
   const scheduler = schedulerConfigOf(file, flags, path);
   const source = path === undefined || read === undefined ? undefined : { path, hash: read.hash, argv: [...argv], env };
   const sharedState = { ...file.sharedState, enabled: flags.shareState ?? file.sharedState.enabled };
-  const tokenizers = tokenizerSpecs(file.tokenizers, flags.tokenizer);
+  const tokenizers = loadTokenizers(file.tokenizers, flags.tokenizer);
   return { flags, nats, scheduler, modelRewrites: file.modelRewrites, sharedState, tokenizers, tls, warnings, source };
 }
 

@@ -17,12 +17,13 @@ export class KvCounters {
   /** Snapshots (stream kind `kv`) handed to the block index, replayed or live. */
   snapshotsApplied = 0;
   readonly rejected: Record<KvRejectReason, number> = { oversized: 0, 'not-msgpack': 0, invalid: 0, 'too-many-keys': 0, 'subject-mismatch': 0 };
-  /** Requests tokenized, by where their token ids came from. */
-  tokenizedCached = 0;
+  /** Requests tokenized, by where their token ids came from: a cached prefix and the tail, or the whole prompt. */
   tokenizedPartly = 0;
   tokenizedFresh = 0;
-  /** Requests not tokenized though a tokenizer is configured: the prompt failed to encode. */
-  tokenizeFailed = 0;
+  /** Requests of a model with a tokenizer not tokenized: the tokenizer failed, or the prompt is too long. */
+  tokenizeSkipped = 0;
+  /** Requests of a model with a tokenizer not tokenized because no pod has reported KV blocks (nothing to match). */
+  tokenizeNoData = 0;
 
   reject(reason: KvRejectReason): void {
     this.rejected[reason]++;

@@ -38,7 +38,8 @@ export interface PromptTokensOptions {
   maxChars: number;
 }
 
-export type TokenizeOutcome = 'cached' | 'partly' | 'fresh';
+/** Where a request's token ids came from: a cached prefix and the tail tokenized, or the whole prompt. */
+export type TokenizeOutcome = 'prefix-cached' | 'full';
 
 /**
  * The request path's tokenization (docs/kv-events.md, "In the EPP"): a request's prompt, through its
@@ -47,8 +48,9 @@ export type TokenizeOutcome = 'cached' | 'partly' | 'fresh';
  *
  * Tokenizing costs CPU on the request path, and most of a long prompt is usually a context shared by
  * many requests (a system prompt, a document, the earlier turns). So the ids of a prompt's prefix are
- * cached, bounded in bytes: for chat, the messages but the last; for completions, the text up to the
- * first newline after the last multiple of TEXT_CHUNK_CHARS characters. A request whose prefix is
+ * cached, bounded in bytes: for chat, the conversation before its last message (up to a message that
+ * is not the assistant's); for completions, the text up to the first newline after the last multiple
+ * of TEXT_CHUNK_CHARS characters. A request whose prefix is
  * cached tokenizes only its own tail. Exact by construction: the split falls where the tokenizer
  * starts afresh (a message boundary is a special token; a piece after a newline starts a new
  * pre-token), each tokenizer's composition rule is probed when it is loaded, and a prefix enters the
@@ -92,53 +94,61 @@ export class PromptTokens {
       return undefined;
     } catch {
       // A prompt the tokenizer or template cannot take (odd content parts): priced approximately.
-      this.counters.tokenizeFailed++;
+      this.counters.tokenizeSkipped++;
       return undefined;
     }
   }
 
   private chat(tokenizer: PromptTokenizer, composition: Composition, raw: readonly unknown[]): { ids: Uint32Array; outcome: TokenizeOutcome } | undefined {
     const messages = chatMessages(raw, this.options.maxChars);
-    if (messages === undefined) return undefined;
+    if (messages === undefined) {
+      this.counters.tokenizeSkipped++;
+      return undefined;
+    }
     const rule = composition.chat;
-    if (rule === undefined || messages.length < 2) {
+    const splits = rule === undefined ? [] : chatSplits(messages);
+    if (rule === undefined || splits.length === 0) {
       this.counters.tokenizedFresh++;
-      return { ids: toIds(tokenizer.encodeChat(messages)), outcome: 'fresh' };
+      return { ids: toIds(tokenizer.encodeChat(messages)), outcome: 'full' };
     }
-    const prefix = messages.slice(0, -1);
-    const last = messages[messages.length - 1] as ChatMessage;
-    const key = chatKey(tokenizer.name, prefix);
-    const cached = this.cache.get(key);
-    if (cached !== undefined) {
+    const keys = chatKeys(tokenizer.name, messages, splits[0] as number);
+    for (const split of splits) {
+      const cached = this.cache.get(keys[split] as string);
+      if (cached === undefined) continue;
       this.counters.tokenizedPartly++;
-      return { ids: concat(cached, cached.length - rule.gen, tokenizer.encodeChat([last]), rule.lead), outcome: 'partly' };
+      return { ids: concat(cached, cached.length - rule.gen, tokenizer.encodeChat(messages.slice(split)), rule.lead), outcome: 'prefix-cached' };
     }
+    // A miss: the whole prompt, and its longest cacheable prefix for the next request with it.
+    const split = splits[0] as number;
     const full = toIds(tokenizer.encodeChat(messages));
-    const head = toIds(tokenizer.encodeChat(prefix));
-    if (head.length >= rule.gen && startsWith(full, head, head.length - rule.gen)) this.cache.set(key, head);
+    const head = toIds(tokenizer.encodeChat(messages.slice(0, split)));
+    if (head.length >= rule.gen && startsWith(full, head, head.length - rule.gen)) this.cache.set(keys[split] as string, head);
     this.counters.tokenizedFresh++;
-    return { ids: full, outcome: 'fresh' };
+    return { ids: full, outcome: 'full' };
   }
 
   private text(tokenizer: PromptTokenizer, composition: Composition, prompt: string): { ids: Uint32Array; outcome: TokenizeOutcome } | undefined {
-    if (prompt.length > this.options.maxChars) return undefined;
+    if (prompt.length > this.options.maxChars) {
+      this.counters.tokenizeSkipped++;
+      return undefined;
+    }
     const lead = composition.textLead;
     const split = lead === undefined ? -1 : textSplit(prompt);
     if (split <= 0 || lead === undefined) {
       this.counters.tokenizedFresh++;
-      return { ids: toIds(tokenizer.encodeText(prompt)), outcome: 'fresh' };
+      return { ids: toIds(tokenizer.encodeText(prompt)), outcome: 'full' };
     }
     const key = `${tokenizer.name}\u0002t\u0002${prompt.slice(0, split)}`;
     const cached = this.cache.get(key);
     if (cached !== undefined) {
       this.counters.tokenizedPartly++;
-      return { ids: concat(cached, cached.length, tokenizer.encodeText(prompt.slice(split)), lead), outcome: 'partly' };
+      return { ids: concat(cached, cached.length, tokenizer.encodeText(prompt.slice(split)), lead), outcome: 'prefix-cached' };
     }
     const full = toIds(tokenizer.encodeText(prompt));
     const head = toIds(tokenizer.encodeText(prompt.slice(0, split)));
     if (startsWith(full, head, head.length)) this.cache.set(key, head);
     this.counters.tokenizedFresh++;
-    return { ids: full, outcome: 'fresh' };
+    return { ids: full, outcome: 'full' };
   }
 }
 
@@ -164,11 +174,31 @@ function chatMessages(raw: readonly unknown[], maxChars: number): ChatMessage[] 
   return messages;
 }
 
-/** The cache key of a chat prefix: tokenizer, then each message's role and content, separated by characters JSON text never holds raw. */
-function chatKey(tokenizer: string, messages: readonly ChatMessage[]): string {
-  let key = `${tokenizer}\u0002c`;
-  for (const m of messages) key += `\u0002${m.role}\u0001${typeof m.content === 'string' ? m.content : JSON.stringify(m.content ?? null)}`;
-  return key;
+/** At most this many prefixes of a conversation are looked up (each lookup hashes its key). */
+const MAX_CHAT_SPLITS = 4;
+
+/**
+ * Where a conversation may be split for the cache, longest prefix first: after a message that is not
+ * the assistant's (templates render an assistant turn differently when it is the last one, e.g.
+ * Qwen3's empty thinking block), before the last message.
+ */
+function chatSplits(messages: readonly ChatMessage[]): number[] {
+  const splits: number[] = [];
+  for (let k = messages.length - 1; k >= 1 && splits.length < MAX_CHAT_SPLITS; k--) if ((messages[k - 1] as ChatMessage).role !== 'assistant') splits.push(k);
+  return splits;
+}
+
+/**
+ * The cache keys of a conversation's prefixes, `keys[k]` for the first k messages (k <= upTo):
+ * tokenizer, then each message's role and content, separated by characters JSON text never holds raw.
+ */
+function chatKeys(tokenizer: string, messages: readonly ChatMessage[], upTo: number): string[] {
+  const keys: string[] = [`${tokenizer}\u0002c`];
+  for (let k = 0; k < upTo; k++) {
+    const m = messages[k] as ChatMessage;
+    keys.push(`${keys[k] as string}\u0002${m.role}\u0001${typeof m.content === 'string' ? m.content : JSON.stringify(m.content ?? null)}`);
+  }
+  return keys;
 }
 
 /** Where a completions prompt is split for caching: after the first newline past the last whole chunk; -1 for none. */
@@ -227,13 +257,12 @@ function probe(tokenizer: PromptTokenizer): Composition {
 
 function probeChat(tokenizer: PromptTokenizer): Composition['chat'] {
   try {
-    const cases = PROBE_CHATS.map((chat) => ({
-      full: toIds(tokenizer.encodeChat(chat)),
-      head: toIds(tokenizer.encodeChat(chat.slice(0, -1))),
-      tail: toIds(tokenizer.encodeChat(chat.slice(-1))),
-    }));
+    const cases = PROBE_CHATS.map((chat) => {
+      const split = chatSplits(chat)[0] as number;
+      return { full: toIds(tokenizer.encodeChat(chat)), head: toIds(tokenizer.encodeChat(chat.slice(0, split))), tail: toIds(tokenizer.encodeChat(chat.slice(split))) };
+    });
+    const first = cases[0] as (typeof cases)[number];
     for (let lead = 0; lead <= 64; lead++) {
-      const first = cases[0] as (typeof cases)[number];
       const gen = first.head.length + first.tail.length - lead - first.full.length;
       if (gen < 0) continue;
       if (cases.every((c) => c.head.length >= gen && equal(c.full, concat(c.head, c.head.length - gen, c.tail, lead)))) return { lead, gen };
