@@ -18,8 +18,10 @@ export interface CollectOptions {
   readonly shortlist: RemoteShortlist | undefined;
   /** Endpoints holding the prompt's deepest cached block: they compete even when not shortlisted. */
   readonly prefixHolders: ReadonlySet<Endpoint> | undefined;
-  /** At most this many prefix holders join. */
+  /** At most this many prefix holders join (of each index). */
   readonly prefixHolderBudget: number;
+  /** Endpoints the precise block index says hold the prompt's prefix, deepest first: they compete too. */
+  readonly kvHolders?: readonly Endpoint[] | undefined;
 }
 
 /**
@@ -139,6 +141,7 @@ export class CandidateSet {
         this.addShortlisted(pool, endpoint, o);
       }
     }
+    if (o.kvHolders) for (let i = 0; i < o.kvHolders.length && i < o.prefixHolderBudget; i++) this.addShortlisted(pool, o.kvHolders[i] as Endpoint, o);
     // The count stays exact without a scan: excluded remote endpoints are the penalised ones
     // (few, from the penalty box) and the silent ones the last scan found.
     const excluded = shortlist.silentCount + this.penalisedRemote(pool, o);

@@ -2,6 +2,7 @@ import type { Endpoint } from '@spillway/fleet';
 import type { CandidateSet } from './candidates.js';
 import type { SchedulerConfig, ServiceRates } from './config.js';
 import { estimateLoad, isSuspect, type LoadEstimate } from './load.js';
+import type { CacheIndexSource } from './kv-lookup.js';
 import { TIER_LOCAL, type Tier, type ZoneNetwork } from './network.js';
 import { BAND, type EntryCost, type PricingContext, type PricingPolicy } from './pricing.js';
 
@@ -14,7 +15,8 @@ const EXCLUDED = 4 * BAND;
  * time to first token there —
  *
  *   wait (queue ahead ÷ service rate, plus the prefills of requests picked just before)
- *   + prefill (uncached prompt tokens ÷ prefill rate; the prefix index says what is cached)
+ *   + prefill (uncached prompt tokens ÷ prefill rate; the precise block index says what is cached
+ *     when the request has token ids and the pod KV data, else the approximate prefix index)
  *   + LoRA adapter load when the endpoint lacks the adapter
  *   + round trip from the EPP's zone + zoneBiasMs outside it
  *   + uncertainty when the sample is stale.
@@ -36,6 +38,7 @@ export class CostPolicy implements PricingPolicy {
   private biasMs = 0;
   private uncertaintyMs = 0;
   private cachedTokens = 0;
+  private cacheIndex: CacheIndexSource = 'approximate';
   private stale = false;
   private suspect = false;
   private full = false;
@@ -89,6 +92,7 @@ export class CostPolicy implements PricingPolicy {
       biasMs: round(this.biasMs),
       uncertaintyMs: round(this.uncertaintyMs),
       cachedTokens: this.cachedTokens,
+      cacheIndex: this.cacheIndex,
       stale: this.stale,
       suspect: this.suspect,
       full: this.full,
@@ -128,8 +132,9 @@ export class CostPolicy implements PricingPolicy {
     this.biasMs = tier === TIER_LOCAL ? 0 : this.config.zoneBiasMs;
 
     if (forRequest) {
-      const cached = Math.min(ctx.promptTokens, ctx.prefixMatch(endpoint) * ctx.blockTokens);
+      const cached = ctx.cachedTokens(endpoint);
       this.cachedTokens = cached;
+      this.cacheIndex = ctx.cacheSource();
       // Prompt tokens that another candidate has cached are avoidable work here: computing them
       // again also stalls the endpoint's running requests and delays every request queued behind
       // it, so under load they cost more than this request's own wait (and a miss also evicts
@@ -143,6 +148,7 @@ export class CostPolicy implements PricingPolicy {
       this.loraMs = ctx.modelIsAdapter ? this.loraCost(endpoint, ctx.model, rates, requestsPerS) : 0;
     } else {
       this.cachedTokens = 0;
+      this.cacheIndex = 'approximate';
       this.prefillMs = 0;
       this.loraMs = 0;
     }

@@ -1,4 +1,5 @@
 import type { Endpoint } from '@spillway/fleet';
+import type { CacheIndexSource } from './kv-lookup.js';
 import type { EntryCost, EntryScore } from './pricing.js';
 
 /**
@@ -84,6 +85,9 @@ export interface Decision {
   /** Prompt blocks hashed, and how many of them the primary was believed to cache. */
   readonly prefixBlocks: number;
   readonly prefixMatched: number;
+  /** Which index priced the primary's cached prefix, and the tokens the precise index says it caches (0 unless precise). */
+  readonly prefixSource: CacheIndexSource;
+  readonly kvMatchedTokens: number;
   readonly policy: 'cost' | 'weighted';
   readonly at: number;
 }
@@ -98,6 +102,8 @@ export class DecisionRecord implements Decision {
   served: string | undefined = undefined;
   /** The request's id on the shared-state channel; 0 when it is not shared. */
   shareId = 0;
+  prefixSource: CacheIndexSource = 'approximate';
+  kvMatchedTokens = 0;
 
   constructor(
     readonly status: DecisionStatus,

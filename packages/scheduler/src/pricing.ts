@@ -1,5 +1,6 @@
 import type { Endpoint, PoolView } from '@spillway/fleet';
 import type { CandidateSet } from './candidates.js';
+import type { CacheIndexSource } from './kv-lookup.js';
 import type { Tier } from './network.js';
 
 /** What pricing one request needs to know, set once per pick and reused. */
@@ -22,8 +23,12 @@ export interface PricingContext {
   /** Hashed prompt blocks, and tokens per block. */
   prefixBlocks: number;
   blockTokens: number;
-  /** Leading prompt blocks this endpoint is believed to cache. */
+  /** Leading prompt blocks this endpoint is believed to cache (approximate index). */
   prefixMatch(endpoint: Endpoint): number;
+  /** Prompt tokens this endpoint caches: the precise block index when it has the pod's KV data and the request its token ids, else the approximate index. */
+  cachedTokens(endpoint: Endpoint): number;
+  /** Which index answered the last cachedTokens() call. */
+  cacheSource(): CacheIndexSource;
   /** This EPP's unsampled picks of `endpoint` in the last `windowMs`, weighted by the share of the window still ahead of each. */
   recentPicks(endpoint: Endpoint, windowMs: number): number;
   /** The fail-open pass: penalised or silent endpoints are candidates and must rank last. */
@@ -45,6 +50,8 @@ export interface EntryCost {
   readonly uncertaintyMs: number;
   /** Prompt tokens the prefix index believes the endpoint caches. */
   readonly cachedTokens: number;
+  /** The index that said so: `precise` (the servers' KV events) or `approximate` (this EPP's picks). */
+  readonly cacheIndex: CacheIndexSource;
   /** No sample within the staleness limit; suspect: stale while its zone-mates' samples arrive. */
   readonly stale: boolean;
   readonly suspect: boolean;

@@ -1,4 +1,4 @@
-import { parseEndpointAddress } from '@spillway/events';
+import { parseEndpointAddress, type KvBatch, type KvSnapshotEvent } from '@spillway/events';
 import type { Endpoint, Fleet, PoolView } from '@spillway/fleet';
 import { CandidateSet, type CollectOptions } from './candidates.js';
 import { schedulerConfigSchema, type SchedulerConfig, type SchedulerConfigInput } from './config.js';
@@ -6,6 +6,8 @@ import { CostPolicy } from './cost.js';
 import { DecisionRecord, type Decision, type DecisionCounts, type DecisionEntry, type DecisionRule, type EntryReason } from './decision.js';
 import { hashPromptBlocks, prefixSeed } from './hash.js';
 import { chooseList } from './list.js';
+import { KvBlockIndex, type KvIndexOptions, type KvIndexStats } from './kv-index.js';
+import { PrefixLookup } from './kv-lookup.js';
 import { isSilent } from './load.js';
 import { TIER_LOCAL, ZoneNetwork, type Tier } from './network.js';
 import { PenaltyBox } from './penalties.js';
@@ -35,6 +37,8 @@ export interface SchedulerOptions {
   readonly scorers?: readonly WeightedScorer[];
   /** State shared with the pool's other EPPs (shared-state.ts): where this EPP's entries go, and how long others' live. */
   readonly shared?: SharedStateOptions;
+  /** Bounds of the precise block index (kv-index.ts); its clock-skew limit defaults to the fleet's. */
+  readonly kvIndex?: KvIndexOptions;
 }
 
 export interface PickRequest {
@@ -52,6 +56,12 @@ export interface PickRequest {
   readonly subset?: SubsetHint | undefined;
   /** Optional cache salt (separates tenants' prefix entries as the model servers do). */
   readonly cacheSalt?: string | undefined;
+  /**
+   * The prompt's token ids after the chat template, when the EPP tokenized it: the precise block
+   * index is looked up with their content keys (`kvBlockKeys`, seeded by `kvKeySeed(model)` when the
+   * model is held as an adapter). Also the prompt's length when `promptTokens` is absent.
+   */
+  readonly promptTokenIds?: ArrayLike<number> | undefined;
 }
 
 /** How the scheduler sees one endpoint now, independent of any request (Scheduler.explain). */
@@ -100,6 +110,8 @@ export class Scheduler {
 
   private readonly penalties = new PenaltyBox();
   private readonly index = new PrefixIndex();
+  private readonly kv: KvBlockIndex;
+  private readonly lookup: PrefixLookup;
   private readonly shortlist = new RemoteShortlist();
   private readonly ranking = new Ranking();
   /** Picks, releases, placements and penalties shared with the pool's other EPPs: `shared.apply(batch, now)` folds theirs in. */
@@ -126,6 +138,8 @@ export class Scheduler {
     this.rng = options.rng ?? seededRng(options.seed ?? 1);
     this.scorers = options.scorers;
     const index = this.index;
+    this.kv = new KvBlockIndex(this.pool, { maxClockSkewMs: this.fleet.maxClockSkewMs, ...options.kvIndex });
+    const lookup = (this.lookup = new PrefixLookup(this.kv, this.index, this.fleet));
     this.ctx = {
       now: 0,
       pool: undefined as unknown as PoolView,
@@ -137,6 +151,8 @@ export class Scheduler {
       prefixBlocks: 0,
       blockTokens: 0,
       prefixMatch: (endpoint: Endpoint) => index.matchOf(endpoint),
+      cachedTokens: (endpoint: Endpoint) => lookup.cachedTokens(endpoint),
+      cacheSource: () => lookup.source,
       recentPicks: (endpoint: Endpoint, windowMs: number) => this.fleet.recentPicks(endpoint, this.ctx.now, windowMs),
       includeExcluded: false,
       isExcluded: this.excludedNow,
@@ -226,6 +242,21 @@ export class Scheduler {
     };
   }
 
+  /** A relayed KV batch (`decodeKvBatch`) for the precise block index; batches of other pools are dropped and counted. */
+  applyKvBatch(batch: KvBatch, receivedAtMs: number): void {
+    this.kv.applyBatch(batch, receivedAtMs);
+  }
+
+  /** A pod's `kv` snapshot (replayed or live): replaces what the block index knows of the pod unless it knows newer. */
+  applyKvSnapshot(event: KvSnapshotEvent, receivedAtMs: number): void {
+    this.kv.applySnapshot(event, receivedAtMs);
+  }
+
+  /** The precise block index's size and counters (the EPP exports them as metrics). */
+  get kvIndexStats(): KvIndexStats {
+    return this.kv.stats;
+  }
+
   /** Blocks held by the prefix index over all endpoints (a gauge for the EPP). */
   get prefixIndexBlocks(): number {
     return this.index.size;
@@ -240,12 +271,14 @@ export class Scheduler {
 
     const blocks = this.hashPrompt(request);
     const depth = blocks > 0 ? this.index.prepare(this.hashes, blocks) : 0;
-    const promptTokens = request.promptTokens ?? (typeof request.prompt === 'string' ? request.prompt.length / this.config.prefix.charsPerToken : 0);
+    const tokenIds = request.promptTokenIds;
+    const promptTokens =
+      request.promptTokens ?? tokenIds?.length ?? (typeof request.prompt === 'string' ? request.prompt.length / this.config.prefix.charsPerToken : 0);
 
     let failOpen = false;
     if (pool) {
       this.setContext(pool, now, request.model, promptTokens, blocks, false);
-      this.ctx.bestCachedTokens = Math.min(promptTokens, depth * this.config.prefix.blockTokens);
+      this.ctx.bestCachedTokens = this.lookup.begin(this.usesPrefix ? tokenIds : undefined, request.model, promptTokens, depth, this.config.prefix.blockTokens);
       this.collect(pool, request.subset, depth);
       if (candidates.eligible === 0 && candidates.excluded > 0 && this.config.penaltyFailOpen) {
         failOpen = true;
@@ -281,6 +314,7 @@ export class Scheduler {
     const n = candidates.count;
     this.ensureScratch(n);
     this.ctx.modelIsAdapter = heldAsAdapter(request.model, candidates.endpoints, n);
+    this.ctx.bestCachedTokens = this.lookup.rekey(request.model, this.ctx.modelIsAdapter, this.ctx.bestCachedTokens);
     this.policy.price(this.ctx, candidates, this.keys, this.waits);
     for (let i = 0; i < n; i++) if ((this.keys[i] as number) >= this.policy.limitBand) counts.full++;
     this.ranking.rank(this.keys, candidates.tiers, n, this.listSizes, this.rng);
@@ -395,6 +429,13 @@ export class Scheduler {
       this.index.drop(endpoint);
       this.penalties.forget(endpoint);
     }
+    // KV data of pods deleted from the fleet, or never known to it and silent for a minute.
+    const forget: [string, string][] = [];
+    for (const kvPod of this.kv.pods()) {
+      const endpoint = this.fleet.get(this.pool, kvPod.zone, kvPod.pod);
+      if (endpoint?.deleted === true || (endpoint === undefined && now - kvPod.lastSeenAt > KV_UNKNOWN_POD_TTL_MS)) forget.push([kvPod.zone, kvPod.pod]);
+    }
+    for (const [zone, pod] of forget) this.kv.forget(zone, pod);
   }
 
   private penalise(endpoints: readonly Endpoint[], now: number): void {
@@ -434,6 +475,7 @@ export class Scheduler {
       shortlist: useShortlist ? this.shortlist : undefined,
       prefixHolders: prefixDepth > 0 ? this.index.bestHolders() : undefined,
       prefixHolderBudget: this.config.remote.shortlist,
+      kvHolders: this.lookup.precise ? this.lookup.holders(this.pool, this.config.remote.shortlist) : undefined,
     };
     this.candidates.collect(pool, subset, options);
     if (useShortlist && this.candidates.count === 0 && this.candidates.eligible > 0) {
@@ -544,10 +586,18 @@ export class Scheduler {
       now,
       routed && blocks > 0 ? copyHashes(this.hashes, blocks) : undefined,
     );
+    if (primary !== undefined && this.lookup.precise) {
+      record.prefixSource = this.lookup.sourceOf(primary);
+      if (record.prefixSource === 'precise') record.kvMatchedTokens = this.lookup.cachedTokens(primary);
+    }
+    this.lookup.end();
     this.candidates.clear();
     return record;
   }
 }
+
+/** KV data of a pod the fleet has never known is kept this long after its last batch or snapshot. */
+const KV_UNKNOWN_POD_TTL_MS = 60_000;
 
 /** Whether any of the first `count` endpoints runs or is loading `model` as a LoRA adapter. */
 function heldAsAdapter(model: string, endpoints: readonly Endpoint[], count: number): boolean {
