@@ -18,6 +18,17 @@ export interface EngineListener<R extends EngineRequest> {
   onFinish?(seq: Sequence<R>, at: number): void;
   /** Put back at the head of the waiting queue because decode ran out of KV blocks. */
   onPreempt?(seq: Sequence<R>, at: number): void;
+  /**
+   * Prompt blocks `[from, to)` of `seq.request.blockHashes` entered the prefix cache (what vLLM
+   * reports as a `BlockStored` KV event). Blocks another request had already cached are not
+   * reported again, so one prefill may report several runs.
+   */
+  onBlocksStored?(seq: Sequence<R>, from: number, to: number, at: number): void;
+  /**
+   * A cached block was evicted to make room (vLLM's `BlockRemoved`). Called in the middle of an
+   * allocation: it must only record the hash, never call back into the engine.
+   */
+  onBlockEvicted?(hash: number): void;
 }
 
 /** The gauges and counters vLLM exports, plus the engine's own bookkeeping. */
@@ -115,7 +126,7 @@ export class Engine<R extends EngineRequest = EngineRequest> {
   ) {
     const { preset, ...overrides } = options as EngineOptions;
     this.config = engineConfig(preset, overrides);
-    this.kv = new KvPool(this.config.numBlocks);
+    this.kv = new KvPool(this.config.numBlocks, listener.onBlockEvicted?.bind(listener));
     this.rng = new Rng(this.config.seed);
     this.stepMode = this.config.mode === 'step';
   }
@@ -339,7 +350,7 @@ export class Engine<R extends EngineRequest = EngineRequest> {
   private emitToken(s: Sequence<R>, at: number): void {
     if (s._prefilling) {
       s._prefilling = false;
-      this.publishPrompt(s);
+      this.publishPrompt(s, at);
     }
     s.generated++;
     this.generationTokens++;
@@ -460,15 +471,23 @@ export class Engine<R extends EngineRequest = EngineRequest> {
   }
 
   /** The prompt's full blocks are computed now, so later requests may hit them. */
-  private publishPrompt(s: Sequence<R>): void {
+  private publishPrompt(s: Sequence<R>, at: number): void {
     const hashes = s.request.blockHashes;
     if (!hashes) return;
+    const stored = this.listener.onBlocksStored;
+    let run = -1;
     for (let i = s._publishFrom; i < s._publishTo; i++) {
       const b = this.kv.publish(hashes[i] as number);
-      if (b === null) continue;
+      if (b === null) {
+        if (run >= 0) stored?.call(this.listener, s, run, i, at);
+        run = -1;
+        continue;
+      }
       s._blocks.push(b);
       s._anonBlocks--;
+      if (run < 0) run = i;
     }
+    if (run >= 0) stored?.call(this.listener, s, run, s._publishTo, at);
   }
 
   private preempt(s: Sequence<R>, at: number): void {

@@ -24,7 +24,11 @@ export class KvPool {
   /** Set by `match`: how many matched blocks were evictable (acquiring them takes them off the free count). */
   lastEvictableHits = 0;
 
-  constructor(readonly numBlocks: number) {
+  constructor(
+    readonly numBlocks: number,
+    /** Told each evicted block's hash (KV events); must not touch the pool. */
+    private readonly onEvict?: (hash: number) => void,
+  ) {
     this.emptyFree = numBlocks;
   }
 
@@ -82,6 +86,7 @@ export class KvPool {
       const victim = this.lruHead as CachedBlock;
       this.lruRemove(victim);
       this.cache.delete(victim.hash);
+      this.onEvict?.(victim.hash);
       this.evictable--;
       this.spare.push(victim);
     }
