@@ -94,7 +94,8 @@ export class EppCore {
 
   pick(request: PickRequest, prepared: PreparedRequest | undefined): Decision {
     // Token ids for the precise block index, when the request's model has a tokenizer and pods report KV blocks.
-    if (prepared !== undefined) request.promptTokenIds = this.kv.promptTokenIds(prepared);
+    const tokenIds = prepared === undefined ? undefined : this.kv.promptTokenIds(prepared);
+    if (tokenIds !== undefined) request = { ...request, promptTokenIds: tokenIds };
     // performance.now() (a double, sub-microsecond) rather than hrtime.bigint(): no BigInt per reading.
     const started = performance.now();
     const decision = this.scheduler.pick(request, this.now());

@@ -12,6 +12,8 @@ import { PromptTokens } from './prompt-tokens.js';
 import { EppReaderSink } from './reader-sink.js';
 import { KvSubscription } from './subscription.js';
 
+const HAS_DATA_MS = 250;
+
 export interface EppKvOptions {
   /** Follow KV batches and snapshots (`--kv-events`). */
   enabled: boolean;
@@ -31,7 +33,15 @@ export class EppKv {
   readonly counters = new KvCounters();
   readonly tokens: PromptTokens | undefined;
   private readonly observe: (outcome: 'prefix-cached' | 'full', seconds: number) => void;
-  private subscription: KvSubscription | undefined;
+  /** The pool's KV batches, once following. */
+  subscription: KvSubscription | undefined;
+  /**
+   * Whether some pod has KV data. The index's stats walk every pod, so they are re-read at most every
+   * HAS_DATA_MS, or at once when something was applied while there was none.
+   */
+  private hasData = false;
+  private hasDataAt = Number.NEGATIVE_INFINITY;
+  private appliedAtCheck = 0;
 
   constructor(
     private readonly options: EppKvOptions,
@@ -62,11 +72,18 @@ export class EppKv {
   promptTokenIds(request: PreparedRequest): Uint32Array | undefined {
     const tokens = this.tokens;
     if (tokens === undefined || tokens.tokenizerFor(request.model) === undefined) return undefined;
-    if (this.index.kvIndexStats.pods === 0) {
+    const now = performance.now();
+    const applied = this.counters.batchesApplied + this.counters.snapshotsApplied;
+    if (now - this.hasDataAt >= HAS_DATA_MS || (!this.hasData && applied !== this.appliedAtCheck)) {
+      this.hasData = this.index.kvIndexStats.pods > 0;
+      this.hasDataAt = now;
+      this.appliedAtCheck = applied;
+    }
+    if (!this.hasData) {
       this.counters.tokenizeNoData++;
       return undefined;
     }
-    const started = performance.now();
+    const started = now;
     const result = tokens.tokenize(request.model, request);
     if (result === undefined) return undefined;
     this.observe(result.outcome, (performance.now() - started) / 1e3);

@@ -1,7 +1,7 @@
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import { mirrorCounter } from '../counter-mirror.js';
 import { KV_REJECT_REASONS, type KvCounters } from './counters.js';
-import type { KvIndexStats } from './index-api.js';
+import type { KvIndexStats } from '@spillway/scheduler';
 import type { TokenCache } from './token-cache.js';
 
 export interface KvMetricSources {
@@ -48,7 +48,7 @@ export function registerKvMetrics(registry: Registry, sources: KvMetricSources):
   });
   const indexEvents: Counter<'event'> = new Counter({
     name: 'spillway_kv_index_events_total',
-    help: "The block index's bookkeeping: sequence gaps seen in a pod's batches (gap; the pod starts afresh), batches it dropped as old or out of order (dropped), prefix lookups with token ids (lookup) and those that matched at least one block somewhere (hit).",
+    help: "The block index's bookkeeping: sequence gaps seen in a pod's batches (gap; the pod is not believed until its next snapshot or clear), batches and snapshots it did not apply: stale, duplicate, future-dated, past the pod bound (dropped), entries evicted for the byte bound or a flooding pod's cap (evicted), prefix lookups with token ids (lookup) and those where some pod held the first block (hit).",
     labelNames: ['event'] as const,
     registers,
     collect: () => collectIndexEvents(),
@@ -56,6 +56,7 @@ export function registerKvMetrics(registry: Registry, sources: KvMetricSources):
   const collectIndexEvents = mirrorCounter(indexEvents, [
     [{ event: 'gap' }, () => sources.stats().gaps],
     [{ event: 'dropped' }, () => sources.stats().droppedBatches],
+    [{ event: 'evicted' }, () => sources.stats().evicted],
     [{ event: 'lookup' }, () => sources.stats().lookups],
     [{ event: 'hit' }, () => sources.stats().hits],
   ]);
