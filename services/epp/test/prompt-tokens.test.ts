@@ -23,7 +23,7 @@ const ids = (a: ArrayLike<number>) => Array.from(a);
 
 describe('PromptTokens with the Qwen3 tokenizer', () => {
   it('finds that Qwen3 chat and text compose, so both have a prefix cache', () => {
-    expect(tokens().tokens.describe()).toEqual([{ tokenizer: 'qwen3', chatPrefixCache: true, textPrefixCache: true }]);
+    expect(tokens().tokens.describe()).toEqual([{ tokenizer: 'qwen3', chatPrefixCache: true, textPrefixCache: true, userTurnShortcut: true }]);
   });
 
   it('a conversation whose prefix is cached gets exactly the ids of the whole conversation', () => {
@@ -91,7 +91,7 @@ describe('PromptTokens with the Qwen3 tokenizer', () => {
       },
     };
     const b = tokens(1024, 1000, broken);
-    expect(b.tokens.describe()).toEqual([{ tokenizer: 'broken', chatPrefixCache: false, textPrefixCache: false }]);
+    expect(b.tokens.describe()).toEqual([{ tokenizer: 'broken', chatPrefixCache: false, textPrefixCache: false, userTurnShortcut: false }]);
     expect(b.tokens.tokenize('m', { api: 'completions', prompt: 'hi' })).toBeUndefined();
     expect(b.counters.tokenizeSkipped).toBe(1);
   });
@@ -107,11 +107,26 @@ describe('PromptTokens with the Qwen3 tokenizer', () => {
 describe('TokenCache', () => {
   it('never holds more than its bytes, and refuses an entry larger than an eighth of them', () => {
     const cache = new TokenCache(10_000);
-    cache.set('big', new Uint32Array(400));
+    cache.set(['big'], 1, new Uint32Array(400));
     expect(cache.size).toBe(0);
-    for (let i = 0; i < 100; i++) cache.set(`k${i}`, new Uint32Array(100));
+    for (let i = 0; i < 100; i++) cache.set(['c', `k${i}`], 2, new Uint32Array(100));
     expect(cache.bytes).toBeLessThanOrEqual(10_000);
-    expect(cache.get('k99')).toBeDefined();
-    expect(cache.get('k0')).toBeUndefined();
+    expect(cache.get(['c', 'k99'])).toBeDefined();
+    expect(cache.get(['c', 'k0'])).toBeUndefined();
+  });
+
+  it('finds a prefix by its first parts, and never by parts that only hash alike', () => {
+    const cache = new TokenCache(1 << 20);
+    const long = 'x'.repeat(10_000);
+    cache.set(['c', 'system', long, 'user', 'q1'], 3, Uint32Array.of(1, 2, 3));
+    expect(Array.from(cache.get(['c', 'system', long, 'user', 'q2'], 3) ?? [])).toEqual([1, 2, 3]);
+    // Same length, same sampled characters, one unsampled character different: a miss.
+    const other = `${'x'.repeat(5001)}y${'x'.repeat(4998)}`;
+    expect(cache.get(['c', 'system', other], 3)).toBeUndefined();
+    expect(cache.get(['c', 'system', long], 2)).toBeUndefined();
+    // Both kept when they hash alike: they share a bucket.
+    cache.set(['c', 'system', other], 3, Uint32Array.of(4));
+    expect(Array.from(cache.get(['c', 'system', long], 3) ?? [])).toEqual([1, 2, 3]);
+    expect(Array.from(cache.get(['c', 'system', other], 3) ?? [])).toEqual([4]);
   });
 });

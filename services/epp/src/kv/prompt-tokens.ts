@@ -7,6 +7,8 @@ export interface PromptTokenizer {
   readonly name: string;
   encodeText(text: string): ArrayLike<number>;
   encodeChat(messages: ReadonlyArray<{ role: string; content: unknown }>): ArrayLike<number>;
+  /** The text `encodeChat` tokenizes (optional: it lets a user turn skip the template engine). */
+  renderChat?(messages: ReadonlyArray<{ role: string; content: unknown }>): string;
 }
 
 /** The parts of a parsed request a tokenizer reads. */
@@ -26,6 +28,12 @@ export interface PromptInput {
 interface Composition {
   chat: { lead: number; gen: number } | undefined;
   textLead: number | undefined;
+  /**
+   * A lone user turn as the template renders it, `before + content + after`, when that holds and
+   * `encodeText` of it (past `textLead`) is `encodeChat` of it: the tail of a cached conversation is
+   * then tokenized without running the template engine (which costs more than tokenizing a question).
+   */
+  userTurn: { before: string; after: string } | undefined;
 }
 
 /** Completions prompts are split for caching at the first newline after each multiple of this many characters. */
@@ -76,8 +84,8 @@ export class PromptTokens {
   }
 
   /** The rule each tokenizer follows (for the log at start). */
-  describe(): { tokenizer: string; chatPrefixCache: boolean; textPrefixCache: boolean }[] {
-    return [...this.compositions].map(([t, c]) => ({ tokenizer: t.name, chatPrefixCache: c.chat !== undefined, textPrefixCache: c.textLead !== undefined }));
+  describe(): { tokenizer: string; chatPrefixCache: boolean; textPrefixCache: boolean; userTurnShortcut: boolean }[] {
+    return [...this.compositions].map(([t, c]) => ({ tokenizer: t.name, chatPrefixCache: c.chat !== undefined, textPrefixCache: c.textLead !== undefined, userTurnShortcut: c.userTurn !== undefined }));
   }
 
   /**
@@ -111,20 +119,32 @@ export class PromptTokens {
       this.counters.tokenizedFresh++;
       return { ids: toIds(tokenizer.encodeChat(messages)), outcome: 'full' };
     }
-    const keys = chatKeys(tokenizer.name, messages, splits[0] as number);
+    const parts = chatParts(tokenizer.name, messages, splits[0] as number);
     for (const split of splits) {
-      const cached = this.cache.get(keys[split] as string);
+      const cached = this.cache.get(parts, 1 + 2 * split);
       if (cached === undefined) continue;
       this.counters.tokenizedPartly++;
-      return { ids: concat(cached, cached.length - rule.gen, tokenizer.encodeChat(messages.slice(split)), rule.lead), outcome: 'prefix-cached' };
+      return { ids: concat(cached, cached.length - rule.gen, this.encodeTail(tokenizer, composition, messages, split), rule.lead), outcome: 'prefix-cached' };
     }
     // A miss: the whole prompt, and its longest cacheable prefix for the next request with it.
     const split = splits[0] as number;
     const full = toIds(tokenizer.encodeChat(messages));
     const head = toIds(tokenizer.encodeChat(messages.slice(0, split)));
-    if (head.length >= rule.gen && startsWith(full, head, head.length - rule.gen)) this.cache.set(keys[split] as string, head);
+    if (head.length >= rule.gen && startsWith(full, head, head.length - rule.gen)) this.cache.set(parts, 1 + 2 * split, head);
     this.counters.tokenizedFresh++;
     return { ids: full, outcome: 'full' };
+  }
+
+  /** `encodeChat(messages.slice(split))`, by the user-turn shortcut when it applies. */
+  private encodeTail(tokenizer: PromptTokenizer, composition: Composition, messages: readonly ChatMessage[], split: number): ArrayLike<number> {
+    const turn = composition.userTurn;
+    const last = messages[split] as ChatMessage;
+    if (turn !== undefined && split === messages.length - 1 && last.role === 'user' && typeof last.content === 'string') {
+      // The lead of encodeChat (BOS, a default system turn) stays in place: `rule.lead` skips it.
+      const ids = tokenizer.encodeText(turn.before + last.content + turn.after);
+      return composition.textLead === 0 ? ids : Array.from(ids).slice(composition.textLead);
+    }
+    return tokenizer.encodeChat(messages.slice(split));
   }
 
   private text(tokenizer: PromptTokenizer, composition: Composition, prompt: string): { ids: Uint32Array; outcome: TokenizeOutcome } | undefined {
@@ -138,15 +158,15 @@ export class PromptTokens {
       this.counters.tokenizedFresh++;
       return { ids: toIds(tokenizer.encodeText(prompt)), outcome: 'full' };
     }
-    const key = `${tokenizer.name}\u0002t\u0002${prompt.slice(0, split)}`;
-    const cached = this.cache.get(key);
+    const parts = [`${tokenizer.name}\u0002t`, prompt.slice(0, split)];
+    const cached = this.cache.get(parts);
     if (cached !== undefined) {
       this.counters.tokenizedPartly++;
       return { ids: concat(cached, cached.length, tokenizer.encodeText(prompt.slice(split)), lead), outcome: 'prefix-cached' };
     }
     const full = toIds(tokenizer.encodeText(prompt));
     const head = toIds(tokenizer.encodeText(prompt.slice(0, split)));
-    if (startsWith(full, head, head.length)) this.cache.set(key, head);
+    if (startsWith(full, head, head.length)) this.cache.set(parts, 2, head);
     this.counters.tokenizedFresh++;
     return { ids: full, outcome: 'full' };
   }
@@ -189,16 +209,16 @@ function chatSplits(messages: readonly ChatMessage[]): number[] {
 }
 
 /**
- * The cache keys of a conversation's prefixes, `keys[k]` for the first k messages (k <= upTo):
- * tokenizer, then each message's role and content, separated by characters JSON text never holds raw.
+ * The cache key parts of a conversation's prefixes: the tokenizer (with a marker of chat), then each
+ * message's role and content; the first k messages are `parts[0 .. 1 + 2k)`.
  */
-function chatKeys(tokenizer: string, messages: readonly ChatMessage[], upTo: number): string[] {
-  const keys: string[] = [`${tokenizer}\u0002c`];
+function chatParts(tokenizer: string, messages: readonly ChatMessage[], upTo: number): string[] {
+  const parts: string[] = [`${tokenizer}\u0002c`];
   for (let k = 0; k < upTo; k++) {
     const m = messages[k] as ChatMessage;
-    keys.push(`${keys[k] as string}\u0002${m.role}\u0001${typeof m.content === 'string' ? m.content : JSON.stringify(m.content ?? null)}`);
+    parts.push(m.role, typeof m.content === 'string' ? m.content : JSON.stringify(m.content ?? null));
   }
-  return keys;
+  return parts;
 }
 
 /** Where a completions prompt is split for caching: after the first newline past the last whole chunk; -1 for none. */
@@ -252,7 +272,8 @@ const PROBE_TEXTS: [string, string][] = [
 
 /** Finds the composition rule of a tokenizer from a few probe prompts; a rule that does not hold for all of them is not used. */
 function probe(tokenizer: PromptTokenizer): Composition {
-  return { chat: probeChat(tokenizer), textLead: probeText(tokenizer) };
+  const textLead = probeText(tokenizer);
+  return { chat: probeChat(tokenizer), textLead, userTurn: textLead === undefined ? undefined : probeUserTurn(tokenizer, textLead) };
 }
 
 function probeChat(tokenizer: PromptTokenizer): Composition['chat'] {
@@ -271,6 +292,27 @@ function probeChat(tokenizer: PromptTokenizer): Composition['chat'] {
     // A template that fails on the probes: no prefix cache for chat.
   }
   return undefined;
+}
+
+function probeUserTurn(tokenizer: PromptTokenizer, textLead: number): Composition['userTurn'] {
+  if (tokenizer.renderChat === undefined) return undefined;
+  try {
+    const marker = '\u0000SPILLWAY\u0000';
+    const rendered = tokenizer.renderChat([{ role: 'user', content: marker }]);
+    const at = rendered.indexOf(marker);
+    if (at < 0 || rendered.indexOf(marker, at + 1) >= 0) return undefined;
+    const turn = { before: rendered.slice(0, at), after: rendered.slice(at + marker.length) };
+    const contents = [' Padded question?  ', 'Hello, world!\nSecond line.', '42 + 1 = ?', 'é 漢字 \t tab'];
+    for (const content of contents) {
+      const text = turn.before + content + turn.after;
+      if (tokenizer.renderChat([{ role: 'user', content }]) !== text) return undefined;
+      const viaText = Array.from(tokenizer.encodeText(text)).slice(textLead);
+      if (!equal(toIds(viaText), toIds(tokenizer.encodeChat([{ role: 'user', content }])))) return undefined;
+    }
+    return turn;
+  } catch {
+    return undefined;
+  }
 }
 
 function probeText(tokenizer: PromptTokenizer): number | undefined {
