@@ -14,6 +14,7 @@ import {
   type SubsetMode,
 } from '@spillway/scheduler';
 import { markdownTable, percentile, type BenchPart } from './part.js';
+import { preciseCase } from './pick-kv.js';
 
 /**
  * `pick`: the scheduler's cost per request, over pools of 10 to 10,000 endpoints in 3 zones, with
@@ -246,6 +247,8 @@ export const pick: BenchPart = {
       ),
       '',
       hashLine,
+      '',
+      ...preciseCase(context).lines,
     ].join('\n');
   },
 };

@@ -42,6 +42,7 @@ const ORDER = [
   'zone-loss-mixed-region',
   'prefix-heavy-same-region',
   'prefix-heavy-mixed-region',
+  'llm-d-like',
   'collector-outage',
   'nats-outage',
   'epp-restart',
@@ -211,14 +212,16 @@ async function run(ctx: BenchContext): Promise<string> {
   }
   out.push(
     '- **Baselines**: `random`, `round-robin`, `least-queue` (zone-unaware, every ready replica); `reference` = ONE pool-wide picker shared by all gateways ' +
-      '(the reference EPP\'s deployment) with its default scoring and saturation rule; `zone-local` = strict zone-local subsets; `spillway` = Spillway with its default config.',
+      '(the reference EPP\'s deployment) with its default scoring and saturation rule; `zone-local` = strict zone-local subsets; `spillway` = Spillway with its default config ' +
+      '(the approximate prefix index); `spillway-precise` = the same with the precise block index fed by every replica\'s KV events (batched, delayed, snapshots every 10 s); ' +
+      '`oracle` = the same with every KV event applied the instant it happens.',
   );
   out.push(
     '- **Backlog**: `UNBOUNDED +N/s` marks a strategy whose backlog (accepted, unfinished requests) grows by more than 5 % of the arrival rate per second over the ' +
       'second half of the measured window — its TTFT then depends on the run\'s length, so compare it by that growth, not by a ratio.',
   );
   out.push('');
-  out.push(`### Targets (issues 11 and 13): \`spillway\`, default config`, '');
+  out.push(`### Targets (issues 11, 13 and 15): \`spillway\` and \`spillway-precise\`, default config`, '');
   out.push(`${count(true)} MET, ${count(false)} NOT MET, ${count(undefined)} not measured${ctx.quick ? ' (a quick run measures one load per file, so many comparisons are missing)' : ''}.`, '');
   for (const g of groups) out.push(`- ${g.title}:`, ...verdictLines(g.verdicts));
   out.push('');

@@ -72,3 +72,27 @@ export type {
   StateDecodeReason,
   StateDecodeResult,
 } from './state.js';
+export {
+  VLLM_BLOCK_STORED,
+  VLLM_BLOCK_REMOVED,
+  VLLM_ALL_BLOCKS_CLEARED,
+  VLLM_MEDIUM_GPU,
+  VLLM_END_SEQ,
+  DEFAULT_VLLM_KV_LIMITS,
+  encodeVllmKvBatch,
+  encodeVllmSeq,
+  decodeVllmSeq,
+  decodeVllmKvBatch,
+} from './vllm-kv.js';
+export type {
+  VllmBlockHash,
+  VllmBlockStored,
+  VllmBlockRemoved,
+  VllmAllBlocksCleared,
+  VllmKvEvent,
+  VllmKvBatch,
+  VllmKvEventInput,
+  VllmKvLimits,
+  VllmDecodeReason,
+  VllmDecodeResult,
+} from './vllm-kv.js';

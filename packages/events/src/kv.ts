@@ -74,16 +74,29 @@ export function kvBlockKey(parent: number | undefined, tokens: ArrayLike<number>
   const p = parent ?? 0;
   let h1 = 0x9e3779b9 ^ seed;
   let h2 = 0x85ebca6b ^ (parent === undefined ? 0x27d4eb2f : 0);
-  const mix = (word: number): void => {
+  // The mixing step is written out at each use (no closure): this runs per token on the request path.
+  let word = p >>> 0;
+  h1 = Math.imul(h1 ^ word, 2654435761);
+  h1 = (h1 << 15) | (h1 >>> 17);
+  h2 = Math.imul(h2 ^ word, 1597334677);
+  h2 = (h2 << 13) | (h2 >>> 19);
+  word = Math.floor(p / TWO_32) >>> 0;
+  h1 = Math.imul(h1 ^ word, 2654435761);
+  h1 = (h1 << 15) | (h1 >>> 17);
+  h2 = Math.imul(h2 ^ word, 1597334677);
+  h2 = (h2 << 13) | (h2 >>> 19);
+  for (let i = start; i < end; i++) {
+    word = (tokens[i] as number) >>> 0;
     h1 = Math.imul(h1 ^ word, 2654435761);
     h1 = (h1 << 15) | (h1 >>> 17);
     h2 = Math.imul(h2 ^ word, 1597334677);
     h2 = (h2 << 13) | (h2 >>> 19);
-  };
-  mix(p >>> 0);
-  mix(Math.floor(p / TWO_32) >>> 0);
-  for (let i = start; i < end; i++) mix((tokens[i] as number) >>> 0);
-  mix(end - start);
+  }
+  word = end - start;
+  h1 = Math.imul(h1 ^ word, 2654435761);
+  h1 = (h1 << 15) | (h1 >>> 17);
+  h2 = Math.imul(h2 ^ word, 1597334677);
+  h2 = (h2 << 13) | (h2 >>> 19);
   h1 = Math.imul(h1 ^ (h1 >>> 16), 2246822507);
   h1 ^= Math.imul(h2 ^ (h2 >>> 13), 3266489909);
   h2 = Math.imul(h2 ^ (h2 >>> 16), 2246822507);

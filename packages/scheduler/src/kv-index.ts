@@ -121,9 +121,9 @@ export class KvBlockIndex {
     return entry !== undefined && !entry.blind && entry.seq >= 0 ? entry : undefined;
   }
 
-  /** True when some pod has KV data (otherwise lookups are pointless). */
+  /** True when some pod has KV data, even none held (otherwise every pod is priced by the approximate index). */
   get hasData(): boolean {
-    return this.entries > 0;
+    return this.podCount > 0;
   }
 
   /** Applies one relayed batch (decoded and validated by `decodeKvBatch`). */
@@ -217,8 +217,8 @@ export class KvBlockIndex {
     const matched = this.matched;
     matched.length = 0;
     this.bestTokens = 0;
-    if (this.entries === 0) return 0;
     this.counters.lookups++;
+    if (this.entries === 0) return 0;
     let best = 0;
     for (const blockSize of this.sizes.keys()) {
       let keys = this.keyScratch.get(blockSize);

@@ -1,5 +1,6 @@
 import { Rng } from '@spillway/engine';
 import type { Endpoint, Fleet } from '@spillway/fleet';
+import type { KvBatch, KvSnapshotEvent } from '@spillway/events';
 import { Scheduler, type Decision, type SchedulerConfigInput, type SharedState, type SharedStateOptions } from '@spillway/scheduler';
 import type { StrategyKind } from './strategies.js';
 import type { ReplicaInfo } from './topology.js';
@@ -34,6 +35,9 @@ export interface EppRouter {
   release(route: Route, now: number): void;
   /** The state this EPP shares with the pool's other EPPs (Spillway's scheduler only). */
   readonly shared?: SharedState | undefined;
+  /** KV events for the precise block index (the precise kinds only). */
+  applyKvBatch?(batch: KvBatch, now: number): void;
+  applyKvSnapshot?(event: KvSnapshotEvent, now: number): void;
 }
 
 /** What one EPP's router may look at. */
@@ -65,6 +69,9 @@ export function createRouter(kind: StrategyKind, ctx: RouterContext): EppRouter 
       return new LeastQueueRouter(ctx);
     case 'reference':
       return new ReferenceRouter(ctx);
+    case 'spillway-precise':
+    case 'oracle':
+      return new PreciseRouter(ctx);
     default:
       return new SchedulerRouter(ctx, kind === 'zone-local' || kind === 'spillway');
   }
@@ -188,6 +195,8 @@ class SchedulerRouter implements EppRouter {
   constructor(
     protected readonly ctx: RouterContext,
     private readonly sendsSubset: boolean,
+    /** Hand the scheduler the request's token ids (the EPP tokenizes: precise prefix routing). */
+    private readonly tokenized = false,
   ) {
     this.scheduler = new Scheduler({ fleet: ctx.fleet, pool: POOL, zone: ctx.zone, region: ctx.region, config: ctx.config, seed: ctx.seed, shared: ctx.shared });
     for (const r of ctx.replicas) this.byAddress.set(r.address, r.index);
@@ -199,7 +208,8 @@ class SchedulerRouter implements EppRouter {
 
   route(request: SimRequest, gatewayZone: number, now: number, priority = request.priority): Route {
     const subset = this.sendsSubset ? this.ctx.localSubset(gatewayZone) : undefined;
-    const d = this.scheduler.pick({ model: MODEL, prompt: request.prompt, subset, priority }, now);
+    const promptTokenIds = this.tokenized ? request.tokenIds : undefined;
+    const d = this.scheduler.pick({ model: MODEL, prompt: request.prompt, subset, priority, promptTokenIds }, now);
     if (d.status !== 'routed') return { status: d.status, list: [], router: this, token: d };
     this.scheduler.commit(d, now);
     const list = d.entries.map((e) => this.byAddress.get(e.address) as number);
@@ -212,6 +222,21 @@ class SchedulerRouter implements EppRouter {
 
   release(route: Route, now: number): void {
     this.scheduler.release(route.token as Decision, now);
+  }
+}
+
+/** `spillway`, plus the precise block index: token ids per request, KV events from every replica. */
+class PreciseRouter extends SchedulerRouter {
+  constructor(ctx: RouterContext) {
+    super(ctx, true, true);
+  }
+
+  applyKvBatch(batch: KvBatch, now: number): void {
+    this.scheduler.applyKvBatch(batch, now);
+  }
+
+  applyKvSnapshot(event: KvSnapshotEvent, now: number): void {
+    this.scheduler.applyKvSnapshot(event, now);
   }
 }
 

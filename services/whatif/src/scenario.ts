@@ -116,6 +116,19 @@ const signalsSchema = z.strictObject({
     .tuple([z.number().finite().min(0).max(60_000), z.number().finite().min(0).max(60_000)])
     .refine(([lo, hi]) => lo <= hi, 'the first number must not exceed the second')
     .default([1, 3]),
+  /**
+   * KV events (the `spillway-precise` strategy): each replica's collector relays its server's block
+   * events in batches every `kvBatchMs`, delivered to each EPP after `kvDelayMs` (uniform), lost at
+   * `kvLossRate` (core NATS; a lost batch is a sequence gap: the EPP forgets the pod until its next
+   * snapshot), and publishes the pod's block set every `kvSnapshotEveryS`.
+   */
+  kvBatchMs: z.number().finite().min(1).max(10_000).default(20),
+  kvDelayMs: z
+    .tuple([z.number().finite().min(0).max(60_000), z.number().finite().min(0).max(60_000)])
+    .refine(([lo, hi]) => lo <= hi, 'the first number must not exceed the second')
+    .default([2, 10]),
+  kvLossRate: z.number().min(0).max(0.99).default(0),
+  kvSnapshotEveryS: z.number().finite().min(0.1).max(3600).default(10),
 });
 
 const eppsSchema = z.strictObject({

@@ -1,12 +1,13 @@
 import { Engine, Rng, type EngineRequest, type Sequence } from '@spillway/engine';
-import { RateWindow, type MetricsEvent, type ReadinessEvent, type ServiceRates } from '@spillway/events';
+import { RateWindow, type KvBatch, type KvSnapshotEvent, type MetricsEvent, type ReadinessEvent, type ServiceRates } from '@spillway/events';
 import { Fleet } from '@spillway/fleet';
 import type { StateBatch } from '@spillway/events';
+import { KvRelay } from './kv-relay.js';
 import { EventQueue } from './queue.js';
 import type { ResolvedFault, ResolvedScenario, WindowSpec } from './resolve.js';
 import { createRouter, GLOBAL_ZONE, POOL, type EppRouter, type Route } from './routers.js';
 import { HEARTBEAT_MS, PEER_TIMEOUT_MS, REMOTE_ENTRY_TTL_MS, SharingChannel } from './sharing.js';
-import { schedulerConfigFor, sharesState, type StrategySpec } from './strategies.js';
+import { PRECISE_KINDS, schedulerConfigFor, sharesState, type StrategySpec } from './strategies.js';
 import { slope, Tally, type Figures } from './tally.js';
 import { layout, type ReplicaInfo } from './topology.js';
 import { ArrivalStream, prefixGroupsOf, type SimRequest } from './workload.js';
@@ -69,6 +70,8 @@ interface ReplicaState {
   generation: number;
   /** The service rates its collector would publish, from the engine's counters (reset with the engine). */
   rates: RateWindow;
+  /** Its collector's KV-event relay (the precise kinds only). */
+  readonly kv: KvRelay | undefined;
 }
 
 interface Epp {
@@ -84,11 +87,31 @@ interface Epp {
 }
 
 interface Stored {
-  readonly event: MetricsEvent | ReadinessEvent;
+  readonly event: MetricsEvent | ReadinessEvent | KvSnapshotEvent;
   readonly storedAt: number;
 }
 
-type Kind = 'arrival' | 'sample' | 'readiness' | 'deliver' | 'fault' | 'detect' | 'mark' | 'probe' | 'backlog' | 'share-flush' | 'share-deliver' | 'share-tick';
+type Kind =
+  | 'arrival'
+  | 'sample'
+  | 'readiness'
+  | 'deliver'
+  | 'fault'
+  | 'detect'
+  | 'mark'
+  | 'probe'
+  | 'backlog'
+  | 'share-flush'
+  | 'share-deliver'
+  | 'share-tick'
+  | 'kv-flush'
+  | 'kv-snapshot'
+  | 'kv-deliver';
+
+/** KV events: relayed in batches with delay and loss, or (oracle) applied to every EPP the instant they happen. */
+type KvMode = 'off' | 'relay' | 'oracle';
+/** Tokens per block of the workload's block hashes and content keys. */
+const KV_BLOCK_SIZE = 16;
 
 /** Range marks: the run records output-token totals at every range boundary. */
 interface Mark {
@@ -144,6 +167,8 @@ class Simulation {
   private readonly sharing: SharingChannel | undefined;
   private readonly backlogTimes: number[] = [];
   private readonly backlogValues: number[] = [];
+  private readonly kvMode: KvMode;
+  private readonly kvRng: Rng;
 
   constructor(
     private readonly s: ResolvedScenario,
@@ -156,7 +181,19 @@ class Simulation {
     this.jitter = new Rng((seed * 2_654_435_761) >>> 0);
     this.lossRng = new Rng((seed * 40_503 + 7) >>> 0);
     this.spreadRng = new Rng((seed * 69_069 + 3) >>> 0);
-    this.replicas = layout(s.zones).map((info) => ({ info, engine: undefined, active: new Set<Flight>(), gatewayReady: true, published: true, retiredTokens: 0, generation: 0, rates: new RateWindow() }));
+    this.kvRng = new Rng((seed * 48_271 + 5) >>> 0);
+    this.kvMode = PRECISE_KINDS.includes(strategy.kind) ? (strategy.kind === 'oracle' ? 'oracle' : 'relay') : 'off';
+    this.replicas = layout(s.zones).map((info) => ({
+      info,
+      engine: undefined,
+      active: new Set<Flight>(),
+      gatewayReady: true,
+      published: true,
+      retiredTokens: 0,
+      generation: 0,
+      rates: new RateWindow(),
+      kv: this.kvMode === 'off' ? undefined : new KvRelay(),
+    }));
     for (const r of this.replicas) r.engine = this.newEngine(r);
     this.collectorUp = s.zones.map(() => true);
     this.subsetCache = s.zones.map(() => undefined);
@@ -224,6 +261,13 @@ class Simulation {
     if (this.windows.length > 0) this.queue.push(0, 'probe', 0);
     this.queue.push(s.warmupMs, 'backlog', 0);
     if (this.sharing) this.queue.push(HEARTBEAT_MS, 'share-tick', 0);
+    if (this.kvMode === 'relay') {
+      for (const r of this.replicas) {
+        const phase = (r.info.index + 0.5) / this.replicas.length;
+        this.queue.push(phase * s.signals.kvBatchMs, 'kv-flush', r.info.index);
+        this.queue.push(phase * s.signals.kvSnapshotEveryS * 1000, 'kv-snapshot', r.info.index);
+      }
+    }
 
     for (let e = this.queue.pop(); e !== undefined; e = this.queue.pop()) {
       if (!Number.isFinite(e.at)) continue;
@@ -271,6 +315,15 @@ class Simulation {
         case 'share-tick':
           this.sharing?.tick(e.at);
           if (e.at + HEARTBEAT_MS < s.durationMs) this.queue.push(e.at + HEARTBEAT_MS, 'share-tick', 0);
+          break;
+        case 'kv-flush':
+          this.kvFlush(e.target, e.at);
+          break;
+        case 'kv-snapshot':
+          this.kvSnapshot(e.target, e.at);
+          break;
+        case 'kv-deliver':
+          this.kvDeliver(e.target, e.payload as KvBatch | KvSnapshotEvent, e.at);
           break;
       }
     }
@@ -342,7 +395,78 @@ class Simulation {
 
   private newEngine(r: ReplicaState): Engine<SimEngineRequest> {
     const cfg = this.s.engines[r.info.zoneIndex];
-    return new Engine<SimEngineRequest>({ ...cfg, seed: (this.seed * 1009 + r.info.index * 31 + r.generation + 1) >>> 0 }, { onFinish: (seq, at) => this.finish(seq, at) });
+    const relay = r.kv;
+    const listener =
+      relay === undefined
+        ? { onFinish: (seq: Sequence<SimEngineRequest>, at: number) => this.finish(seq, at) }
+        : {
+            onFinish: (seq: Sequence<SimEngineRequest>, at: number) => this.finish(seq, at),
+            onBlocksStored: (seq: Sequence<SimEngineRequest>, from: number, to: number, at: number) => {
+              const request = seq.request.flight.request;
+              if (request.blockHashes === undefined || request.contentKeys === undefined) return;
+              relay.stored(request.blockHashes, request.contentKeys, from, to);
+              if (this.kvMode === 'oracle') this.kvApplyNow(r, at);
+            },
+            // Called in the middle of an allocation: only recorded here, applied (oracle) at the next store or flush.
+            onBlockEvicted: (hash: number) => relay.evicted(hash),
+          };
+    // A (re)started server has an empty cache: receivers start the pod afresh.
+    if (relay !== undefined && r.generation > 0) relay.cleared();
+    return new Engine<SimEngineRequest>({ ...cfg, seed: (this.seed * 1009 + r.info.index * 31 + r.generation + 1) >>> 0 }, listener);
+  }
+
+  // ---- KV events ------------------------------------------------------------------------------
+
+  private kvBatch(r: ReplicaState, taken: { seq: number; events: KvBatch['events'] }, now: number): KvBatch {
+    return { v: 1, pool: POOL, zone: r.info.zone, pod: r.info.pod, seq: taken.seq, observedAt: now, blockSize: KV_BLOCK_SIZE, events: taken.events };
+  }
+
+  /** Oracle: every EPP learns the replica's events the instant they happen (no batching, delay or loss). */
+  private kvApplyNow(r: ReplicaState, now: number): void {
+    const taken = (r.kv as KvRelay).take();
+    if (taken === undefined) return;
+    const batch = this.kvBatch(r, taken, now);
+    for (const epp of this.epps) epp.router.applyKvBatch?.(batch, now);
+  }
+
+  /** The collector relays the batch built since the last flush: lost with NATS or the collector down, else per EPP after a delay (in order), or lost at kvLossRate. */
+  private kvFlush(index: number, now: number): void {
+    const r = this.replicas[index] as ReplicaState;
+    const s = this.s.signals;
+    if (now + s.kvBatchMs < this.s.durationMs) this.queue.push(now + s.kvBatchMs, 'kv-flush', index);
+    const relay = r.kv as KvRelay;
+    const taken = relay.take();
+    if (taken === undefined || !this.natsUp || !this.collectorUp[r.info.zoneIndex]) return;
+    this.kvSend(relay, this.kvBatch(r, taken, now), now);
+  }
+
+  /** The collector publishes the pod's block set into the stream (last per subject), and every EPP receives it. */
+  private kvSnapshot(index: number, now: number): void {
+    const r = this.replicas[index] as ReplicaState;
+    const every = this.s.signals.kvSnapshotEveryS * 1000;
+    if (now + every < this.s.durationMs) this.queue.push(now + every, 'kv-snapshot', index);
+    const relay = r.kv as KvRelay;
+    if (!r.engine || !this.natsUp || !this.collectorUp[r.info.zoneIndex]) return;
+    const event: KvSnapshotEvent = { v: 1, kind: 'kv', pool: POOL, zone: r.info.zone, pod: r.info.pod, observedAt: now, blockSize: KV_BLOCK_SIZE, seq: relay.seq, keys: relay.snapshotKeys() };
+    this.stream.set(`${r.info.pod}/kv`, { event, storedAt: now });
+    this.kvSend(relay, event, now);
+  }
+
+  private kvSend(relay: KvRelay, message: KvBatch | KvSnapshotEvent, now: number): void {
+    const { kvDelayMs, kvLossRate } = this.s.signals;
+    for (const epp of this.epps) {
+      if (kvLossRate > 0 && this.kvRng.next() < kvLossRate) continue;
+      const at = Math.max(now + kvDelayMs[0] + this.kvRng.next() * (kvDelayMs[1] - kvDelayMs[0]), relay.deliveredAt[epp.index] ?? 0);
+      relay.deliveredAt[epp.index] = at;
+      this.queue.push(at, 'kv-deliver', epp.index, message);
+    }
+  }
+
+  private kvDeliver(eppIndex: number, message: KvBatch | KvSnapshotEvent, now: number): void {
+    if (!this.natsUp) return;
+    const router = (this.epps[eppIndex] as Epp).router;
+    if ('kind' in message) router.applyKvSnapshot?.(message, now);
+    else router.applyKvBatch?.(message, now);
   }
 
   private advanceEngines(now: number): void {
@@ -375,6 +499,7 @@ class Simulation {
       (range.arrivalsByZone[gateway] as number)++;
     }
 
+    if (this.kvMode === 'oracle') for (const r of this.replicas) this.kvApplyNow(r, now);
     const route = this.pickEpp(gateway).router.route(request, gateway, now);
     if (route.status !== 'routed') {
       this.count(request.arrivalAt, (t) => (route.status === 429 ? t.rejected429++ : t.rejected503++));
@@ -609,7 +734,17 @@ class Simulation {
 
   private replay(epp: Epp, now: number): void {
     epp.awaitingReplay = false;
-    for (const { event, storedAt } of this.stream.values()) epp.fleet.apply(event, Math.min(storedAt, now));
+    for (const { event, storedAt } of this.stream.values()) {
+      if (event.kind === 'kv') epp.router.applyKvSnapshot?.(event, Math.min(storedAt, now));
+      else epp.fleet.apply(event, Math.min(storedAt, now));
+    }
+    // The oracle knows every cache exactly, across restarts too.
+    if (this.kvMode === 'oracle') {
+      for (const r of this.replicas) {
+        const relay = r.kv as KvRelay;
+        epp.router.applyKvSnapshot?.({ v: 1, kind: 'kv', pool: POOL, zone: r.info.zone, pod: r.info.pod, observedAt: now, blockSize: KV_BLOCK_SIZE, seq: relay.seq, keys: relay.snapshotKeys() }, now);
+      }
+    }
     // Then, as the EPP does before it reports ready, it asks its peers for their state.
     this.sharing?.warmStart(epp.index, now);
   }

@@ -4,7 +4,7 @@ import type { SchedulerConfigInput } from '@spillway/scheduler';
  * The routing strategies a scenario compares. Zone-unaware baselines see the whole pool; the
  * scheduler-based ones run the production `@spillway/scheduler`.
  */
-export const STRATEGY_KINDS = ['random', 'round-robin', 'least-queue', 'reference', 'zone-local', 'spillway'] as const;
+export const STRATEGY_KINDS = ['random', 'round-robin', 'least-queue', 'reference', 'zone-local', 'spillway', 'spillway-precise', 'oracle'] as const;
 export type StrategyKind = (typeof STRATEGY_KINDS)[number];
 
 /** The zone-unaware strategies (targets compare Spillway with the best of them). */
@@ -20,7 +20,13 @@ export const STRATEGY_DESCRIPTIONS: Readonly<Record<StrategyKind, string>> = {
     '(queue 2, KV 2, prefix 3), every replica seen in one zone, no subset; sheddable requests get 429 by the reference saturation rule (zone-unaware)',
   'zone-local': "Spillway's scheduler in strict mode with the gateway's zone-local subset: never leaves the zone",
   spillway: "Spillway's scheduler in locality mode with the gateway's zone-local subset: spills to other zones by its rules",
+  'spillway-precise':
+    'spillway, with the precise block index: the requests\' token ids and every replica\'s KV events (relayed in batches with delay and loss, snapshots every kvSnapshotEveryS)',
+  oracle: 'spillway-precise with every KV event applied the instant the server emits it, to every EPP (a router that knows every cache exactly)',
 };
+
+/** The kinds that tokenize requests and fold KV events into the precise block index. */
+export const PRECISE_KINDS: readonly StrategyKind[] = ['spillway-precise', 'oracle'];
 
 export interface StrategySpec {
   /** Label in reports (a variant may reuse a kind under another name, e.g. `spillway-q2`). */
@@ -33,7 +39,7 @@ export interface StrategySpec {
 }
 
 /** The kinds whose EPPs run Spillway's scheduler per zone, and so can share state with each other. */
-export const SHARING_KINDS: readonly StrategyKind[] = ['spillway', 'zone-local'];
+export const SHARING_KINDS: readonly StrategyKind[] = ['spillway', 'zone-local', 'spillway-precise', 'oracle'];
 
 /** Whether a strategy's EPPs share state in a scenario whose `epps.sharing` is `scenarioSharing`. */
 export function sharesState(spec: StrategySpec, scenarioSharing: boolean): boolean {
@@ -60,6 +66,8 @@ export function schedulerConfigFor(spec: StrategySpec, context: StrategyContext)
 function kindDefaults(kind: StrategyKind, context: StrategyContext): SchedulerConfigInput {
   switch (kind) {
     case 'spillway':
+    case 'spillway-precise':
+    case 'oracle':
       return { subsetMode: 'locality', network: { rttMs: rttTable(context) } };
     case 'zone-local':
       return { subsetMode: 'strict', crossZoneFallbacks: 0 };

@@ -203,6 +203,79 @@ export function prefixTargets(set: ResultSet, strategy = 'spillway'): Verdict[] 
   return out;
 }
 
+/**
+ * Precise prefix routing (KV events): on prefix-heavy load at 40–110 %, `spillway-precise` p90
+ * ≤ 0.8× `spillway` (approximate) and ≤ 0.8× the reference, and its prefix hit rate ≥ 90 % of the
+ * oracle's (a router that knows every cache exactly).
+ */
+export function preciseTargets(set: ResultSet): Verdict[] {
+  const out: Verdict[] = [];
+  for (const scenario of ['prefix-heavy-same-region', 'prefix-heavy-mixed-region']) {
+    for (const load of set.loads(scenario).filter((l) => inLoads(l, 0.4, 1.1))) {
+      const target = `Precise prefix routing, ${scenario.replace('prefix-heavy-', '')}`;
+      const report = set.get(scenario, load);
+      const precise = runs(report, 'spillway-precise');
+      const approx = runs(report, 'spillway');
+      const reference = runs(report, 'reference');
+      const oracle = runs(report, 'oracle');
+      if (precise.length === 0 || approx.length === 0 || reference.length === 0 || oracle.length === 0) {
+        out.push(missing(target, scenario, load, 'needs spillway-precise, spillway, reference and oracle runs'));
+        continue;
+      }
+      const vsApprox = p90(precise) / p90(approx);
+      const vsReference = p90(precise) / p90(reference);
+      const hit = med(precise, (r) => r.prefixHitShare);
+      const oracleHit = med(oracle, (r) => r.prefixHitShare);
+      const hitRatio = oracleHit > 0 ? hit / oracleHit : Number.NaN;
+      out.push({
+        target,
+        scenario,
+        load,
+        met: vsApprox <= 0.8 && vsReference <= 0.8 && hitRatio >= 0.9,
+        detail:
+          `p90 ${ms(p90(precise))} = ${x(vsApprox)} spillway approximate (${ms(p90(approx))}; ≤ 0.8×), ${x(vsReference)} reference (${ms(p90(reference))}; ≤ 0.8×); ` +
+          `prefix hit ${pc(hit)} = ${x(hitRatio)} the oracle's ${pc(oracleHit)} (≥ 0.9×; spillway approximate ${pc(med(approx, (r) => r.prefixHitShare))})`,
+      });
+    }
+  }
+  return out;
+}
+
+/**
+ * The llm-d-like scenario: the published order precise < approximate < random with at least the
+ * published ratios halved (random 92.6 s vs approximate 31.1 s: ≥ 1.5×; approximate vs precise 0.54 s,
+ * 57×: ≥ 25×). Approximate is the better of `spillway` and the reference at each load.
+ */
+export function llmdTargets(set: ResultSet): Verdict[] {
+  const out: Verdict[] = [];
+  const scenario = 'llm-d-like';
+  for (const load of set.loads(scenario)) {
+    const target = 'llm-d-like order and ratios';
+    const report = set.get(scenario, load);
+    const precise = runs(report, 'spillway-precise');
+    const random = runs(report, 'random');
+    const candidates = [{ name: 'spillway', runs: runs(report, 'spillway') }, { name: 'reference', runs: runs(report, 'reference') }].filter((c) => c.runs.length > 0);
+    if (precise.length === 0 || random.length === 0 || candidates.length === 0) {
+      out.push(missing(target, scenario, load, 'needs spillway-precise, random and spillway or reference runs'));
+      continue;
+    }
+    const approx = candidates.reduce((a, b) => (p90(b.runs) < p90(a.runs) ? b : a));
+    const approxOverPrecise = p90(approx.runs) / p90(precise);
+    const randomOverApprox = p90(random) / p90(approx.runs);
+    out.push({
+      target,
+      scenario,
+      load,
+      met: approxOverPrecise >= 25 && randomOverApprox >= 1.5,
+      detail:
+        `p90 precise ${ms(p90(precise))}, approximate (${approx.name}) ${ms(p90(approx.runs))}, random ${ms(p90(random))}: ` +
+        `approximate/precise ${x(approxOverPrecise)} (≥ 25×), random/approximate ${x(randomOverApprox)} (≥ 1.5×); ` +
+        `prefix hit precise ${pc(med(precise, (r) => r.prefixHitShare))}, approximate ${pc(med(approx.runs, (r) => r.prefixHitShare))}, random ${pc(med(random, (r) => r.prefixHitShare))}`,
+    });
+  }
+  return out;
+}
+
 /** Collector outage in one zone (60 %, 15 s) and NATS outage (15 s). */
 export function outageTargets(set: ResultSet, strategy = 'spillway'): Verdict[] {
   const out: Verdict[] = [];
@@ -338,6 +411,8 @@ export function allTargets(set: ResultSet, strategy = 'spillway'): { title: stri
     { title: 'One zone at 150 % of its capacity, cluster at 60–95 % (and the moving hot spot over the whole run): p90 TTFT ≤ 1.25× the balanced case at the same load; cross-zone share within ±25 % of the overflow share; 0 × 503', verdicts: hotZoneTargets(set, strategy) },
     { title: 'Zone loss (half a zone down) at 60–95 %: p90 and p99 TTFT during the loss ≤ 1.1× the best zone-unaware strategy', verdicts: zoneLossTargets(set, strategy) },
     { title: 'Prefix-heavy at 40–110 %: p90 TTFT ≤ 1.1× the best zone-unaware strategy (the reference included) and ≥ 5× lower than random and least-queue', verdicts: prefixTargets(set, strategy) },
+    { title: 'Precise prefix routing (`spillway-precise`), prefix-heavy at 40–110 %: p90 TTFT ≤ 0.8× `spillway` (approximate) and ≤ 0.8× the reference; prefix hit rate ≥ 90 % of the oracle\'s', verdicts: preciseTargets(set) },
+    { title: 'llm-d-like scenario: p90 TTFT order precise < approximate < random with the published ratios halved (approximate/precise ≥ 25×, random/approximate ≥ 1.5×)', verdicts: llmdTargets(set) },
     { title: 'Collector outage in one zone (60 %, 15 s): that zone\'s cross-zone share < 5 %, no 429 caused by the gap, p90 TTFT ≤ 1.2× before; NATS outage (15 s): no 503, p90 TTFT ≤ 1.3× before', verdicts: outageTargets(set, strategy) },
     { title: 'Two EPPs per zone, sharing state: every figure within 5 % of one EPP per zone (and how much worse without sharing); hot zone at 95 %: cross-zone within ±15 % of the overflow', verdicts: twoEppTargets(set, strategy) },
   ];

@@ -1,4 +1,5 @@
 import { CHARS_PER_TOKEN, hashBlock, Rng, textBlockHashes, tokenize } from '@spillway/engine';
+import { kvBlockKeys } from '@spillway/events';
 
 /**
  * Workloads: Poisson arrivals per zone gateway with request shapes drawn from the seed, so every
@@ -42,6 +43,13 @@ export interface SimRequest {
   readonly prompt: string;
   /** The engine's block hashes of the prompt; absent when the workload has no reusable prefix. */
   readonly blockHashes: number[] | undefined;
+  /**
+   * The prompt's token ids (what an EPP with the model's tokenizer computes) and the content keys
+   * of its full blocks (`kvBlockKeys`, what a collector relays for the blocks the engine stores),
+   * index for index with `blockHashes`; absent with it.
+   */
+  readonly tokenIds: Uint32Array | undefined;
+  readonly contentKeys: number[] | undefined;
   /** Shared-prefix group (`part:group`), or -1. */
   readonly group: number;
   /** 0, or −1 for sheddable requests. */
@@ -76,6 +84,8 @@ function clampInt(x: number, lo: number, hi: number): number {
 export class PrefixGroups {
   private readonly prompts: string[] = [];
   private readonly hashes: number[][] = [];
+  private readonly tokens: Uint32Array[] = [];
+  private readonly keys: number[][] = [];
 
   constructor(
     readonly spec: SharedPrefixSpec,
@@ -90,6 +100,9 @@ export class PrefixGroups {
       const prompt = text(`[system prompt ${part}.${g}] `, tokens * CHARS_PER_TOKEN, g * 977 + part * 13);
       this.prompts.push(prompt);
       this.hashes.push(textBlockHashes(prompt));
+      const ids = tokenize(prompt);
+      this.tokens.push(ids);
+      this.keys.push(kvBlockKeys(ids, 16));
     }
   }
 
@@ -98,9 +111,8 @@ export class PrefixGroups {
    * over the question (a system prompt is whole blocks, so the chain and the token boundaries line
    * up) — the same numbers as `textBlockHashes` of the whole prompt, for a fraction of the work.
    */
-  blockHashes(group: number, question: string): number[] {
+  blockHashes(group: number, question: string, tokens = tokenize(question)): number[] {
     const head = this.hashes[group] as number[];
-    const tokens = tokenize(question);
     const n = Math.floor(tokens.length / 16);
     const out = head.slice();
     let parent = head.length > 0 ? (head[head.length - 1] as number) : 0;
@@ -109,6 +121,17 @@ export class PrefixGroups {
       out.push(parent);
     }
     return out;
+  }
+
+  /** The token ids and content keys of `prompt(group) + question` (see SimRequest), built like blockHashes. */
+  content(group: number, questionTokens: Uint32Array): { tokenIds: Uint32Array; contentKeys: number[] } {
+    const head = this.tokens[group] as Uint32Array;
+    const tokenIds = new Uint32Array(head.length + questionTokens.length);
+    tokenIds.set(head);
+    tokenIds.set(questionTokens, head.length);
+    const headKeys = this.keys[group] as number[];
+    const tail = kvBlockKeys(questionTokens, 16, { parent: headKeys.length > 0 ? headKeys[headKeys.length - 1] : undefined });
+    return { tokenIds, contentKeys: headKeys.concat(tail) };
   }
 
   prompt(group: number): string {
@@ -203,7 +226,7 @@ export class ArrivalStream {
       const promptTokens = clampInt(lognormal(rng, spec.inputMean, spec.sigma), 4, 2048);
       const outputTokens = clampInt(lognormal(rng, spec.outputMean, spec.sigma), 4, 1024);
       const prompt = text(`[user request ${id}] `, promptTokens * CHARS_PER_TOKEN, id * 131);
-      return { id, gateway: this.gateway, arrivalAt: at, promptTokens, outputTokens, prompt, blockHashes: undefined, group: -1, priority };
+      return { id, gateway: this.gateway, arrivalAt: at, promptTokens, outputTokens, prompt, blockHashes: undefined, tokenIds: undefined, contentKeys: undefined, group: -1, priority };
     }
     const groups = this.groups[part] as PrefixGroups;
     const group = rng.int(Math.min(groups.count, this.groupLimit));
@@ -213,6 +236,9 @@ export class ArrivalStream {
     const question = text(`\n[question ${id}] `, questionTokens * CHARS_PER_TOKEN, id * 131);
     const prompt = groups.prompt(group) + question;
     const promptTokens = Math.ceil(prompt.length / CHARS_PER_TOKEN);
-    return { id, gateway: this.gateway, arrivalAt: at, promptTokens, outputTokens, prompt, blockHashes: groups.blockHashes(group, question), group: part * 1_000_000 + group, priority };
+    const questionIds = tokenize(question);
+    const blockHashes = groups.blockHashes(group, question, questionIds);
+    const { tokenIds, contentKeys } = groups.content(group, questionIds);
+    return { id, gateway: this.gateway, arrivalAt: at, promptTokens, outputTokens, prompt, blockHashes, tokenIds, contentKeys, group: part * 1_000_000 + group, priority };
   }
 }

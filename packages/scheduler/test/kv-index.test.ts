@@ -1,0 +1,207 @@
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { kvBlockKeys, type KvBatch, type KvSnapshotEvent } from '@spillway/events';
+import { KV_ENTRY_BYTES, KvBlockIndex } from '../src/index.js';
+
+const POOL = 'llama';
+const T = 1_764_420_000_000;
+const BS = 4;
+
+function batch(pod: string, seq: number, events: KvBatch['events'], zone = 'a', blockSize = BS): KvBatch {
+  return { v: 1, pool: POOL, zone, pod, seq, observedAt: T, blockSize, events };
+}
+function snapshot(pod: string, seq: number, keys: number[], zone = 'a', extra: Partial<KvSnapshotEvent> = {}): KvSnapshotEvent {
+  return { v: 1, kind: 'kv', pool: POOL, zone, pod, observedAt: T, blockSize: BS, seq, keys, ...extra };
+}
+const tokens = (n: number, from = 0): number[] => Array.from({ length: n }, (_, i) => from + i);
+const keysOf = (t: number[]): number[] => kvBlockKeys(t, BS);
+
+/** Each pod's matched tokens for a prompt, by pod name. */
+function matches(index: KvBlockIndex, prompt: number[], seed = 0): Record<string, number> {
+  index.prepare(prompt, seed);
+  const out: Record<string, number> = {};
+  for (const pod of index.pods()) {
+    const m = index.matchTokensOf(pod);
+    if (m > 0) out[pod.pod] = m;
+  }
+  return out;
+}
+
+describe('KvBlockIndex', () => {
+  const prompt = tokens(20); // 5 blocks of 4
+  const chain = keysOf(prompt);
+
+  it('finds each pod\'s longest leading match, in every zone, and counts lookups and hits', () => {
+    const index = new KvBlockIndex(POOL);
+    index.applyBatch(batch('p0', 1, [[1, chain.slice(0, 3)]]), T);
+    index.applyBatch(batch('p1', 1, [[1, chain]], 'b'), T);
+    // p2 holds blocks 1..4 but not block 0: no leading match.
+    index.applyBatch(batch('p2', 1, [[1, chain.slice(1)]]), T);
+    expect(matches(index, prompt)).toEqual({ p0: 12, p1: 20 });
+    expect(index.bestTokens).toBe(20);
+    expect(index.matched.map((p) => p.pod)).toEqual(['p1', 'p0']);
+    // A different prompt with the same first two blocks.
+    expect(matches(index, [...tokens(8), 99, 98, 97, 96])).toEqual({ p0: 8, p1: 8 });
+    expect(matches(index, tokens(20, 500))).toEqual({});
+    // A partial last block has no key: 7 tokens match 1 block.
+    expect(matches(index, tokens(7))).toEqual({ p0: 4, p1: 4 });
+    expect(index.stats).toMatchObject({ pods: 3, blocks: 3 + 5 + 4, lookups: 4, hits: 3, gaps: 0, droppedBatches: 0 });
+  });
+
+  it('keys blocks by seed: an adapter\'s blocks never match the base model\'s', () => {
+    const index = new KvBlockIndex(POOL);
+    index.applyBatch(batch('p0', 1, [[1, kvBlockKeys(prompt, BS, { seed: 77 })]]), T);
+    expect(matches(index, prompt)).toEqual({});
+    expect(matches(index, prompt, 77)).toEqual({ p0: 20 });
+  });
+
+  it('applies removals and cleared; duplicates and stale batches are dropped and counted', () => {
+    const index = new KvBlockIndex(POOL);
+    index.applyBatch(batch('p0', 1, [[1, chain]]), T);
+    index.applyBatch(batch('p0', 2, [[2, [chain[2] as number]]]), T);
+    expect(matches(index, prompt)).toEqual({ p0: 8 });
+    expect(index.applyBatch(batch('p0', 2, [[1, chain]]), T)).toBe('dropped');
+    expect(index.applyBatch(batch('p0', 1, [[1, chain]]), T)).toBe('dropped');
+    expect(matches(index, prompt)).toEqual({ p0: 8 });
+    index.applyBatch(batch('p0', 3, [[3], [1, chain.slice(0, 1)]]), T);
+    expect(matches(index, prompt)).toEqual({ p0: 4 });
+    expect(index.stats).toMatchObject({ blocks: 1, droppedBatches: 2 });
+    // Removing a block nobody holds, or twice, changes nothing.
+    index.applyBatch(batch('p0', 4, [[2, [chain[4] as number, chain[4] as number, 12345]]]), T);
+    expect(index.stats.blocks).toBe(1);
+  });
+
+  it('a sequence gap drops what is known of the pod until a cleared or a snapshot', () => {
+    const index = new KvBlockIndex(POOL);
+    index.applyBatch(batch('p0', 1, [[1, chain]]), T);
+    index.applyBatch(batch('p1', 1, [[1, chain]]), T);
+    expect(index.applyBatch(batch('p0', 3, [[1, chain]]), T)).toBe('gap');
+    expect(matches(index, prompt)).toEqual({ p1: 20 });
+    expect(index.podOf('a', 'p0')).toBeUndefined();
+    index.applyBatch(batch('p0', 4, [[1, chain]]), T);
+    expect(matches(index, prompt)).toEqual({ p1: 20 });
+    // A cleared marker (the collector's resync) makes the pod known again, empty, then as stored.
+    index.applyBatch(batch('p0', 5, [[3], [1, chain.slice(0, 2)]]), T);
+    expect(matches(index, prompt)).toEqual({ p0: 8, p1: 20 });
+    // Another gap, then a snapshot replaces the set.
+    index.applyBatch(batch('p0', 9, []), T);
+    expect(index.podOf('a', 'p0')).toBeUndefined();
+    expect(index.applySnapshot(snapshot('p0', 9, chain.slice(0, 4)), T)).toBe('applied');
+    expect(matches(index, prompt)).toEqual({ p0: 16, p1: 20 });
+    expect(index.stats).toMatchObject({ gaps: 2, pods: 2 });
+  });
+
+  it('a snapshot replaces the pod\'s set unless the index knows newer; live batches continue from its seq', () => {
+    const index = new KvBlockIndex(POOL);
+    expect(index.applySnapshot(snapshot('p0', 10, chain.slice(0, 2)), T)).toBe('applied');
+    expect(matches(index, prompt)).toEqual({ p0: 8 });
+    index.applyBatch(batch('p0', 11, [[1, chain.slice(2)]]), T);
+    expect(matches(index, prompt)).toEqual({ p0: 20 });
+    // An older or equal snapshot changes nothing (the batches after it are already applied).
+    expect(index.applySnapshot(snapshot('p0', 10, []), T)).toBe('dropped');
+    expect(index.applySnapshot(snapshot('p0', 11, []), T)).toBe('dropped');
+    expect(matches(index, prompt)).toEqual({ p0: 20 });
+    expect(index.applySnapshot(snapshot('p0', 12, chain.slice(0, 1)), T)).toBe('applied');
+    expect(matches(index, prompt)).toEqual({ p0: 4 });
+    expect(index.stats).toMatchObject({ snapshots: 2, droppedBatches: 2, blocks: 1 });
+  });
+
+  it('refuses future-dated snapshots and another pool\'s messages, counting them', () => {
+    const index = new KvBlockIndex(POOL, { maxClockSkewMs: 1000 });
+    expect(index.applySnapshot(snapshot('p0', 1, chain, 'a', { observedAt: T + 1001 }), T)).toBe('future');
+    expect(index.applySnapshot(snapshot('p0', 1, chain, 'a', { pool: 'other' }), T)).toBe('dropped');
+    expect(index.applyBatch({ ...batch('p0', 1, [[1, chain]]), pool: 'other' }, T)).toBe('dropped');
+    expect(index.stats).toMatchObject({ pods: 0, blocks: 0, droppedBatches: 3 });
+    expect(index.applySnapshot(snapshot('p0', 1, chain, 'a', { observedAt: T + 1000 }), T)).toBe('applied');
+  });
+
+  it('a pod flooding blocks keeps only its newest maxBlocksPerPod, counted as evicted', () => {
+    const index = new KvBlockIndex(POOL, { maxBlocksPerPod: 100 });
+    const flood = Array.from({ length: 5000 }, (_, i) => 1_000_000 + i);
+    for (let s = 0; s < 5; s++) index.applyBatch(batch('flood', s + 1, [[1, flood.slice(s * 1000, (s + 1) * 1000)]]), T);
+    index.applyBatch(batch('good', 1, [[1, chain]]), T);
+    expect(index.stats).toMatchObject({ blocks: 105, evicted: 4900 });
+    expect(matches(index, prompt)).toEqual({ good: 20 });
+    // A snapshot over the cap keeps its newest keys.
+    index.applySnapshot(snapshot('snap', 1, [...chain, ...flood.slice(0, 200)]), T);
+    expect(index.podOf('a', 'snap')?.keys.size).toBe(100);
+  });
+
+  it('stays within its byte bound: the pod holding the most blocks loses its oldest first', () => {
+    const maxBytes = 2000 * KV_ENTRY_BYTES;
+    const index = new KvBlockIndex(POOL, { maxBytes });
+    index.applyBatch(batch('small', 1, [[1, chain]]), T);
+    for (let s = 0; s < 10; s++) {
+      index.applyBatch(batch('big', s + 1, [[1, Array.from({ length: 1000 }, (_, i) => 5_000_000 + s * 1000 + i)]]), T);
+      expect(index.bytes).toBeLessThanOrEqual(maxBytes);
+    }
+    expect(matches(index, prompt)).toEqual({ small: 20 });
+    expect(index.stats.evicted).toBeGreaterThan(8000);
+    // The newest of the big pod's blocks are what it keeps.
+    expect(index.podOf('a', 'big')?.keys.has(5_000_000 + 9999)).toBe(true);
+    expect(index.podOf('a', 'big')?.keys.has(5_000_000)).toBe(false);
+  });
+
+  it('tracks at most maxPods pods; forget() frees a pod and its blocks', () => {
+    const index = new KvBlockIndex(POOL, { maxPods: 2 });
+    index.applyBatch(batch('p0', 1, [[1, chain]]), T);
+    index.applyBatch(batch('p1', 1, [[1, chain]]), T);
+    expect(index.applyBatch(batch('p2', 1, [[1, chain]]), T)).toBe('dropped');
+    index.forget('a', 'p0');
+    expect(matches(index, prompt)).toEqual({ p1: 20 });
+    expect(index.applyBatch(batch('p2', 1, [[1, chain]]), T)).toBe('applied');
+    index.forget('a', 'p1');
+    index.forget('a', 'p2');
+    index.forget('a', 'nobody');
+    expect(index.stats).toMatchObject({ pods: 0, blocks: 0 });
+    expect(index.bytes).toBe(0);
+  });
+
+  it('a pod changing block size starts afresh; pods of several block sizes are each matched at their own', () => {
+    const index = new KvBlockIndex(POOL);
+    index.applyBatch(batch('p0', 1, [[1, chain]]), T);
+    index.applyBatch(batch('p8', 1, [[1, kvBlockKeys(prompt, 8)]], 'a', 8), T);
+    expect(matches(index, prompt)).toEqual({ p0: 20, p8: 16 });
+    index.applyBatch(batch('p0', 2, [[1, kvBlockKeys(prompt, 8).slice(0, 1)]], 'a', 8), T);
+    expect(matches(index, prompt)).toEqual({ p0: 8, p8: 16 });
+  });
+
+  it('matches a model of what each pod holds, whatever the sequence of stores, removals and clears (property)', () => {
+    const prompts = [tokens(32), [...tokens(16), ...tokens(16, 100)], tokens(32, 1000)];
+    const chains = prompts.map(keysOf);
+    const op = fc.record({
+      pod: fc.integer({ min: 0, max: 2 }),
+      kind: fc.constantFrom(1, 2, 3),
+      chain: fc.integer({ min: 0, max: 2 }),
+      from: fc.integer({ min: 0, max: 7 }),
+      to: fc.integer({ min: 0, max: 8 }),
+    });
+    fc.assert(
+      fc.property(fc.array(op, { maxLength: 60 }), (ops) => {
+        const index = new KvBlockIndex(POOL);
+        const model = [new Set<number>(), new Set<number>(), new Set<number>()];
+        const seqs = [0, 0, 0];
+        for (const o of ops) {
+          const keys = (chains[o.chain] as number[]).slice(Math.min(o.from, o.to), Math.max(o.from, o.to));
+          const set = model[o.pod] as Set<number>;
+          if (o.kind === 1) for (const k of keys) set.add(k);
+          else if (o.kind === 2) for (const k of keys) set.delete(k);
+          else set.clear();
+          const event: KvBatch['events'][number] = o.kind === 3 ? [3] : [o.kind as 1 | 2, keys];
+          index.applyBatch(batch(`p${o.pod}`, ++(seqs[o.pod] as number), [event]), T);
+        }
+        for (const [c, prompt] of prompts.entries()) {
+          const expected: Record<string, number> = {};
+          model.forEach((set, pod) => {
+            let n = 0;
+            while (n < 8 && set.has((chains[c] as number[])[n] as number)) n++;
+            if (n > 0) expected[`p${pod}`] = n * BS;
+          });
+          expect(matches(index, prompt)).toEqual(expected);
+        }
+        expect(index.stats.blocks).toBe(model.reduce((sum, s) => sum + s.size, 0));
+      }),
+      { numRuns: 300 },
+    );
+  });
+});
