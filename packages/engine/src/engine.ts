@@ -29,6 +29,8 @@ export interface EngineListener<R extends EngineRequest> {
    * allocation: it must only record the hash, never call back into the engine.
    */
   onBlockEvicted?(hash: number): void;
+  /** `resetPrefixCache` dropped every cached block (vLLM's `AllBlocksCleared`). */
+  onCacheCleared?(): void;
 }
 
 /** The gauges and counters vLLM exports, plus the engine's own bookkeeping. */
@@ -471,6 +473,16 @@ export class Engine<R extends EngineRequest = EngineRequest> {
   }
 
   /** The prompt's full blocks are computed now, so later requests may hit them. */
+  /**
+   * Drop the whole prefix cache, as vLLM's reset_prefix_cache: only when no request holds a block
+   * (false otherwise, nothing changed).
+   */
+  resetPrefixCache(): boolean {
+    if (!this.kv.reset()) return false;
+    this.listener.onCacheCleared?.();
+    return true;
+  }
+
   private publishPrompt(s: Sequence<R>, at: number): void {
     const hashes = s.request.blockHashes;
     if (!hashes) return;

@@ -93,6 +93,25 @@ export class KvPool {
     return true;
   }
 
+  /**
+   * Drop every cached block (vLLM's reset_prefix_cache). Refused (false) while any block is
+   * referenced, as vLLM refuses while requests hold blocks.
+   */
+  reset(): boolean {
+    if (this.usedBlocks > 0) return false;
+    this.cache.clear();
+    for (let b = this.lruHead; b; ) {
+      const next: CachedBlock | null = b.next;
+      b.prev = b.next = null;
+      this.spare.push(b);
+      b = next;
+    }
+    this.lruHead = this.lruTail = null;
+    this.evictable = 0;
+    this.emptyFree = this.numBlocks;
+    return true;
+  }
+
   /** Return anonymous blocks to the pool. */
   releaseAnonymous(n: number): void {
     this.emptyFree += n;

@@ -47,3 +47,26 @@ describe('engine KV events', () => {
     expect(evicted[0]).toBe(a[3]);
   });
 });
+
+describe('engine prefix-cache reset', () => {
+  it('clears the cache only when no request holds a block, and says so', () => {
+    let cleared = 0;
+    const engine = new Engine<EngineRequest>({ preset: 'test', numBlocks: 16, maxNumSeqs: 1 }, { onCacheCleared: () => void cleared++ });
+    const bs = engine.config.blockSize;
+    const a = blockHashes(tokens(4 * bs, 0), bs);
+    engine.submit(req(4 * bs, 50, { blockHashes: a }), 0);
+    engine.advance(engine.nextEventAt());
+    expect(engine.resetPrefixCache()).toBe(false);
+    expect(cleared).toBe(0);
+    const t = drain(engine);
+    expect(engine.stats().cachedBlocks).toBe(4);
+    expect(engine.resetPrefixCache()).toBe(true);
+    expect(cleared).toBe(1);
+    expect(engine.stats().cachedBlocks).toBe(0);
+    expect(engine.stats().usedBlocks).toBe(0);
+    // The pool is whole again: the same prompt is a full miss.
+    const seq = engine.submit(req(4 * bs, 1, { blockHashes: a }), t);
+    drain(engine, t);
+    expect(seq.cachedTokens).toBe(0);
+  });
+});

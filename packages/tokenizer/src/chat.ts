@@ -2,7 +2,7 @@ import { Template } from '@huggingface/jinja';
 
 export interface ChatMessage {
   readonly role: string;
-  readonly content: unknown;
+  readonly content?: unknown;
 }
 
 /**

@@ -38,6 +38,8 @@ describe('spillway-collector against spillway-sim processes and nats-server', ()
           bad.push(`${msg.subject}: ${decoded.error.message}`);
           continue;
         }
+        // KV snapshots are the KV relay's (kv-relay.test.ts).
+        if (decoded.event.kind === 'kv') continue;
         const map: Map<string, (ReadinessEvent | MetricsEvent)[]> = decoded.event.kind === 'readiness' ? readiness : metrics;
         const list = map.get(decoded.event.pod) ?? [];
         list.push(decoded.event);
@@ -214,7 +216,7 @@ describe('spillway-collector against spillway-sim processes and nats-server', ()
     void (async () => {
       for await (const msg of sub) {
         const decoded = decodeEvent(msg.data, msg.subject);
-        if (decoded.ok) seen.push(decoded.event);
+        if (decoded.ok && decoded.event.kind !== 'kv') seen.push(decoded.event);
       }
     })();
     await eventually(() => {

@@ -1,6 +1,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { blockHashes, hashString, tokenize } from '@spillway/engine';
 import type { RejectReason, Sequence } from '@spillway/engine';
+import type { ChatMessage, PromptTokenizer } from '@spillway/tokenizer';
 import type { Logger } from 'pino';
 import { readJson, sendError, sendJson } from './http.js';
 import type { SimMetrics } from './metrics.js';
@@ -16,6 +17,8 @@ export interface CompletionContext {
   /** Whether this request should fail (--error-rate); seeded, so a run is repeatable. */
   errorInjected(): boolean;
   logger: Logger;
+  /** The model's tokenizer (`--tokenizer`); absent: the engine's toy tokenizer. */
+  tokenizer?: PromptTokenizer | undefined;
 }
 
 const DEFAULT_MAX_TOKENS = { completion: 16, chat: 128 } as const;
@@ -31,6 +34,8 @@ const REJECT_STATUS: Record<RejectReason, ApiError> = {
 interface Parsed {
   model: string;
   prompt: Prompt;
+  /** Chat requests: the messages, for a real tokenizer's chat template. */
+  messages?: ReadonlyArray<ChatMessage>;
   maxTokens: number;
   stream: boolean;
   includeUsage: boolean;
@@ -47,9 +52,23 @@ function parse(kind: 'completion' | 'chat', body: unknown): Parsed | ApiError {
   if (!r.success) return apiError(400, describeIssue(r.error));
   const d = r.data;
   return {
-    model: d.model, prompt: chatPrompt(d), maxTokens: d.max_completion_tokens ?? d.max_tokens ?? DEFAULT_MAX_TOKENS.chat,
+    model: d.model, prompt: chatPrompt(d), messages: d.messages, maxTokens: d.max_completion_tokens ?? d.max_tokens ?? DEFAULT_MAX_TOKENS.chat,
     stream: d.stream ?? false, includeUsage: d.stream_options?.include_usage ?? false,
   };
+}
+
+/**
+ * The prompt's token ids: given ids as they are; otherwise the model's tokenizer when configured
+ * (chat through its template, as vLLM), else the engine's toy tokenizer.
+ */
+function promptTokens(tokenizer: PromptTokenizer | undefined, p: Parsed): ArrayLike<number> | ApiError {
+  if ('tokenIds' in p.prompt) return p.prompt.tokenIds;
+  if (!tokenizer) return tokenize(p.prompt.text);
+  try {
+    return p.messages ? tokenizer.encodeChat(p.messages) : tokenizer.encodeText(p.prompt.text);
+  } catch (error) {
+    return apiError(400, `cannot tokenize the prompt: ${error instanceof Error ? error.message : String(error)}`);
+  }
 }
 
 /** POST /v1/completions and /v1/chat/completions, streaming or not. */
@@ -63,7 +82,8 @@ export async function handleCompletion(ctx: CompletionContext, kind: 'completion
 
   const shapes: Shapes = kind === 'chat' ? CHAT : COMPLETION;
   const lora = p.model === ctx.model ? undefined : p.model;
-  const tokens = 'text' in p.prompt ? tokenize(p.prompt.text) : p.prompt.tokenIds;
+  const tokens = promptTokens(ctx.tokenizer, p);
+  if ('status' in tokens) return sendError(res, tokens);
   const n = ++requestCounter;
   const id = `${shapes.idPrefix}${n.toString(16)}`;
   const created = Math.floor(Date.now() / 1000);
@@ -75,6 +95,7 @@ export async function handleCompletion(ctx: CompletionContext, kind: 'completion
   };
   const live: LiveRequest = {
     promptTokens: tokens.length,
+    tokenIds: tokens,
     outputTokens: p.maxTokens,
     // Adapters never share cache blocks with the base model or each other.
     blockHashes: blockHashes(tokens, ctx.runner.engine.config.blockSize, lora === undefined ? 0 : hashString(lora)),

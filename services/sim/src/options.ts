@@ -1,6 +1,7 @@
-import { commaList, logLevel, parseCommandLine, port, renderHelp, type FlagSpecs } from '@spillway/cli';
+import { CliError, commaList, logLevel, parseCommandLine, port, renderHelp, type FlagSpecs } from '@spillway/cli';
 import { ENGINE_MODES, PRESET_NAMES } from '@spillway/engine';
 import type { EngineMode, PresetName } from '@spillway/engine';
+import { TOKENIZER_PRESETS } from '@spillway/tokenizer';
 import { z } from 'zod';
 
 export type MetricsFlavor = 'vllm' | 'sglang' | 'trtllm';
@@ -27,9 +28,20 @@ export interface SimOptions {
   /** Serve `/admin/fault` (runtime fault injection); off by default, so nobody can reach it by accident. */
   admin: boolean;
   logLevel: string;
+  /** ZeroMQ PUB endpoint for vLLM-layout KV events (off when absent). */
+  kvEvents?: string;
+  /** ZeroMQ ROUTER endpoint answering replay requests (needs kvEvents). */
+  kvReplay?: string;
+  kvTopic: string;
+  kvBatchMaxEvents: number;
+  kvBatchMs: number;
+  kvReplayBuffer: number;
+  /** A `@spillway/tokenizer` preset or a tokenizer.json path: prompts are tokenized as the model does. */
+  tokenizer?: string;
 }
 
 const int = (min: number) => z.coerce.number().int().min(min);
+const zmqEndpoint = z.string().regex(/^(tcp|ipc|inproc):\/\/.+/, 'a ZeroMQ endpoint such as tcp://*:5557');
 
 /** spillway-sim's flags, each also `SPILLWAY_<FLAG>`; they map one to one onto SimOptions. */
 export const simFlags = {
@@ -52,6 +64,13 @@ export const simFlags = {
   crashAfterMs: { description: 'exit the process this long after start', schema: int(0).optional(), placeholder: 'MS' },
   admin: { description: 'serve GET|POST /admin/fault to change faults at runtime (default off: 404)', schema: z.boolean().default(false), boolean: true },
   logLevel: { description: 'pino level (default info)', schema: logLevel(), placeholder: 'LEVEL' },
+  kvEvents: { description: 'publish KV-cache events as vLLM does on this ZeroMQ PUB endpoint, bound (e.g. tcp://*:5557; tcp://127.0.0.1:* picks a port)', schema: zmqEndpoint.optional(), placeholder: 'ENDPOINT' },
+  kvReplay: { description: 'also answer replay requests on this ZeroMQ ROUTER endpoint, bound (e.g. tcp://*:5558)', schema: zmqEndpoint.optional(), placeholder: 'ENDPOINT' },
+  kvTopic: { description: 'first frame of every KV-event message (default empty, as vLLM)', schema: z.string().max(256).default(''), placeholder: 'TOPIC' },
+  kvBatchMaxEvents: { description: 'send a KV-event batch once it holds N events (default 256)', schema: int(1).max(4096).default(256), placeholder: 'N' },
+  kvBatchMs: { description: 'gather KV events for MS before sending a batch; 0 = one batch per engine step (default 0)', schema: int(0).max(10_000).default(0), placeholder: 'MS' },
+  kvReplayBuffer: { description: 'KV-event batches kept for replay (default 10000, as vLLM; also at most 64 MiB)', schema: int(1).max(1_000_000).default(10_000), placeholder: 'N' },
+  tokenizer: { description: `tokenize prompts with a real tokenizer: a preset (${TOKENIZER_PRESETS.join(', ')}) or a tokenizer.json path; chat through its template (default: a toy tokenizer)`, schema: z.string().min(1).optional(), placeholder: 'NAME|PATH' },
 } satisfies FlagSpecs;
 
 export const HELP =
@@ -59,7 +78,8 @@ export const HELP =
   [
     '',
     'Endpoints: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health,',
-    'GET /metrics; with --admin also GET|POST /admin/fault {"errorRate","stall","crashAfterMs"}.',
+    'GET /metrics; with --admin also GET|POST /admin/fault {"errorRate","stall","crashAfterMs"} and',
+    'POST /reset_prefix_cache (drops the prefix cache when no request holds a block; a KV event says so).',
     '',
   ].join('\n');
 
@@ -69,6 +89,7 @@ export type ParsedArgs = { help: true } | { help: false; options: SimOptions };
 export function parseSimArgs(argv: readonly string[], env: NodeJS.ProcessEnv = {}): ParsedArgs {
   const parsed = parseCommandLine(simFlags, argv, env);
   if (parsed.help) return { help: true };
+  if (parsed.values.kvReplay !== undefined && parsed.values.kvEvents === undefined) throw new CliError('a replay socket needs --kv-events', 'kv-replay');
   return { help: false, options: parsed.values };
 }
 

@@ -3,8 +3,17 @@ import type { EngineOptions, EngineRequest, Sequence } from '@spillway/engine';
 
 /** A request that carries its own callbacks, so the engine's events need no lookup table. */
 export interface LiveRequest extends EngineRequest {
+  /** The prompt's token ids (what `blockHashes` was computed from): a stored block's KV event carries them. */
+  readonly tokenIds: ArrayLike<number>;
   onToken(seq: Sequence<LiveRequest>, at: number): void;
   onFinish(seq: Sequence<LiveRequest>, at: number): void;
+}
+
+/** Where the engine's prefix-cache changes go (the KV-event publisher). */
+export interface KvSink {
+  stored(seq: Sequence<LiveRequest>, from: number, to: number): void;
+  evicted(hash: number): void;
+  cleared(): void;
 }
 
 /**
@@ -21,10 +30,12 @@ export class RealtimeEngine {
   constructor(
     options: EngineOptions,
     private readonly timeScale: number,
+    kv?: KvSink,
   ) {
     this.engine = new Engine<LiveRequest>(options, {
       onToken: (s, at) => s.request.onToken(s, at),
       onFinish: (s, at) => s.request.onFinish(s, at),
+      ...(kv ? { onBlocksStored: (s, from, to) => kv.stored(s, from, to), onBlockEvicted: (h) => kv.evicted(h), onCacheCleared: () => kv.cleared() } : {}),
     });
   }
 

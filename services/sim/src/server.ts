@@ -14,7 +14,9 @@ import { apiError, describeIssue } from './openai.js';
 import { simOptions } from './options.js';
 import type { SimOptions } from './options.js';
 import { RealtimeEngine } from './runner.js';
-import type { LiveRequest } from './runner.js';
+import type { KvSink, LiveRequest } from './runner.js';
+import { KvEventPublisher } from './kv-events.js';
+import { loadTokenizer, TOKENIZER_PRESETS, tokenizerSpecFromFlag } from '@spillway/tokenizer';
 
 export interface StartSimOptions extends Partial<SimOptions> {
   /** Defaults to a pino logger on stdout at `logLevel`. */
@@ -33,13 +35,48 @@ export interface SimServer {
   readonly engine: Engine<LiveRequest>;
   readonly faults: Faults;
   readonly options: SimOptions;
+  /** The KV-event publisher (`--kv-events`), with its bound endpoints and counters. */
+  readonly kvEvents: KvEventPublisher | undefined;
   close(): Promise<void>;
+}
+
+/** LoRA ids as vLLM numbers adapters: 1, 2, ... in the order they are served. */
+function kvSink(publisher: KvEventPublisher, loras: readonly string[], blockSize: number): KvSink {
+  return {
+    stored: (seq, from, to) => {
+      const r = seq.request;
+      const hashes = r.blockHashes;
+      if (!hashes) return;
+      const lora = r.lora ?? null;
+      publisher.stored(r.tokenIds, hashes, from, to, blockSize, lora === null ? null : loras.indexOf(lora) + 1, lora);
+    },
+    evicted: (hash) => publisher.evicted(hash),
+    cleared: () => publisher.cleared(),
+  };
 }
 
 export async function startSim(input: StartSimOptions = {}): Promise<SimServer> {
   const { logger: givenLogger, onCrash, ...rest } = input;
   const options = simOptions(rest);
   const logger = givenLogger ?? pino({ level: options.logLevel, base: { service: 'spillway-sim' } });
+  // Loaded before anything binds: a bad --tokenizer fails the start, naming the file or field.
+  const tokenizer = options.tokenizer === undefined ? undefined : loadTokenizer(tokenizerSpecFromFlag(options.tokenizer, TOKENIZER_PRESETS));
+  const kvEvents =
+    options.kvEvents === undefined
+      ? undefined
+      : new KvEventPublisher(
+          {
+            endpoint: options.kvEvents,
+            replayEndpoint: options.kvReplay,
+            topic: options.kvTopic,
+            batchMaxEvents: options.kvBatchMaxEvents,
+            batchMs: options.kvBatchMs,
+            replayBuffer: options.kvReplayBuffer,
+            replayBufferBytes: 64 * 1024 * 1024,
+          },
+          logger,
+        );
+  let sink: KvSink | undefined;
   const runner = new RealtimeEngine(
     {
       preset: options.preset,
@@ -51,8 +88,14 @@ export async function startSim(input: StartSimOptions = {}): Promise<SimServer> 
       ...(options.maxLoras === undefined ? {} : { maxLoras: options.maxLoras }),
     },
     options.timeScale,
+    // The sink needs the engine's block size, known once the engine exists: bound late.
+    kvEvents && { stored: (q, f, t) => sink?.stored(q, f, t), evicted: (h) => sink?.evicted(h), cleared: () => sink?.cleared() },
   );
   const engine = runner.engine;
+  if (kvEvents) {
+    sink = kvSink(kvEvents, options.lora, engine.config.blockSize);
+    await kvEvents.start();
+  }
   const metrics = createMetrics(options.engineMetrics, options.model, engine);
   const errorRng = new Rng(options.seed ^ 0x5eed);
 
@@ -63,6 +106,7 @@ export async function startSim(input: StartSimOptions = {}): Promise<SimServer> 
     closed = true;
     runner.stop();
     faults.dispose();
+    await kvEvents?.close();
     const done = new Promise<void>((resolve) => server.close(() => resolve()));
     // Hung (stalled) and keep-alive connections would otherwise hold close() open forever.
     server.closeAllConnections();
@@ -80,6 +124,7 @@ export async function startSim(input: StartSimOptions = {}): Promise<SimServer> 
     metrics,
     errorInjected: () => faults.errorRate > 0 && errorRng.next() < faults.errorRate,
     logger,
+    tokenizer,
   };
 
   const models = (): object => {
@@ -92,6 +137,10 @@ export async function startSim(input: StartSimOptions = {}): Promise<SimServer> 
     const path = (req.url ?? '/').split('?')[0];
     const method = req.method ?? 'GET';
     if (path === '/admin/fault' && options.admin) return admin(req, res, method);
+    if (path === '/reset_prefix_cache' && options.admin && method === 'POST') {
+      const reset = engine.resetPrefixCache();
+      return sendJson(res, reset ? 200 : 409, { reset });
+    }
     // A stalled server accepts the connection and then says nothing, like a wedged process.
     if (faults.stall) return;
     switch (`${method} ${path}`) {
@@ -146,9 +195,13 @@ export async function startSim(input: StartSimOptions = {}): Promise<SimServer> 
   const url = `http://${host}:${port}`;
   const cfg = engine.config;
   logger.info(
-    { url, model: options.model, lora: options.lora, preset: options.preset, timeScale: options.timeScale, maxNumSeqs: cfg.maxNumSeqs, numBlocks: cfg.numBlocks, engineMetrics: options.engineMetrics },
+    {
+      url, model: options.model, lora: options.lora, preset: options.preset, timeScale: options.timeScale, maxNumSeqs: cfg.maxNumSeqs, numBlocks: cfg.numBlocks,
+      engineMetrics: options.engineMetrics, tokenizer: tokenizer?.name,
+      ...(kvEvents ? { kvEvents: kvEvents.endpoint, kvReplay: kvEvents.replayEndpoint, kvTopic: options.kvTopic } : {}),
+    },
     'listening',
   );
 
-  return { url, port, engine, faults, options, close: kill };
+  return { url, port, engine, faults, options, kvEvents, close: kill };
 }

@@ -1,0 +1,204 @@
+import { decodeVllmSeq, encodeVllmKvBatch, encodeVllmSeq, VLLM_END_SEQ, VLLM_MEDIUM_GPU, type VllmKvEventInput } from '@spillway/events';
+import type { Logger } from 'pino';
+import { Publisher, Router } from 'zeromq';
+
+export interface KvEventsOptions {
+  /** PUB endpoint, bound: `tcp://*:5557` as vLLM's default (`tcp://127.0.0.1:*` picks a free port). */
+  endpoint: string;
+  /** Optional ROUTER replay endpoint, bound (vLLM's `replay_endpoint`). */
+  replayEndpoint?: string | undefined;
+  /** First frame of every message (vLLM's `topic`, default empty). */
+  topic: string;
+  /** A batch is sent once it holds this many events. */
+  batchMaxEvents: number;
+  /** 0: one batch per engine step (as vLLM); more: gather the events of this many ms into one batch. */
+  batchMs: number;
+  /** Batches kept for replay (vLLM's `buffer_steps`); also bounded to `replayBufferBytes`. */
+  replayBuffer: number;
+  replayBufferBytes: number;
+}
+
+export interface KvEventCounters {
+  batches: number;
+  events: number;
+  bytes: number;
+  replays: number;
+  replayedBatches: number;
+  badReplayRequests: number;
+  sendErrors: number;
+  /** Batches dropped unsent because the socket could not keep up (their sequence numbers are skipped). */
+  droppedBatches: number;
+}
+
+/** Evictions coalesced into one BlockRemoved event at most (decoders bound hashes per event). */
+const MAX_HASHES_PER_EVENT = 4096;
+
+/** Bytes of batches waiting for the socket; past this the oldest are dropped (a subscriber sees a gap). */
+const MAX_OUTBOX_BYTES = 16 * 1024 * 1024;
+
+/**
+ * Publishes the engine's block stores and evictions as vLLM does (`@spillway/events` vllm-kv for
+ * the layout): multipart `[topic, seq, payload]` on a ZeroMQ PUB socket, and an optional ROUTER
+ * socket answering replay requests `[identity, "", start_seq]` with every buffered batch from
+ * `start_seq` on, then `[seq=-1, ""]`.
+ */
+export class KvEventPublisher {
+  readonly counters: KvEventCounters = { batches: 0, events: 0, bytes: 0, replays: 0, replayedBatches: 0, badReplayRequests: 0, sendErrors: 0, droppedBatches: 0 };
+  private readonly pub = new Publisher({ linger: 0 });
+  private readonly router: Router | undefined;
+  private readonly topic: Buffer;
+  private pending: VllmKvEventInput[] = [];
+  private flushTimer: NodeJS.Timeout | NodeJS.Immediate | undefined;
+  private seq = 0;
+  private readonly replay: Array<[seq: number, payload: Uint8Array]> = [];
+  private replayBytes = 0;
+  private readonly outbox: Array<[seq: number, payload: Uint8Array]> = [];
+  private outboxBytes = 0;
+  private sending = false;
+  private closed = false;
+  /** Bound endpoints (with the chosen port when bound to `*`). */
+  endpoint = '';
+  replayEndpoint: string | undefined;
+
+  constructor(
+    private readonly options: KvEventsOptions,
+    private readonly logger: Logger,
+  ) {
+    this.topic = Buffer.from(options.topic, 'utf8');
+    if (options.replayEndpoint !== undefined) this.router = new Router({ linger: 0 });
+  }
+
+  async start(): Promise<void> {
+    await this.pub.bind(this.options.endpoint);
+    this.endpoint = this.pub.lastEndpoint ?? this.options.endpoint;
+    if (this.router && this.options.replayEndpoint !== undefined) {
+      await this.router.bind(this.options.replayEndpoint);
+      this.replayEndpoint = this.router.lastEndpoint ?? this.options.replayEndpoint;
+      void this.serveReplays(this.router);
+    }
+  }
+
+  /** Prompt blocks `[from, to)` of a request entered the cache. */
+  stored(tokens: ArrayLike<number>, hashes: ArrayLike<number>, from: number, to: number, blockSize: number, loraId: number | null, loraName: string | null): void {
+    const tokenIds = new Array<number>((to - from) * blockSize);
+    for (let i = 0; i < tokenIds.length; i++) tokenIds[i] = tokens[from * blockSize + i] as number;
+    const blockHashes = new Array<number>(to - from);
+    for (let b = from; b < to; b++) blockHashes[b - from] = hashes[b] as number;
+    const parent = from > 0 ? (hashes[from - 1] as number) : null;
+    this.add({ type: 'stored', hashes: blockHashes, parent, tokenIds, blockSize, loraId, medium: VLLM_MEDIUM_GPU, loraName });
+  }
+
+  /** One cached block was evicted; consecutive evictions share one BlockRemoved event. */
+  evicted(hash: number): void {
+    const last = this.pending[this.pending.length - 1];
+    if (last?.type === 'removed' && last.hashes.length < MAX_HASHES_PER_EVENT) (last.hashes as number[]).push(hash);
+    else this.add({ type: 'removed', hashes: [hash], medium: VLLM_MEDIUM_GPU });
+  }
+
+  cleared(): void {
+    this.add({ type: 'cleared' });
+  }
+
+  private add(event: VllmKvEventInput): void {
+    if (this.closed) return;
+    this.pending.push(event);
+    if (this.pending.length >= this.options.batchMaxEvents) {
+      this.flush();
+      return;
+    }
+    if (this.flushTimer !== undefined) return;
+    this.flushTimer = this.options.batchMs > 0 ? setTimeout(this.flush, this.options.batchMs) : setImmediate(this.flush);
+  }
+
+  /** Encode the pending events as one batch with the next sequence number and queue it. */
+  readonly flush = (): void => {
+    if (this.flushTimer !== undefined) {
+      clearTimeout(this.flushTimer as NodeJS.Timeout);
+      clearImmediate(this.flushTimer as NodeJS.Immediate);
+      this.flushTimer = undefined;
+    }
+    if (this.pending.length === 0 || this.closed) return;
+    const events = this.pending;
+    this.pending = [];
+    const payload = encodeVllmKvBatch(Date.now() / 1000, events, 0);
+    const seq = this.seq++;
+    this.counters.batches++;
+    this.counters.events += events.length;
+    this.counters.bytes += payload.byteLength;
+    this.remember(seq, payload);
+    this.outbox.push([seq, payload]);
+    this.outboxBytes += payload.byteLength;
+    while (this.outboxBytes > MAX_OUTBOX_BYTES && this.outbox.length > 1) {
+      const [, dropped] = this.outbox.shift() as [number, Uint8Array];
+      this.outboxBytes -= dropped.byteLength;
+      this.counters.droppedBatches++;
+    }
+    void this.drain();
+  };
+
+  private remember(seq: number, payload: Uint8Array): void {
+    if (!this.router) return;
+    this.replay.push([seq, payload]);
+    this.replayBytes += payload.byteLength;
+    while (this.replay.length > this.options.replayBuffer || (this.replayBytes > this.options.replayBufferBytes && this.replay.length > 1)) {
+      const [, old] = this.replay.shift() as [number, Uint8Array];
+      this.replayBytes -= old.byteLength;
+    }
+  }
+
+  /** One send at a time (a zeromq socket allows no more); PUB never blocks, so this keeps up. */
+  private async drain(): Promise<void> {
+    if (this.sending) return;
+    this.sending = true;
+    try {
+      while (this.outbox.length > 0 && !this.closed) {
+        const [seq, payload] = this.outbox.shift() as [number, Uint8Array];
+        this.outboxBytes -= payload.byteLength;
+        try {
+          await this.pub.send([this.topic, encodeVllmSeq(seq), payload]);
+        } catch (err) {
+          if (this.closed) return;
+          this.counters.sendErrors++;
+          this.logger.warn({ err, seq }, 'kv events: send failed');
+        }
+      }
+    } finally {
+      this.sending = false;
+    }
+  }
+
+  private async serveReplays(router: Router): Promise<void> {
+    try {
+      for await (const frames of router) {
+        const start = frames.length === 3 ? decodeVllmSeq(frames[2] as Buffer) : undefined;
+        if (start === undefined || start < 0) {
+          this.counters.badReplayRequests++;
+          this.logger.debug({ frames: frames.length }, 'kv events: invalid replay request');
+          continue;
+        }
+        const identity = frames[0] as Buffer;
+        this.counters.replays++;
+        // A copy: batches published while this replay is sent must not shift it.
+        for (const [seq, payload] of this.replay.slice()) {
+          if (seq < start) continue;
+          await router.send([identity, '', encodeVllmSeq(seq), payload]);
+          this.counters.replayedBatches++;
+        }
+        await router.send([identity, '', VLLM_END_SEQ, '']);
+      }
+    } catch (err) {
+      if (!this.closed) this.logger.warn({ err }, 'kv events: replay socket failed');
+    }
+  }
+
+  /** Sends what is pending (waiting at most `graceMs` for the socket), then closes. */
+  async close(graceMs = 500): Promise<void> {
+    if (this.closed) return;
+    this.flush();
+    const deadline = Date.now() + graceMs;
+    while ((this.sending || this.outbox.length > 0) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 5));
+    this.closed = true;
+    this.pub.close();
+    this.router?.close();
+  }
+}

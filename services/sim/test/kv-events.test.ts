@@ -1,0 +1,195 @@
+/**
+ * spillway-sim's KV events, read as an outside consumer would: a ZeroMQ SUB socket and msgpackr (a
+ * msgpack decoder independent of the one the simulator encodes with), checked field by field
+ * against the layout of vLLM's kv_events.py (docs/kv-events.md).
+ */
+import { tokenize } from '@spillway/engine';
+import { loadTokenizer } from '@spillway/tokenizer';
+import { Unpackr } from 'msgpackr';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Dealer, Subscriber } from 'zeromq';
+import { startSim } from '../src/index.js';
+import type { SimServer } from '../src/index.js';
+import { post } from './helpers.js';
+
+const MODEL = 'm';
+const BLOCK = 16;
+const unpackr = new Unpackr({ useRecords: false, int64AsType: 'bigint' });
+
+interface Message {
+  topic: string;
+  seq: bigint;
+  batch: unknown[];
+}
+
+/** Collects every message a SUB socket receives. */
+async function subscribe(endpoint: string): Promise<{ messages: Message[]; stored: Set<unknown>; sub: Subscriber }> {
+  const sub = new Subscriber({ linger: 0 });
+  sub.connect(endpoint);
+  sub.subscribe();
+  const messages: Message[] = [];
+  /** Every block hash ever reported stored. */
+  const stored = new Set<unknown>();
+  void (async () => {
+    try {
+      for await (const frames of sub) {
+        expect(frames).toHaveLength(3);
+        const [topic, seq, payload] = frames as [Buffer, Buffer, Buffer];
+        expect(seq.byteLength).toBe(8);
+        const batch = unpackr.unpack(payload) as unknown[];
+        for (const e of batch[1] as unknown[][]) if (e[0] === 'BlockStored') for (const h of e[1] as unknown[]) stored.add(h);
+        messages.push({ topic: topic.toString('utf8'), seq: seq.readBigUInt64BE(0), batch });
+      }
+    } catch {
+      // closed
+    }
+  })();
+  return { messages, stored, sub };
+}
+
+async function until<T>(fn: () => T | undefined, what: string, timeoutMs = 10_000): Promise<T> {
+  const end = Date.now() + timeoutMs;
+  for (;;) {
+    const v = fn();
+    if (v !== undefined) return v;
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+/** Events of every batch received so far, in order. */
+const eventsOf = (messages: Message[]) => messages.flatMap((m) => m.batch[1] as unknown[][]);
+
+describe('spillway-sim --kv-events', () => {
+  let sim: SimServer;
+  let messages: Message[];
+  let everStored: Set<unknown>;
+  let sub: Subscriber;
+
+  beforeAll(async () => {
+    sim = await startSim({
+      port: 0, preset: 'test', numBlocks: 12, maxNumSeqs: 1, timeScale: 200, model: MODEL, lora: ['sql-lora'], logLevel: 'silent', admin: true,
+      kvEvents: 'tcp://127.0.0.1:*', kvReplay: 'tcp://127.0.0.1:*', kvTopic: 'kv@pod-a@m',
+    });
+    ({ messages, stored: everStored, sub } = await subscribe(sim.kvEvents?.endpoint as string));
+    // A SUB socket's subscription reaches the PUB socket asynchronously: publish until one arrives.
+    await until(() => (messages.length > 0 ? true : void sim.engine.resetPrefixCache()), 'the subscription to take effect');
+    messages.length = 0;
+  });
+  afterAll(async () => {
+    sub.close();
+    await sim.close();
+  });
+
+  it('publishes BlockStored with the prompt token ids, laid out as vLLM does', async () => {
+    const prompt = 'x'.repeat(4 * 4 * BLOCK + 7); // 4 full blocks of toy tokens plus a partial one
+    const res = await post(`${sim.url}/v1/completions`, { model: MODEL, prompt, max_tokens: 2 });
+    expect(res.status).toBe(200);
+    const msg = await until(() => messages.find((m) => (m.batch[1] as unknown[][]).some((e) => e[0] === 'BlockStored')), 'BlockStored');
+    expect(msg.topic).toBe('kv@pod-a@m');
+    const [ts, events, rank] = msg.batch;
+    expect(typeof ts).toBe('number');
+    expect(Math.abs((ts as number) * 1000 - Date.now())).toBeLessThan(60_000);
+    expect(rank).toBe(0);
+    const stored = (events as unknown[][]).find((e) => e[0] === 'BlockStored') as unknown[];
+    expect(stored).toHaveLength(8);
+    const [tag, hashes, parent, tokenIds, blockSize, loraId, medium, loraName] = stored;
+    expect(tag).toBe('BlockStored');
+    expect(hashes).toHaveLength(4);
+    for (const h of hashes as unknown[]) expect(Number.isSafeInteger(h)).toBe(true);
+    expect(parent).toBeNull();
+    expect(tokenIds).toEqual(Array.from(tokenize(prompt).slice(0, 4 * BLOCK)));
+    expect(blockSize).toBe(BLOCK);
+    expect(loraId).toBeNull();
+    expect(medium).toBe('GPU');
+    expect(loraName).toBeNull();
+  });
+
+  it('chains a continuation to its parent and names the LoRA adapter', async () => {
+    messages.length = 0;
+    const prompt = 'y'.repeat(2 * 4 * BLOCK);
+    await post(`${sim.url}/v1/completions`, { model: 'sql-lora', prompt, max_tokens: 1 });
+    await post(`${sim.url}/v1/completions`, { model: 'sql-lora', prompt: prompt + 'z'.repeat(4 * BLOCK), max_tokens: 1 });
+    const stored = await until(() => {
+      const s = eventsOf(messages).filter((e) => e[0] === 'BlockStored');
+      return s.length >= 2 ? s : undefined;
+    }, 'two BlockStored');
+    expect(stored[0]?.[5]).toBe(1);
+    expect(stored[0]?.[7]).toBe('sql-lora');
+    expect(stored[1]?.[1]).toHaveLength(1);
+    expect(stored[1]?.[2]).toBe((stored[0]?.[1] as number[])[1]); // parent = the last block of the first prompt
+    expect(stored[1]?.[3]).toEqual(Array.from(tokenize('z'.repeat(4 * BLOCK))));
+  });
+
+  it('numbers batches consecutively and reports evictions as BlockRemoved', async () => {
+    messages.length = 0;
+    // 12 blocks in all: three different 4-block prompts cannot all stay cached.
+    for (const c of ['p', 'q', 'r', 's']) await post(`${sim.url}/v1/completions`, { model: MODEL, prompt: c.repeat(4 * 4 * BLOCK), max_tokens: 1 });
+    const removed = await until(() => eventsOf(messages).find((e) => e[0] === 'BlockRemoved'), 'BlockRemoved');
+    expect(removed).toHaveLength(3);
+    expect(removed[2]).toBe('GPU');
+    expect((removed[1] as unknown[]).length).toBeGreaterThan(0);
+    // Every removed block was reported stored before (in this test or the ones above).
+    for (const h of removed[1] as unknown[]) expect(everStored.has(h)).toBe(true);
+    for (let i = 1; i < messages.length; i++) expect(messages[i]?.seq).toBe((messages[i - 1]?.seq as bigint) + 1n);
+  });
+
+  it('reports a prefix-cache reset as AllBlocksCleared', async () => {
+    messages.length = 0;
+    const res = await post(`${sim.url}/reset_prefix_cache`, {});
+    expect(res.status).toBe(200);
+    const cleared = await until(() => eventsOf(messages).find((e) => e[0] === 'AllBlocksCleared'), 'AllBlocksCleared');
+    expect(cleared).toEqual(['AllBlocksCleared']);
+  });
+
+  it('replays buffered batches from a sequence number on the ROUTER socket', async () => {
+    const dealer = new Dealer({ linger: 0 });
+    dealer.connect(sim.kvEvents?.replayEndpoint as string);
+    const from = 2n;
+    const start = Buffer.alloc(8);
+    start.writeBigUInt64BE(from);
+    await dealer.send(['', start]);
+    const replayed: Array<[bigint, Buffer]> = [];
+    for (;;) {
+      const [empty, seq, payload] = (await dealer.receive()) as [Buffer, Buffer, Buffer];
+      expect(empty.byteLength).toBe(0);
+      if (seq.readBigInt64BE(0) === -1n) {
+        expect(payload.byteLength).toBe(0);
+        break;
+      }
+      replayed.push([seq.readBigUInt64BE(0), payload]);
+    }
+    dealer.close();
+    expect(replayed.length).toBeGreaterThan(3);
+    replayed.forEach(([seq], i) => expect(seq).toBe(from + BigInt(i)));
+    for (const [, payload] of replayed) expect(Array.isArray(unpackr.unpack(payload))).toBe(true);
+    expect(sim.kvEvents?.counters.replays).toBe(1);
+  });
+});
+
+describe('spillway-sim --tokenizer', () => {
+  it('keys chat blocks by the real tokenizer ids through the chat template', async () => {
+    const sim = await startSim({ port: 0, preset: 'test', timeScale: 200, model: MODEL, logLevel: 'silent', kvEvents: 'tcp://127.0.0.1:*', tokenizer: 'qwen3' });
+    const { messages, sub } = await subscribe(sim.kvEvents?.endpoint as string);
+    try {
+      const chat = [{ role: 'system', content: 'You answer questions about the shared context. '.repeat(20) }, { role: 'user', content: 'What is in it?' }];
+      const expected = Array.from(loadTokenizer({ preset: 'qwen3' }).encodeChat(chat));
+      // Until the subscription is live, earlier requests' events are lost; repeat with fresh prompts.
+      const stored = await until(() => {
+        const s = eventsOf(messages).find((e) => e[0] === 'BlockStored');
+        if (!s) void post(`${sim.url}/v1/chat/completions`, { model: MODEL, messages: chat, max_tokens: 1 }).then(() => sim.engine.resetPrefixCache());
+        return s;
+      }, 'BlockStored from a chat request');
+      const blocks = Math.floor(expected.length / BLOCK);
+      expect(stored[3]).toEqual(expected.slice(0, blocks * BLOCK));
+      expect(stored[1]).toHaveLength(blocks);
+    } finally {
+      sub.close();
+      await sim.close();
+    }
+  });
+
+  it('refuses to start with a bad tokenizer, naming it', async () => {
+    await expect(startSim({ port: 0, logLevel: 'silent', tokenizer: '/nonexistent/tokenizer.json' })).rejects.toThrow(/cannot read tokenizer.json \/nonexistent\/tokenizer.json/);
+  });
+});
