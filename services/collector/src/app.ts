@@ -7,6 +7,8 @@ import { loadEndpointsFile, watchEndpointsFile, type EndpointsFileWatcher } from
 import { createAgent } from './http-get.js';
 import { startKubeSource, type KubeSource } from './kube-source.js';
 import { startMetricsServer } from './metrics-server.js';
+import { DEFAULT_VLLM_KV_LIMITS } from '@spillway/events';
+import { KvRelay, type KvSink } from './kv-relay.js';
 import { NatsSink } from './nats-sink.js';
 import { CollectorMetrics } from './self-metrics.js';
 import type { EventSink } from './sink.js';
@@ -14,6 +16,8 @@ import { readFile } from 'node:fs/promises';
 
 export interface RunningCollector {
   collector: Collector;
+  /** The KV-event relay (undefined when the sink cannot publish KV batches). */
+  kvRelay: KvRelay | undefined;
   metrics: CollectorMetrics;
   /** The bound port of the collector's own /metrics (undefined when off). */
   metricsPort: number | undefined;
@@ -24,6 +28,8 @@ export interface StartOptions {
   logger?: Logger;
   /** Use this sink instead of NATS (tests, benchmarks). */
   sink?: EventSink;
+  /** Where relayed KV events go with a custom `sink` (default: the NATS sink; none with a custom sink). */
+  kvSink?: KvSink;
   /** Register Node's default process metrics (the binary does; in-process tests do not). */
   defaultMetrics?: boolean;
   onMetricsPublished?: ConstructorParameters<typeof Collector>[0]['onMetricsPublished'];
@@ -47,7 +53,26 @@ export async function startCollector(config: CollectorConfig, options: StartOpti
     initialText = await readFile(config.endpointsFile, 'utf8').catch(() => undefined);
   }
 
-  const sink = options.sink ?? new NatsSink({ settings: config.nats, stream: config.stream, requiredSubjects: [zoneFilter(config.pool, config.zone)], logger });
+  const natsSink = options.sink ? undefined : new NatsSink({ settings: config.nats, stream: config.stream, requiredSubjects: [zoneFilter(config.pool, config.zone)], logger });
+  const sink = options.sink ?? (natsSink as NatsSink);
+  const kvSink = options.kvSink ?? natsSink;
+  const kvRelay =
+    kvSink &&
+    new KvRelay({
+      pool: config.pool,
+      limits: { ...DEFAULT_VLLM_KV_LIMITS, maxPayloadBytes: config.kv.maxBatchBytes },
+      maxBytesPerPod: config.kv.maxBytesPerPod,
+      snapshotIntervalMs: config.kv.snapshotIntervalMs,
+      replayTimeoutMs: config.kv.replayTimeoutMs,
+      reconnectMs: 100,
+      reconnectMaxMs: config.kv.reconnectMaxMs,
+      topic: config.kv.topic,
+      eventsPort: config.kv.eventsPort,
+      replayPort: config.kv.replayPort,
+      sink: kvSink,
+      logger,
+      metrics,
+    });
   const dispatcher = createAgent();
   const collector = new Collector({
     pool: config.pool,
@@ -66,6 +91,7 @@ export async function startCollector(config: CollectorConfig, options: StartOpti
     logger,
     metrics,
     onMetricsPublished: options.onMetricsPublished,
+    onEndpoints: kvRelay && ((endpoints) => kvRelay.setEndpoints(endpoints)),
   });
   collector.start();
 
@@ -100,6 +126,8 @@ export async function startCollector(config: CollectorConfig, options: StartOpti
         region: config.region,
         portName: config.kube.port,
         allZones: config.kube.allZones,
+        kvEventsPortName: config.kv.kubeEventsPort,
+        kvReplayPortName: config.kv.kubeReplayPort,
       },
       logger,
       (endpoints) => collector.setEndpoints('kube', endpoints),
@@ -119,11 +147,13 @@ export async function startCollector(config: CollectorConfig, options: StartOpti
 
   return {
     collector,
+    kvRelay,
     metrics,
     metricsPort,
     async stop() {
       watcher?.stop();
       await kube?.stop();
+      kvRelay?.stop();
       await collector.stop();
       await sink.close();
       // destroy, not close: a scrape of a hung server must not hold up shutdown.

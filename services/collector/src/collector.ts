@@ -32,6 +32,8 @@ export interface CollectorOptions {
   dispatcher: Dispatcher;
   logger: Logger;
   metrics: CollectorMetrics;
+  /** Told the merged endpoint list whenever a source changes it (the KV relay follows it). */
+  onEndpoints?: (endpoints: readonly EndpointSpec[]) => void;
   /** Observes each published metrics event and its lag (scrape start to publish, ms). For benchmarks. */
   onMetricsPublished?: (event: MetricsEvent, lagMs: number) => void;
 }
@@ -146,6 +148,7 @@ export class Collector {
       else if (!sameSpec(t.spec, spec)) this.update(t, spec);
     }
     this.refreshGauge();
+    this.options.onEndpoints?.([...merged.values()]);
   }
 
   private track(spec: EndpointSpec): void {

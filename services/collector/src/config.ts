@@ -46,6 +46,16 @@ export const collectorFlags = {
   metricsHost: { description: "address the collector's /metrics listens on (default 0.0.0.0, for Prometheus scraping the pod IP; 127.0.0.1 keeps it local)", schema: z.string().min(1).default('0.0.0.0'), placeholder: 'ADDR' },
   host: { description: 'the same as --metrics-host, by the name the other binaries use for their listen address', schema: z.string().min(1).optional(), placeholder: 'ADDR' },
   logLevel: { description: 'pino level (default info)', schema: logLevel(), placeholder: 'LEVEL' },
+  kvEventsPort: { description: "follow every endpoint's KV events (vLLM --kv-events-config) on this port of its address, for endpoints that name none (an endpoints-file kvEvents or an EndpointSlice port named by --kube-kv-events-port)", schema: between(1, 65535).optional(), placeholder: 'N' },
+  kvReplayPort: { description: "the KV-event replay (ROUTER) port by the same convention; without one a sequence gap starts the pod afresh", schema: between(1, 65535).optional(), placeholder: 'N' },
+  kubeKvEventsPort: { description: 'EndpointSlice port naming the KV-event port of each endpoint (default kv-events)', schema: name.default('kv-events'), placeholder: 'NAME' },
+  kubeKvReplayPort: { description: 'EndpointSlice port naming the KV-event replay port (default kv-replay)', schema: name.default('kv-replay'), placeholder: 'NAME' },
+  kvTopic: { description: 'ZeroMQ subscription prefix of KV events (default empty: every topic)', schema: z.string().max(256).default(''), placeholder: 'TOPIC' },
+  kvSnapshotIntervalMs: { description: "how often each pod's KV block set is published into the stream as a kv snapshot (default 10000)", schema: between(100, 3_600_000).default(10_000), placeholder: 'N' },
+  kvMaxBytesPerPod: { description: 'bytes of block map (server hash to content key) per pod; past it the oldest blocks are forgotten and relayed as removed (default 8388608)', schema: between(64 * 1024, 1024 * 1024 * 1024).default(8 * 1024 * 1024), placeholder: 'N' },
+  kvMaxBatchBytes: { description: 'largest KV-event batch accepted from a server; larger ones are dropped and the pod started afresh (default 8388608)', schema: between(1024, 256 * 1024 * 1024).default(8 * 1024 * 1024), placeholder: 'N' },
+  kvReplayTimeoutMs: { description: 'how long a replay request may take before the pod is started afresh instead (default 2000)', schema: between(10, 600_000).default(2_000), placeholder: 'N' },
+  kvReconnectMaxMs: { description: 'longest back-off between reconnects to a dead KV endpoint (first 100 ms, doubling) (default 5000)', schema: between(100, 600_000).default(5_000), placeholder: 'N' },
 } satisfies FlagSpecs;
 
 export const HELP = renderHelp(
@@ -79,6 +89,18 @@ export interface CollectorConfig {
   metricsPort: number;
   metricsHost: string;
   logLevel: string;
+  kv: {
+    eventsPort: number | undefined;
+    replayPort: number | undefined;
+    kubeEventsPort: string;
+    kubeReplayPort: string;
+    topic: string;
+    snapshotIntervalMs: number;
+    maxBytesPerPod: number;
+    maxBatchBytes: number;
+    replayTimeoutMs: number;
+    reconnectMaxMs: number;
+  };
 }
 
 export type ParsedArgs = { help: true } | { help: false; config: CollectorConfig };
@@ -128,6 +150,18 @@ export function parseCollectorArgs(argv: readonly string[], env: NodeJS.ProcessE
       metricsPort: f.metricsPort,
       metricsHost: f.host ?? f.metricsHost,
       logLevel: f.logLevel,
+      kv: {
+        eventsPort: f.kvEventsPort,
+        replayPort: f.kvReplayPort,
+        kubeEventsPort: f.kubeKvEventsPort,
+        kubeReplayPort: f.kubeKvReplayPort,
+        topic: f.kvTopic,
+        snapshotIntervalMs: f.kvSnapshotIntervalMs,
+        maxBytesPerPod: f.kvMaxBytesPerPod,
+        maxBatchBytes: f.kvMaxBatchBytes,
+        replayTimeoutMs: f.kvReplayTimeoutMs,
+        reconnectMaxMs: f.kvReconnectMaxMs,
+      },
     },
   };
 }

@@ -14,9 +14,13 @@ export interface EndpointSpec {
   readonly engine: Engine | undefined;
   readonly labels: Readonly<Record<string, string>> | undefined;
   readonly sourceReady: boolean;
+  /** The server's KV-event ZeroMQ PUB endpoint (`tcp://host:port`), when it publishes them. */
+  readonly kvEvents?: string | undefined;
+  /** Its ZeroMQ ROUTER replay endpoint, when it offers one. */
+  readonly kvReplay?: string | undefined;
 }
 
-/** Compares everything a readiness event carries, so a changed spec is re-published. */
+/** Compares everything a readiness event carries, so a changed spec is re-published (the KV relay compares its own fields). */
 export function sameSpec(a: EndpointSpec, b: EndpointSpec): boolean {
   return (
     a.pod === b.pod &&

@@ -5,6 +5,8 @@ import { z } from 'zod';
 import type { EndpointSpec } from './endpoint.js';
 
 const name = z.string().min(1).max(253);
+/** A ZeroMQ endpoint the collector connects to. */
+const zmqEndpoint = z.string().max(300).regex(/^tcp:\/\/(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):\d{1,5}$/, 'must be tcp://host:port');
 
 const entrySchema = z
   .object({
@@ -14,6 +16,9 @@ const entrySchema = z
     region: name.optional(),
     engine: z.enum(ENGINES).optional(),
     labels: z.record(z.string().max(253), z.string().max(1024)).optional(),
+    /** The server's KV-event PUB endpoint and its replay ROUTER endpoint (vLLM's --kv-events-config). */
+    kvEvents: zmqEndpoint.optional(),
+    kvReplay: zmqEndpoint.optional(),
   })
   .strict();
 
@@ -64,6 +69,8 @@ export function parseEndpointsFile(text: string, defaults: FileDefaults): Endpoi
     engine: entry.engine,
     labels: entry.labels,
     sourceReady: true,
+    kvEvents: entry.kvEvents,
+    kvReplay: entry.kvReplay,
   }));
 }
 

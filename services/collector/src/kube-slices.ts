@@ -39,6 +39,9 @@ export interface SliceMapping {
   region: string | undefined;
   /** The slice port to use; unset = the slice's only port. */
   portName: string | undefined;
+  /** Slice ports that, when present, name each endpoint's KV-event and replay ports. */
+  kvEventsPortName?: string | undefined;
+  kvReplayPortName?: string | undefined;
   /** Publish endpoints of every zone; by default only this zone's (each zone's collector publishes its own, docs/events.md). */
   allZones: boolean;
 }
@@ -72,6 +75,9 @@ export function endpointsFromSlices(slices: readonly EndpointSlice[], mapping: S
       problems.push({ slice: sliceName, message: `needs ${wanted}; has ${names || 'none'}` });
       continue;
     }
+    const kvPort = (portName: string | undefined) => (portName === undefined ? undefined : (ports.find((p) => p.name === portName)?.port ?? undefined));
+    const kvEventsPort = kvPort(mapping.kvEventsPortName);
+    const kvReplayPort = kvEventsPort === undefined ? undefined : kvPort(mapping.kvReplayPortName);
     for (const endpoint of slice.endpoints ?? []) {
       const ip = endpoint.addresses[0] ?? '';
       const address = parseEndpointAddress(ip.includes(':') ? `[${ip}]:${port.port}` : `${ip}:${port.port}`);
@@ -92,6 +98,8 @@ export function endpointsFromSlices(slices: readonly EndpointSlice[], mapping: S
         engine: undefined,
         labels: undefined,
         sourceReady: ready,
+        kvEvents: kvEventsPort === undefined ? undefined : `tcp://${address.key.slice(0, address.key.lastIndexOf(':'))}:${kvEventsPort}`,
+        kvReplay: kvReplayPort === undefined ? undefined : `tcp://${address.key.slice(0, address.key.lastIndexOf(':'))}:${kvReplayPort}`,
       };
       const seen = byPod.get(pod);
       if (!seen || (!seen.sourceReady && ready)) byPod.set(pod, spec);

@@ -1,6 +1,7 @@
 import { jetstreamManager } from '@nats-io/jetstream';
 import { ConnectionTracker, EventPublisher, connectNats, describeDifferences, ensureStream, type NatsSettings } from '@spillway/bus';
-import type { MetricsEvent, ReadinessEvent } from '@spillway/events';
+import { encodeKvBatch, kvSubjectFor, MAX_KV_SNAPSHOT_BYTES, type KvBatch, type KvSnapshotEvent, type MetricsEvent, type ReadinessEvent } from '@spillway/events';
+import type { KvSink } from './kv-relay.js';
 import type { Logger } from 'pino';
 import type { EventSink } from './sink.js';
 
@@ -23,9 +24,10 @@ export interface NatsSinkOptions {
  * later only pauses publishing. Every (re)connect ensures the stream (a server restarted without
  * its store has none) and tells the collector to re-publish readiness.
  */
-export class NatsSink implements EventSink {
+export class NatsSink implements EventSink, KvSink {
   private nc: NatsConnection | undefined;
   private publisher: EventPublisher | undefined;
+  private tracker: ConnectionTracker | undefined;
   private readonly listeners: (() => void)[] = [];
   private readonly connected: Promise<EventPublisher>;
   private closed = false;
@@ -47,6 +49,22 @@ export class NatsSink implements EventSink {
 
   publishMetrics(event: MetricsEvent): boolean {
     return this.publisher?.publishMetrics(event) ?? false;
+  }
+
+  /** Relayed KV batches: core NATS, outside the stream; dropped (never queued) while disconnected. */
+  publishKvBatch(batch: KvBatch): boolean {
+    const nc = this.nc;
+    if (!nc || nc.isClosed() || this.tracker?.status.state !== 'connected') return false;
+    nc.publish(kvSubjectFor(batch), encodeKvBatch(batch));
+    return true;
+  }
+
+  publishKvSnapshot(event: KvSnapshotEvent): boolean {
+    return this.publisher?.publishKvSnapshot(event) ?? false;
+  }
+
+  maxPayload(): number {
+    return this.nc?.info?.max_payload ?? MAX_KV_SNAPSHOT_BYTES;
   }
 
   onReconnect(listener: () => void): void {
@@ -73,6 +91,7 @@ export class NatsSink implements EventSink {
     }
     logger.info({ server: nc.getServer() }, 'connected to NATS');
     const tracker = new ConnectionTracker(nc);
+    this.tracker = tracker;
     await this.ensure(nc);
     const publisher = new EventPublisher(nc, { connection: tracker, retryForMs: this.options.readinessRetryMs ?? 10_000 });
     this.publisher = publisher;

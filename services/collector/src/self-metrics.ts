@@ -15,6 +15,17 @@ export class CollectorMetrics {
   readonly endpoints: Gauge<'state'>;
   readonly sourceErrors: Counter<'source'>;
   readonly ratesOmitted: Counter<'reason'>;
+  readonly kvBatchesReceived: Counter;
+  readonly kvBatchesPublished: Counter;
+  readonly kvEventsRelayed: Counter<'type'>;
+  readonly kvDropped: Counter<'reason'>;
+  readonly kvSkippedBlocks: Counter<'reason'>;
+  readonly kvGaps: Counter<'handling'>;
+  readonly kvSnapshots: Counter;
+  readonly kvConnections: Counter<'event'>;
+  readonly kvEndpoints: Gauge;
+  readonly kvBlocks: Gauge;
+  readonly kvMapBytes: Gauge;
 
   constructor(options: { defaultMetrics?: boolean } = {}) {
     const registers = [this.registry];
@@ -72,6 +83,54 @@ export class CollectorMetrics {
       labelNames: ['reason'],
       registers,
     });
+    this.kvBatchesReceived = new Counter({
+      name: 'spillway_collector_kv_batches_received_total',
+      help: 'KV-event batches received from model servers (ZeroMQ), before validation.',
+      registers,
+    });
+    this.kvBatchesPublished = new Counter({
+      name: 'spillway_collector_kv_batches_published_total',
+      help: 'Relayed KV batches published on spillway.kv.<pool>.<zone>.<pod>.',
+      registers,
+    });
+    this.kvEventsRelayed = new Counter({
+      name: 'spillway_collector_kv_events_relayed_total',
+      help: 'Events in relayed KV batches, by type (stored, removed, cleared).',
+      labelNames: ['type'],
+      registers,
+    });
+    this.kvDropped = new Counter({
+      name: 'spillway_collector_kv_dropped_total',
+      help: 'KV-event batches (or events, for unknown-tag) dropped, by reason: not-msgpack, malformed, oversized, too-many-events, too-many-hashes, too-many-tokens, bad-frames, bad-seq, unknown-tag, nats-down.',
+      labelNames: ['reason'],
+      registers,
+    });
+    this.kvSkippedBlocks = new Counter({
+      name: 'spillway_collector_kv_skipped_blocks_total',
+      help: 'Blocks of valid KV events not relayed, by reason: orphan (parent unknown), token-mismatch, other-medium, unnamed-lora, pod-overflow (forgotten at the per-pod byte bound).',
+      labelNames: ['reason'],
+      registers,
+    });
+    this.kvGaps = new Counter({
+      name: 'spillway_collector_kv_gaps_total',
+      help: 'KV-event sequence gaps and server restarts, by how they were handled: replay (recovered from the replay socket), cleared (the pod started afresh), restart.',
+      labelNames: ['handling'],
+      registers,
+    });
+    this.kvSnapshots = new Counter({
+      name: 'spillway_collector_kv_snapshots_published_total',
+      help: 'Per-pod KV snapshots published into the stream.',
+      registers,
+    });
+    this.kvConnections = new Counter({
+      name: 'spillway_collector_kv_connection_events_total',
+      help: 'ZeroMQ connection events of the KV subscriptions: connect, disconnect, retry.',
+      labelNames: ['event'],
+      registers,
+    });
+    this.kvEndpoints = new Gauge({ name: 'spillway_collector_kv_endpoints', help: 'Model servers whose KV events are followed.', registers });
+    this.kvBlocks = new Gauge({ name: 'spillway_collector_kv_blocks', help: 'Blocks the KV relay maps (server hash to content key), over all pods.', registers });
+    this.kvMapBytes = new Gauge({ name: 'spillway_collector_kv_map_bytes', help: 'Estimated bytes of the KV relay maps, over all pods (each bounded by --kv-max-bytes-per-pod).', registers });
     if (options.defaultMetrics) collectDefaultMetrics({ register: this.registry, prefix: 'spillway_collector_' });
   }
 }

@@ -30,22 +30,25 @@ function track(proc: ChildProcess): Child {
 export interface SimChild extends Child {
   readonly url: string;
   readonly address: string;
+  /** Its bound KV-event endpoints (with --kv-events / --kv-replay). */
+  readonly kvEvents: string | undefined;
+  readonly kvReplay: string | undefined;
 }
 
 /** Starts the built `spillway-sim` on a free port and waits for its "listening" log line. */
 export async function spawnSim(args: string[]): Promise<SimChild> {
   const bin = join(root, 'services', 'sim', 'bin', 'spillway-sim.js');
   const child = track(spawn(process.execPath, [bin, '--port', '0', '--log-level', 'info', ...args], { stdio: ['ignore', 'pipe', 'pipe'] }));
-  const url = await new Promise<string>((resolve, reject) => {
+  const listening = await new Promise<{ url: string; kvEvents?: string; kvReplay?: string }>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`spillway-sim did not start: ${child.output.join('\n')}`)), 15_000);
     child.proc.once('exit', (code) => reject(new Error(`spillway-sim exited ${code}: ${child.output.join('\n')}`)));
     const check = (): void => {
       for (const line of child.output) {
         try {
-          const parsed = JSON.parse(line) as { msg?: string; url?: string };
+          const parsed = JSON.parse(line) as { msg?: string; url?: string; kvEvents?: string; kvReplay?: string };
           if (parsed.msg === 'listening' && parsed.url) {
             clearTimeout(timer);
-            resolve(parsed.url);
+            resolve(parsed as { url: string });
             return;
           }
         } catch {
@@ -56,7 +59,7 @@ export async function spawnSim(args: string[]): Promise<SimChild> {
     };
     check();
   });
-  return Object.assign(child, { url, address: new URL(url).host });
+  return Object.assign(child, { url: listening.url, address: new URL(listening.url).host, kvEvents: listening.kvEvents, kvReplay: listening.kvReplay });
 }
 
 /** Starts the built `spillway-collector` binary. */
