@@ -73,7 +73,9 @@ export class CostPolicy implements PricingPolicy {
   }
 
   explain(ctx: PricingContext, endpoint: Endpoint, tier: Tier): EntryCost {
-    return this.components(this.priceOne(ctx, endpoint, tier, true));
+    const key = this.priceOne(ctx, endpoint, tier, true);
+    this.cacheIndex = ctx.cacheSource(endpoint);
+    return this.components(key);
   }
 
   /** The request-independent components (no prompt: no prefill, no LoRA), for views of the pool. */
@@ -134,7 +136,6 @@ export class CostPolicy implements PricingPolicy {
     if (forRequest) {
       const cached = ctx.cachedTokens(endpoint);
       this.cachedTokens = cached;
-      this.cacheIndex = ctx.cacheSource();
       // Prompt tokens that another candidate has cached are avoidable work here: computing them
       // again also stalls the endpoint's running requests and delays every request queued behind
       // it, so under load they cost more than this request's own wait (and a miss also evicts

@@ -1,3 +1,4 @@
+import type { Endpoint } from '@spillway/fleet';
 import { KV_CLEARED, KV_STORED, kvBlockKeys, type KvBatch, type KvSnapshotEvent } from '@spillway/events';
 
 /**
@@ -64,6 +65,8 @@ export class KvPod {
   // Per-lookup match (see KvBlockIndex.prepare): valid when matchEpoch is the index's epoch.
   match = 0;
   matchEpoch = -1;
+  /** The fleet's record of this pod, resolved by the lookup when it first matches (re-resolved once deleted). */
+  endpoint: Endpoint | undefined = undefined;
 
   constructor(
     readonly zone: string,

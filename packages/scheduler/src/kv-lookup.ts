@@ -1,6 +1,6 @@
 import { kvKeySeed } from '@spillway/events';
 import type { Endpoint, Fleet } from '@spillway/fleet';
-import type { KvBlockIndex } from './kv-index.js';
+import type { KvBlockIndex, KvPod } from './kv-index.js';
 import type { PrefixIndex } from './prefix-index.js';
 
 /** Which index said what an endpoint caches: the servers' own KV events, or this EPP's own picks. */
@@ -15,10 +15,10 @@ export type CacheIndexSource = 'precise' | 'approximate';
 export class PrefixLookup {
   /** The request carried token ids and some pod has KV data. */
   precise = false;
-  /** Which index answered the last cachedTokens() call. */
-  source: CacheIndexSource = 'approximate';
-  /** Pods holding the prompt's first block, deepest first, resolved to endpoints of the pool (see holders()). */
+  /** Endpoints of the pool the precise index says hold the prompt's first block, deepest first, and their matched tokens. */
   private readonly holderList: Endpoint[] = [];
+  /** Endpoint -> its pod's KV data, kept across requests (no allocation per pick); a stale entry only misses. */
+  private readonly podByEndpoint = new WeakMap<Endpoint, KvPod>();
   private approxDepth = 0;
   private blockTokens = 16;
   private promptTokens = 0;
@@ -31,6 +31,7 @@ export class PrefixLookup {
     private readonly kv: KvBlockIndex,
     private readonly approx: PrefixIndex,
     private readonly fleet: Fleet,
+    private readonly pool: string,
   ) {}
 
   /**
@@ -44,12 +45,13 @@ export class PrefixLookup {
     this.blockTokens = blockTokens;
     this.promptTokens = promptTokens;
     this.tokenIds = tokenIds;
-    this.holderList.length = 0;
     this.precise = tokenIds !== undefined && tokenIds.length > 0 && this.kv.hasData;
-    if (!this.precise) return Math.min(promptTokens, approxDepth * blockTokens);
+    if (!this.precise) {
+      this.clearMatches();
+      return Math.min(promptTokens, approxDepth * blockTokens);
+    }
     this.seedFor = this.adapters.get(model) === true ? model : '';
-    this.kv.prepare(tokenIds as ArrayLike<number>, kvKeySeed(this.seedFor));
-    return this.bestCachedTokens();
+    return this.prepare();
   }
 
   /** Re-keys the lookup when the model turned out (not) to be an adapter; returns the new best cached tokens. */
@@ -58,25 +60,28 @@ export class PrefixLookup {
     this.adapters.set(model, modelIsAdapter);
     if (!this.precise || (modelIsAdapter ? model : '') === this.seedFor) return bestCachedTokens;
     this.seedFor = modelIsAdapter ? model : '';
-    this.holderList.length = 0;
-    this.kv.prepare(this.tokenIds as ArrayLike<number>, kvKeySeed(this.seedFor));
-    return this.bestCachedTokens();
+    return this.prepare();
   }
 
-  /** Prompt tokens `endpoint` caches, by the precise index when it has the pod's KV data. */
+  /**
+   * Prompt tokens `endpoint` caches: the precise match when the index holds the prompt's first
+   * block there; else, for a pod without KV data, what the approximate index believes. O(1): one
+   * lookup in the few matched endpoints, and the pod's KV data only when the approximate index
+   * credits it with something.
+   */
   cachedTokens(endpoint: Endpoint): number {
     if (this.precise) {
-      const pod = this.kv.podOf(endpoint.zone, endpoint.pod);
-      if (pod !== undefined) {
-        this.source = 'precise';
-        return Math.min(this.promptTokens, this.kv.matchTokensOf(pod));
-      }
+      const pod = this.podByEndpoint.get(endpoint);
+      const matched = pod === undefined ? 0 : this.kv.matchTokensOf(pod);
+      if (matched > 0) return Math.min(this.promptTokens, matched);
     }
-    this.source = 'approximate';
-    return this.approxDepth === 0 ? 0 : Math.min(this.promptTokens, this.approx.matchOf(endpoint) * this.blockTokens);
+    if (this.approxDepth === 0) return 0;
+    const blocks = this.approx.matchOf(endpoint);
+    if (blocks === 0 || (this.precise && this.kv.podOf(endpoint.zone, endpoint.pod) !== undefined)) return 0;
+    return Math.min(this.promptTokens, blocks * this.blockTokens);
   }
 
-  /** Which index would answer for `endpoint` (without looking up its match). */
+  /** Which index answers for `endpoint`. */
   sourceOf(endpoint: Endpoint): CacheIndexSource {
     return this.precise && this.kv.podOf(endpoint.zone, endpoint.pod) !== undefined ? 'precise' : 'approximate';
   }
@@ -86,21 +91,37 @@ export class PrefixLookup {
    * `limit`): they join the remote candidates even when the shortlist left them off, so a spilled
    * request reaches the remote pod holding its prefix.
    */
-  holders(pool: string, limit: number): readonly Endpoint[] {
-    const out = this.holderList;
-    if (!this.precise || out.length > 0) return out;
-    for (const pod of this.kv.matched) {
-      if (out.length >= limit) break;
-      const endpoint = this.fleet.get(pool, pod.zone, pod.pod);
-      if (endpoint !== undefined && endpoint.ready && !endpoint.deleted) out.push(endpoint);
-    }
-    return out;
+  holders(limit: number): readonly Endpoint[] {
+    if (this.holderList.length > limit) this.holderList.length = limit;
+    return this.holderList;
   }
 
   /** Forgets the request's references to endpoints. */
   end(): void {
-    this.holderList.length = 0;
+    this.clearMatches();
     this.tokenIds = undefined;
+  }
+
+  private clearMatches(): void {
+    this.holderList.length = 0;
+  }
+
+  /** Looks the prompt up in the precise index and resolves the matched pods to the pool's routable endpoints. */
+  private prepare(): number {
+    this.clearMatches();
+    this.kv.prepare(this.tokenIds as ArrayLike<number>, kvKeySeed(this.seedFor));
+    for (const pod of this.kv.matched) {
+      let endpoint = pod.endpoint;
+      if (endpoint === undefined || endpoint.deleted) {
+        endpoint = this.fleet.get(this.pool, pod.zone, pod.pod);
+        pod.endpoint = endpoint;
+        if (endpoint !== undefined) this.podByEndpoint.set(endpoint, pod);
+      } else if (this.podByEndpoint.get(endpoint) !== pod) {
+        this.podByEndpoint.set(endpoint, pod);
+      }
+      if (endpoint !== undefined && endpoint.ready && !endpoint.deleted) this.holderList.push(endpoint);
+    }
+    return this.bestCachedTokens();
   }
 
   private bestCachedTokens(): number {

@@ -27,8 +27,8 @@ export interface PricingContext {
   prefixMatch(endpoint: Endpoint): number;
   /** Prompt tokens this endpoint caches: the precise block index when it has the pod's KV data and the request its token ids, else the approximate index. */
   cachedTokens(endpoint: Endpoint): number;
-  /** Which index answered the last cachedTokens() call. */
-  cacheSource(): CacheIndexSource;
+  /** Which index cachedTokens() answers from for this endpoint (for explain; not on the pricing path). */
+  cacheSource(endpoint: Endpoint): CacheIndexSource;
   /** This EPP's unsampled picks of `endpoint` in the last `windowMs`, weighted by the share of the window still ahead of each. */
   recentPicks(endpoint: Endpoint, windowMs: number): number;
   /** The fail-open pass: penalised or silent endpoints are candidates and must rank last. */

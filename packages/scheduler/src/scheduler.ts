@@ -139,7 +139,7 @@ export class Scheduler {
     this.scorers = options.scorers;
     const index = this.index;
     this.kv = new KvBlockIndex(this.pool, { maxClockSkewMs: this.fleet.maxClockSkewMs, ...options.kvIndex });
-    const lookup = (this.lookup = new PrefixLookup(this.kv, this.index, this.fleet));
+    const lookup = (this.lookup = new PrefixLookup(this.kv, this.index, this.fleet, this.pool));
     this.ctx = {
       now: 0,
       pool: undefined as unknown as PoolView,
@@ -152,7 +152,7 @@ export class Scheduler {
       blockTokens: 0,
       prefixMatch: (endpoint: Endpoint) => index.matchOf(endpoint),
       cachedTokens: (endpoint: Endpoint) => lookup.cachedTokens(endpoint),
-      cacheSource: () => lookup.source,
+      cacheSource: (endpoint: Endpoint) => lookup.sourceOf(endpoint),
       recentPicks: (endpoint: Endpoint, windowMs: number) => this.fleet.recentPicks(endpoint, this.ctx.now, windowMs),
       includeExcluded: false,
       isExcluded: this.excludedNow,
@@ -475,7 +475,7 @@ export class Scheduler {
       shortlist: useShortlist ? this.shortlist : undefined,
       prefixHolders: prefixDepth > 0 ? this.index.bestHolders() : undefined,
       prefixHolderBudget: this.config.remote.shortlist,
-      kvHolders: this.lookup.precise ? this.lookup.holders(this.pool, this.config.remote.shortlist) : undefined,
+      kvHolders: this.lookup.precise ? this.lookup.holders(this.config.remote.shortlist) : undefined,
     };
     this.candidates.collect(pool, subset, options);
     if (useShortlist && this.candidates.count === 0 && this.candidates.eligible > 0) {
