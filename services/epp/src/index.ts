@@ -11,3 +11,6 @@ export { SharedStateCounters } from './shared-state/counters.js';
 export { PromptTokens, TEXT_CHUNK_CHARS } from './kv/prompt-tokens.js';
 export type { PromptInput, PromptTokensOptions, TokenizeOutcome } from './kv/prompt-tokens.js';
 export { KvCounters } from './kv/counters.js';
+export { registerKvMetrics } from './kv/metrics.js';
+export type { KvMetricSources } from './kv/metrics.js';
+export { TokenCache } from './kv/token-cache.js';
