@@ -43,6 +43,7 @@ const ORDER = [
   'prefix-heavy-same-region',
   'prefix-heavy-mixed-region',
   'llm-d-like',
+  'llm-d-like-4-epps',
   'collector-outage',
   'nats-outage',
   'epp-restart',

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { allTargets, balancedTargets, hotZoneTargets, outageTargets, prefixTargets, ResultSet, twoEppTargets, type RunResult, type ScenarioReport, type WindowResult } from '../src/index.js';
+import { allTargets, balancedTargets, hotZoneTargets, llmdTargets, outageTargets, preciseTargets, prefixTargets, ResultSet, twoEppTargets, type RunResult, type ScenarioReport, type WindowResult } from '../src/index.js';
 
 /** A run with the given figures (everything else neutral). */
 function result(strategy: string, f: { p90: number; p99?: number; cross?: number; e503?: number; e429?: number; hit?: number; seed?: number; windows?: WindowResult[] }): RunResult {
@@ -127,5 +127,37 @@ describe('routing targets', () => {
     const set = new ResultSet();
     set.add(report('two-epps-hot-zone', 0.95, [result('spillway', { p90: 206 })], 0.175));
     expect(twoEppTargets(set)[0]).toMatchObject({ met: undefined, detail: 'not measured: needs hot-zone-same-region at 95 %' });
+  });
+
+  it('precise: ≤ 0.8× spillway and the reference, and ≥ 90 % of the oracle\'s hits; missing runs are not measured', () => {
+    const set = new ResultSet();
+    const base = [result('spillway', { p90: 1000, hit: 0.6 }), result('reference', { p90: 900 }), result('oracle', { p90: 500, hit: 0.85 })];
+    set.add(report('prefix-heavy-same-region', 0.8, [...base, result('spillway-precise', { p90: 700, hit: 0.8 })]));
+    set.add(report('prefix-heavy-same-region', 1.1, [...base, result('spillway-precise', { p90: 750, hit: 0.8 })]));
+    set.add(report('prefix-heavy-mixed-region', 0.8, [...base, result('spillway-precise', { p90: 700, hit: 0.7 })]));
+    set.add(report('prefix-heavy-mixed-region', 0.4, base));
+    const v = preciseTargets(set);
+    expect(v.map((x) => [x.scenario, x.load, x.met])).toEqual([
+      ['prefix-heavy-same-region', 0.8, true],
+      ['prefix-heavy-same-region', 1.1, false],
+      ['prefix-heavy-mixed-region', 0.4, undefined],
+      ['prefix-heavy-mixed-region', 0.8, false],
+    ]);
+    expect(v[0]?.detail).toMatch(/0\.70× spillway approximate \(1000 ms; ≤ 0\.8×\), 0\.78× reference/);
+    expect(v[3]?.detail).toMatch(/= 0\.82× the oracle's 85\.0 %/);
+  });
+
+  it('llm-d-like: the order and the halved published ratios, approximate being the better of spillway and the reference', () => {
+    const set = new ResultSet();
+    set.add(report('llm-d-like', 0.8, [result('spillway-precise', { p90: 100 }), result('spillway', { p90: 3000 }), result('reference', { p90: 2600 }), result('random', { p90: 5000 })]));
+    set.add(report('llm-d-like', 0.95, [result('spillway-precise', { p90: 100 }), result('spillway', { p90: 200 }), result('random', { p90: 5000 })]));
+    set.add(report('llm-d-like-4-epps', 0.8, [result('spillway-precise', { p90: 100 }), result('spillway', { p90: 3000 }), result('random', { p90: 4000 })]));
+    const v = llmdTargets(set);
+    expect(v.map((x) => [x.scenario, x.load, x.met])).toEqual([
+      ['llm-d-like', 0.8, true],
+      ['llm-d-like', 0.95, false],
+      ['llm-d-like-4-epps', 0.8, false],
+    ]);
+    expect(v[0]?.detail).toMatch(/approximate \(reference\) 2600 ms.*approximate\/precise 26\.00×/);
   });
 });
