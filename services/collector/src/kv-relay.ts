@@ -179,6 +179,8 @@ class PodRelay {
   private relaySeq: number;
   private published = false;
   private closed = false;
+  /** The connection dropped since the last message: the next one starts the pod afresh. */
+  private resync = false;
 
   constructor(
     private readonly relay: KvRelay,
@@ -196,7 +198,12 @@ class PodRelay {
       ipv6: (spec.kvEvents as string).includes('['),
     });
     this.sub.events.on('connect', () => o.metrics.kvConnections.inc({ event: 'connect' }));
-    this.sub.events.on('disconnect', () => o.metrics.kvConnections.inc({ event: 'disconnect' }));
+    this.sub.events.on('disconnect', () => {
+      o.metrics.kvConnections.inc({ event: 'disconnect' });
+      // Messages may be lost while disconnected, and the server may come back restarted with a
+      // sequence that happens to continue ours: only a fresh start is safe.
+      this.resync = true;
+    });
     this.sub.events.on('connect:retry', () => o.metrics.kvConnections.inc({ event: 'retry' }));
     this.sub.subscribe(o.topic);
     this.sub.connect(spec.kvEvents as string);
@@ -233,6 +240,11 @@ class PodRelay {
     const seq = decodeVllmSeq(frames[1] as Buffer);
     if (seq === undefined || seq < 0) return this.relay.dropped(pod, 'bad-seq', `sequence frame of ${(frames[1] as Buffer).byteLength} bytes`);
     o.metrics.kvBatchesReceived.inc();
+    if (this.resync) {
+      this.resync = false;
+      o.metrics.kvGaps.inc({ handling: 'reconnect' });
+      return this.apply(seq, frames[2] as Buffer, true);
+    }
     const verdict = this.seq.verdict(seq);
     if (verdict === 'duplicate') return;
     let fresh = false;
