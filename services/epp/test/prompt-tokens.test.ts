@@ -96,6 +96,26 @@ describe('PromptTokens with the Qwen3 tokenizer', () => {
     expect(b.counters.tokenizeSkipped).toBe(1);
   });
 
+  it('turns a tokenizer\'s chat prefix cache off when joined ids ever disagree with the whole conversation', () => {
+    // A template quirk the probes do not meet: a conversation ending with a QUIRK system turn starts with an extra token.
+    const quirky: PromptTokenizer = {
+      name: 'quirky',
+      encodeText: (text) => qwen3.encodeText(text),
+      encodeChat: (messages) => {
+        const ids = Array.from(qwen3.encodeChat(messages));
+        const last = messages[messages.length - 1];
+        return last?.role === 'system' && String(last.content).includes('QUIRK') ? [7, ...ids] : ids;
+      },
+    };
+    const { tokens: t, counters } = tokens(1 << 20, 1 << 20, quirky);
+    expect(t.describe()[0]?.chatPrefixCache).toBe(true);
+    const messages = [{ role: 'system', content: 'QUIRK context' }, { role: 'user', content: 'q' }];
+    expect(ids(t.tokenize('m', { api: 'chat', prompt: '', messages })?.ids ?? [])).toEqual(ids(quirky.encodeChat(messages)));
+    expect(counters.compositionFailures).toBe(1);
+    expect(t.describe()[0]?.chatPrefixCache).toBe(false);
+    expect(ids(t.tokenize('m', { api: 'chat', prompt: '', messages })?.ids ?? [])).toEqual(ids(quirky.encodeChat(messages)));
+  });
+
   it('uses the tokenizer of the model, or of *', () => {
     const counters = new KvCounters();
     const t = new PromptTokens(new Map([['llama', qwen3]]), { cacheBytes: 1 << 20, maxChars: 1 << 20 }, counters);

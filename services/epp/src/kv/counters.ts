@@ -24,6 +24,8 @@ export class KvCounters {
   tokenizeSkipped = 0;
   /** Requests of a model with a tokenizer not tokenized because no pod has reported KV blocks (nothing to match). */
   tokenizeNoData = 0;
+  /** Times a tokenizer's composition rule disagreed with tokenizing a whole conversation (its chat prefix cache is then off). */
+  compositionFailures = 0;
 
   reject(reason: KvRejectReason): void {
     this.rejected[reason]++;

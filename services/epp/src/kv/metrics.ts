@@ -109,6 +109,13 @@ export function registerKvMetrics(registry: Registry, sources: KvMetricSources):
     [{ tokens: 'skipped' }, () => counters.tokenizeSkipped],
     [{ tokens: 'no-kv-data' }, () => counters.tokenizeNoData],
   ]);
+  const failures: Counter = new Counter({
+    name: 'spillway_kv_tokenizer_composition_failures_total',
+    help: "Times joining a cached conversation prefix and its tail disagreed with tokenizing the whole conversation (checked on the first and every 16th cache miss); the tokenizer's chat prefix cache is then turned off.",
+    registers,
+    collect: () => collectFailures(),
+  });
+  const collectFailures = mirrorCounter(failures, [[{}, () => counters.compositionFailures]]);
   const cache = sources.cache;
   if (cache !== undefined) {
     new Gauge({

@@ -36,6 +36,9 @@ interface Composition {
   userTurn: { before: string; after: string } | undefined;
 }
 
+/** Every this many chat misses, the joined ids are checked against tokenizing the whole conversation. */
+const VERIFY_EVERY = 16;
+
 /** Completions prompts are split for caching at the first newline after each multiple of this many characters. */
 export const TEXT_CHUNK_CHARS = 2048;
 
@@ -68,6 +71,7 @@ export type TokenizeOutcome = 'prefix-cached' | 'full';
 export class PromptTokens {
   readonly cache: TokenCache;
   private readonly compositions = new Map<PromptTokenizer, Composition>();
+  private chatMisses = 0;
 
   constructor(
     /** By model name (after rewrites); `*` serves every other model. */
@@ -126,12 +130,25 @@ export class PromptTokens {
       this.counters.tokenizedPartly++;
       return { ids: concat(cached, cached.length - rule.gen, this.encodeTail(tokenizer, composition, messages, split), rule.lead), outcome: 'prefix-cached' };
     }
-    // A miss: the whole prompt, and its longest cacheable prefix for the next request with it.
+    // A miss: the longest cacheable prefix (kept for the next request with it) and the tail, joined
+    // by the rule. The first miss and every VERIFY_EVERY-th one also tokenize the whole conversation
+    // and compare: a rule that ever disagrees (a template quirk the probes missed) is dropped.
     const split = splits[0] as number;
-    const full = toIds(tokenizer.encodeChat(messages));
     const head = toIds(tokenizer.encodeChat(messages.slice(0, split)));
-    if (head.length >= rule.gen && startsWith(full, head, head.length - rule.gen)) this.cache.set(parts, 1 + 2 * split, head);
     this.counters.tokenizedFresh++;
+    const composed = head.length >= rule.gen ? concat(head, head.length - rule.gen, this.encodeTail(tokenizer, composition, messages, split), rule.lead) : undefined;
+    if (composed !== undefined && this.chatMisses++ % VERIFY_EVERY !== 0) {
+      this.cache.set(parts, 1 + 2 * split, head);
+      return { ids: composed, outcome: 'full' };
+    }
+    const full = toIds(tokenizer.encodeChat(messages));
+    if (composed !== undefined && !equal(full, composed)) {
+      composition.chat = undefined;
+      this.cache.clear();
+      this.counters.compositionFailures++;
+      return { ids: full, outcome: 'full' };
+    }
+    if (composed !== undefined) this.cache.set(parts, 1 + 2 * split, head);
     return { ids: full, outcome: 'full' };
   }
 
