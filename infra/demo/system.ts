@@ -183,7 +183,8 @@ async function startAll(
         command: globalThis.process.execPath,
         args: [bin('sim', 'spillway-sim'), '--port', String(port), '--model', MODEL, '--seed', String(sims.length + 1), '--log-level', logLevel, ...kvArgs, ...(options.simArgs ?? [])],
         logFile: join(logs, `${pod}.log`),
-        ready: () => waitForPort(port, 20_000),
+        // Loading a real tokenizer (an 11 MB vocabulary) takes every starting server seconds of CPU at once.
+        ready: () => waitForPort(port, options.kvEvents ? 90_000 : 20_000),
       });
       sims.push({ pod, zone: spec.zone, region: spec.region, address: `127.0.0.1:${port}`, port, kvEvents, process });
     }
