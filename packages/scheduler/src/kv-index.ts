@@ -135,10 +135,13 @@ export class KvBlockIndex {
     const pod = this.podFor(batch.zone, batch.pod);
     if (pod === undefined) return this.drop();
     pod.lastSeenAt = receivedAtMs;
-    if (pod.seq >= 0 && batch.seq <= pod.seq) return this.drop();
+    // A batch that starts with `cleared` starts the pod afresh whatever its seq (a collector whose
+    // sequence restarted lower); any other batch at or below the last seq is a duplicate.
+    const fresh = batch.events[0]?.[0] === KV_CLEARED;
+    if (pod.seq >= 0 && batch.seq <= pod.seq && !fresh) return this.drop();
     this.counters.batches++;
     let outcome: 'applied' | 'gap' = 'applied';
-    if (pod.seq >= 0 && batch.seq > pod.seq + 1 && !pod.blind) {
+    if (pod.seq >= 0 && batch.seq > pod.seq + 1 && !pod.blind && !fresh) {
       // Deltas were lost (a removal among them would make the index claim blocks the pod no longer has).
       this.counters.gaps++;
       this.clearPod(pod);

@@ -66,8 +66,15 @@ describe('KvBlockIndex', () => {
     index.applyBatch(batch('p0', 3, [[3], [1, chain.slice(0, 1)]]), T);
     expect(matches(index, prompt)).toEqual({ p0: 4 });
     expect(index.stats).toMatchObject({ blocks: 1, droppedBatches: 2 });
+    // A batch starting with cleared is applied whatever its seq (a restarted collector counting from lower).
+    expect(index.applyBatch(batch('p0', 2, [[3], [1, chain.slice(0, 2)]]), T)).toBe('applied');
+    expect(matches(index, prompt)).toEqual({ p0: 8 });
+    index.applyBatch(batch('p0', 3, [[2, [chain[1] as number]]]), T);
+    expect(matches(index, prompt)).toEqual({ p0: 4 });
+    expect(index.stats.gaps).toBe(0);
     // Removing a block nobody holds, or twice, changes nothing.
     index.applyBatch(batch('p0', 4, [[2, [chain[4] as number, chain[4] as number, 12345]]]), T);
+    expect(matches(index, prompt)).toEqual({ p0: 4 });
     expect(index.stats.blocks).toBe(1);
   });
 
