@@ -3,9 +3,10 @@ import { collector } from './collector.js';
 import { events } from './events.js';
 import { extproc } from './extproc.js';
 import { kv } from './kv.js';
+import { kvRelay } from './kv-relay.js';
 import { pick } from './pick.js';
 import { routing } from './routing.js';
 import { sharing } from './sharing.js';
 
 /** Every part of `npm run bench`, in the order they run and appear in BENCHMARKS.md. */
-export const parts: BenchPart[] = [events, pick, extproc, sharing, collector, routing, kv];
+export const parts: BenchPart[] = [events, pick, extproc, sharing, collector, kvRelay, routing, kv];

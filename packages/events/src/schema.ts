@@ -85,7 +85,7 @@ export const MAX_KV_SNAPSHOT_KEYS = 16384;
  * (`kvBlockKeys`, see kv.ts) of the blocks it holds, most recently stored LAST, and `seq`, the
  * relay sequence of the last `spillway.kv` batch folded in. The stream keeps the last one per
  * subject, so a (re)starting EPP replays each pod's latest snapshot and then applies live batches
- * with a larger `seq`. Published by the collector every `--kv-snapshot-interval` per pod with KV
+ * with a larger `seq`. Published by the collector every `--kv-snapshot-interval-ms` per pod with KV
  * events; the fleet view ignores it (it only feeds the block index).
  */
 export const kvSnapshotEventSchema = z.object({

@@ -12,7 +12,9 @@ import { decode, encode } from '@msgpack/msgpack';
  *   ["AllBlocksCleared"]
  *
  * Later vLLM versions append fields (and older ones stop at `lora_id`/`block_hashes`); a decoder
- * reads the fields it knows and ignores trailing ones. Block hashes are integers (64-bit, so a
+ * reads the fields it knows and ignores trailing ones. The newest vLLM encodes the same structs as
+ * maps (`{ts, events, data_parallel_rank}`, events `{type: "BlockStored", block_hashes, ...}`):
+ * the decoder reads that form too, by field name. Block hashes are integers (64-bit, so a
  * decoder keeps them exact as bigint) or, with vLLM's byte hashes, `bin` strings. `spillway-sim`
  * encodes with this module and the collector decodes with it: one definition of the layout.
  */
@@ -153,8 +155,19 @@ function smallInt(v: unknown): number | undefined {
   return typeof v === 'number' && Number.isSafeInteger(v) ? v : undefined;
 }
 
-function event(raw: unknown, i: number, limits: VllmKvLimits): VllmKvEvent | undefined {
+const STORED_FIELDS = ['type', 'block_hashes', 'parent_block_hash', 'token_ids', 'block_size', 'lora_id', 'medium', 'lora_name'] as const;
+const REMOVED_FIELDS = ['type', 'block_hashes', 'medium'] as const;
+
+/** A map-encoded event (newer vLLM) as the array form: its tag, then its fields in array order. */
+function asArray(raw: object): unknown[] {
+  const r = raw as Record<string, unknown>;
+  const fields = r['type'] === VLLM_BLOCK_STORED ? STORED_FIELDS : r['type'] === VLLM_BLOCK_REMOVED ? REMOVED_FIELDS : (['type'] as const);
+  return fields.map((f) => r[f]);
+}
+
+function event(input: unknown, i: number, limits: VllmKvLimits): VllmKvEvent | undefined {
   const where = `events[${i}]`;
+  const raw = input !== null && typeof input === 'object' && !Array.isArray(input) && !(input instanceof Uint8Array) ? asArray(input) : input;
   if (!Array.isArray(raw) || typeof raw[0] !== 'string') throw new Malformed('malformed', `${where}: not a tagged array`);
   switch (raw[0]) {
     case VLLM_BLOCK_STORED: {
@@ -205,7 +218,11 @@ export function decodeVllmKvBatch(payload: Uint8Array, limits: VllmKvLimits = DE
     return { ok: false, reason: 'not-msgpack', detail: error instanceof Error ? error.message : String(error) };
   }
   try {
-    if (!Array.isArray(raw) || raw.length < 2) throw new Malformed('malformed', 'the batch is not an array [ts, events, ...]');
+    if (raw !== null && typeof raw === 'object' && !Array.isArray(raw) && !(raw instanceof Uint8Array)) {
+      const r = raw as Record<string, unknown>;
+      raw = [r['ts'], r['events'], r['data_parallel_rank']];
+    }
+    if (!Array.isArray(raw) || raw.length < 2) throw new Malformed('malformed', 'the batch is not [ts, events, ...] nor {ts, events, ...}');
     const ts = typeof raw[0] === 'bigint' ? Number(raw[0]) : raw[0];
     if (typeof ts !== 'number' || !Number.isFinite(ts)) throw new Malformed('malformed', 'ts is not a number');
     const list = raw[1];

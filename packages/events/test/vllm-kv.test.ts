@@ -38,6 +38,34 @@ describe('vLLM KV event batches', () => {
     expect(r.batch.events[2]).toMatchObject({ type: 'stored', parent: 3, medium: 'GPU' });
   });
 
+  it('reads the map form newer vLLM encodes, by field name', () => {
+    const r = decodeVllmKvBatch(
+      encode({
+        ts: 2.5,
+        events: [
+          { type: 'BlockStored', block_hashes: [1, 2], parent_block_hash: null, token_ids: [1, 2, 3, 4], block_size: 2, lora_id: null, medium: 'GPU', lora_name: null, extra_keys: null, group_idx: 0 },
+          { type: 'BlockRemoved', block_hashes: [1], medium: 'GPU', group_idx: 0 },
+          { type: 'AllBlocksCleared' },
+          { type: 'BlockMoved' },
+        ],
+        data_parallel_rank: 1,
+      }),
+    );
+    expect(r).toEqual({
+      ok: true,
+      batch: {
+        ts: 2.5,
+        dataParallelRank: 1,
+        unknownEvents: 1,
+        events: [
+          { type: 'stored', hashes: [1, 2], parent: null, tokenIds: [1, 2, 3, 4], blockSize: 2, loraId: null, medium: 'GPU', loraName: null },
+          { type: 'removed', hashes: [1], medium: 'GPU' },
+          { type: 'cleared' },
+        ],
+      },
+    });
+  });
+
   it('skips and counts unknown tags', () => {
     const r = decodeVllmKvBatch(encode([1, [['BlockMoved', [1]], stored]]));
     expect(r.ok && r.batch.unknownEvents).toBe(1);
@@ -51,7 +79,8 @@ describe('vLLM KV event batches', () => {
     };
     expect(reason(new Uint8Array([0xc1]))).toBe('not-msgpack');
     expect(reason(new Uint8Array([0x92, 0x01]))).toBe('not-msgpack'); // truncated
-    expect(reason(encode({ ts: 1, events: [] }))).toBe('malformed');
+    expect(reason(encode({ ts: 'x', events: [] }))).toBe('malformed');
+    expect(reason(encode({ when: 1 }))).toBe('malformed');
     expect(reason(encode([1, [['BlockStored', [1], null, [-1], 2, null, null, null]]]))).toBe('malformed');
     expect(reason(encode([1, [['BlockStored', [1.5], null, [1], 2, null, null, null]]]))).toBe('malformed');
     expect(reason(encode([1, [['BlockStored', [1], null, [1], 0, null, null, null]]]))).toBe('malformed');

@@ -21,3 +21,7 @@ export { createAgent, getText, getStreamed, GetError } from './http-get.js';
 export { NatsSink } from './nats-sink.js';
 export type { EventSink } from './sink.js';
 export { CollectorMetrics } from './self-metrics.js';
+export { KvRelay, withKvEndpoints } from './kv-relay.js';
+export type { KvRelayOptions, KvSink, KvDropReason } from './kv-relay.js';
+export { PodKvMap, SeqTracker, splitKvEvents } from './kv-map.js';
+export type { KvSkipReason, SeqVerdict } from './kv-map.js';
