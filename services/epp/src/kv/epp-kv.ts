@@ -65,7 +65,8 @@ export class EppKv {
     if (!this.options.enabled || this.subscription !== undefined) return;
     this.subscription = new KvSubscription(nc, this.options.pool, this.index, this.counters, logger);
     this.subscription.start();
-    logger.info({ pool: this.options.pool, tokenizers: this.tokens?.describe() ?? [] }, 'following KV block events');
+    // The pool is in the 'starting' line; this one says what is followed and how prompts are tokenized.
+    logger.info({ tokenizers: this.tokens?.describe() ?? [] }, 'following KV block events');
   }
 
   /** The request's prompt token ids for the block index, or undefined (see the class comment). */
