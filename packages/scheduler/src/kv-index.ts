@@ -92,7 +92,7 @@ export class KvBlockIndex {
   // Per-lookup scratch: the prompt's keys per block size, and the pods matched.
   private epoch = 0;
   private readonly keyScratch = new Map<number, number[]>();
-  /** Pods holding at least the first block of the prepared prompt, deepest match first after prepare(). */
+  /** Pods holding at least the first block of the prepared prompt (in no particular order). */
   readonly matched: KvPod[] = [];
   /** Deepest match of the prepared prompt, in tokens. */
   bestTokens = 0;
@@ -263,7 +263,6 @@ export class KvBlockIndex {
       }
     }
     if (matched.length > 0) this.counters.hits++;
-    matched.sort((a, b) => b.match * b.blockSize - a.match * a.blockSize);
     this.bestTokens = best;
     return best;
   }

@@ -92,8 +92,13 @@ export class PrefixLookup {
    * request reaches the remote pod holding its prefix.
    */
   holders(limit: number): readonly Endpoint[] {
-    if (this.holderList.length > limit) this.holderList.length = limit;
-    return this.holderList;
+    const list = this.holderList;
+    if (list.length > limit) {
+      // Sorted only when some must be left out: the deepest matches stay.
+      list.sort((a, b) => this.cachedTokens(b) - this.cachedTokens(a));
+      list.length = limit;
+    }
+    return list;
   }
 
   /** Forgets the request's references to endpoints. */
