@@ -142,7 +142,7 @@ describe('spillway-collector KV relay against spillway-sim processes and nats-se
       // The snapshot's seq is the last relayed batch it includes.
       expect(batches.get('sim-a')?.some((b) => b.seq === last?.seq)).toBe(true);
     }, 10_000);
-    expect(snapshots.get('sim-c')?.at(-1)).toMatchObject({ kind: 'kv', zone: 'zone-b', blockSize: BLOCK });
+    await eventually(() => expect(snapshots.get('sim-c')?.at(-1)).toMatchObject({ kind: 'kv', zone: 'zone-b', blockSize: BLOCK }), 10_000);
   });
 
   it('relays evictions and a server restart', async () => {
@@ -152,14 +152,22 @@ describe('spillway-collector KV relay against spillway-sim processes and nats-se
     const b2 = await spawnSim(['--preset', 'test', '--num-blocks', '16', '--time-scale', '50', '--model', 'm', '--kv-events', `tcp://127.0.0.1:${port}`]);
     late.push(b2);
     const before = batches.get('sim-b')?.length ?? 0;
+    let round = 0;
     await eventually(async () => {
-      // 16 blocks: three 6-block prompts cannot stay cached together.
-      for (const tag of ['r1', 'r2', 'r3']) await complete(b2, prompt(tag, 6));
+      // 16 blocks: three 6-block prompts cannot stay cached together. Fresh prompts each round: a
+      // block whose chain began before the subscription was live cannot be keyed (its parent is unknown).
+      round++;
+      for (const tag of ['r1', 'r2', 'r3']) await complete(b2, prompt(`${tag}-${round}`, 6));
       const after = (batches.get('sim-b') ?? []).slice(before);
       expect(after.some((b) => b.events.some((e) => e[0] === KV_CLEARED))).toBe(true);
       expect(after.some((b) => b.events.some((e) => e[0] === 2 && e[1].length > 0))).toBe(true);
     }, 20_000);
-    expect(await collectorMetric('spillway_collector_kv_gaps_total', 'handling="reconnect"')).toBeGreaterThanOrEqual(1);
+    // The dropped connection was seen and the pod started afresh on the next batch.
+    let n = 0;
+    await eventually(async () => {
+      await complete(b2, prompt(`rx${++n}`, 1));
+      expect(await collectorMetric('spillway_collector_kv_gaps_total', 'handling="reconnect"')).toBeGreaterThanOrEqual(1);
+    }, 10_000);
   });
 
   it('keeps retrying a dead KV endpoint while that pod’s metrics flow, and relays once it answers', async () => {
