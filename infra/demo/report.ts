@@ -109,6 +109,48 @@ export function zonePodsFromMetrics(text: string, zone: string): ZonePods {
   return { ready: value('spillway_zone_ready_pods'), saturated: value('spillway_zone_saturated_pods') };
 }
 
+/** The model servers' own prefix-cache counters (vLLM's names): prompt tokens looked up and found cached. */
+export interface PrefixCacheTotals {
+  hits: number;
+  queries: number;
+}
+
+/** Sums `vllm:prefix_cache_hits_total` and `vllm:prefix_cache_queries_total` over every series of one server's /metrics. */
+export function prefixCacheFromMetrics(text: string): PrefixCacheTotals {
+  const totals = { hits: 0, queries: 0 };
+  for (const line of text.split('\n')) {
+    const m = /^vllm:prefix_cache_(hits|queries)_total(?:\{[^}]*\})?\s+(\S+)/.exec(line);
+    const value = Number(m?.[2]);
+    if (m && Number.isFinite(value)) totals[m[1] as 'hits' | 'queries'] += value;
+  }
+  return totals;
+}
+
+/**
+ * What the servers' counters grew by between two readings of each server. A server restarted in
+ * between (its counters reset) counts from zero; one that did not answer a reading counts nothing.
+ */
+export function prefixCacheDelta(before: readonly (PrefixCacheTotals | undefined)[], after: readonly (PrefixCacheTotals | undefined)[]): PrefixCacheTotals {
+  const total = { hits: 0, queries: 0 };
+  after.forEach((end, i) => {
+    if (end === undefined) return;
+    const start = before[i];
+    const reset = start === undefined || end.queries < start.queries || end.hits < start.hits;
+    total.hits += reset ? end.hits : end.hits - start.hits;
+    total.queries += reset ? end.queries : end.queries - start.queries;
+  });
+  return total;
+}
+
+/** The summary's line on the prefix cache. */
+export function formatPrefixCache(totals: PrefixCacheTotals, kvEvents: boolean): string {
+  const rate = totals.queries > 0 ? `${((100 * totals.hits) / totals.queries).toFixed(1)}%` : 'n/a';
+  return (
+    `Prefix cache (the model servers' own counters): ${rate} of prompt tokens were cached (${totals.hits} of ${totals.queries}); ` +
+    (kvEvents ? 'EPPs routed by the servers\' KV events (precise).' : 'EPPs routed by their own prefix guesses (approximate); compare with --kv-events.')
+  );
+}
+
 function header(columns: Array<[string, number, boolean?]>, style: Style): string {
   return dim(style, columns.map(([name, width, left]) => (left ? name.padEnd(width) : name.padStart(width))).join(' ').trimEnd());
 }

@@ -11,7 +11,10 @@ import { z } from 'zod';
 import { CliError, parseCommandLine, renderHelp } from '@spillway/cli';
 import { PRESETS } from '@spillway/engine';
 import { INSTALL_HINT, natsServerAvailable } from '@spillway/proc';
-import { emptyWindow, formatSummary, formatTick, mergeWindows, record, tickHeader, zonePodsFromMetrics, type Style, type ZonePods, type ZoneWindow } from './report.js';
+import {
+  emptyWindow, formatPrefixCache, formatSummary, formatTick, mergeWindows, prefixCacheDelta, prefixCacheFromMetrics, record, tickHeader, zonePodsFromMetrics,
+  type PrefixCacheTotals, type Style, type ZonePods, type ZoneWindow,
+} from './report.js';
 import { MIN_DURATION_S, phaseAt, planScenario, serverCapacity, type Phase, type PhaseAction } from './scenario.js';
 import { LocalSystem, MODEL, zoneSpecsOf, type ZoneSpec } from './system.js';
 import { loadTopology } from '../topology.js';
@@ -40,6 +43,22 @@ const PROMPT_TOKENS = 15; // the driver's prompts are ~60 characters, 4 characte
 // The demo's overload rates come from the closed-form capacity estimate (serverCapacity), so its servers run that mode.
 const SIM_ARGS = ['--preset', PRESET, '--engine-mode', 'closed-form', '--max-num-seqs', String(MAX_NUM_SEQS), '--max-waiting', String(MAX_WAITING)];
 const MAX_IN_FLIGHT_PER_ZONE = 40;
+/** --shared-prefixes: customers, each with a context every one of its prompts starts with. */
+const SHARED_CONTEXTS = 12;
+const CONTEXT_TOKENS = 240;
+const CONTEXT_WORDS = 'river reservoir spillway crest chute gate basin flood inflow outflow weir dam culvert storm design freeboard'.split(' ');
+/** Customer c's context: ~CONTEXT_TOKENS tokens of words drawn from a fixed sequence, distinct per customer. */
+function sharedContext(c: number): string {
+  const words: string[] = [`Customer ${c} operating manual.`];
+  let s = 7919 * (c + 1);
+  for (let i = 0; i < CONTEXT_TOKENS - 8; i++) {
+    s = (s * 16807) % 2147483647;
+    words.push(CONTEXT_WORDS[s % CONTEXT_WORDS.length]!);
+  }
+  return `${words.join(' ')}.\n`;
+}
+const CONTEXTS = Array.from({ length: SHARED_CONTEXTS }, (_, c) => sharedContext(c));
+const TOKENIZER = 'qwen3';
 /**
  * The EPP's queue threshold (default 5 waiting requests) scaled to batches of 2: a server with 2
  * waiting behind 2 running is as full as a 256-sequence vLLM with a queue of 5 is not, so the zone
@@ -67,6 +86,16 @@ const FLAGS = {
     description: 'base requests per second sent to each zone\'s gateway (default 2.5)',
     schema: z.coerce.number().positive().max(50).default(2.5),
     placeholder: 'R',
+  },
+  kvEvents: {
+    description: "precise prefix-cache routing: the model servers publish their KV-cache events (ZeroMQ), the collectors relay them over NATS, the EPPs tokenize prompts (Qwen3) and route by them; implies --shared-prefixes",
+    schema: z.boolean().default(false),
+    boolean: true,
+  },
+  sharedPrefixes: {
+    description: `every prompt starts with one of ${SHARED_CONTEXTS} customers' shared contexts (~${CONTEXT_TOKENS} tokens), so routing by prefix matters; compare a run with --kv-events against one without`,
+    schema: z.boolean().default(false),
+    boolean: true,
   },
   dir: {
     description: 'where logs and generated files go (default .data/demo/<timestamp>)',
@@ -131,8 +160,11 @@ async function main(): Promise<number> {
   process.on('SIGINT', onSignal);
   process.on('SIGTERM', onSignal);
 
+  const sharedPrefixes = flags.sharedPrefixes || flags.kvEvents;
+  // Uncached prompts bound the capacity: prefix hits only add headroom.
+  const promptTokens = sharedPrefixes ? PROMPT_TOKENS + CONTEXT_TOKENS : PROMPT_TOKENS;
   const capacity = Object.fromEntries(
-    ZONES.map((z) => [z.zone, z.servers * serverCapacity({ ...PRESETS[PRESET], maxNumSeqs: MAX_NUM_SEQS }, PROMPT_TOKENS, MAX_TOKENS)]),
+    ZONES.map((z) => [z.zone, z.servers * serverCapacity({ ...PRESETS[PRESET], maxNumSeqs: MAX_NUM_SEQS }, promptTokens, MAX_TOKENS)]),
   );
   const phases = planScenario({
     zones: ZONES.map((z) => z.zone),
@@ -158,6 +190,7 @@ async function main(): Promise<number> {
         ...(natsUrl && { natsUrl }),
         simArgs: SIM_ARGS,
         eppArgs: ['--config', eppConfig],
+        ...(flags.kvEvents && { kvEvents: { tokenizer: TOKENIZER } }),
         logLevel: 'warn',
         signal: abort.signal,
       },
@@ -177,6 +210,11 @@ async function main(): Promise<number> {
   out(`Model servers: spillway-sim --preset ${PRESET} --max-num-seqs ${MAX_NUM_SEQS} --max-waiting ${MAX_WAITING}`);
   out(`  (real-time latencies, small batches); requests stream ${MAX_TOKENS} tokens: ~${perServer.toFixed(1)} req/s per server.`);
   out(`EPPs: --subset-mode locality, queueThreshold ${EPP_CONFIG.queueThreshold} (default 5, scaled to the small batches).`);
+  if (sharedPrefixes) out(`Prompts: each starts with one of ${SHARED_CONTEXTS} customers' contexts (~${CONTEXT_TOKENS} tokens).`);
+  if (flags.kvEvents) {
+    out(`KV events: every model server publishes them (spillway-sim --kv-events, --tokenizer ${TOKENIZER}); each collector relays its zone's`);
+    out(`  on spillway.kv.${'<pool>.<zone>.<pod>'} and snapshots them into the stream; the EPPs tokenize prompts (--tokenizer '*=${TOKENIZER}').`);
+  }
   out(`Live view of each zone's EPP (open in a browser; watch ${OVERLOAD_ZONE} spill in the overload phase):`);
   for (const z of ZONES) out(`  ${z.zone}: http://127.0.0.1:${system.zone(z.zone).eppPorts.metrics}/`);
   out('Zone capacity:');
@@ -196,7 +234,7 @@ async function main(): Promise<number> {
 
   let exitCode = 1;
   try {
-    exitCode = await play(system, phases, style, abort.signal);
+    exitCode = await play(system, phases, style, abort.signal, { sharedPrefixes, kvEvents: flags.kvEvents });
   } finally {
     out('');
     out('stopping every process...');
@@ -208,7 +246,7 @@ async function main(): Promise<number> {
   return exitCode;
 }
 
-async function play(system: LocalSystem, phases: Phase[], style: Style, signal: AbortSignal): Promise<number> {
+async function play(system: LocalSystem, phases: Phase[], style: Style, signal: AbortSignal, workload: { sharedPrefixes: boolean; kvEvents: boolean }): Promise<number> {
   const zones = ZONES.map((z) => z.zone);
   const tick = new Map<string, ZoneWindow>(zones.map((z) => [z, emptyWindow()]));
   const byPhase = new Map<string, Map<string, ZoneWindow>>();
@@ -224,6 +262,7 @@ async function play(system: LocalSystem, phases: Phase[], style: Style, signal: 
     gateways: Object.fromEntries(zones.map((z) => [z, system.zone(z).gatewayUrl])),
     model: MODEL,
     maxTokens: MAX_TOKENS,
+    ...(workload.sharedPrefixes && { prompt: (n: number, zone: string) => `${CONTEXTS[n % SHARED_CONTEXTS]}Request ${n} from ${zone}: summarise the manual.` }),
     maxInFlight: MAX_IN_FLIGHT_PER_ZONE,
     timeoutMs: 30_000,
     onOutcome: (o: Outcome) => {
@@ -264,6 +303,7 @@ async function play(system: LocalSystem, phases: Phase[], style: Style, signal: 
   out('');
   out('warming up (a few requests per zone, not counted)...');
   await driver.warmUp(6, 3, 3000);
+  const prefixBefore = await prefixCacheOf(system);
   let current: Phase | undefined;
   const enter = (phase: Phase, now: number) => {
     if (current) played.get(current.name)!.endMs = now;
@@ -303,6 +343,7 @@ async function play(system: LocalSystem, phases: Phase[], style: Style, signal: 
   if (current) played.get(current.name)!.endMs = trafficMs;
   driver.stop();
   await Promise.all(pending);
+  const prefix = prefixCacheDelta(prefixBefore, await prefixCacheOf(system));
 
   out('');
   out(`Summary (${fmtS(trafficMs)} of traffic; requests counted in the phase they were sent in):`);
@@ -315,6 +356,7 @@ async function play(system: LocalSystem, phases: Phase[], style: Style, signal: 
     `Total: ${total.finished} requests, ${total.ok} ok, ${total.spilled} served in another zone, ${total.fallbacks} needed a fallback, ` +
       `${total.s429} x 429, ${total.s503} x 503, ${total.errors} other errors, ${total.shed} shed.`,
   );
+  out(formatPrefixCache(prefix, workload.kvEvents));
   return 0;
 }
 
@@ -326,6 +368,20 @@ async function podsOf(system: LocalSystem, zone: string): Promise<ZonePods | und
   } catch {
     return undefined;
   }
+}
+
+/** Every model server's prefix-cache counters, in `system.sims` order; undefined for one that does not answer (killed). */
+async function prefixCacheOf(system: LocalSystem): Promise<(PrefixCacheTotals | undefined)[]> {
+  return Promise.all(
+    system.sims.map(async (sim) => {
+      try {
+        const response = await fetch(`http://${sim.address}/metrics`, { signal: AbortSignal.timeout(1000) });
+        return response.ok ? prefixCacheFromMetrics(await response.text()) : undefined;
+      } catch {
+        return undefined;
+      }
+    }),
+  );
 }
 
 function sleep(ms: number): Promise<void> {

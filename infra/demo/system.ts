@@ -44,6 +44,12 @@ export interface SystemOptions {
   collectorArgs?: string[];
   eppArgs?: string[];
   gatewayArgs?: string[];
+  /**
+   * Precise prefix-cache routing: every model server publishes its KV-cache events on a ZeroMQ port
+   * and tokenizes with `tokenizer`, each zone's collector relays them (the endpoints file names each
+   * server's port), and the EPPs tokenize prompts with the same tokenizer.
+   */
+  kvEvents?: { tokenizer: string };
   logLevel?: string;
   /** Aborting it during `start` stops whatever was started and rejects the start. */
   signal?: AbortSignal;
@@ -55,6 +61,8 @@ export interface SimProcess {
   region: string;
   address: string;
   port: number;
+  /** Its KV-event ZeroMQ endpoint, with `kvEvents`. */
+  kvEvents: string | undefined;
   process: ManagedProcess;
 }
 
@@ -168,14 +176,17 @@ async function startAll(
     for (let i = 0; i < spec.servers; i++) {
       const port = await freePort();
       const pod = `sim-${spec.zone}-${i}`;
+      const kvEvents = options.kvEvents ? `tcp://127.0.0.1:${await freePort()}` : undefined;
+      const kvArgs = options.kvEvents && kvEvents ? ['--kv-events', kvEvents, '--tokenizer', options.kvEvents.tokenizer] : [];
       const process = new ManagedProcess({
         name: pod,
         command: globalThis.process.execPath,
-        args: [bin('sim', 'spillway-sim'), '--port', String(port), '--model', MODEL, '--seed', String(sims.length + 1), '--log-level', logLevel, ...(options.simArgs ?? [])],
+        args: [bin('sim', 'spillway-sim'), '--port', String(port), '--model', MODEL, '--seed', String(sims.length + 1), '--log-level', logLevel, ...kvArgs, ...(options.simArgs ?? [])],
         logFile: join(logs, `${pod}.log`),
-        ready: () => waitForPort(port, 20_000),
+        // Loading a real tokenizer (an 11 MB vocabulary) takes every starting server seconds of CPU at once.
+        ready: () => waitForPort(port, options.kvEvents ? 90_000 : 20_000),
       });
-      sims.push({ pod, zone: spec.zone, region: spec.region, address: `127.0.0.1:${port}`, port, process });
+      sims.push({ pod, zone: spec.zone, region: spec.region, address: `127.0.0.1:${port}`, port, kvEvents, process });
     }
   }
   checkpoint(); // nothing is spawned after an abort
@@ -191,7 +202,11 @@ async function startAll(
     const endpointsFile = join(options.dir, `endpoints-${spec.zone}.json`);
     writeFileSync(
       endpointsFile,
-      JSON.stringify(sims.filter((s) => s.zone === spec.zone).map((s) => ({ pod: s.pod, address: s.address, zone: s.zone, region: s.region, engine: 'vllm' })), null, 2),
+      JSON.stringify(
+        sims.filter((s) => s.zone === spec.zone).map((s) => ({ pod: s.pod, address: s.address, zone: s.zone, region: s.region, engine: 'vllm', ...(s.kvEvents && { kvEvents: s.kvEvents }) })),
+        null,
+        2,
+      ),
     );
     const auth = (creds: { user: string; pass: string } | undefined) => (creds ? ['--nats-user', creds.user, '--nats-password', creds.pass] : []);
     const collectorMetrics = await freePort();
@@ -223,6 +238,7 @@ async function startAll(
         '--grpc-port', String(eppPorts.grpc), '--health-port', String(eppPorts.health), '--metrics-port', String(eppPorts.metrics),
         '--subset-mode', 'locality',
         '--log-level', logLevel,
+        ...(options.kvEvents ? ['--tokenizer', `*=${options.kvEvents.tokenizer}`] : []),
         ...(options.eppArgs ?? []),
       ],
       logFile: join(logs, `epp-${spec.zone}.log`),

@@ -29,6 +29,8 @@ export interface TrafficOptions {
   gateways: Record<string, string>;
   model: string;
   maxTokens: number;
+  /** The prompt of the n-th request sent to `zone` (default: a short note, no shared prefix). */
+  prompt?: (n: number, zone: string) => string;
   /** Bound on concurrent requests per zone. */
   maxInFlight: number;
   /** Per-request deadline, ms. */
@@ -143,7 +145,7 @@ export class TrafficDriver {
     const topic = TOPICS[n % TOPICS.length];
     const body = JSON.stringify({
       model: this.options.model,
-      prompt: `Request ${n} from ${zone}: write a short note about ${topic}.`,
+      prompt: this.options.prompt?.(n, zone) ?? `Request ${n} from ${zone}: write a short note about ${topic}.`,
       max_tokens: this.options.maxTokens,
       stream: true,
     });

@@ -17,7 +17,11 @@
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { AGGREGATE_STREAM, HUB_DOMAIN, domainOf, uniqueZones, zoneStreamName, zoneSubjects } from '@spillway/bus';
-import { ALL_STATE_SUBJECTS, stateZoneFilter } from '@spillway/events';
+import { ALL_STATE_SUBJECTS, escapeToken, KV_SUBJECT_ROOT, stateZoneFilter } from '@spillway/events';
+
+/** One zone's KV-cache block subjects of every pool (what its collector relays). */
+const kvZoneSubjects = (zone: string): string => `${KV_SUBJECT_ROOT}.*.${escapeToken(zone)}.>`;
+const ALL_KV_SUBJECTS = `${KV_SUBJECT_ROOT}.>`;
 import { loadTopology } from '../topology.js';
 
 // The stream definitions and provisioning live in @spillway/bus (spillway-provision uses them in
@@ -101,7 +105,7 @@ export interface RenderedZone extends RenderedServer {
     admin: Credentials;
     /** Publishes this zone's subjects only (and reads stream info). */
     collector: Credentials;
-    /** Reads the local aggregate only (consumers, direct get, stream info); shares state on its own zone's spillway.state subjects. */
+    /** Reads the local aggregate only (consumers, direct get, stream info); shares state on its own zone's spillway.state subjects; reads every zone's spillway.kv subjects. */
     epp: Credentials;
   };
 }
@@ -182,11 +186,11 @@ ${indent}}`;
 
 function collectorPermissions(zone: string, indent: string): string {
   const i = `${indent}    `;
-  return `${i}# Only this zone's events (every pool); a publish to another zone's subjects is a
-${i}# permissions violation. The JetStream API subjects are read-only calls the publisher makes
-${i}# on start (account info; stream info when it checks the stream exists).
+  return `${i}# Only this zone's events and KV-cache block events (every pool); a publish to another zone's
+${i}# subjects is a permissions violation. The JetStream API subjects are read-only calls the
+${i}# publisher makes on start (account info; stream info when it checks the stream exists).
 ${i}publish: {
-${i}  allow: ${list([zoneSubjects(zone), '$JS.API.INFO', '$JS.API.STREAM.INFO.*'], `${i}  `)}
+${i}  allow: ${list([zoneSubjects(zone), kvZoneSubjects(zone), '$JS.API.INFO', '$JS.API.STREAM.INFO.*'], `${i}  `)}
 ${i}}
 ${i}# Acked publishes (readiness) get their PubAck on an inbox. No allow_responses: it would let
 ${i}# the collector publish to any reply subject.
@@ -202,7 +206,8 @@ function eppPermissions(zone: string, aggregate: string, indent: string): string
 ${i}# direct get and stream info. No event may be published (spillway.v1.>, spillway.kv.>), and
 ${i}# no stream may be created or changed (the aggregate is provisioned by an admin).
 ${i}# The state shared between EPPs (spillway.state.<pool>.<zone>.<epp-id>, and .sync for warm
-${i}# starts): published for this zone only, read for every zone of every pool.
+${i}# starts): published for this zone only, read for every zone of every pool. The model servers'
+${i}# KV-cache block events (spillway.kv.<pool>.<zone>.<pod>): read for every zone, never published.
 ${i}publish: {
 ${i}  allow: ${list(
     [
@@ -224,7 +229,7 @@ ${i}  allow: ${list(
 ${i}  deny: ["spillway.v1.>", "spillway.kv.>"]
 ${i}}
 ${i}subscribe: {
-${i}  allow: ${list(['_INBOX.>', ALL_STATE_SUBJECTS], `${i}  `)}
+${i}  allow: ${list(['_INBOX.>', ALL_STATE_SUBJECTS, ALL_KV_SUBJECTS], `${i}  `)}
 ${i}}
 ${i}# A peer's warm-start request is answered on its reply subject: a snapshot in parts, each
 ${i}# reply subject usable for a few seconds and a bounded number of parts.

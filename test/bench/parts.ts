@@ -2,6 +2,7 @@ import type { BenchPart } from './part.js';
 import { collector } from './collector.js';
 import { events } from './events.js';
 import { extproc } from './extproc.js';
+import { kv } from './kv.js';
 import { kvRelay } from './kv-relay.js';
 import { pick } from './pick.js';
 import { routing } from './routing.js';
@@ -9,4 +10,4 @@ import { scale } from './scale.js';
 import { sharing } from './sharing.js';
 
 /** Every part of `npm run bench`, in the order they run and appear in BENCHMARKS.md. */
-export const parts: BenchPart[] = [events, scale, pick, extproc, sharing, collector, kvRelay, routing];
+export const parts: BenchPart[] = [events, scale, pick, extproc, sharing, collector, kvRelay, routing, kv];

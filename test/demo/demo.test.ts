@@ -186,6 +186,8 @@ describe('npm start (the local demo)', () => {
     for (const phase of PHASES) expect(summary).toMatch(new RegExp(`^${phase}\\s+zone-a\\s`, 'm'));
     expect(summary.split('\n').filter((l) => /^\S*\s+zone-[abc]\s+\d+/.test(l))).toHaveLength(PHASES.length * ZONES.length);
     expect(summary).toMatch(/^Total: \d+ requests/m);
+    // The model servers' own prefix-cache hit rate, routed without KV events.
+    expect(summary).toMatch(/^Prefix cache \(the model servers' own counters\): (\d+\.\d%|n\/a) .*\(approximate\)/m);
   });
 
   it('spills zone-a\'s requests to other zones while it is overloaded', () => {
@@ -210,6 +212,39 @@ describe('npm start (the local demo)', () => {
   });
 });
 
+describe('npm start -- --kv-events (precise prefix-cache routing)', () => {
+  let dir: string;
+  let run: Run;
+
+  beforeAll(async () => {
+    if (!process.env['NATS_URL'] && !natsServerAvailable()) throw new Error(INSTALL_HINT);
+    dir = mkdtempSync(join(tmpdir(), 'spillway-demo-kv-'));
+    run = await runDemo(['--kv-events', '--duration', '12', '--dir', dir], env(), 150_000);
+  }, 160_000);
+
+  afterAll(() => {
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('runs the servers with KV events, the collectors relaying them and the EPPs tokenizing, and exits 0', () => {
+    expect(run.code, `${run.stdout}\n${run.stderr}`).toBe(0);
+    expect(run.stdout).toContain('KV events: every model server publishes them');
+    expect(run.stdout).toMatch(/^Prompts: each starts with one of \d+ customers' contexts/m);
+    const sims = [...run.descendants.values()].filter((c) => c.includes('spillway-sim'));
+    expect(sims.length).toBeGreaterThanOrEqual(8);
+    for (const sim of sims) expect(sim).toMatch(/--kv-events tcp:\/\/127\.0\.0\.1:\d+ --tokenizer qwen3/);
+    for (const epp of [...run.descendants.values()].filter((c) => c.includes('spillway-epp'))) expect(epp).toContain('--tokenizer *=qwen3');
+    expect(survivors(run)).toEqual([]);
+  });
+
+  it("ends with the model servers' prefix-cache hit rate, routed by their KV events", () => {
+    const line = /^Prefix cache \(the model servers' own counters\): (\d+\.\d)% of prompt tokens were cached \((\d+) of (\d+)\); EPPs routed by the servers' KV events \(precise\)\.$/m.exec(run.stdout);
+    expect(line, run.stdout.slice(-2000)).not.toBeNull();
+    // Every prompt starts with one of a few shared contexts: most of their tokens are cached somewhere.
+    expect(Number(line?.[1])).toBeGreaterThan(30);
+  });
+});
+
 describe('npm start: flags and prerequisites', () => {
   it('without nats-server or NATS_URL says how to install nats-server or set NATS_URL, and exits non-zero', async () => {
     const noNats: NodeJS.ProcessEnv = { ...env(), PATH: '/nonexistent' };
@@ -224,7 +259,7 @@ describe('npm start: flags and prerequisites', () => {
   it('answers --help with every flag, and rejects a bad one naming it', async () => {
     const help = await runDemo(['--help'], env(), 60_000);
     expect(help.code).toBe(0);
-    for (const flag of ['--duration', '--nats-topology', '--nats-url', '--rate', '--dir', '--help']) expect(help.stdout).toContain(flag);
+    for (const flag of ['--duration', '--nats-topology', '--nats-url', '--rate', '--kv-events', '--shared-prefixes', '--dir', '--help']) expect(help.stdout).toContain(flag);
     const bad = await runDemo(['--nats-topology', 'mesh'], env(), 60_000);
     expect(bad.code).toBe(2);
     expect(bad.stderr).toContain('--nats-topology');

@@ -1,6 +1,9 @@
 /** infra/demo/report.ts: attribution of outcomes and the printed tables. */
 import { describe, expect, it } from 'vitest';
-import { emptyWindow, formatSummary, formatTick, mergeWindows, percentile, record, shortZone, tickHeader, zonePodsFromMetrics, type ZoneWindow } from '../../infra/demo/report.js';
+import {
+  emptyWindow, formatPrefixCache, formatSummary, formatTick, mergeWindows, percentile, prefixCacheDelta, prefixCacheFromMetrics, record, shortZone, tickHeader, zonePodsFromMetrics,
+  type ZoneWindow,
+} from '../../infra/demo/report.js';
 
 // eslint-disable-next-line no-control-regex
 const strip = (s: string) => s.replace(/\x1b\[[0-9;]*m/g, '');
@@ -132,5 +135,27 @@ describe('formatSummary', () => {
   it('shortens zone names for the served-in column', () => {
     expect(shortZone('zone-a')).toBe('a');
     expect(shortZone('eu-west-1a')).toBe('eu-west-1a');
+  });
+});
+
+describe("the model servers' prefix-cache hit rate", () => {
+  it('sums vLLM\'s counters over series, and counts a restarted or silent server right', () => {
+    const text = [
+      '# TYPE vllm:prefix_cache_hits_total counter',
+      'vllm:prefix_cache_hits_total{model_name="llama"} 300',
+      'vllm:prefix_cache_queries_total{model_name="llama"} 1000',
+      'vllm:prefix_cache_queries_total{model_name="other"} 24',
+      'vllm:prefix_cache_hits_totalx 5',
+    ].join('\n');
+    expect(prefixCacheFromMetrics(text)).toEqual({ hits: 300, queries: 1024 });
+    const before = [{ hits: 10, queries: 100 }, { hits: 50, queries: 500 }, undefined, { hits: 1, queries: 2 }];
+    // grew; restarted (counters reset: counted from zero); started since; killed (no reading).
+    const after = [{ hits: 40, queries: 200 }, { hits: 5, queries: 20 }, { hits: 7, queries: 9 }, undefined];
+    expect(prefixCacheDelta(before, after)).toEqual({ hits: 30 + 5 + 7, queries: 100 + 20 + 9 });
+  });
+
+  it('prints the rate and which routing produced it', () => {
+    expect(formatPrefixCache({ hits: 805, queries: 1000 }, true)).toMatch(/: 80\.5% of prompt tokens were cached \(805 of 1000\); EPPs routed by the servers' KV events \(precise\)\.$/);
+    expect(formatPrefixCache({ hits: 0, queries: 0 }, false)).toMatch(/: n\/a .*\(approximate\); compare with --kv-events\.$/);
   });
 });

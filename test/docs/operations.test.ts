@@ -2,7 +2,7 @@ import { readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { parse as parseYaml } from 'yaml';
-import { EppMetrics, registerSharedStateMetrics, SharedStateCounters } from '@spillway/epp';
+import { EppMetrics, KvCounters, registerKvMetrics, registerSharedStateMetrics, SharedStateCounters, TokenCache } from '@spillway/epp';
 import { CollectorMetrics } from '@spillway/collector';
 
 // The runbook must name what the binaries really export and log: a renamed metric or log line
@@ -16,6 +16,9 @@ async function exported(): Promise<Set<string>> {
   const epp = new EppMetrics();
   // The shared-state channel's metrics join the EPP's registry when sharing is on (the default).
   registerSharedStateMetrics(epp.registry, { counters: new SharedStateCounters(), outboxDropped: () => 0, peerCount: () => 0, ownInFlight: () => 0, remoteInFlight: () => 0 });
+  // So do the KV metrics (--kv-events, the default), the token cache's with a tokenizer.
+  const stats = { pods: 0, blocks: 0, bytes: 0, gaps: 0, droppedBatches: 0, lookups: 0, hits: 0, evicted: 0, snapshots: 0, batches: 0 };
+  registerKvMetrics(epp.registry, { counters: new KvCounters(), stats: () => stats, cache: new TokenCache(1024) });
   for (const registry of [epp.registry, new CollectorMetrics().registry]) {
     for (const metric of await registry.getMetricsAsJSON()) names.add(metric.name);
   }
@@ -53,7 +56,7 @@ describe('docs/operations.md', () => {
   });
 
   it('quotes log lines the code really writes', () => {
-    const sources = ['services/epp/src', 'services/epp/src/shared-state', 'packages/bus/src']
+    const sources = ['services/epp/src', 'services/epp/src/shared-state', 'services/epp/src/kv', 'packages/bus/src']
       .flatMap((dir) => readdirSync(join(root, dir)).filter((f) => f.endsWith('.ts')).map((f) => readFileSync(join(root, dir, f), 'utf8')))
       .join('\n');
     const table = operations.slice(operations.indexOf('## Logs'));

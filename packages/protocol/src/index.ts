@@ -26,8 +26,8 @@ export type { RequestMutation, RoutedMode, RoutedRequest } from './responses.js'
 export { immediateResponse, errorBody } from './immediate.js';
 export type { ErrorStatus, ErrorDetails } from './immediate.js';
 export { BodyAccumulator } from './body.js';
-export { parseInferenceBody, apiKindForPath, chatMessages, RequestBodyError } from './openai.js';
-export type { ApiKind, BodyErrorKind, BodyParseResult, ChatMessage, InferenceBody, JsonObject, JsonValue } from './openai.js';
+export { parseInferenceBody, apiKindForPath, RequestBodyError } from './openai.js';
+export type { ApiKind, BodyErrorKind, BodyParseResult, InferenceBody, JsonObject, JsonValue } from './openai.js';
 export { compileModelRewrites, rewriteModel } from './rewrite.js';
 export type { ModelRewriteRule, ModelRewriteTarget, ModelRewriter, Random, RewrittenBody } from './rewrite.js';
 export { prepareRequest } from './request.js';

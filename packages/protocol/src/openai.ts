@@ -147,32 +147,6 @@ function contentText(content: JsonValue | undefined): string | undefined {
   return text;
 }
 
-/** One message of a chat request: its role and the text of its content. */
-export interface ChatMessage {
-  readonly role: string;
-  readonly content: string;
-}
-
-/**
- * The messages of a chat-completions body, structured (role, text), for whoever needs more than the
- * flat prompt (a tokenizer applying the model's chat template). Computed from the body parsed once,
- * only when called; undefined for other APIs or a body whose messages are not a chat's.
- */
-export function chatMessages(body: Pick<InferenceBody, 'api' | 'json'>): readonly ChatMessage[] | undefined {
-  if (body.api !== 'chat') return undefined;
-  const messages = body.json['messages'];
-  if (!Array.isArray(messages) || messages.length === 0) return undefined;
-  const out: ChatMessage[] = [];
-  for (const message of messages) {
-    if (!isObject(message)) return undefined;
-    const content = contentText(message['content']);
-    if (content === undefined) return undefined;
-    const role = message['role'];
-    out.push({ role: typeof role === 'string' ? role : '', content });
-  }
-  return out;
-}
-
 // Role-tagged lines: a conversation that grows keeps its earlier text as a prefix, which is
 // what prefix-cache affinity needs.
 function chatPrompt(messages: JsonValue | undefined): string | undefined {

@@ -1,7 +1,7 @@
 // The complete request body -> what the scheduler needs and what to forward.
 import type { RequestHeaders } from './headers.js';
 import { parseInferenceBody } from './openai.js';
-import type { ApiKind, JsonObject, RequestBodyError } from './openai.js';
+import type { ApiKind, JsonObject, JsonValue, RequestBodyError } from './openai.js';
 import { rewriteModel } from './rewrite.js';
 import type { ModelRewriter, Random } from './rewrite.js';
 
@@ -12,14 +12,13 @@ export interface PreparedRequest {
   /** The model sent upstream, after rewrites. */
   readonly model: string;
   readonly prompt: string;
+  /** A chat request's `messages` as parsed (for tokenizing through the model's chat template); undefined for other APIs. */
+  readonly messages: readonly JsonValue[] | undefined;
   readonly stream: boolean;
   /** The body to forward. */
   readonly body: Uint8Array;
   readonly bodyChanged: boolean;
-  /**
-   * The body as the client sent it, parsed (once). Read more of it only when needed, e.g. the
-   * structured chat messages with `chatMessages(request)`.
-   */
+  /** The body as the client sent it, parsed (once). Read more of it only when needed. */
   readonly json: JsonObject;
 }
 
@@ -48,6 +47,7 @@ export function prepareRequest(
       requestedModel: body.model,
       model: rewritten.model,
       prompt: body.prompt,
+      messages: body.api === 'chat' ? (body.json['messages'] as JsonValue[]) : undefined,
       stream: body.stream,
       body: rewritten.bytes,
       bodyChanged: rewritten.changed,

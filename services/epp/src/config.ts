@@ -8,6 +8,8 @@ import { DEFAULT_MAX_CLOCK_SKEW_MS, DEFAULT_MAX_PODS_PER_ZONE } from '@spillway/
 import { schedulerConfigSchema, type SchedulerConfig } from '@spillway/scheduler';
 import type { ModelRewriteRule } from '@spillway/protocol';
 import { sharedStateConfigSchema, type SharedStateConfig } from './shared-state/config.js';
+import type { PromptTokenizer } from '@spillway/tokenizer';
+import { kvFlags, loadTokenizers, tokenizersFileSchema } from './kv/config.js';
 
 /**
  * spillway-epp's configuration: flags over `SPILLWAY_<FLAG>` environment variables over the config
@@ -49,6 +51,7 @@ export const eppFlags = {
   maxBodyBytes: { description: 'largest request body accepted (413 above)', schema: positiveInt().default(8 * 1024 * 1024), placeholder: 'BYTES' },
   maxBufferedBodyBytes: { description: 'request-body bytes all open streams may hold together; a body that needs more gets 503', schema: positiveInt().default(512 * 1024 * 1024), placeholder: 'BYTES' },
   shareState: { description: "share picks in flight, prefix placements and penalties with the pool's other EPPs over NATS (on unless false; the config file's sharedState holds its settings)", schema: z.union([z.boolean(), z.enum(['true', 'false']).transform((v) => v === 'true')]).optional(), placeholder: 'true|false' },
+  ...kvFlags,
   logLevel: { description: 'pino log level (debug logs one line per decision)', schema: logLevel(), placeholder: 'LEVEL' },
 } satisfies FlagSpecs;
 
@@ -66,6 +69,7 @@ export const eppConfigFileSchema = schedulerConfigSchema
   .extend({
     modelRewrites: z.array(modelRewriteSchema).default([]),
     sharedState: sharedStateConfigSchema.prefault({}),
+    tokenizers: tokenizersFileSchema,
     ...flagFields,
   })
   .superRefine((value, ctx) => {
@@ -95,6 +99,8 @@ export interface EppConfig {
   modelRewrites: ModelRewriteRule[];
   /** The channel to the pool's other EPPs; `enabled` is `--share-state` when given. */
   sharedState: SharedStateConfig;
+  /** The tokenizer of each model (after rewrites; `*` for any other), loaded from the file's `tokenizers` and `--tokenizer`. */
+  tokenizers: Map<string, PromptTokenizer>;
   /** Server TLS material, read and checked while parsing (a missing file is a usage error). */
   tls: ServerTls | undefined;
   /** Settings that were accepted but deserve a line in the log at start (deprecated flags). */
@@ -160,7 +166,8 @@ export function loadEppConfig(argv: readonly string[], env: NodeJS.ProcessEnv): 
   const scheduler = schedulerConfigOf(file, flags, path);
   const source = path === undefined || read === undefined ? undefined : { path, hash: read.hash, argv: [...argv], env };
   const sharedState = { ...file.sharedState, enabled: flags.shareState ?? file.sharedState.enabled };
-  return { flags, nats, scheduler, modelRewrites: file.modelRewrites, sharedState, tls, warnings, source };
+  const tokenizers = loadTokenizers(file.tokenizers, flags.tokenizer);
+  return { flags, nats, scheduler, modelRewrites: file.modelRewrites, sharedState, tokenizers, tls, warnings, source };
 }
 
 /** Flags over environment over the file's flag fields; undefined for `--help`. Throws CliError naming the bad flag. */

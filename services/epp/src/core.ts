@@ -14,6 +14,7 @@ import { capLabel, ModelLabels } from './model-labels.js';
 import { RequestMetrics, type TrackedRequest } from './request-metrics.js';
 import { StateOutbox } from './shared-state/outbox.js';
 import { SpillMatrix } from './ui/spill-matrix.js';
+import { EppKv } from './kv/epp-kv.js';
 
 export interface EppLimits {
   maxBodyBytes: number;
@@ -40,6 +41,8 @@ export class EppCore {
   readonly spill: SpillMatrix;
   /** Request-body bytes held by all open streams (--max-buffered-body-bytes). */
   readonly bodies: BodyBudget;
+  /** KV events into the scheduler's block index, and prompts to token ids (kv/epp-kv.ts). */
+  readonly kv: EppKv;
   // Prometheus children per label set, so the request path does not build label objects.
   // Batched (see PendingCount): the per-request counters with fixed labels.
   private readonly routed: PendingCount;
@@ -72,6 +75,11 @@ export class EppCore {
       seed: (Date.now() ^ process.pid) >>> 0,
       shared: { outbox: this.outbox, remoteEntryTtlMs: sharing.remoteEntryTtlMs, peerTimeoutMs: sharing.peerTimeoutMs, maxPeers: sharing.maxPeers },
     });
+    this.kv = new EppKv(
+      { enabled: config.flags.kvEvents, pool: config.flags.pool, tokenizers: config.tokenizers, cacheBytes: config.flags.tokenCacheBytes, maxChars: config.flags.tokenizeMaxChars },
+      this.scheduler,
+      metrics.registry,
+    );
     this.rewriter = config.modelRewrites.length > 0 ? compileModelRewrites(config.modelRewrites) : undefined;
     this.modelLabels = new ModelLabels(config.modelRewrites, config.flags.metricModels);
     this.limits = { maxBodyBytes: config.flags.maxBodyBytes, requestTimeoutMs: config.flags.requestTimeoutMs };
@@ -90,6 +98,9 @@ export class EppCore {
   }
 
   pick(request: PickRequest, prepared: PreparedRequest | undefined): Decision {
+    // Token ids for the precise block index, when the request's model has a tokenizer and pods report KV blocks.
+    const tokenIds = prepared === undefined ? undefined : this.kv.promptTokenIds(prepared);
+    if (tokenIds !== undefined) request = { ...request, promptTokenIds: tokenIds };
     // performance.now() (a double, sub-microsecond) rather than hrtime.bigint(): no BigInt per reading.
     const started = performance.now();
     const decision = this.scheduler.pick(request, this.now());

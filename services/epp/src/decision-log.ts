@@ -11,6 +11,9 @@ export interface DecisionSummary {
   counts: Decision['counts'];
   prefixBlocks: number;
   prefixMatched: number;
+  /** Which index priced the primary's cached prefix (precise: the servers' KV events), and the tokens it says the primary caches. */
+  prefixSource: Decision['prefixSource'];
+  kvMatchedTokens: number;
   entries: { address: string; pod: string; zone: string | undefined; reason: string; full: boolean; cost: Decision['entries'][number]['cost'] }[];
 }
 
@@ -56,6 +59,8 @@ function summarize(d: Decision): DecisionSummary {
     counts: d.counts,
     prefixBlocks: d.prefixBlocks,
     prefixMatched: d.prefixMatched,
+    prefixSource: d.prefixSource,
+    kvMatchedTokens: d.kvMatchedTokens,
     entries: d.entries.map((e) => ({ address: e.address, pod: e.endpoint.pod, zone: e.zone, reason: e.reason, full: e.full, cost: e.cost })),
   };
 }

@@ -154,9 +154,10 @@ export async function startEpp(config: EppConfig, options: StartOptions = {}): P
     logger.info({ servers: config.nats.servers }, 'connected to NATS');
     if (flags.ensureStream) await ensureStreamWithRetry(() => ensure(connection), logger, flags.stream, stop.signal);
     if (closed) return;
+    core.kv.follow(connection, logger);
     reader = startReader(connection, {
       pool: flags.pool,
-      sink: core.fleet,
+      sink: core.kv.readerSink(core.fleet),
       stream: flags.stream,
       logger,
       // A stream deleted while running is created again, as at start, when this EPP may create it.
@@ -216,6 +217,7 @@ export async function startEpp(config: EppConfig, options: StartOptions = {}): P
       await Promise.all([shutdownGrpc(grpc, 2000), shutdownGrpc(healthServer, 2000), closeHttp(metricsServer.server), viewServer && closeHttp(viewServer.server)]);
       await following;
       await channel?.close();
+      await core.kv.close();
       await reader?.close();
       await nc?.close();
     },

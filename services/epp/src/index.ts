@@ -8,3 +8,9 @@ export type { UiState, UiZone, UiPod, UiSpill, UiStream, UiDecision } from './ui
 export { registerSharedStateMetrics } from './shared-state/metrics.js';
 export type { SharedStateSources } from './shared-state/metrics.js';
 export { SharedStateCounters } from './shared-state/counters.js';
+export { PromptTokens, TEXT_CHUNK_CHARS } from './kv/prompt-tokens.js';
+export type { PromptInput, PromptTokensOptions, TokenizeOutcome } from './kv/prompt-tokens.js';
+export { KvCounters } from './kv/counters.js';
+export { registerKvMetrics } from './kv/metrics.js';
+export type { KvMetricSources } from './kv/metrics.js';
+export { TokenCache } from './kv/token-cache.js';

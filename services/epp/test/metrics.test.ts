@@ -163,7 +163,7 @@ describe('metrics after traffic', () => {
     expect(value(samples, 'inference_objective_request_total', { model_name: 'other', target_model_name: 'other', priority: '0' })).toBe(20);
     // Every label name is a documented one (docs/metrics.md).
     const names = new Set(samples.filter((s) => !s.name.startsWith('nodejs_') && !s.name.startsWith('process_')).flatMap((s) => Object.keys(s.labels)));
-    for (const name of names) expect(['model_name', 'target_model_name', 'priority', 'error_code', 'outcome', 'status', 'reason', 'result', 'zone', 'name', 'le', 'commit', 'build_ref', 'hash', 'direction', 'origin']).toContain(name);
+    for (const name of names) expect(['model_name', 'target_model_name', 'priority', 'error_code', 'outcome', 'status', 'reason', 'result', 'zone', 'name', 'le', 'commit', 'build_ref', 'hash', 'direction', 'origin', 'event', 'tokens']).toContain(name);
   });
 
   it('exports the build from package.json', async () => {

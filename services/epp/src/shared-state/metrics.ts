@@ -1,4 +1,5 @@
 import { Counter, Gauge, type Registry } from 'prom-client';
+import { mirrorCounter } from '../counter-mirror.js';
 import type { SharedStateCounters } from './counters.js';
 
 /** What the metrics read when scraped: the channel's counters, and the scheduler's and outbox's figures. */
@@ -18,18 +19,7 @@ export interface SharedStateSources {
 export function registerSharedStateMetrics(registry: Registry, sources: SharedStateSources): void {
   const counters = sources.counters;
   const registers = [registry];
-  const mirror = <L extends string>(counter: Counter<L>, sources: readonly [Partial<Record<L, string>>, () => number][]) => {
-    const reported = sources.map(() => 0);
-    return () => {
-      sources.forEach(([labels, read], i) => {
-        const value = read();
-        const delta = value - (reported[i] as number);
-        // Always touched, so every series exists from the first scrape.
-        counter.inc(labels, Math.max(0, delta));
-        reported[i] = value;
-      });
-    };
-  };
+  const mirror = mirrorCounter;
 
   new Gauge({
     name: 'spillway_shared_state_peers',
