@@ -6,6 +6,9 @@ import { KvRelay } from '../src/kv-relay.js';
 import { ArrivalStream, constantRate, PrefixGroups, type WorkloadSpec } from '../src/workload.js';
 import { parse, smallScenario } from './helpers.js';
 
+/** Whole simulations (several strategies): generous on a busy machine; they run ~10 s of CPU. */
+const SIM_TIMEOUT_MS = 120_000;
+
 const resolve = (overrides: Record<string, unknown> = {}): ResolvedScenario => resolveScenario(parse(smallScenario(overrides)));
 const run = (s: ResolvedScenario, name: string, seed = 7): RunResult => {
   const found = s.strategies.find((x) => x.name === name);
@@ -42,12 +45,15 @@ describe('KV events in the simulation', () => {
     }
   });
 
-  const prefixHeavy = { kind: 'shared-prefix', groups: 24, prefixTokens: [2000, 6000], questionTokens: [200, 1200], outputTokens: 200 };
+  const prefixHeavy = { kind: 'shared-prefix', groups: 24, prefixTokens: [2000, 6000], questionTokens: [100, 600], outputTokens: 100 };
+// Caches that hold about half of the groups' prefixes each: where a group lands matters.
+const smallCaches = { preset: 'llama-8b-h100', maxNumSeqs: 64, numBlocks: 4000 };
 
   it('EPPs that do not share state: the precise index (fed by every server) keeps the affinity the approximate one loses', () => {
     const s = resolve({
       epps: { perZone: 2, sharing: false },
-      durationS: 20,
+      engine: smallCaches,
+      durationS: 12,
       load: { clusterFraction: 0.8 },
       workload: prefixHeavy,
       strategies: ['spillway', 'spillway-precise', 'oracle'],
@@ -58,14 +64,14 @@ describe('KV events in the simulation', () => {
     expect(precise.prefixHitShare).toBeGreaterThan(approx.prefixHitShare + 0.02);
     expect(precise.prefixHitShare).toBeGreaterThanOrEqual(0.9 * oracle.prefixHitShare);
     for (const r of [approx, precise, oracle]) expect(r.served + r.rejected429 + r.rejected503 + r.aborted).toBe(r.arrivals);
-  });
+  }, SIM_TIMEOUT_MS);
 
   it('lost KV batches blind the EPPs to a pod until its next snapshot: still every request served, hits between none and lossless', () => {
-    const base = { epps: { perZone: 2, sharing: false }, durationS: 20, load: { clusterFraction: 0.8 }, workload: prefixHeavy, strategies: ['spillway-precise'] };
+    const base = { epps: { perZone: 2, sharing: false }, engine: smallCaches, durationS: 12, load: { clusterFraction: 0.8 }, workload: prefixHeavy, strategies: ['spillway-precise'] };
     const lossless = run(resolve(base), 'spillway-precise');
     const lossy = run(resolve({ ...base, signals: { kvLossRate: 0.5, kvSnapshotEveryS: 2 } }), 'spillway-precise');
     expect(lossy.served + lossy.rejected429 + lossy.rejected503 + lossy.aborted).toBe(lossy.arrivals);
     expect(lossy.prefixHitShare).toBeLessThanOrEqual(lossless.prefixHitShare + 0.02);
     expect(lossy.prefixHitShare).toBeGreaterThan(0.3);
-  });
+  }, SIM_TIMEOUT_MS);
 });
