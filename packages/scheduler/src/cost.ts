@@ -1,4 +1,4 @@
-import type { Endpoint } from '@spillway/fleet';
+import type { Endpoint, MetricsSample } from '@spillway/fleet';
 import type { CandidateSet } from './candidates.js';
 import type { SchedulerConfig, ServiceRates } from './config.js';
 import { estimateLoad, isSuspect, type LoadEstimate } from './load.js';
@@ -8,6 +8,15 @@ import { BAND, type EntryCost, type PricingContext, type PricingPolicy } from '.
 const SUSPECT = BAND;
 const FULL = 2 * BAND;
 const EXCLUDED = 4 * BAND;
+
+/** A base key and what it was computed from: the sample, the releases since it, the model's rates, the tier. */
+interface BaseKeyMemo {
+  metrics: MetricsSample;
+  released: number;
+  rates: ServiceRates;
+  tier: Tier;
+  key: number;
+}
 
 /**
  * The cost policy (picking v2): every candidate priced in milliseconds of the request's expected
@@ -48,6 +57,9 @@ export class CostPolicy implements PricingPolicy {
   };
   private readonly batchWeight: number;
   private readonly queueWeight: number;
+  /** Base keys by endpoint, with the inputs they were computed from (see baseKey). */
+  private readonly memos = new Map<Endpoint, BaseKeyMemo>();
+  private memoVersion = -1;
 
   constructor(
     private readonly config: SchedulerConfig,
@@ -70,8 +82,39 @@ export class CostPolicy implements PricingPolicy {
     }
   }
 
+  /**
+   * Ranks the remote shortlist, whose scan prices every remote pod every `refreshMs`. Between two
+   * samples of a pod its base key stays what it was as long as nothing charged or released it and
+   * the sample stays fresh (picks since the sample and a stale sample's age are what make it move
+   * with time): such keys are kept per endpoint and reused, checked against every input they came
+   * from. The memo is emptied whenever the topology changes, so it never holds pods that left.
+   */
   baseKey(ctx: PricingContext, endpoint: Endpoint, tier: Tier): number {
-    return this.priceOne(ctx, endpoint, tier, false, false);
+    const metrics = endpoint.metrics;
+    if (metrics === undefined || ctx.includeExcluded || endpoint.unsampledPicks !== 0 || ctx.now - metrics.receivedAt > this.staleAfterMs) {
+      return this.priceOne(ctx, endpoint, tier, false, false);
+    }
+    if (ctx.topologyVersion !== this.memoVersion) {
+      this.memos.clear();
+      this.memoVersion = ctx.topologyVersion;
+    }
+    const rates = this.ratesFor(ctx.model);
+    let memo = this.memos.get(endpoint);
+    if (memo !== undefined && memo.metrics === metrics && memo.released === endpoint.releasedSinceSample && memo.rates === rates && memo.tier === tier) {
+      return memo.key;
+    }
+    const key = this.priceOne(ctx, endpoint, tier, false, false);
+    if (memo === undefined) {
+      memo = { metrics, released: endpoint.releasedSinceSample, rates, tier, key };
+      this.memos.set(endpoint, memo);
+    } else {
+      memo.metrics = metrics;
+      memo.released = endpoint.releasedSinceSample;
+      memo.rates = rates;
+      memo.tier = tier;
+      memo.key = key;
+    }
+    return key;
   }
 
   shouldShed(_bestKey: number, waits: Float64Array, count: number): boolean {
