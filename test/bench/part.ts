@@ -2,12 +2,20 @@
  * One part of `npm run bench`. A part measures Spillway against a baseline measured in the same run
  * and returns its section of BENCHMARKS.md (markdown, starting with a `## ` heading).
  */
+import type { Quiet } from './quiet.js';
+
 export interface BenchContext {
   /** `--quick`: a short version; the whole quick run must finish within two minutes. */
   quick: boolean;
   /** The exact command a reader can run to reproduce this part. */
   command: string;
   log(message: string): void;
+  /**
+   * The machine's state when the part started: run.ts waits for a quiet machine (waitForQuiet) before
+   * every part and appends the load average before and after to its section. A target that needs a
+   * quiet machine reads `quiet.quiet`.
+   */
+  quiet: Quiet;
 }
 
 export interface BenchPart {

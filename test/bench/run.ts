@@ -1,9 +1,10 @@
-import { cpus, totalmem } from 'node:os';
+import { cpus, loadavg, totalmem } from 'node:os';
 import { readFileSync, writeFileSync, existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { dirname, join } from 'node:path';
 import type { BenchPart } from './part.js';
 import { parts } from './parts.js';
+import { describeLoad, QUICK_QUIET_WAIT_MS, QUIET_WAIT_MS, quietWaitFromEnv, waitForQuiet } from './quiet.js';
 
 /**
  * `npm run bench [-- --quick] [-- <part>...]`: runs the named parts (all by default) and rewrites
@@ -44,10 +45,13 @@ const sections = readSections();
 for (const part of selected) {
   const command = `npm run bench -- ${quick ? '--quick ' : ''}${part.name}`;
   console.log(`\n== ${part.title} (${command})`);
+  const log = (m: string): void => console.log(`  ${m}`);
+  const quiet = await waitForQuiet({ maxWaitMs: quietWaitFromEnv(quick ? QUICK_QUIET_WAIT_MS : QUIET_WAIT_MS), log });
   const started = Date.now();
-  const body = await part.run({ quick, command, log: (m) => console.log(`  ${m}`) });
+  const body = await part.run({ quick, command, log, quiet });
   const when = new Date().toISOString().slice(0, 16).replace('T', ' ');
-  sections.set(part.name, `${body.trim()}\n\n_Measured ${when} UTC on ${machine()}; ${((Date.now() - started) / 1000).toFixed(0)} s; command: \`${command}\`._`);
+  const load = describeLoad(quiet, loadavg()[0] as number);
+  sections.set(part.name, `${body.trim()}\n\n_Measured ${when} UTC on ${machine()}; ${((Date.now() - started) / 1000).toFixed(0)} s; ${load} Command: \`${command}\`._`);
   console.log(body);
 }
 
