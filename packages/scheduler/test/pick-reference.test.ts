@@ -33,6 +33,7 @@ const podArb = fc.record({
       age: fc.constantFrom(0, 50, 900, 1500, 4000),
       rates: fc.option(
         fc.record({
+          windowMs: fc.constant(2_000),
           requestsPerS: fc.oneof(fc.constant(0), fc.double({ min: 0.01, max: 30, noNaN: true })),
           promptTokensPerS: fc.oneof(fc.constant(0), fc.double({ min: 1, max: 30_000, noNaN: true })),
           generationTokensPerS: fc.double({ min: 0, max: 3_000, noNaN: true }),
