@@ -5,6 +5,7 @@ import { TIER_LOCAL, type Tier, type ZoneNetwork } from './network.js';
 import type { PenaltyBox } from './penalties.js';
 import type { RemoteShortlist } from './shortlist.js';
 import { SubsetResolver, type SubsetCounts, type SubsetHint } from './subset.js';
+import { SubsetMemo } from './subset-memo.js';
 
 /** What collecting candidates needs besides the pool and the subset. */
 export interface CollectOptions {
@@ -48,12 +49,13 @@ export class CandidateSet {
   excluded = 0;
   readonly subsetCounts: SubsetCounts = { entries: 0, ignored: 0, unmatched: 0 };
 
+  /** Remote endpoints collected from the shortlist and the prefix holders, which may overlap. */
   private readonly seen = new Set<Endpoint>();
-  private readonly subsets = new SubsetResolver();
+  private readonly subsets = new SubsetMemo(new SubsetResolver());
   private view: PoolView | undefined;
   private options: CollectOptions | undefined;
-  private readonly visitLocality = (endpoint: Endpoint): void => this.visitSubset(endpoint, true);
-  private readonly visitStrict = (endpoint: Endpoint): void => this.visitSubset(endpoint, false);
+  private readonly tierNow = (endpoint: Endpoint): Tier =>
+    this.network.tierOf(this.view as PoolView, endpoint.zone, (this.options as CollectOptions).topologyVersion);
 
   constructor(
     private readonly network: ZoneNetwork,
@@ -65,10 +67,21 @@ export class CandidateSet {
     this.options = options;
     this.view = pool;
     const strict = options.subsetMode === 'strict';
+    const counts = this.subsetCounts;
     if (subset !== undefined) {
-      this.subsets.resolve(pool, subset, strict ? this.visitStrict : this.visitLocality, this.subsetCounts);
+      // Resolved once per distinct hint and topology (subset-memo.ts): each endpoint once, tier known.
+      const resolved = this.subsets.resolve(pool, subset, options.topologyVersion, this.tierNow);
+      counts.entries = resolved.counts.entries;
+      counts.ignored = resolved.counts.ignored;
+      counts.unmatched = resolved.counts.unmatched;
+      const { endpoints, tiers } = resolved;
+      for (let i = 0; i < endpoints.length; i++) {
+        const tier = tiers[i] as Tier;
+        // Locality mode takes the subset's local endpoints; remote ones come from the EPP's view.
+        if (strict || tier === TIER_LOCAL) this.add(endpoints[i] as Endpoint, tier);
+      }
     } else {
-      this.subsetCounts.entries = this.subsetCounts.ignored = this.subsetCounts.unmatched = 0;
+      counts.entries = counts.ignored = counts.unmatched = 0;
       for (const endpoint of pool.readyInZone(this.network.zone)) this.add(endpoint, TIER_LOCAL);
     }
     if (subset === undefined || !strict) this.collectRemote(pool, options);
@@ -88,16 +101,11 @@ export class CandidateSet {
     return this.penalties.isPenalised(endpoint, now) || isSilent(endpoint, pool, now, silenceMs);
   }
 
-  private visitSubset(endpoint: Endpoint, localOnly: boolean): void {
-    const tier = this.network.tierOf(this.view as PoolView, endpoint.zone, (this.options as CollectOptions).topologyVersion);
-    if (localOnly && tier !== TIER_LOCAL) return;
-    this.add(endpoint, tier);
-  }
-
-  /** One routable endpoint found by a full scan or the subset: counted, and collected unless excluded. */
+  /**
+   * One routable endpoint found by a full scan or the subset (each visited once): counted, and
+   * collected unless excluded.
+   */
   private add(endpoint: Endpoint, tier: Tier): void {
-    if (this.seen.has(endpoint)) return;
-    this.seen.add(endpoint);
     const o = this.options as CollectOptions;
     if (this.isExcluded(endpoint, this.view as PoolView, o.now, o.readinessSilenceMs)) {
       this.excluded++;

@@ -48,6 +48,8 @@ export class PrefixIndex {
   private epoch = 0;
   /** Blocks of the current prompt held by at least one endpoint. */
   depth = 0;
+  /** matchOf's previous answer for this prompt: its first guess. */
+  private lastMatch = 0;
 
   /** Blocks currently indexed over all endpoints (a memory gauge for the EPP). */
   get size(): number {
@@ -73,6 +75,7 @@ export class PrefixIndex {
       else hi = mid - 1;
     }
     this.depth = lo;
+    this.lastMatch = 0;
     return lo;
   }
 
@@ -81,18 +84,34 @@ export class PrefixIndex {
     return this.depth > 0 ? this.level(this.depth - 1) : undefined;
   }
 
-  /** Leading blocks of the prepared prompt this endpoint holds. */
+  /**
+   * Leading blocks of the prepared prompt this endpoint holds: the largest d with the endpoint
+   * among the holders of block d−1. Holder sets are nested, so that is a binary search. Most
+   * endpoints hold none of the prompt (one lookup says so); of those that do, most hold the same
+   * shared prefix (a system prompt), so the search first tries the previous holder's answer, which
+   * two lookups confirm when it repeats.
+   */
   matchOf(endpoint: Endpoint): number {
     const depth = this.depth;
-    if (depth === 0 || !(this.level(0) as Set<Endpoint>).has(endpoint)) return 0;
-    if ((this.level(depth - 1) as Set<Endpoint>).has(endpoint)) return depth;
+    if (depth === 0 || this.level(0)?.has(endpoint) !== true) return 0;
+    // The answer lies in [lo, hi]: the endpoint holds block lo−1.
     let lo = 1;
-    let hi = depth - 1;
+    let hi = depth;
+    const guess = this.lastMatch;
+    if (guess > 1 && guess <= depth) {
+      if (this.level(guess - 1)?.has(endpoint) === true) {
+        if (guess === depth || this.level(guess)?.has(endpoint) !== true) return guess;
+        lo = guess + 1;
+      } else {
+        hi = guess - 1;
+      }
+    }
     while (lo < hi) {
       const mid = (lo + hi + 1) >> 1;
-      if (this.level(mid - 1)?.has(endpoint)) lo = mid;
+      if (this.level(mid - 1)?.has(endpoint) === true) lo = mid;
       else hi = mid - 1;
     }
+    this.lastMatch = lo;
     return lo;
   }
 

@@ -127,6 +127,7 @@ export class Scheduler {
   private readonly excludedNow = (endpoint: Endpoint): boolean =>
     this.candidates.isExcluded(endpoint, this.ctx.pool, this.ctx.now, this.config.gaps.readinessSilenceMs);
   private readonly silentNow = (endpoint: Endpoint): boolean => isSilent(endpoint, this.ctx.pool, this.ctx.now, this.config.gaps.readinessSilenceMs);
+  private readonly penalisedNow = (endpoint: Endpoint): boolean => this.penalties.isPenalised(endpoint, this.ctx.now);
   private readonly addressOf = (index: number): string => this.candidates.endpoints[index]?.address as string;
   private listSizes!: { overall: number; remote: number; local: number };
 
@@ -492,7 +493,7 @@ export class Scheduler {
 
   private scan(pool: PoolView): void {
     const ctx = this.ctx;
-    this.shortlist.scan(pool, this.network, ctx.topologyVersion, ctx.now, this.config.remote.shortlist, this.excludedNow, this.silentNow, this.baseKey, this.rng);
+    this.shortlist.scan(pool, this.network, ctx.topologyVersion, ctx.now, this.config.remote.shortlist, this.penalisedNow, this.silentNow, this.baseKey, this.rng);
   }
 
   private entriesOf(chosen: readonly number[]): DecisionEntry[] {

@@ -25,8 +25,8 @@ export class RemoteShortlist {
   private scannedAt = Number.NEGATIVE_INFINITY;
   /** Base key of the best endpoint the last scan left off; Infinity when it listed them all. */
   private cutoff = Number.POSITIVE_INFINITY;
-  private readonly candidates: Endpoint[] = [];
-  private readonly keys: number[] = [];
+  /** Scratch for a scan: the endpoints offered, by the index the top-k keeps. */
+  private candidates: (Endpoint | undefined)[] = [];
   private readonly best = new TopK();
 
   /** Drops the cached ranking (config change, tests). */
@@ -50,38 +50,40 @@ export class RemoteShortlist {
     topologyVersion: number,
     now: number,
     size: number,
-    isExcluded: (endpoint: Endpoint) => boolean,
+    isPenalised: (endpoint: Endpoint) => boolean,
     isSilent: (endpoint: Endpoint) => boolean,
     baseKey: BaseKey,
     rng: Rng,
   ): void {
-    const candidates = this.candidates;
-    const keys = this.keys;
+    // One pass over every remote pod, allocation-free: excluded pods (penalised or silent) are
+    // skipped, the rest offered to the top-k by their base key as they come.
+    let scratch = this.candidates;
+    if (scratch.length < pool.readyCount) scratch = this.candidates = new Array<Endpoint | undefined>(Math.max(64, 2 * pool.readyCount)).fill(undefined);
     let count = 0;
     let silent = 0;
+    // One more than the list holds: the best endpoint left off sets the cutoff.
+    const best = this.best;
+    best.reset(size + 1);
     for (const zone of pool.readyZones()) {
       const tier = network.tierOf(pool, zone, topologyVersion);
       if (tier === TIER_LOCAL) continue;
       for (const endpoint of pool.readyInZone(zone)) {
-        if (isSilent(endpoint)) silent++;
-        if (isExcluded(endpoint)) continue;
-        candidates[count] = endpoint;
-        keys[count] = baseKey(endpoint, tier);
+        const quiet = isSilent(endpoint);
+        if (quiet) silent++;
+        if (isPenalised(endpoint) || quiet) continue;
+        scratch[count] = endpoint;
+        best.offer(count, -baseKey(endpoint, tier), rng);
         count++;
       }
     }
-    // One more than the list holds: the best endpoint left off sets the cutoff.
-    this.best.reset(size + 1);
-    for (let i = 0; i < count; i++) this.best.offer(i, -(keys[i] as number), rng);
-    const listed = Math.min(size, this.best.size);
+    const listed = Math.min(size, best.size);
     const out: Endpoint[] = [];
-    for (let i = 0; i < listed; i++) out.push(candidates[this.best.index[i] as number] as Endpoint);
-    this.cutoff = this.best.size > size ? -(this.best.key[size] as number) : Number.POSITIVE_INFINITY;
+    for (let i = 0; i < listed; i++) out.push(scratch[best.index[i] as number] as Endpoint);
+    this.cutoff = best.size > size ? -(best.key[size] as number) : Number.POSITIVE_INFINITY;
     this.endpoints = out;
     this.silentCount = silent;
     this.scannedAt = now;
     // Do not pin endpoints that left the pool.
-    candidates.length = 0;
-    keys.length = 0;
+    scratch.fill(undefined, 0, count);
   }
 }

@@ -113,6 +113,6 @@ export class SubsetResolver {
  * of 13 or more characters as a view into its parent, so caching `hint.slice(...)` would keep
  * the whole (possibly megabytes long) hint alive; flattening a concatenation makes a fresh string.
  */
-function detached(text: string): string {
+export function detached(text: string): string {
   return (' ' + text).slice(1);
 }

@@ -4,7 +4,7 @@ import { BudgetError, DEFAULT_SCRAPE_LIMITS, type ScrapeLimits } from './budget.
 import { readCounters, type CounterReading } from './counters.js';
 import { detectEngine, mapExposition, type EngineSample } from './engines.js';
 import { ALL_FAMILIES, ENGINE_FAMILIES } from './families.js';
-import { ExpositionError, FamilyFilter, parseExposition } from './exposition.js';
+import { ExpositionError, FamilyFilter, parseKept } from './exposition.js';
 
 export type ExtractFailureReason = 'parse' | 'invalid' | 'unknown-engine';
 
@@ -70,7 +70,8 @@ export class ScrapeReader {
 
 /**
  * Exposition text → engine sample. The engine is the endpoint's own, else the collector's
- * default, else guessed from the metric names. Only the engine's few families are parsed.
+ * default, else guessed from the metric names. Only the engine's few families are parsed (by
+ * parseKept, which gives what the general parser would).
  * Throws ExtractError: `parse` for text the parser rejects, `invalid` for missing gauges or
  * out-of-range values, `unknown-engine` when no engine's metrics are present; BudgetError when
  * the text exceeds the default scrape limits.
@@ -87,7 +88,7 @@ function extractFiltered(kept: string, engine: Engine | undefined): Extracted {
   if (chosen === undefined) throw new ExtractError('unknown-engine', 'no vLLM, SGLang, TensorRT-LLM or Triton metrics in the exposition');
   let exposition;
   try {
-    exposition = parseExposition(kept);
+    exposition = parseKept(kept);
   } catch (error) {
     throw new ExtractError('parse', (error as Error).message);
   }

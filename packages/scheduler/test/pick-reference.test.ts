@@ -1,0 +1,252 @@
+import { parseAddressPattern } from '@spillway/events';
+import { Fleet, type Endpoint } from '@spillway/fleet';
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { hashPromptBlocks, parseSchedulerConfig, prefixSeed, Scheduler, type SchedulerConfig } from '../src/index.js';
+import { POOL, T0 } from './fleet-fixture.js';
+
+/**
+ * The pick's hot path is optimised (subset hints resolved once per distinct hint and topology,
+ * pricing that reads each input once, prefix matches guessed from the previous candidate, base keys
+ * kept between samples). This restates the cost policy's rule plainly — every eligible endpoint
+ * priced from scratch by the formula of docs/picking.md, prefix matches counted block by block from
+ * what was committed — and checks every pick against it on generated pools and requests: each
+ * listed endpoint's key, the primary as the cheapest eligible endpoint, and the counts.
+ */
+const ZONES = ['a', 'b', 'c', 'd'] as const;
+const REGION_OF: Record<string, string | undefined> = { a: 'r1', b: 'r1', c: 'r2', d: undefined };
+const BAND = 1e9;
+const MODELS = ['m', 'ad1', 'big'] as const;
+const SYSTEM = 'system prompt shared by every request, long enough for a few blocks. '.repeat(3);
+const PROMPTS = [0, 1, 2, 3].map((i) => `${SYSTEM}user ${i}: ${'words '.repeat(10 + 9 * i)}`);
+
+const podArb = fc.record({
+  zone: fc.constantFrom(...ZONES),
+  ip: fc.integer({ min: 1, max: 20 }),
+  ready: fc.constantFrom(true, true, true, false),
+  deleted: fc.constantFrom(false, false, false, true),
+  metrics: fc.option(
+    fc.record({
+      waiting: fc.constantFrom(0, 0, 1, 3, 8),
+      running: fc.integer({ min: 0, max: 40 }),
+      kv: fc.constantFrom(0.1, 0.5, 0.97, 1),
+      age: fc.constantFrom(0, 50, 900, 1500, 4000),
+      rates: fc.option(
+        fc.record({
+          windowMs: fc.constant(2_000),
+          requestsPerS: fc.oneof(fc.constant(0), fc.double({ min: 0.01, max: 30, noNaN: true })),
+          promptTokensPerS: fc.oneof(fc.constant(0), fc.double({ min: 1, max: 30_000, noNaN: true })),
+          generationTokensPerS: fc.double({ min: 0, max: 3_000, noNaN: true }),
+          ttftMs: fc.option(fc.double({ min: 1, max: 500, noNaN: true }), { nil: undefined }),
+          itlMs: fc.option(fc.double({ min: 1, max: 50, noNaN: true }), { nil: undefined }),
+          prefixHitRate: fc.option(fc.double({ min: 0, max: 1, noNaN: true }), { nil: undefined }),
+        }),
+        { nil: undefined },
+      ),
+      lora: fc.option(fc.record({ max: fc.integer({ min: 0, max: 2 }), running: fc.subarray(['ad1', 'x']), waiting: fc.subarray(['ad1']) }), { nil: undefined }),
+    }),
+    { nil: undefined },
+  ),
+});
+
+const stepArb = fc.record({
+  model: fc.constantFrom(...MODELS),
+  prompt: fc.option(fc.constantFrom(...PROMPTS), { nil: undefined }),
+  subset: fc.option(fc.array(fc.integer({ min: 1, max: 22 }), { maxLength: 8 }), { nil: undefined }),
+  asString: fc.boolean(),
+  commit: fc.boolean(),
+  advanceMs: fc.constantFrom(0, 1, 7, 40),
+});
+
+const caseArb = fc.record({
+  pods: fc.array(podArb, { minLength: 1, maxLength: 16 }),
+  mode: fc.constantFrom('strict' as const, 'locality' as const),
+  steps: fc.array(stepArb, { minLength: 1, maxLength: 10 }),
+  seed: fc.integer(),
+});
+
+type Case = typeof caseArb extends fc.Arbitrary<infer T> ? T : never;
+
+const addressOf = (ip: number): string => `10.0.0.${ip}:8000`;
+
+function build(pods: Case['pods']): Fleet {
+  const fleet = new Fleet();
+  pods.forEach((pod, i) => {
+    const name = `p${i}`;
+    const at = T0 - 5_000;
+    fleet.apply(
+      { v: 1, kind: 'readiness', pool: POOL, zone: pod.zone, region: REGION_OF[pod.zone], pod: name, address: addressOf(pod.ip), ready: pod.ready, deleted: pod.deleted, observedAt: at },
+      at,
+    );
+    const m = pod.metrics;
+    if (m) {
+      const sampleAt = T0 - m.age;
+      const event = {
+        v: 1 as const,
+        kind: 'metrics' as const,
+        pool: POOL,
+        zone: pod.zone,
+        pod: name,
+        observedAt: sampleAt,
+        waitingRequests: m.waiting,
+        runningRequests: m.running,
+        kvCacheUsage: m.kv,
+        ...(m.rates ? { rates: stripUndefined(m.rates) } : {}),
+        ...(m.lora ? { lora: m.lora } : {}),
+      };
+      // Twice when waiting: a queue over two samples (a backlog), as a busy server shows.
+      if (m.waiting > 0) fleet.apply({ ...event, observedAt: sampleAt - 100 }, sampleAt - 100);
+      fleet.apply(event, sampleAt);
+    }
+  });
+  return fleet;
+}
+
+function stripUndefined<T extends object>(value: T): T {
+  return Object.fromEntries(Object.entries(value).filter(([, v]) => v !== undefined)) as T;
+}
+
+/** What the reference remembers: the blocks committed to each endpoint (no eviction in these small runs). */
+class ReferenceIndex {
+  private readonly held = new Map<Endpoint, Set<number>>();
+  add(endpoint: Endpoint, hashes: readonly number[]): void {
+    let set = this.held.get(endpoint);
+    if (!set) this.held.set(endpoint, (set = new Set()));
+    for (const hash of hashes) set.add(hash);
+  }
+  /** Leading blocks of the prompt the endpoint was sent, counted one by one. */
+  match(endpoint: Endpoint, hashes: readonly number[]): number {
+    const set = this.held.get(endpoint);
+    let count = 0;
+    while (set && count < hashes.length && set.has(hashes[count] as number)) count++;
+    return count;
+  }
+  deepest(hashes: readonly number[]): number {
+    let best = 0;
+    for (const endpoint of this.held.keys()) best = Math.max(best, this.match(endpoint, hashes));
+    return best;
+  }
+}
+
+function promptHashes(config: SchedulerConfig, model: string, prompt: string | undefined): number[] {
+  const blockChars = config.prefix.blockTokens * config.prefix.charsPerToken;
+  if (prompt === undefined || prompt.length < blockChars) return [];
+  const out = new Float64Array(config.prefix.maxBlocks);
+  const count = hashPromptBlocks(prompt, prefixSeed(model), blockChars, config.prefix.maxBlocks, out);
+  return Array.from(out.subarray(0, count));
+}
+
+/** The cost policy's key of one endpoint, restated from docs/picking.md without any shortcut. */
+function referenceKey(
+  config: SchedulerConfig,
+  fleet: Fleet,
+  endpoint: Endpoint,
+  now: number,
+  request: { model: string; promptTokens: number; cached: number; bestCached: number; modelIsAdapter: boolean },
+): number {
+  const rates = { ...config.rates.default, ...(config.rates.models[request.model] ?? {}) };
+  const metrics = endpoint.metrics;
+  const measured = metrics?.rates;
+  // The load now: the sample, plus picks it cannot have seen, minus releases since.
+  let waiting = 0;
+  let backlogged = false;
+  if (metrics) {
+    const capacity = endpoint.batchCapacity;
+    if (capacity !== undefined && capacity > 0) {
+      waiting = Math.max(0, metrics.waitingRequests + metrics.runningRequests + endpoint.unsampledPicks - endpoint.releasedSinceSample + 1 - capacity);
+      backlogged = waiting > 0;
+    } else {
+      waiting = metrics.waitingRequests > 0 ? Math.max(0, metrics.waitingRequests + endpoint.unsampledPicks - endpoint.releasedSinceSample) : 0;
+      backlogged = metrics.waitingRequests > 0 && endpoint.queuedSamples >= 2;
+    }
+  }
+  const ageMs = metrics ? now - metrics.receivedAt : Number.POSITIVE_INFINITY;
+  let typicalPrompt = rates.promptTokens;
+  if (measured !== undefined && measured.requestsPerS > 0 && measured.promptTokensPerS > 0) typicalPrompt = measured.promptTokensPerS / measured.requestsPerS;
+  const typicalPrefillMs = (typicalPrompt * (1 - (measured?.prefixHitRate ?? 0)) * 1000) / rates.prefillTokensPerS;
+  const recentMs = measured?.ttftMs ?? 2 * typicalPrefillMs;
+  const requestsPerS = backlogged && measured !== undefined && measured.requestsPerS > 0 ? Math.max(measured.requestsPerS, rates.requestsPerS / 4) : rates.requestsPerS;
+  const perWaitingMs = backlogged ? 1000 / requestsPerS : (measured?.itlMs ?? typicalPrefillMs);
+  const waitMs = waiting * perWaitingMs + fleet.recentPicks(endpoint, now, recentMs) * typicalPrefillMs;
+
+  const staleAfter = fleet.staleAfterMs;
+  const stale = ageMs > staleAfter;
+  const uncertaintyMs = stale ? Math.min(config.gaps.maxUncertaintyMs, ((ageMs - staleAfter) / 1000) * config.gaps.uncertaintyMsPerS) : 0;
+  const suspect = stale && now - (fleet.pool(POOL)?.zoneLastSampleAt(endpoint.zone) ?? Number.NEGATIVE_INFINITY) <= staleAfter;
+  const full = (waiting > 0 && (metrics?.kvCacheUsage ?? 0) >= config.full.kvCacheUsage) || waiting >= config.full.waitingRequests;
+  const local = endpoint.zone === 'a';
+  const sameRegion = REGION_OF[endpoint.zone] === 'r1';
+  const rttMs = local ? 0 : sameRegion ? config.network.sameRegionMs : config.network.crossRegionMs;
+  const biasMs = local ? 0 : config.zoneBiasMs;
+
+  const uncached = request.promptTokens - request.cached;
+  const avoidable = Math.max(0, request.bestCached - request.cached);
+  const externality = config.avoidablePrefill.batchWeight * (metrics?.runningRequests ?? 0) + config.avoidablePrefill.queueWeight * waiting;
+  const prefillMs = ((uncached + avoidable * externality) * 1000) / rates.prefillTokensPerS;
+  let loraMs = 0;
+  const lora = metrics?.lora;
+  if (request.modelIsAdapter && lora !== undefined && lora.max !== 0 && !lora.running.includes(request.model) && !lora.waiting.includes(request.model)) {
+    loraMs = lora.running.length + lora.waiting.length < lora.max ? rates.loraLoadMs : rates.loraLoadMs + 1000 / requestsPerS;
+  }
+  const band = (suspect ? BAND : 0) + (full ? 2 * BAND : 0);
+  return band + waitMs + prefillMs + loraMs + rttMs + biasMs + uncertaintyMs;
+}
+
+describe('the optimised pick equals a plain restatement of the cost rule', () => {
+  it('on generated pools, hints and request sequences', () => {
+    fc.assert(
+      fc.property(caseArb, (c) => {
+        const fleet = build(c.pods);
+        // refreshMs 0: remote pods are priced exactly, so every eligible endpoint is comparable.
+        const input = { subsetMode: c.mode, remote: { refreshMs: 0 } };
+        const config = parseSchedulerConfig(input);
+        const scheduler = new Scheduler({ fleet, pool: POOL, zone: 'a', region: 'r1', seed: c.seed, config: input });
+        const reference = new ReferenceIndex();
+        let now = T0;
+        for (const step of c.steps) {
+          now += step.advanceMs;
+          const entries = step.subset?.map((ip) => addressOf(ip));
+          // A fresh copy of the hint every time, as the EPP decodes it per request.
+          const hint = entries === undefined ? undefined : step.asString ? entries.join(',') : entries.map((e) => `${e} `.trim());
+          const decision = scheduler.pick({ model: step.model, prompt: step.prompt, subset: hint }, now);
+
+          const patterns = (entries ?? []).map((e) => parseAddressPattern(e)).filter((p) => p !== undefined);
+          const inSubset = (ep: Endpoint): boolean => patterns.some((p) => p.key === ep.address);
+          const eligible = [...(fleet.pool(POOL)?.endpoints() ?? [])].filter(
+            (ep) => ep.ready && !ep.deleted && ep.address !== undefined && (entries === undefined || inSubset(ep) || (c.mode === 'locality' && ep.zone !== 'a')),
+          );
+          expect(decision.counts.eligible).toBe(eligible.length);
+          if (eligible.length === 0) {
+            expect(decision.status).toBe(503);
+            continue;
+          }
+          expect(decision.status).toBe('routed');
+
+          const hashes = promptHashes(config, step.model, step.prompt);
+          const promptTokens = step.prompt === undefined ? 0 : step.prompt.length / config.prefix.charsPerToken;
+          const bestCached = Math.min(promptTokens, reference.deepest(hashes) * config.prefix.blockTokens);
+          const modelIsAdapter = eligible.some((ep) => ep.metrics?.lora?.running.includes(step.model) || ep.metrics?.lora?.waiting.includes(step.model));
+          const keyOf = (ep: Endpoint): number =>
+            referenceKey(config, fleet, ep, now, {
+              model: step.model,
+              promptTokens,
+              cached: Math.min(promptTokens, reference.match(ep, hashes) * config.prefix.blockTokens),
+              bestCached,
+              modelIsAdapter,
+            });
+          const keys = eligible.map(keyOf);
+          for (const entry of decision.entries) expect(entry.key).toBe(keyOf(entry.endpoint));
+          expect(decision.entries[0]?.key).toBe(Math.min(...keys));
+          expect(decision.counts.full).toBe(keys.filter((k) => k >= 2 * BAND).length);
+
+          if (step.commit) {
+            scheduler.commit(decision, now);
+            const primary = decision.entries[0]?.endpoint;
+            if (primary && hashes.length > 0) reference.add(primary, hashes);
+          }
+        }
+      }),
+      { numRuns: 300, seed: 20261130 },
+    );
+  });
+});
