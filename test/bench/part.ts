@@ -22,6 +22,11 @@ export interface BenchPart {
   /** The name used on the command line: `npm run bench -- <name>`. */
   name: string;
   title: string;
+  /**
+   * The part's figures do not depend on the machine's load (a deterministic simulation in virtual
+   * time): run.ts neither waits for a quiet machine nor calls its figures provisional.
+   */
+  loadIndependent?: boolean;
   run(context: BenchContext): Promise<string>;
 }
 

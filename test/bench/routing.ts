@@ -236,4 +236,4 @@ async function run(ctx: BenchContext): Promise<string> {
   return out.join('\n');
 }
 
-export const routing: BenchPart = { name: 'routing', title: 'Routing quality (simulation)', run };
+export const routing: BenchPart = { name: 'routing', title: 'Routing quality (simulation)', loadIndependent: true, run };
