@@ -5,12 +5,9 @@
  * leaf links and publishes none.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { connect } from '@nats-io/transport-node';
-import type { NatsConnection } from '@nats-io/nats-core';
 import { decodeKvBatch, encodeKvBatch, kvPoolFilter, kvSubjectFor, type KvBatch } from '@spillway/events';
 import { eventually } from '@spillway/testkit';
-import type { RenderedZone } from '../../infra/nats/topology.js';
-import { leafCount, startTopology, type RunningTopology } from './nats-topology-helper.js';
+import { leafCount, permissionErrors, startTopology, topologyClients, type RunningTopology } from './nats-topology-helper.js';
 
 const ZONES = ['zone-a', 'zone-b'] as const;
 type Zone = (typeof ZONES)[number];
@@ -18,27 +15,8 @@ const POOL = 'llama';
 const SETTLE_MS = 20_000;
 
 let running: RunningTopology;
-const connections: NatsConnection[] = [];
 
-const zone = (name: Zone): RenderedZone => {
-  const found = running.topology.zones.find((z) => z.zone === name);
-  if (!found) throw new Error(`no zone ${name}`);
-  return found;
-};
-
-async function open(name: Zone, role: keyof RenderedZone['users']): Promise<NatsConnection> {
-  const nc = await connect({ servers: zone(name).url, ...zone(name).users[role], reconnectTimeWait: 200 });
-  connections.push(nc);
-  return nc;
-}
-
-function permissionErrors(nc: NatsConnection): string[] {
-  const errors: string[] = [];
-  void (async () => {
-    for await (const status of nc.status()) if (status.type === 'error') errors.push(String(status.error));
-  })();
-  return errors;
-}
+const { open, closeAll } = topologyClients(() => running);
 
 const batch = (z: Zone, pod: string, seq: number): KvBatch => ({ v: 1, pool: POOL, zone: z, pod, seq, observedAt: Date.now(), blockSize: 16, events: [[1, [seq]]] });
 
@@ -48,7 +26,7 @@ beforeAll(async () => {
 }, 60_000);
 
 afterAll(async () => {
-  await Promise.all(connections.map((nc) => nc.close().catch(() => undefined)));
+  await closeAll();
   await running?.stop();
 });
 

@@ -9,7 +9,9 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { freePort, INSTALL_HINT, natsServerAvailable, waitForPort } from '@spillway/testkit';
-import { renderZoneTopology, writeZoneTopology, type RenderedTopology } from '../../infra/nats/topology.js';
+import { connect } from '@nats-io/transport-node';
+import type { NatsConnection } from '@nats-io/nats-core';
+import { renderZoneTopology, writeZoneTopology, type RenderedTopology, type RenderedZone } from '../../infra/nats/topology.js';
 
 export interface ServerProcess {
   readonly name: string;
@@ -136,4 +138,38 @@ export async function leafCount(server: ServerProcess): Promise<number> {
   const body = (await response.json()) as { leafnodes?: unknown };
   if (typeof body.leafnodes !== 'number') throw new Error(`unexpected /leafz answer from ${server.name}`);
   return body.leafnodes;
+}
+
+/** Connections to a running topology's zones as the users it renders, closed together at the end. */
+export function topologyClients(running: () => RunningTopology): {
+  zone(name: string): RenderedZone;
+  open(name: string, role: keyof RenderedZone['users']): Promise<NatsConnection>;
+  closeAll(): Promise<void>;
+} {
+  const connections: NatsConnection[] = [];
+  const zone = (name: string): RenderedZone => {
+    const found = running().topology.zones.find((z) => z.zone === name);
+    if (!found) throw new Error(`no zone ${name}`);
+    return found;
+  };
+  return {
+    zone,
+    async open(name, role) {
+      const nc = await connect({ servers: zone(name).url, ...zone(name).users[role], reconnectTimeWait: 200 });
+      connections.push(nc);
+      return nc;
+    },
+    async closeAll() {
+      await Promise.all(connections.map((nc) => nc.close().catch(() => undefined)));
+    },
+  };
+}
+
+/** The permission errors a connection reported (nats.js reports a refused publish asynchronously). */
+export function permissionErrors(nc: NatsConnection): string[] {
+  const errors: string[] = [];
+  void (async () => {
+    for await (const status of nc.status()) if (status.type === 'error') errors.push(String(status.error));
+  })();
+  return errors;
 }

@@ -6,8 +6,6 @@
  * EPP's warm-start request is answered by the other zone's EPP (allow_responses).
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { connect } from '@nats-io/transport-node';
-import type { NatsConnection } from '@nats-io/nats-core';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { decodeStateBatch, encodeStateBatch, stateSubjectFor, type StateBatch } from '@spillway/events';
 import { EventPublisher } from '@spillway/bus';
@@ -16,8 +14,8 @@ import { eventually, envoyRequestMessages } from '@spillway/testkit';
 import { credentials as grpcCredentials } from '@grpc/grpc-js';
 import { ExternalProcessorClient, type ProcessingResponse } from '@spillway/protocol';
 import pino from 'pino';
-import { provisionZoneStreams, type RenderedZone } from '../../infra/nats/topology.js';
-import { leafCount, startTopology, type RunningTopology } from './nats-topology-helper.js';
+import { provisionZoneStreams } from '../../infra/nats/topology.js';
+import { leafCount, permissionErrors, startTopology, topologyClients, type RunningTopology } from './nats-topology-helper.js';
 
 const ZONES = ['zone-a', 'zone-b'] as const;
 type Zone = (typeof ZONES)[number];
@@ -25,20 +23,9 @@ const POOL = 'llama';
 const SETTLE_MS = 20_000;
 
 let running: RunningTopology;
-const connections: NatsConnection[] = [];
 const epps: RunningEpp[] = [];
 
-const zone = (name: Zone): RenderedZone => {
-  const found = running.topology.zones.find((z) => z.zone === name);
-  if (!found) throw new Error(`no zone ${name}`);
-  return found;
-};
-
-async function open(name: Zone, role: keyof RenderedZone['users']): Promise<NatsConnection> {
-  const nc = await connect({ servers: zone(name).url, ...zone(name).users[role], reconnectTimeWait: 200 });
-  connections.push(nc);
-  return nc;
-}
+const { zone, open, closeAll } = topologyClients(() => running);
 
 /** A zone's EPP exactly as deployed: its zone's EPP user, read-only on the aggregate, sharing state. */
 async function startZoneEpp(name: Zone): Promise<RunningEpp> {
@@ -54,15 +41,6 @@ async function startZoneEpp(name: Zone): Promise<RunningEpp> {
   return epp;
 }
 
-/** The permission errors a connection reported (nats.js reports a refused publish asynchronously). */
-function permissionErrors(nc: NatsConnection): string[] {
-  const errors: string[] = [];
-  void (async () => {
-    for await (const status of nc.status()) if (status.type === 'error') errors.push(String(status.error));
-  })();
-  return errors;
-}
-
 const batch = (z: Zone, epp: string, seq: number): StateBatch => ({ v: 1, pool: POOL, zone: z, epp, seq, sentAt: Date.now(), entries: [[2, seq, Date.now()]] });
 
 beforeAll(async () => {
@@ -75,7 +53,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   for (const epp of epps) await epp.close();
-  await Promise.all(connections.map((nc) => nc.close().catch(() => undefined)));
+  await closeAll();
   await running?.stop();
 });
 

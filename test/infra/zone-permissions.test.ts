@@ -7,16 +7,14 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { credentials as grpcCredentials } from '@grpc/grpc-js';
-import { connect } from '@nats-io/transport-node';
-import type { NatsConnection } from '@nats-io/nats-core';
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { encodeEvent, subjectFor, type MetricsEvent, type ReadinessEvent } from '@spillway/events';
 import { ExternalProcessorClient, type ProcessingRequest, type ProcessingResponse } from '@spillway/protocol';
 import { loadEppConfig, startEpp, type RunningEpp } from '@spillway/epp';
 import { eventually } from '@spillway/testkit';
 import pino from 'pino';
-import { provisionZoneStreams, type RenderedZone } from '../../infra/nats/topology.js';
-import { leafCount, startTopology, type RunningTopology } from './nats-topology-helper.js';
+import { provisionZoneStreams } from '../../infra/nats/topology.js';
+import { leafCount, startTopology, topologyClients, type RunningTopology } from './nats-topology-helper.js';
 
 const ZONES = ['zone-a', 'zone-b'] as const;
 type Zone = (typeof ZONES)[number];
@@ -26,20 +24,9 @@ const VICTIM_ADDRESS = '10.0.2.1:8000';
 const SETTLE_MS = 20_000;
 
 let running: RunningTopology;
-const connections: NatsConnection[] = [];
 const epps: RunningEpp[] = [];
 
-const zone = (name: Zone): RenderedZone => {
-  const found = running.topology.zones.find((z) => z.zone === name);
-  if (!found) throw new Error(`no zone ${name}`);
-  return found;
-};
-
-async function open(name: Zone, role: keyof RenderedZone['users']): Promise<NatsConnection> {
-  const nc = await connect({ servers: zone(name).url, ...zone(name).users[role], reconnectTimeWait: 200 });
-  connections.push(nc);
-  return nc;
-}
+const { zone, open, closeAll } = topologyClients(() => running);
 
 /** zone-a's EPP, read-only on its zone's aggregate, exactly as deployed (no stream creation). */
 async function startZoneAEpp(): Promise<RunningEpp> {
@@ -106,7 +93,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   for (const epp of epps) await epp.close();
-  await Promise.all(connections.map((nc) => nc.close().catch(() => undefined)));
+  await closeAll();
   await running?.stop();
 });
 
