@@ -1,4 +1,4 @@
-import type { Tokenizer } from '@huggingface/tokenizers';
+import { BPE, ByteLevelPreTokenizer, SequencePreTokenizer, SplitPreTokenizer, type Tokenizer } from '@huggingface/tokenizers';
 import { PieceCache } from './piece-cache.js';
 
 /**
@@ -27,7 +27,12 @@ interface AddedTokenView {
   readonly lstrip: boolean;
   readonly rstrip: boolean;
 }
+interface TrieNode {
+  readonly end?: string;
+  readonly [char: string]: TrieNode | string | undefined;
+}
 interface SplitterView {
+  readonly trie: TrieNode;
   split(text: string): string[];
 }
 interface PreTokenizerView {
@@ -91,6 +96,10 @@ export interface FastEncoderOptions {
 export class FastEncoder {
   private readonly cache: PieceCache;
   private readonly splits: ReadonlyArray<PreTokenizerView>;
+  private readonly unnormalized: AddedTokenSplitter;
+  private readonly normalized: AddedTokenSplitter;
+  /** A private copy of the regex when the pre-tokenizer is one Isolated Split (Qwen2/3, Llama 3): split while encoding. */
+  private readonly isolated: RegExp | null;
   private readonly byteLevel: ByteLevelStep;
   /** Ids the post-processor puts around the sequence, with and without special tokens. */
   private readonly wrap: { readonly true: { before: number[]; after: number[] }; readonly false: { before: number[]; after: number[] } };
@@ -104,6 +113,14 @@ export class FastEncoder {
   ) {
     this.cache = new PieceCache(options.pieceCacheBytes);
     this.splits = splits;
+    this.unnormalized = new AddedTokenSplitter(view.splitter_unnormalized.trie);
+    this.normalized = new AddedTokenSplitter(view.splitter_normalized.trie);
+    const only = splits.length === 1 ? splits[0] : undefined;
+    const config = only?.config as { invert?: unknown; behavior?: unknown } | undefined;
+    this.isolated =
+      only && config && !config.invert && String(config.behavior).toLowerCase() !== 'removed' && only.pattern instanceof RegExp && only.pattern.global
+        ? new RegExp(only.pattern.source, only.pattern.flags)
+        : null;
     this.byteLevel = byteLevelStep;
     this.wrap = { true: this.wrapping(true), false: this.wrapping(false) };
   }
@@ -112,22 +129,22 @@ export class FastEncoder {
   static create(lib: Tokenizer, options: FastEncoderOptions): FastEncoder | { unsupported: string } {
     const view = lib as unknown as TokenizerView;
     const model = view.model as ModelView | null;
-    if (!model || model.config?.type !== 'BPE' || typeof model.encode !== 'function' || !(model.tokens_to_ids instanceof Map)) {
+    if (!(model instanceof BPE) || typeof model.encode !== 'function' || !(model.tokens_to_ids instanceof Map)) {
       return { unsupported: `model ${String(model?.config?.type)} (only BPE)` };
     }
     if (model.fuse_unk) return { unsupported: 'BPE fuse_unk' };
     if (view.remove_space === true || view.do_lowercase_and_remove_accent === true) return { unsupported: 'remove_space / do_lowercase_and_remove_accent' };
-    if (!(view.added_tokens_map instanceof Map) || typeof view.splitter_unnormalized?.split !== 'function' || typeof view.splitter_normalized?.split !== 'function') {
+    if (!(view.added_tokens_map instanceof Map) || typeof view.splitter_unnormalized?.trie !== 'object' || typeof view.splitter_normalized?.trie !== 'object') {
       return { unsupported: 'this @huggingface/tokenizers version (added-token splitters not found)' };
     }
     const pre = view.pre_tokenizer;
     if (!pre) return { unsupported: 'no pre-tokenizer' };
-    const steps = pre.config?.type === 'Sequence' ? (pre.tokenizers ?? []) : [pre];
+    const steps = pre instanceof SequencePreTokenizer ? (pre.tokenizers ?? []) : [pre];
     const last = steps[steps.length - 1];
-    if (!last || last.config?.type !== 'ByteLevel') return { unsupported: 'pre-tokenizer does not end with ByteLevel' };
+    if (!(last instanceof ByteLevelPreTokenizer)) return { unsupported: 'pre-tokenizer does not end with ByteLevel' };
     const splits = steps.slice(0, -1);
-    const other = splits.find((s) => s.config?.type !== 'Split' || typeof s.pre_tokenize_text !== 'function');
-    if (other) return { unsupported: `pre-tokenizer ${String(other.config?.type)}` };
+    const other = splits.find((s) => !(s instanceof SplitPreTokenizer));
+    if (other) return { unsupported: `pre-tokenizer ${String(other.config?.type ?? other.constructor.name)}` };
     const useRegex = last.config.use_regex ?? true;
     if (useRegex && !(last.pattern instanceof RegExp)) return { unsupported: 'ByteLevel regex not found' };
     const step: ByteLevelStep = { addPrefixSpace: last.config.add_prefix_space === true, pattern: useRegex ? (last.pattern as RegExp) : null };
@@ -156,7 +173,7 @@ export class FastEncoder {
   /** The library's `encode_text`, step by step; false when a piece maps to no id (then the library decides). */
   private encodeText(text: string, out: number[]): boolean {
     const { view } = this;
-    const sections = view.splitter_unnormalized.split(text);
+    const sections = this.unnormalized.split(text);
     stripAround(sections, view.added_tokens_map);
     for (let s = 0; s < sections.length; s++) {
       let section = sections[s] as string;
@@ -168,7 +185,7 @@ export class FastEncoder {
       }
       if (view.normalizer !== null) section = view.normalizer(section);
       if (section.length === 0) continue;
-      const subsections = view.splitter_normalized.split(section);
+      const subsections = this.normalized.split(section);
       stripAround(subsections, view.added_tokens_map);
       for (const sub of subsections) {
         if (sub.length === 0) continue;
@@ -177,11 +194,37 @@ export class FastEncoder {
           out.push(addedSub.id);
           continue;
         }
+        if (this.isolated !== null) {
+          if (!this.splitIsolated(this.isolated, sub, out)) return false;
+          continue;
+        }
         let pieces = [sub];
         for (const split of this.splits) pieces = pieces.flatMap((p) => split.pre_tokenize_text(p, { section_index: s }));
         for (const piece of pieces) if (!this.encodePiece(piece, out)) return false;
       }
     }
+    return true;
+  }
+
+  /**
+   * The library's `regex_split` (a Split with behaviour Isolated: matches and the text between them
+   * are pre-tokens, empty ones dropped), pre-tokens encoded as they are found instead of collected.
+   */
+  private splitIsolated(re: RegExp, text: string, out: number[]): boolean {
+    let prev = 0;
+    re.lastIndex = 0;
+    for (let m = re.exec(text); m !== null; m = re.exec(text)) {
+      const match = m[0];
+      if (prev < m.index && !this.encodePiece(text.slice(prev, m.index), out)) return false;
+      if (match.length > 0) {
+        if (!this.encodePiece(match, out)) return false;
+      } else {
+        // matchAll's rule for an empty match: move on by one code point (the pattern is unicode).
+        re.lastIndex = advance(text, re.lastIndex, re.unicode);
+      }
+      prev = m.index + match.length;
+    }
+    if (prev < text.length && !this.encodePiece(text.slice(prev), out)) return false;
     return true;
   }
 
@@ -231,6 +274,66 @@ export class FastEncoder {
       });
     return { before: toIds(tokens.slice(0, at)), after: toIds(tokens.slice(at + 1)) };
   }
+}
+
+/**
+ * The library's DictionarySplitter over its own trie (same walk: at each position the longest added
+ * token starting there), skipping straight to the positions where an added token can start instead
+ * of looking every character up in the trie.
+ */
+class AddedTokenSplitter {
+  private readonly first: ReadonlySet<string>;
+  private readonly only: string | undefined;
+
+  constructor(private readonly trie: TrieNode) {
+    this.first = new Set(Object.keys(trie).filter((k) => k !== 'end'));
+    this.only = this.first.size === 1 ? [...this.first][0] : undefined;
+  }
+
+  split(text: string): string[] {
+    const n = text.length;
+    let start = 0;
+    let i = this.next(text, 0);
+    if (i >= n) return [text];
+    const result: string[] = [];
+    while (i < n) {
+      let node: TrieNode | undefined = this.trie;
+      let match: string | undefined;
+      for (let j = i; j < n; j++) {
+        node = node[text[j] as string] as TrieNode | undefined;
+        if (node === undefined) break;
+        if (node.end) match = node.end;
+      }
+      if (match !== undefined) {
+        if (i > start) result.push(text.slice(start, i));
+        result.push(match);
+        i += match.length;
+        start = i;
+      } else {
+        i++;
+      }
+      i = this.next(text, i);
+    }
+    if (start < n) result.push(text.slice(start));
+    return result;
+  }
+
+  /** The first position at or after `from` where an added token could start (n: none). */
+  private next(text: string, from: number): number {
+    if (this.only !== undefined) {
+      const at = text.indexOf(this.only, from);
+      return at < 0 ? text.length : at;
+    }
+    if (this.first.size === 0) return text.length;
+    for (let i = from; i < text.length; i++) if (this.first.has(text[i] as string)) return i;
+    return text.length;
+  }
+}
+
+function advance(text: string, index: number, unicode: boolean): number {
+  if (!unicode || index + 1 >= text.length) return index + 1;
+  const code = text.charCodeAt(index);
+  return code >= 0xd800 && code <= 0xdbff && (text.charCodeAt(index + 1) & 0xfc00) === 0xdc00 ? index + 2 : index + 1;
 }
 
 /** The library's lstrip/rstrip of the text around an added token (same rule, same order). */
