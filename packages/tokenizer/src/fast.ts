@@ -1,4 +1,5 @@
 import { BPE, ByteLevelPreTokenizer, SequencePreTokenizer, SplitPreTokenizer, type Tokenizer } from '@huggingface/tokenizers';
+import { IdBpe } from './bpe.js';
 import { PieceCache } from './piece-cache.js';
 
 /**
@@ -46,6 +47,10 @@ interface ModelView {
   readonly fuse_unk: boolean;
   readonly tokens_to_ids: Map<string, number>;
   readonly unk_token_id: number | undefined;
+  readonly merges?: unknown;
+  readonly ignore_merges?: unknown;
+  readonly end_of_word_suffix?: unknown;
+  readonly continuing_subword_suffix?: unknown;
   encode(tokens: string[]): string[];
 }
 interface TokenizerView {
@@ -96,6 +101,8 @@ export interface FastEncoderOptions {
 export class FastEncoder {
   private readonly cache: PieceCache;
   private readonly splits: ReadonlyArray<PreTokenizerView>;
+  /** BPE in id space for cache misses; null: the library's BPE (see `idBpe`). */
+  private readonly bpe: IdBpe | null;
   private readonly unnormalized: AddedTokenSplitter;
   private readonly normalized: AddedTokenSplitter;
   /** A private copy of the regex when the pre-tokenizer is one Isolated Split (Qwen2/3, Llama 3): split while encoding. */
@@ -113,6 +120,7 @@ export class FastEncoder {
   ) {
     this.cache = new PieceCache(options.pieceCacheBytes);
     this.splits = splits;
+    this.bpe = idBpe(view);
     this.unnormalized = new AddedTokenSplitter(view.splitter_unnormalized.trie);
     this.normalized = new AddedTokenSplitter(view.splitter_normalized.trie);
     const only = splits.length === 1 ? splits[0] : undefined;
@@ -244,8 +252,15 @@ export class FastEncoder {
       for (let i = 0; i < cached.length; i++) out.push(cached[i] as number);
       return true;
     }
+    const mapped = byteLevel(word);
+    const fromIds = this.bpe?.encode(mapped);
+    if (fromIds !== undefined) {
+      for (const id of fromIds) out.push(id);
+      this.cache.set(word, Uint32Array.from(fromIds));
+      return true;
+    }
     const { model, added_tokens_map: added } = this.view;
-    const tokens = model.encode([byteLevel(word)]);
+    const tokens = model.encode([mapped]);
     const ids = new Uint32Array(tokens.length);
     for (let i = 0; i < tokens.length; i++) {
       const t = tokens[i] as string;
@@ -274,6 +289,23 @@ export class FastEncoder {
       });
     return { before: toIds(tokens.slice(0, at)), after: toIds(tokens.slice(at + 1)) };
   }
+}
+
+/**
+ * Id-space BPE when it gives the library's ids: no suffixes on subwords, and no added token whose
+ * id differs from the vocabulary's for the same string (the library's output mapping prefers the
+ * added token; BPE works on the vocabulary).
+ */
+function idBpe(view: TokenizerView): IdBpe | null {
+  const model = view.model;
+  if (model.end_of_word_suffix || model.continuing_subword_suffix || !Array.isArray(model.merges)) return null;
+  for (const [content, token] of view.added_tokens_map) {
+    const vocab = model.tokens_to_ids.get(content);
+    if (vocab !== undefined && vocab !== token.id) return null;
+  }
+  const merges = model.merges as unknown[];
+  if (!merges.every((m) => Array.isArray(m) && m.length === 2 && typeof m[0] === 'string' && typeof m[1] === 'string')) return null;
+  return IdBpe.create(merges as Array<readonly [string, string]>, (t) => model.tokens_to_ids.get(t), model.ignore_merges === true) ?? null;
 }
 
 /**

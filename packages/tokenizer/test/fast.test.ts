@@ -103,7 +103,7 @@ describe('tokenizer.json variants', () => {
 
   it('handles a BOS post-processor, a Llama-3 style split and added tokens that strip and normalize', () => {
     const edit = (json: Record<string, unknown>): void => {
-      // Llama 3's Split regex (digits in groups of up to 3), a TemplateProcessing that adds a BOS,
+      // Llama 3's Split regex (digits in groups of up to 3) and ignore_merges, a TemplateProcessing that adds a BOS,
       // and added tokens with lstrip/rstrip and normalized: true.
       ((json['pre_tokenizer'] as { pretokenizers: Array<{ pattern: { Regex: string } }> }).pretokenizers[0] as { pattern: { Regex: string } }).pattern.Regex =
         "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
@@ -113,6 +113,7 @@ describe('tokenizer.json variants', () => {
         pair: [{ Sequence: { id: 'A', type_id: 0 } }, { Sequence: { id: 'B', type_id: 1 } }],
         special_tokens: { '<|endoftext|>': { id: '<|endoftext|>', ids: [151643], tokens: ['<|endoftext|>'] } },
       };
+      (json['model'] as Record<string, unknown>)['ignore_merges'] = true; // as Llama 3's
       const added = json['added_tokens'] as Array<Record<string, unknown>>;
       added.push({ id: 151669, content: '<mask>', single_word: false, lstrip: true, rstrip: true, normalized: true, special: false });
       added.push({ id: 151670, content: 'Å-sign', single_word: false, lstrip: false, rstrip: false, normalized: true, special: false });
