@@ -1,4 +1,5 @@
-import { BPE, ByteLevelPreTokenizer, SequencePreTokenizer, SplitPreTokenizer, type Tokenizer } from '@huggingface/tokenizers';
+import * as library from '@huggingface/tokenizers';
+import type { Tokenizer } from '@huggingface/tokenizers';
 import { IdBpe } from './bpe.js';
 import { PieceCache } from './piece-cache.js';
 
@@ -63,6 +64,15 @@ interface TokenizerView {
   readonly added_tokens_map: Map<string, AddedTokenView>;
   readonly remove_space?: unknown;
   readonly do_lowercase_and_remove_accent?: unknown;
+}
+
+/**
+ * `value instanceof` the library's class `name` (BPE, SplitPreTokenizer, ...). Looked up at run time:
+ * the package's type declarations use extensionless paths, so under NodeNext only `Tokenizer` is typed.
+ */
+function isLibrary(value: unknown, name: string): boolean {
+  const cls = (library as unknown as Record<string, unknown>)[name];
+  return typeof cls === 'function' && value instanceof (cls as abstract new (...args: never[]) => unknown);
 }
 
 /** Byte → the printable character ByteLevel maps it to (GPT-2's bytes_to_unicode). */
@@ -137,7 +147,7 @@ export class FastEncoder {
   static create(lib: Tokenizer, options: FastEncoderOptions): FastEncoder | { unsupported: string } {
     const view = lib as unknown as TokenizerView;
     const model = view.model as ModelView | null;
-    if (!(model instanceof BPE) || typeof model.encode !== 'function' || !(model.tokens_to_ids instanceof Map)) {
+    if (!model || !isLibrary(model, 'BPE') || typeof model.encode !== 'function' || !(model.tokens_to_ids instanceof Map)) {
       return { unsupported: `model ${String(model?.config?.type)} (only BPE)` };
     }
     if (model.fuse_unk) return { unsupported: 'BPE fuse_unk' };
@@ -147,11 +157,11 @@ export class FastEncoder {
     }
     const pre = view.pre_tokenizer;
     if (!pre) return { unsupported: 'no pre-tokenizer' };
-    const steps = pre instanceof SequencePreTokenizer ? (pre.tokenizers ?? []) : [pre];
+    const steps = isLibrary(pre, 'SequencePreTokenizer') ? (pre.tokenizers ?? []) : [pre];
     const last = steps[steps.length - 1];
-    if (!(last instanceof ByteLevelPreTokenizer)) return { unsupported: 'pre-tokenizer does not end with ByteLevel' };
+    if (!last || !isLibrary(last, 'ByteLevelPreTokenizer')) return { unsupported: 'pre-tokenizer does not end with ByteLevel' };
     const splits = steps.slice(0, -1);
-    const other = splits.find((s) => !(s instanceof SplitPreTokenizer));
+    const other = splits.find((s) => !isLibrary(s, 'SplitPreTokenizer'));
     if (other) return { unsupported: `pre-tokenizer ${String(other.config?.type ?? other.constructor.name)}` };
     const useRegex = last.config.use_regex ?? true;
     if (useRegex && !(last.pattern instanceof RegExp)) return { unsupported: 'ByteLevel regex not found' };

@@ -9,6 +9,9 @@ export interface PromptTokenizer {
   encodeChat(messages: ReadonlyArray<{ role: string; content: unknown }>): ArrayLike<number>;
   /** The text `encodeChat` tokenizes (optional: it lets a user turn skip the template engine). */
   renderChat?(messages: ReadonlyArray<{ role: string; content: unknown }>): string;
+  /** Whether it encodes on its fast path; when not, which tokenizer.json component prevents it (logged at start). */
+  readonly fastPath?: boolean;
+  readonly fastPathUnsupported?: string | undefined;
 }
 
 /** The parts of a parsed request a tokenizer reads. */
