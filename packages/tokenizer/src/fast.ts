@@ -1,6 +1,7 @@
 import * as library from '@huggingface/tokenizers';
 import type { Tokenizer } from '@huggingface/tokenizers';
 import { IdBpe } from './bpe.js';
+import { byteLevel } from './byte-level.js';
 import { PieceCache } from './piece-cache.js';
 
 /**
@@ -12,7 +13,7 @@ import { PieceCache } from './piece-cache.js';
  * which maps every piece's UTF-8 bytes to printable characters through `Array.from(...).join`) → BPE
  * per piece → ids, then the post-processor wraps the result (BOS etc.). Here every step but ByteLevel
  * is the library's own object, called exactly as the library calls it, so its behaviour (and its
- * quirks) is kept by construction. ByteLevel is done directly on the UTF-8 bytes, and the ids of each
+ * quirks) is kept by construction. ByteLevel and BPE are done in id space on the UTF-8 bytes, and the ids of each
  * pre-token (BPE of one piece is a pure function of that piece) are kept in a cache bounded in
  * bytes: a repeated word costs one Map lookup. This is how Hugging Face's Rust tokenizers and
  * tiktoken make byte-level BPE fast.
@@ -73,28 +74,6 @@ interface TokenizerView {
 function isLibrary(value: unknown, name: string): boolean {
   const cls = (library as unknown as Record<string, unknown>)[name];
   return typeof cls === 'function' && value instanceof (cls as abstract new (...args: never[]) => unknown);
-}
-
-/** Byte → the printable character ByteLevel maps it to (GPT-2's bytes_to_unicode). */
-const BYTE_CHAR: readonly string[] = (() => {
-  const printable: number[] = [];
-  for (let b = 0x21; b <= 0x7e; b++) printable.push(b);
-  for (let b = 0xa1; b <= 0xac; b++) printable.push(b);
-  for (let b = 0xae; b <= 0xff; b++) printable.push(b);
-  const table: string[] = new Array<string>(256);
-  let n = 0;
-  for (let b = 0; b < 256; b++) table[b] = printable.includes(b) ? String.fromCharCode(b) : String.fromCharCode(256 + n++);
-  return table;
-})();
-
-const encoder = new TextEncoder();
-
-/** A piece's UTF-8 bytes as ByteLevel characters (what the library computes with Array.from/join). */
-function byteLevel(piece: string): string {
-  const bytes = encoder.encode(piece);
-  let out = '';
-  for (let i = 0; i < bytes.length; i++) out += BYTE_CHAR[bytes[i] as number];
-  return out;
 }
 
 interface ByteLevelStep {
@@ -262,15 +241,14 @@ export class FastEncoder {
       for (let i = 0; i < cached.length; i++) out.push(cached[i] as number);
       return true;
     }
-    const mapped = byteLevel(word);
-    const fromIds = this.bpe?.encode(mapped);
+    const fromIds = this.bpe?.encode(word);
     if (fromIds !== undefined) {
       for (const id of fromIds) out.push(id);
       this.cache.set(word, Uint32Array.from(fromIds));
       return true;
     }
     const { model, added_tokens_map: added } = this.view;
-    const tokens = model.encode([mapped]);
+    const tokens = model.encode([byteLevel(word)]);
     const ids = new Uint32Array(tokens.length);
     for (let i = 0; i < tokens.length; i++) {
       const t = tokens[i] as string;
