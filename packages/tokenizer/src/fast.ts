@@ -162,11 +162,6 @@ export class FastEncoder {
     return ids;
   }
 
-  /** Cache figures, for metrics and tests. */
-  cacheStats(): { entries: number; bytes: number; maxBytes: number } {
-    return this.cache.stats();
-  }
-
   /** The library's `encode_text`, step by step; false when a piece maps to no id (then the library decides). */
   private encodeText(text: string, out: number[]): boolean {
     const { view } = this;
