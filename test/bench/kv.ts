@@ -41,6 +41,31 @@ function context(customer: number, seed: number): string {
 }
 const question = (i: number) => `Question ${i}: for a return period of ${100 + (i % 900)} years, what freeboard does the spillway crest need, and which gate opens first when the reservoir inflow exceeds the design storm?`;
 
+/** Words never seen before (random letters): every pre-token misses the tokenizer's piece cache. */
+function freshText(seed: number, words_: number): string {
+  let s = seed * 2654435761 + 1;
+  const out: string[] = [];
+  for (let i = 0; i < words_; i++) {
+    let w = '';
+    const n = 3 + (i % 7);
+    for (let k = 0; k < n; k++) {
+      s = (s * 16807) % 2147483647;
+      w += String.fromCharCode(97 + (s % 26));
+    }
+    out.push(i % 13 === 12 ? `${w}.\n` : w);
+  }
+  return out.join(' ');
+}
+
+/** CPU µs per token of `encode` over `texts` (each encoded once, in order). */
+function cpuPerToken(encode: (text: string) => ArrayLike<number>, texts: readonly string[]): number {
+  let tokens = 0;
+  const start = process.cpuUsage();
+  for (const t of texts) tokens += encode(t).length;
+  const used = process.cpuUsage(start);
+  return (used.user + used.system) / tokens;
+}
+
 interface Case {
   name: string;
   stats: { p50: number; p99: number; cpuUs: number; tokens: number };
@@ -54,6 +79,8 @@ export const kv: BenchPart = {
     const requests = context_.quick ? 300 : 2_000;
     const warmup = context_.quick ? 50 : 200;
     const tokenizer = loadTokenizer({ preset: 'qwen3' });
+    // The reference: @huggingface/tokenizers itself (what encoding cost before the fast path).
+    const library = loadTokenizer({ preset: 'qwen3' }, { fast: false });
     const t0 = 1_764_420_000_000;
     const fleet = new Fleet();
     for (let i = 0; i < PODS; i++) {
@@ -112,6 +139,22 @@ export const kv: BenchPart = {
       return { name, stats: { p50: percentile(latencies, 50), p99: percentile(latencies, 99), cpuUs: cpu / requests, tokens: tokens / requests } };
     };
 
+    // Tokenizer alone, CPU per token: the library vs the fast path, on the bench's prompts (words
+    // recur: the piece cache hits) and on never-seen words (every piece misses: the worst case).
+    const perToken = (() => {
+      const n = context_.quick ? 10 : 40;
+      const known = Array.from({ length: n }, (_, i) => context(i % CUSTOMERS, 10_000 + i));
+      const fresh = (base: number) => Array.from({ length: n }, (_, i) => freshText(base + i, 1200));
+      library.encodeText(known[0] as string); // warm the JIT of both
+      tokenizer.encodeText(freshText(1, 200));
+      return {
+        libraryKnown: cpuPerToken((t) => library.encodeText(t), known),
+        fastKnown: cpuPerToken((t) => tokenizer.encodeText(t), known),
+        libraryFresh: cpuPerToken((t) => library.encodeText(t), fresh(1_000)),
+        fastFresh: cpuPerToken((t) => tokenizer.encodeText(t), fresh(2_000)),
+      };
+    })();
+
     // Warm the cached case's prefixes first (as a running EPP would have).
     const baseline = run('pick only (approximate index)', 'none');
     const full = run('full: tokenize the whole prompt + pick', 'full');
@@ -120,6 +163,7 @@ export const kv: BenchPart = {
     const us = (v: number) => (v < 10 ? v.toFixed(2) : v.toFixed(0));
     const rows = [baseline, full, cached].map((c) => [c.name, us(c.stats.p50), us(c.stats.p99), us(c.stats.cpuUs), c.stats.tokens.toFixed(0)]);
     const verdict = (value: number, target: number) => `${value < target ? 'MET' : 'NOT MET'}: p99 ${us(value)} µs (target < ${target} µs)`;
+    context_.log(`tokenizer CPU/token: library ${perToken.libraryKnown.toFixed(3)} → fast ${perToken.fastKnown.toFixed(3)} µs (never-seen words: ${perToken.libraryFresh.toFixed(3)} → ${perToken.fastFresh.toFixed(3)} µs)`);
     context_.log(`full p99 ${us(full.stats.p99)} µs, cached p99 ${us(cached.stats.p99)} µs, baseline p99 ${us(baseline.stats.p99)} µs`);
     return [
       '## Precise prefix-cache routing: tokenization and pick',
@@ -130,6 +174,17 @@ export const kv: BenchPart = {
       '',
       `- Pick p99 with tokenization of a ~2,000-token prompt, nothing cached: **${verdict(full.stats.p99, TARGET_FULL_US)}**.`,
       `- Pick p99 with a cached prefix (the question tokenized): **${verdict(cached.stats.p99, TARGET_CACHED_US)}**.`,
+      '',
+      `Tokenizer alone (\`encodeText\`, Qwen3), CPU per token, same run: \`@huggingface/tokenizers\` (the reference, before) and \`@spillway/tokenizer\`'s fast path (same ids; pre-token cache). "Recurring words": contexts like the ones above (words recur, the cache hits); "never-seen words": random letters, every pre-token misses the cache.`,
+      '',
+      markdownTable(
+        ['text', 'library µs/token', 'fast path µs/token', 'speed-up'],
+        [
+          ['recurring words', perToken.libraryKnown.toFixed(3), perToken.fastKnown.toFixed(3), `${(perToken.libraryKnown / perToken.fastKnown).toFixed(1)}×`],
+          ['never-seen words', perToken.libraryFresh.toFixed(3), perToken.fastFresh.toFixed(3), `${(perToken.libraryFresh / perToken.fastFresh).toFixed(1)}×`],
+        ],
+      ),
+      '',
       `- Load average (1 min) before ${load.toFixed(2)}, after ${after.toFixed(2)}.`,
     ].join('\n');
   },

@@ -1,5 +1,5 @@
-export { loadTokenizer } from './load.js';
-export type { PromptTokenizer } from './load.js';
+export { DEFAULT_PIECE_CACHE_BYTES, loadTokenizer } from './load.js';
+export type { LoadTokenizerOptions, PromptTokenizer } from './load.js';
 export { ChatTemplate, messageText } from './chat.js';
 export type { ChatMessage } from './chat.js';
 export { TOKENIZER_PRESETS } from './presets.js';

@@ -2,6 +2,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 import { Tokenizer } from '@huggingface/tokenizers';
 import { ChatTemplate, type ChatMessage } from './chat.js';
+import { FastEncoder } from './fast.js';
 import { presetFiles, TOKENIZER_PRESETS } from './presets.js';
 import { parseTokenizerSpec, TokenizerSpecError } from './spec.js';
 
@@ -16,7 +17,22 @@ export interface PromptTokenizer {
   decode(ids: ArrayLike<number>): string;
   /** The text `encodeChat` tokenizes. */
   renderChat(messages: ReadonlyArray<ChatMessage>): string;
+  /**
+   * Whether encoding takes the fast path (pre-token cache, same ids as the library); when not,
+   * `fastPathUnsupported` names the tokenizer.json component it does not handle.
+   */
+  readonly fastPath: boolean;
+  readonly fastPathUnsupported?: string;
 }
+
+export interface LoadTokenizerOptions {
+  /** Bound of the pre-token → ids cache, in bytes (default 16 MiB). */
+  readonly pieceCacheBytes?: number;
+  /** false: always encode with `@huggingface/tokenizers` itself (the reference the fast path equals). */
+  readonly fast?: boolean;
+}
+
+export const DEFAULT_PIECE_CACHE_BYTES = 16 * 1024 * 1024;
 
 const SPECIAL_TOKEN_KEYS = ['bos_token', 'eos_token', 'unk_token', 'pad_token', 'sep_token', 'cls_token', 'mask_token'] as const;
 
@@ -68,7 +84,7 @@ function templateSource(option: string): string {
  * Loads a tokenizer: reads `tokenizer.json` and `tokenizer_config.json` once (synchronously, at
  * start-up) and compiles the chat template. Throws `TokenizerSpecError` naming the bad field or file.
  */
-export function loadTokenizer(input: unknown): PromptTokenizer {
+export function loadTokenizer(input: unknown, options: LoadTokenizerOptions = {}): PromptTokenizer {
   const spec = parseTokenizerSpec(input);
   let jsonPath: string;
   let configPath: string | undefined;
@@ -116,10 +132,17 @@ export function loadTokenizer(input: unknown): PromptTokenizer {
     if (!template) throw new TokenizerSpecError(`tokenizer ${name} has no chat template (give chatTemplate)`);
     return template.render(messages);
   };
+  const fast = options.fast === false ? { unsupported: 'disabled' } : FastEncoder.create(tokenizer, { pieceCacheBytes: options.pieceCacheBytes ?? DEFAULT_PIECE_CACHE_BYTES });
+  const encode =
+    fast instanceof FastEncoder
+      ? (text: string, addSpecialTokens: boolean): number[] => fast.encode(text, addSpecialTokens)
+      : (text: string, addSpecialTokens: boolean): number[] => tokenizer.encode(text, { add_special_tokens: addSpecialTokens }).ids;
   return {
     name,
-    encodeText: (text) => tokenizer.encode(text, { add_special_tokens: true }).ids,
-    encodeChat: (messages) => tokenizer.encode(renderChat(messages), { add_special_tokens: false }).ids,
+    encodeText: (text) => encode(text, true),
+    encodeChat: (messages) => encode(renderChat(messages), false),
+    fastPath: fast instanceof FastEncoder,
+    ...(fast instanceof FastEncoder ? {} : { fastPathUnsupported: fast.unsupported }),
     decode: (ids) => (ids.length === 0 ? '' : tokenizer.decode(Array.from(ids))),
     renderChat,
   };
