@@ -7,7 +7,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { decodeKvBatch, encodeKvBatch, kvPoolFilter, kvSubjectFor, type KvBatch } from '@spillway/events';
 import { eventually } from '@spillway/testkit';
-import { leafCount, permissionErrors, startTopology, topologyClients, type RunningTopology } from './nats-topology-helper.js';
+import { permissionErrors, startSettledTopology, topologyClients, type RunningTopology } from './nats-topology-helper.js';
 
 const ZONES = ['zone-a', 'zone-b'] as const;
 type Zone = (typeof ZONES)[number];
@@ -21,8 +21,7 @@ const { open, closeAll } = topologyClients(() => running);
 const batch = (z: Zone, pod: string, seq: number): KvBatch => ({ v: 1, pool: POOL, zone: z, pod, seq, observedAt: Date.now(), blockSize: 16, events: [[1, [seq]]] });
 
 beforeAll(async () => {
-  running = await startTopology(ZONES);
-  await eventually(async () => expect(await leafCount(running.hub)).toBe(ZONES.length), SETTLE_MS, 100);
+  running = await startSettledTopology(ZONES, { settleMs: SETTLE_MS });
 }, 60_000);
 
 afterAll(async () => {

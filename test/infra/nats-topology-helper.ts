@@ -8,10 +8,11 @@ import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { freePort, INSTALL_HINT, natsServerAvailable, waitForPort } from '@spillway/testkit';
+import { eventually, freePort, INSTALL_HINT, natsServerAvailable, waitForPort } from '@spillway/testkit';
+import { jetstreamManager } from '@nats-io/jetstream';
 import { connect } from '@nats-io/transport-node';
 import type { NatsConnection } from '@nats-io/nats-core';
-import { renderZoneTopology, writeZoneTopology, type RenderedTopology, type RenderedZone } from '../../infra/nats/topology.js';
+import { provisionZoneStreams, renderZoneTopology, writeZoneTopology, type RenderedTopology, type RenderedZone } from '../../infra/nats/topology.js';
 
 export interface ServerProcess {
   readonly name: string;
@@ -172,4 +173,34 @@ export function permissionErrors(nc: NatsConnection): string[] {
     for await (const status of nc.status()) if (status.type === 'error') errors.push(String(status.error));
   })();
   return errors;
+}
+
+/**
+ * Starts the topology ready for a test: every zone's streams provisioned when asked (as the zone's
+ * admin user), and every zone's leaf link to the hub up. Stops what it started if it cannot settle.
+ */
+export async function startSettledTopology(
+  zoneNames: readonly string[],
+  options: { provisionStreams?: boolean; settleMs?: number } = {},
+): Promise<RunningTopology> {
+  const settleMs = options.settleMs ?? 20_000;
+  const running = await startTopology(zoneNames);
+  const clients = topologyClients(() => running);
+  try {
+    if (options.provisionStreams) {
+      for (const z of zoneNames) {
+        await eventually(async () => provisionZoneStreams(await jetstreamManager(await clients.open(z, 'admin')), z, zoneNames), settleMs, 200);
+      }
+    }
+    await eventually(async () => {
+      const links = await leafCount(running.hub);
+      if (links !== zoneNames.length) throw new Error(`${links} of ${zoneNames.length} leaf links up`);
+    }, settleMs, 100);
+  } catch (error) {
+    await running.stop();
+    throw error;
+  } finally {
+    await clients.closeAll();
+  }
+  return running;
 }

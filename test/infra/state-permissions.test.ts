@@ -6,7 +6,6 @@
  * EPP's warm-start request is answered by the other zone's EPP (allow_responses).
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { jetstreamManager } from '@nats-io/jetstream';
 import { decodeStateBatch, encodeStateBatch, stateSubjectFor, type StateBatch } from '@spillway/events';
 import { EventPublisher } from '@spillway/bus';
 import { loadEppConfig, startEpp, type RunningEpp } from '@spillway/epp';
@@ -14,8 +13,7 @@ import { eventually, envoyRequestMessages } from '@spillway/testkit';
 import { credentials as grpcCredentials } from '@grpc/grpc-js';
 import { ExternalProcessorClient, type ProcessingResponse } from '@spillway/protocol';
 import pino from 'pino';
-import { provisionZoneStreams } from '../../infra/nats/topology.js';
-import { leafCount, permissionErrors, startTopology, topologyClients, type RunningTopology } from './nats-topology-helper.js';
+import { permissionErrors, startSettledTopology, topologyClients, type RunningTopology } from './nats-topology-helper.js';
 
 const ZONES = ['zone-a', 'zone-b'] as const;
 type Zone = (typeof ZONES)[number];
@@ -44,11 +42,7 @@ async function startZoneEpp(name: Zone): Promise<RunningEpp> {
 const batch = (z: Zone, epp: string, seq: number): StateBatch => ({ v: 1, pool: POOL, zone: z, epp, seq, sentAt: Date.now(), entries: [[2, seq, Date.now()]] });
 
 beforeAll(async () => {
-  running = await startTopology(ZONES);
-  for (const z of ZONES) {
-    await eventually(async () => provisionZoneStreams(await jetstreamManager(await open(z, 'admin')), z, ZONES), SETTLE_MS, 200);
-  }
-  await eventually(async () => expect(await leafCount(running.hub)).toBe(ZONES.length), SETTLE_MS, 100);
+  running = await startSettledTopology(ZONES, { provisionStreams: true, settleMs: SETTLE_MS });
 }, 60_000);
 
 afterAll(async () => {

@@ -7,14 +7,13 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { credentials as grpcCredentials } from '@grpc/grpc-js';
-import { jetstream, jetstreamManager } from '@nats-io/jetstream';
+import { jetstream } from '@nats-io/jetstream';
 import { encodeEvent, subjectFor, type MetricsEvent, type ReadinessEvent } from '@spillway/events';
 import { ExternalProcessorClient, type ProcessingRequest, type ProcessingResponse } from '@spillway/protocol';
 import { loadEppConfig, startEpp, type RunningEpp } from '@spillway/epp';
 import { eventually } from '@spillway/testkit';
 import pino from 'pino';
-import { provisionZoneStreams } from '../../infra/nats/topology.js';
-import { leafCount, startTopology, topologyClients, type RunningTopology } from './nats-topology-helper.js';
+import { startSettledTopology, topologyClients, type RunningTopology } from './nats-topology-helper.js';
 
 const ZONES = ['zone-a', 'zone-b'] as const;
 type Zone = (typeof ZONES)[number];
@@ -84,11 +83,7 @@ const readiness = (z: Zone, pod: string, observedAt: number, overrides: Partial<
 });
 
 beforeAll(async () => {
-  running = await startTopology(ZONES);
-  for (const z of ZONES) {
-    await eventually(async () => provisionZoneStreams(await jetstreamManager(await open(z, 'admin')), z, ZONES), SETTLE_MS, 200);
-  }
-  await eventually(async () => expect(await leafCount(running.hub)).toBe(ZONES.length), SETTLE_MS, 100);
+  running = await startSettledTopology(ZONES, { provisionStreams: true, settleMs: SETTLE_MS });
 }, 60_000);
 
 afterAll(async () => {
