@@ -8,7 +8,7 @@ import { connectNats, ensureStream, EventPublisher, startReader, type ReaderSink
 import { compileSchema, decodeEvent, encodeEvent, parseSubject, poolFilter, spillwayEventSchema, subjectOf, type MetricsEvent, type ReadinessEvent, type SpillwayEvent } from '@spillway/events';
 import { Fleet } from '@spillway/fleet';
 import { startNatsServer } from '@spillway/testkit';
-import { markdownTable, percentile, type BenchContext, type BenchPart } from './part.js';
+import { markdownTable, median, percentile, type BenchContext, type BenchPart } from './part.js';
 
 /**
  * Event ingestion (docs/events.md): the cost of decoding one event (the precompiled check against
@@ -131,11 +131,6 @@ async function readerReplay(nc: NatsConnection, pool: string): Promise<Replay & 
   const count = reader.status.received;
   await reader.close();
   return { ms, count, cpuUs, fleet };
-}
-
-export function median(values: number[]): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.floor(sorted.length / 2)] as number;
 }
 
 /**

@@ -2,11 +2,12 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startNatsServer, TestPublisher } from '@spillway/testkit';
-import { markdownTable, type BenchContext, type BenchPart } from './part.js';
+import { markdownTable, median, type BenchContext, type BenchPart } from './part.js';
 import { displayCommand, H2LOAD_INSTALL, h2loadVersion, runH2load, type LoadResult, type LoadSpec } from './extproc/h2load.js';
 import { eppCounter, eppOutcomes, keepPodsFresh, podPool, startBareServer, startEppChild, type Child } from './extproc/processes.js';
 import { eppInProcess, type InProcess } from './extproc/in-process.js';
 import { assertRouted, encodedRequest, sendOnce } from './extproc/request.js';
+import { CLIENTS, LOCAL_ZONE, MODEL, PODS, REFRESH_MS, STREAMS, SUBSET, ZONES } from './extproc/setup.js';
 
 /**
  * ext_proc throughput, CPU and latency (issues 4, 7 and 16): h2load drives the built spillway-epp
@@ -25,14 +26,6 @@ export const extproc: BenchPart = {
   run,
 };
 
-const ZONES = ['zone-a', 'zone-b', 'zone-c'];
-const LOCAL_ZONE = 'zone-a';
-const PODS = 100;
-const SUBSET = 16;
-const MODEL = 'llama';
-const REFRESH_MS = 250;
-const CLIENTS = 4;
-const STREAMS = 32;
 /** Issue 16's targets, EPP against bare in the same run. */
 const TARGET_CPU_RATIO = 1.2;
 const TARGET_SATURATION_RATIO = 0.85;
@@ -75,11 +68,6 @@ interface Run {
 }
 
 const ms = (n: number): string => (Number.isFinite(n) ? n.toFixed(2) : '–');
-const median = (values: number[]): number => {
-  const sorted = [...values].sort((a, b) => a - b);
-  const mid = Math.floor(sorted.length / 2);
-  return sorted.length % 2 === 1 ? (sorted[mid] as number) : ((sorted[mid - 1] as number) + (sorted[mid] as number)) / 2;
-};
 const verdict = (met: boolean): string => (met ? '**MET**' : '**NOT MET**');
 const ratioText = (r: number): string => (Number.isFinite(r) ? `${r.toFixed(2)}×` : '–');
 

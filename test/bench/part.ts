@@ -30,6 +30,13 @@ export interface BenchPart {
   run(context: BenchContext): Promise<string>;
 }
 
+/** The median of the values (the mean of the middle two for an even count); the input is not reordered. */
+export function median(values: readonly number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  const mid = Math.floor(sorted.length / 2);
+  return sorted.length % 2 === 1 ? (sorted[mid] as number) : ((sorted[mid - 1] as number) + (sorted[mid] as number)) / 2;
+}
+
 /** Percentile of an ascending-sorted array (nearest rank). */
 export function percentile(sorted: ArrayLike<number>, p: number): number {
   if (sorted.length === 0) return Number.NaN;

@@ -6,8 +6,8 @@ import { jetstreamManager } from '@nats-io/jetstream';
 import { connectNats, ensureStream, EventPublisher } from '@spillway/bus';
 import { ServingStatus } from '@spillway/protocol';
 import { freePort, healthStatus, startNatsServer } from '@spillway/testkit';
-import { childPublisher, median, publishPool, waitStored } from './events.js';
-import { markdownTable, type BenchContext, type BenchPart } from './part.js';
+import { childPublisher, publishPool, waitStored } from './events.js';
+import { markdownTable, median, type BenchContext, type BenchPart } from './part.js';
 
 /**
  * Scale: the built `spillway-epp` against a private nats-server whose stream holds 10,000 pods

@@ -5,10 +5,11 @@ import { decodeStateBatch, encodeStateBatch, statePoolFilter, stateBatchSchema, 
 import { Fleet } from '@spillway/fleet';
 import { Scheduler } from '@spillway/scheduler';
 import { POOL, startNatsServer, TestPublisher, type PodSpec } from '@spillway/testkit';
-import { markdownTable, type BenchContext, type BenchPart } from './part.js';
+import { markdownTable, median, type BenchContext, type BenchPart } from './part.js';
 import { displayCommand, H2LOAD_INSTALL, h2loadVersion, runH2load, type LoadResult, type LoadSpec } from './extproc/h2load.js';
 import { keepPodsFresh, podPool, startEppChild, type Child, type RunningEppChild } from './extproc/processes.js';
 import { assertRouted, completionsBody, encodedRequest, sendOnce } from './extproc/request.js';
+import { CLIENTS, LOCAL_ZONE, MODEL, PODS, REFRESH_MS, STREAMS, SUBSET, ZONES } from './extproc/setup.js';
 
 /**
  * `sharing`: what sharing state between EPPs costs (issue 13, "bounded cost").
@@ -28,14 +29,6 @@ export const sharing: BenchPart = {
   run,
 };
 
-const ZONES = ['zone-a', 'zone-b', 'zone-c'];
-const LOCAL_ZONE = 'zone-a';
-const PODS = 100;
-const SUBSET = 16;
-const MODEL = 'llama';
-const REFRESH_MS = 250;
-const CLIENTS = 4;
-const STREAMS = 32;
 const FIXED_RATE = 2000;
 const TARGET = 0.95;
 
@@ -51,11 +44,6 @@ const QUICK: Plan = { entries: 40_000, saturationSeconds: 4, rateSeconds: 4, rep
 
 type Mode = 'off' | 'on';
 const LABEL: Record<Mode, string> = { off: 'sharing off', on: 'sharing on (+ a peer as busy)' };
-const median = (values: number[]): number => {
-  const sorted = [...values].sort((a, b) => a - b);
-  const mid = Math.floor(sorted.length / 2);
-  return sorted.length % 2 === 1 ? (sorted[mid] as number) : ((sorted[mid - 1] as number) + (sorted[mid] as number)) / 2;
-};
 const cpuMicros = (): number => {
   const u = process.cpuUsage();
   return u.user + u.system;
