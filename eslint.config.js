@@ -9,7 +9,10 @@ import tseslint from 'typescript-eslint';
  * files through the `@spillway/source` condition, so a rule about a package holds however it is
  * imported. Later policies override earlier ones.
  */
-const workspaces = (dir) => readdirSync(new globalThis.URL(`./${dir}/`, import.meta.url), { withFileTypes: true }).filter((d) => d.isDirectory()).map((d) => d.name);
+const workspaces = (dir) =>
+  readdirSync(new globalThis.URL(`./${dir}/`, import.meta.url), { withFileTypes: true })
+    .filter((d) => d.isDirectory())
+    .map((d) => d.name);
 const PACKAGES = workspaces('packages');
 const SERVICES = workspaces('services');
 
@@ -44,13 +47,19 @@ const purePolicies = Object.entries(PURE).flatMap(([name, allowed]) => [
     disallow: { to: { module: { origin: ['core', 'external'] } } },
     message: `${name} is pure: no Node.js built-in (I/O) and no npm module beyond ${allowed.modules.join(', ') || 'none'}`,
   },
-  ...allowed.modules.map((source) => ({ from: pkg(name), allow: { to: { module: { origin: 'external', source: [source, `${source}/**`] } } } })),
+  ...allowed.modules.map((source) => ({
+    from: pkg(name),
+    allow: { to: { module: { origin: 'external', source: [source, `${source}/**`] } } },
+  })),
 ]);
 
 const policies = [
   ...purePolicies,
   // events validates addresses with node:net's isIP* (pure functions); nothing else of node:net.
-  { from: pkg('events'), allow: { to: { module: { origin: 'core', source: 'node:net' } }, dependency: { specifiers: ['isIP', 'isIPv4', 'isIPv6'] } } },
+  {
+    from: pkg('events'),
+    allow: { to: { module: { origin: 'core', source: 'node:net' } }, dependency: { specifiers: ['isIP', 'isIPv4', 'isIPv6'] } },
+  },
   {
     from: pkg('events'),
     disallow: { to: { module: { origin: 'core', source: 'node:net' } }, dependency: { specifiers: '!(isIP|isIPv4|isIPv6)' } },
@@ -67,9 +76,16 @@ const policies = [
     message: 'packages never import services',
   },
   // Services import each other only through packages (a service's own files are internal, not checked).
-  { from: { element: { type: 'service' } }, disallow: { to: { element: { type: 'service' } } }, message: 'services import each other only through packages' },
+  {
+    from: { element: { type: 'service' } },
+    disallow: { to: { element: { type: 'service' } } },
+    message: 'services import each other only through packages',
+  },
   // A service's own directories are one service (the EPP's page in web/ reads the types of src/).
-  ...SERVICES.map((name) => ({ from: { element: { type: 'service', captured: { name } } }, allow: { to: { element: { type: 'service', captured: { name } } } } })),
+  ...SERVICES.map((name) => ({
+    from: { element: { type: 'service', captured: { name } } },
+    allow: { to: { element: { type: 'service', captured: { name } } } },
+  })),
   // No workspace imports another's test/ (nor the repository's test/): only its own tests may.
   {
     disallow: { to: { element: { types: ['package-tests', 'service-tests', 'repo-tests'] } } },

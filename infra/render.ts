@@ -24,8 +24,16 @@ const INFRA = dirname(fileURLToPath(import.meta.url));
 
 const FLAGS = {
   topology: { description: 'the topology file (default infra/topology.yaml)', schema: z.string().min(1).optional(), placeholder: 'FILE' },
-  out: { description: 'write into DIR/{k8s,envoy,nats} instead of the repository (default: infra/)', schema: z.string().min(1).optional(), placeholder: 'DIR' },
-  check: { description: 'compare instead of writing; exit 1 naming the files that differ', schema: z.boolean().default(false), boolean: true },
+  out: {
+    description: 'write into DIR/{k8s,envoy,nats} instead of the repository (default: infra/)',
+    schema: z.string().min(1).optional(),
+    placeholder: 'DIR',
+  },
+  check: {
+    description: 'compare instead of writing; exit 1 naming the files that differ',
+    schema: z.boolean().default(false),
+    boolean: true,
+  },
   secrets: {
     description: 'print the NATS credentials Secret with fresh random passwords to stdout (and write nothing else)',
     schema: z.boolean().default(false),
@@ -33,10 +41,10 @@ const FLAGS = {
   },
 };
 
-const SUMMARY =
-  'Renders the NATS configs, the per-zone Envoy configs and the Kubernetes manifests from one topology file.';
+const SUMMARY = 'Renders the NATS configs, the per-zone Envoy configs and the Kubernetes manifests from one topology file.';
 
-const GENERATED = (what: string) => `# Generated from infra/topology.yaml by infra/render.ts (npm run render); do not edit by hand.\n${what}`;
+const GENERATED = (what: string) =>
+  `# Generated from infra/topology.yaml by infra/render.ts (npm run render); do not edit by hand.\n${what}`;
 
 function comment(text: string): string {
   return text
@@ -91,7 +99,9 @@ async function main(): Promise<number> {
   const topologyPath = resolve(flags.topology ?? TOPOLOGY_FILE);
   const topology = loadTopology(topologyPath);
   if (flags.secrets) {
-    process.stdout.write(`# NATS passwords for the topology of ${relative(process.cwd(), topologyPath) || topologyPath}. A SECRET: keep it out of git.\n`);
+    process.stdout.write(
+      `# NATS passwords for the topology of ${relative(process.cwd(), topologyPath) || topologyPath}. A SECRET: keep it out of git.\n`,
+    );
     process.stdout.write(stringify(credentialsSecret(topology, randomPassword), { lineWidth: 0 }));
     return 0;
   }

@@ -84,8 +84,20 @@ const ms = (value: number | undefined) => (value === undefined ? '-' : String(Ma
 const pct = (part: number, whole: number) => (whole === 0 ? '-' : `${Math.round((100 * part) / whole)}%`);
 
 const TICK_COLUMNS: Array<[string, number, boolean?]> = [
-  ['t', 4], ['phase', 10, true], ['zone', 7, true], ['sat/rdy', 7], ['req/s', 6], ['p50ms', 6], ['p99ms', 6],
-  ['in-zone', 7], ['spilled', 7], ['fallbk', 6], ['429', 4], ['503', 4], ['err', 4], ['shed', 4],
+  ['t', 4],
+  ['phase', 10, true],
+  ['zone', 7, true],
+  ['sat/rdy', 7],
+  ['req/s', 6],
+  ['p50ms', 6],
+  ['p99ms', 6],
+  ['in-zone', 7],
+  ['spilled', 7],
+  ['fallbk', 6],
+  ['429', 4],
+  ['503', 4],
+  ['err', 4],
+  ['shed', 4],
 ];
 
 /** A zone's pods as its own EPP sees them: ready, and of those saturated (or stale). */
@@ -130,7 +142,10 @@ export function prefixCacheFromMetrics(text: string): PrefixCacheTotals {
  * What the servers' counters grew by between two readings of each server. A server restarted in
  * between (its counters reset) counts from zero; one that did not answer a reading counts nothing.
  */
-export function prefixCacheDelta(before: readonly (PrefixCacheTotals | undefined)[], after: readonly (PrefixCacheTotals | undefined)[]): PrefixCacheTotals {
+export function prefixCacheDelta(
+  before: readonly (PrefixCacheTotals | undefined)[],
+  after: readonly (PrefixCacheTotals | undefined)[],
+): PrefixCacheTotals {
   const total = { hits: 0, queries: 0 };
   after.forEach((end, i) => {
     if (end === undefined) return;
@@ -147,12 +162,20 @@ export function formatPrefixCache(totals: PrefixCacheTotals, kvEvents: boolean):
   const rate = totals.queries > 0 ? `${((100 * totals.hits) / totals.queries).toFixed(1)}%` : 'n/a';
   return (
     `Prefix cache (the model servers' own counters): ${rate} of prompt tokens were cached (${totals.hits} of ${totals.queries}); ` +
-    (kvEvents ? 'EPPs routed by the servers\' KV events (precise).' : 'EPPs routed by their own prefix guesses (approximate); compare with --kv-events.')
+    (kvEvents
+      ? "EPPs routed by the servers' KV events (precise)."
+      : 'EPPs routed by their own prefix guesses (approximate); compare with --kv-events.')
   );
 }
 
 function header(columns: Array<[string, number, boolean?]>, style: Style): string {
-  return dim(style, columns.map(([name, width, left]) => (left ? name.padEnd(width) : name.padStart(width))).join(' ').trimEnd());
+  return dim(
+    style,
+    columns
+      .map(([name, width, left]) => (left ? name.padEnd(width) : name.padStart(width)))
+      .join(' ')
+      .trimEnd(),
+  );
 }
 
 export function tickHeader(style: Style): string {
@@ -214,8 +237,20 @@ export interface SummaryRow {
 export function formatSummary(rows: readonly SummaryRow[], zones: readonly string[], style: Style): string[] {
   const servedTitle = `served ${zones.map(shortZone).join('/')}`;
   const columns: Array<[string, number, boolean?]> = [
-    ['phase', 10, true], ['zone', 7, true], ['reqs', 5], ['req/s', 5], ['ok', 4], ['p50ms', 5], ['p99ms', 5],
-    ['in-zone', 7], ['spilled', 7], ['fallbk', 6], ['429', 4], ['503', 4], ['err', 4], [servedTitle, 0, true],
+    ['phase', 10, true],
+    ['zone', 7, true],
+    ['reqs', 5],
+    ['req/s', 5],
+    ['ok', 4],
+    ['p50ms', 5],
+    ['p99ms', 5],
+    ['in-zone', 7],
+    ['spilled', 7],
+    ['fallbk', 6],
+    ['429', 4],
+    ['503', 4],
+    ['err', 4],
+    [servedTitle, 0, true],
   ];
   const lines = [header(columns, style)];
   let lastPhase = '';

@@ -109,15 +109,21 @@ export function phaseAt(phases: readonly Phase[], offsetMs: number): Phase | und
  * (which yields the first token) plus `outputTokens - 1` decode steps at that speed, and `maxNumSeqs`
  * of them run at once.
  */
-export function serverCapacity(engine: {
-  maxNumSeqs: number;
-  prefillOverheadMs: number;
-  prefillPerTokenMs: number;
-  interTokenMs: number;
-  loadFactor: number;
-}, promptTokens: number, outputTokens: number, timeScale = 1): number {
+export function serverCapacity(
+  engine: {
+    maxNumSeqs: number;
+    prefillOverheadMs: number;
+    prefillPerTokenMs: number;
+    interTokenMs: number;
+    loadFactor: number;
+  },
+  promptTokens: number,
+  outputTokens: number,
+  timeScale = 1,
+): number {
   const slow = engine.maxNumSeqs > 1 ? engine.loadFactor : 1;
-  const serviceMs = (engine.prefillOverheadMs + promptTokens * engine.prefillPerTokenMs + Math.max(0, outputTokens - 1) * engine.interTokenMs) * slow;
+  const serviceMs =
+    (engine.prefillOverheadMs + promptTokens * engine.prefillPerTokenMs + Math.max(0, outputTokens - 1) * engine.interTokenMs) * slow;
   return (engine.maxNumSeqs * 1000 * timeScale) / serviceMs;
 }
 

@@ -12,8 +12,20 @@ import { CliError, parseCommandLine, renderHelp } from '@spillway/cli';
 import { PRESETS } from '@spillway/engine';
 import { INSTALL_HINT, natsServerAvailable } from '@spillway/proc';
 import {
-  emptyWindow, formatPrefixCache, formatSummary, formatTick, mergeWindows, prefixCacheDelta, prefixCacheFromMetrics, record, tickHeader, zonePodsFromMetrics,
-  type PrefixCacheTotals, type Style, type ZonePods, type ZoneWindow,
+  emptyWindow,
+  formatPrefixCache,
+  formatSummary,
+  formatTick,
+  mergeWindows,
+  prefixCacheDelta,
+  prefixCacheFromMetrics,
+  record,
+  tickHeader,
+  zonePodsFromMetrics,
+  type PrefixCacheTotals,
+  type Style,
+  type ZonePods,
+  type ZoneWindow,
 } from './report.js';
 import { MIN_DURATION_S, phaseAt, planScenario, serverCapacity, type Phase, type PhaseAction } from './scenario.js';
 import { LocalSystem, MODEL, zoneSpecsOf, type ZoneSpec } from './system.js';
@@ -41,12 +53,23 @@ const MAX_WAITING = 16;
 const MAX_TOKENS = 6;
 const PROMPT_TOKENS = 15; // the driver's prompts are ~60 characters, 4 characters a token
 // The demo's overload rates come from the closed-form capacity estimate (serverCapacity), so its servers run that mode.
-const SIM_ARGS = ['--preset', PRESET, '--engine-mode', 'closed-form', '--max-num-seqs', String(MAX_NUM_SEQS), '--max-waiting', String(MAX_WAITING)];
+const SIM_ARGS = [
+  '--preset',
+  PRESET,
+  '--engine-mode',
+  'closed-form',
+  '--max-num-seqs',
+  String(MAX_NUM_SEQS),
+  '--max-waiting',
+  String(MAX_WAITING),
+];
 const MAX_IN_FLIGHT_PER_ZONE = 40;
 /** --shared-prefixes: customers, each with a context every one of its prompts starts with. */
 const SHARED_CONTEXTS = 12;
 const CONTEXT_TOKENS = 240;
-const CONTEXT_WORDS = 'river reservoir spillway crest chute gate basin flood inflow outflow weir dam culvert storm design freeboard'.split(' ');
+const CONTEXT_WORDS = 'river reservoir spillway crest chute gate basin flood inflow outflow weir dam culvert storm design freeboard'.split(
+  ' ',
+);
 /** Customer c's context: ~CONTEXT_TOKENS tokens of words drawn from a fixed sequence, distinct per customer. */
 function sharedContext(c: number): string {
   const words: string[] = [`Customer ${c} operating manual.`];
@@ -83,12 +106,13 @@ const FLAGS = {
     placeholder: 'URL',
   },
   rate: {
-    description: 'base requests per second sent to each zone\'s gateway (default 2.5)',
+    description: "base requests per second sent to each zone's gateway (default 2.5)",
     schema: z.coerce.number().positive().max(50).default(2.5),
     placeholder: 'R',
   },
   kvEvents: {
-    description: "precise prefix-cache routing: the model servers publish their KV-cache events (ZeroMQ), the collectors relay them over NATS, the EPPs tokenize prompts (Qwen3) and route by them; implies --shared-prefixes",
+    description:
+      'precise prefix-cache routing: the model servers publish their KV-cache events (ZeroMQ), the collectors relay them over NATS, the EPPs tokenize prompts (Qwen3) and route by them; implies --shared-prefixes',
     schema: z.boolean().default(false),
     boolean: true,
   },
@@ -212,8 +236,12 @@ async function main(): Promise<number> {
   out(`EPPs: --subset-mode locality, queueThreshold ${EPP_CONFIG.queueThreshold} (default 5, scaled to the small batches).`);
   if (sharedPrefixes) out(`Prompts: each starts with one of ${SHARED_CONTEXTS} customers' contexts (~${CONTEXT_TOKENS} tokens).`);
   if (flags.kvEvents) {
-    out(`KV events: every model server publishes them (spillway-sim --kv-events, --tokenizer ${TOKENIZER}); each collector relays its zone's`);
-    out(`  on spillway.kv.${'<pool>.<zone>.<pod>'} and snapshots them into the stream; the EPPs tokenize prompts (--tokenizer '*=${TOKENIZER}').`);
+    out(
+      `KV events: every model server publishes them (spillway-sim --kv-events, --tokenizer ${TOKENIZER}); each collector relays its zone's`,
+    );
+    out(
+      `  on spillway.kv.${'<pool>.<zone>.<pod>'} and snapshots them into the stream; the EPPs tokenize prompts (--tokenizer '*=${TOKENIZER}').`,
+    );
   }
   out(`Live view of each zone's EPP (open in a browser; watch ${OVERLOAD_ZONE} spill in the overload phase):`);
   for (const z of ZONES) out(`  ${z.zone}: http://127.0.0.1:${system.zone(z.zone).eppPorts.metrics}/`);
@@ -246,7 +274,13 @@ async function main(): Promise<number> {
   return exitCode;
 }
 
-async function play(system: LocalSystem, phases: Phase[], style: Style, signal: AbortSignal, workload: { sharedPrefixes: boolean; kvEvents: boolean }): Promise<number> {
+async function play(
+  system: LocalSystem,
+  phases: Phase[],
+  style: Style,
+  signal: AbortSignal,
+  workload: { sharedPrefixes: boolean; kvEvents: boolean },
+): Promise<number> {
   const zones = ZONES.map((z) => z.zone);
   const tick = new Map<string, ZoneWindow>(zones.map((z) => [z, emptyWindow()]));
   const byPhase = new Map<string, Map<string, ZoneWindow>>();
@@ -262,12 +296,20 @@ async function play(system: LocalSystem, phases: Phase[], style: Style, signal: 
     gateways: Object.fromEntries(zones.map((z) => [z, system.zone(z).gatewayUrl])),
     model: MODEL,
     maxTokens: MAX_TOKENS,
-    ...(workload.sharedPrefixes && { prompt: (n: number, zone: string) => `${CONTEXTS[n % SHARED_CONTEXTS]}Request ${n} from ${zone}: summarise the manual.` }),
+    ...(workload.sharedPrefixes && {
+      prompt: (n: number, zone: string) => `${CONTEXTS[n % SHARED_CONTEXTS]}Request ${n} from ${zone}: summarise the manual.`,
+    }),
     maxInFlight: MAX_IN_FLIGHT_PER_ZONE,
     timeoutMs: 30_000,
     onOutcome: (o: Outcome) => {
       const servedZone = o.served === undefined ? undefined : system.zoneOfAddress(o.served);
-      const attributed = { status: o.status, attempts: o.attempts, ...(o.ttftMs !== undefined && { ttftMs: o.ttftMs }), ...(servedZone && { servedZone }), ...(o.broken && { broken: true }) };
+      const attributed = {
+        status: o.status,
+        attempts: o.attempts,
+        ...(o.ttftMs !== undefined && { ttftMs: o.ttftMs }),
+        ...(servedZone && { servedZone }),
+        ...(o.broken && { broken: true }),
+      };
       record(tick.get(o.zone)!, o.zone, attributed);
       record(phaseWindow(phaseName(o.startedAt), o.zone), o.zone, attributed);
     },
@@ -317,7 +359,9 @@ async function play(system: LocalSystem, phases: Phase[], style: Style, signal: 
   };
   driver.start();
   enter(phases[0]!, driver.now());
-  const aborted = new Promise<void>((resolve) => (signal.aborted ? resolve() : signal.addEventListener('abort', () => resolve(), { once: true })));
+  const aborted = new Promise<void>((resolve) =>
+    signal.aborted ? resolve() : signal.addEventListener('abort', () => resolve(), { once: true }),
+  );
   const end = phases[phases.length - 1]!.endMs;
   let second = 0;
   let lastTick = driver.now();
@@ -348,7 +392,12 @@ async function play(system: LocalSystem, phases: Phase[], style: Style, signal: 
   out('');
   out(`Summary (${fmtS(trafficMs)} of traffic; requests counted in the phase they were sent in):`);
   const rows = [...played.entries()].flatMap(([phase, span]) =>
-    zones.map((zone) => ({ phase, zone, window: byPhase.get(phase)?.get(zone) ?? emptyWindow(), seconds: (span.endMs - span.startMs) / 1000 })),
+    zones.map((zone) => ({
+      phase,
+      zone,
+      window: byPhase.get(phase)?.get(zone) ?? emptyWindow(),
+      seconds: (span.endMs - span.startMs) / 1000,
+    })),
   );
   for (const line of formatSummary(rows, zones, style)) out(line);
   const total = rows.reduce((acc, r) => mergeWindows(acc, r.window), emptyWindow());

@@ -4,7 +4,14 @@ import { fileURLToPath } from 'node:url';
 import { connect } from '@nats-io/transport-node';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { freePort, natsServerAvailable, waitForPort, INSTALL_HINT } from '@spillway/proc';
-import { provisionZoneStreams, renderSingleServer, renderZoneTopology, writeZoneTopology, zoneStreamName, type RenderedTopology } from '../nats/topology.js';
+import {
+  provisionZoneStreams,
+  renderSingleServer,
+  renderZoneTopology,
+  writeZoneTopology,
+  zoneStreamName,
+  type RenderedTopology,
+} from '../nats/topology.js';
 import type { Topology } from '../topology.js';
 import { httpOk, ManagedProcess, waitUntil } from './process.js';
 
@@ -181,7 +188,19 @@ async function startAll(
       const process = new ManagedProcess({
         name: pod,
         command: globalThis.process.execPath,
-        args: [bin('sim', 'spillway-sim'), '--port', String(port), '--model', MODEL, '--seed', String(sims.length + 1), '--log-level', logLevel, ...kvArgs, ...(options.simArgs ?? [])],
+        args: [
+          bin('sim', 'spillway-sim'),
+          '--port',
+          String(port),
+          '--model',
+          MODEL,
+          '--seed',
+          String(sims.length + 1),
+          '--log-level',
+          logLevel,
+          ...kvArgs,
+          ...(options.simArgs ?? []),
+        ],
         logFile: join(logs, `${pod}.log`),
         // Loading a real tokenizer (an 11 MB vocabulary) takes every starting server seconds of CPU at once.
         ready: () => waitForPort(port, options.kvEvents ? 90_000 : 20_000),
@@ -195,7 +214,14 @@ async function startAll(
   say(`model servers: ${sims.length}`);
 
   const allEndpoints = join(options.dir, 'endpoints-all.json');
-  writeFileSync(allEndpoints, JSON.stringify(sims.map((s) => ({ pod: s.pod, address: s.address, zone: s.zone, region: s.region, engine: 'vllm' })), null, 2));
+  writeFileSync(
+    allEndpoints,
+    JSON.stringify(
+      sims.map((s) => ({ pod: s.pod, address: s.address, zone: s.zone, region: s.region, engine: 'vllm' })),
+      null,
+      2,
+    ),
+  );
 
   for (const spec of options.zones) {
     const nz = urlFor(spec.zone);
@@ -203,24 +229,44 @@ async function startAll(
     writeFileSync(
       endpointsFile,
       JSON.stringify(
-        sims.filter((s) => s.zone === spec.zone).map((s) => ({ pod: s.pod, address: s.address, zone: s.zone, region: s.region, engine: 'vllm', ...(s.kvEvents && { kvEvents: s.kvEvents }) })),
+        sims
+          .filter((s) => s.zone === spec.zone)
+          .map((s) => ({
+            pod: s.pod,
+            address: s.address,
+            zone: s.zone,
+            region: s.region,
+            engine: 'vllm',
+            ...(s.kvEvents && { kvEvents: s.kvEvents }),
+          })),
         null,
         2,
       ),
     );
-    const auth = (creds: { user: string; pass: string } | undefined) => (creds ? ['--nats-user', creds.user, '--nats-password', creds.pass] : []);
+    const auth = (creds: { user: string; pass: string } | undefined) =>
+      creds ? ['--nats-user', creds.user, '--nats-password', creds.pass] : [];
     const collectorMetrics = await freePort();
     const collector = new ManagedProcess({
       name: `collector-${spec.zone}`,
       command: process.execPath,
       args: [
         bin('collector', 'spillway-collector'),
-        '--nats', nz.url, ...auth(nz.collector),
+        '--nats',
+        nz.url,
+        ...auth(nz.collector),
         ...(nats.topology ? ['--stream', zoneStreamName(spec.zone)] : []),
-        '--pool', POOL, '--zone', spec.zone, '--region', spec.region,
-        '--endpoints', endpointsFile,
-        '--metrics-port', String(collectorMetrics),
-        '--log-level', logLevel,
+        '--pool',
+        POOL,
+        '--zone',
+        spec.zone,
+        '--region',
+        spec.region,
+        '--endpoints',
+        endpointsFile,
+        '--metrics-port',
+        String(collectorMetrics),
+        '--log-level',
+        logLevel,
         ...(options.collectorArgs ?? []),
       ],
       logFile: join(logs, `collector-${spec.zone}.log`),
@@ -232,12 +278,27 @@ async function startAll(
       command: process.execPath,
       args: [
         bin('epp', 'spillway-epp'),
-        '--pool', POOL, '--zone', spec.zone, '--region', spec.region,
-        '--nats', nz.url, ...auth(nz.epp),
-        '--host', '127.0.0.1',
-        '--grpc-port', String(eppPorts.grpc), '--health-port', String(eppPorts.health), '--metrics-port', String(eppPorts.metrics),
-        '--subset-mode', 'locality',
-        '--log-level', logLevel,
+        '--pool',
+        POOL,
+        '--zone',
+        spec.zone,
+        '--region',
+        spec.region,
+        '--nats',
+        nz.url,
+        ...auth(nz.epp),
+        '--host',
+        '127.0.0.1',
+        '--grpc-port',
+        String(eppPorts.grpc),
+        '--health-port',
+        String(eppPorts.health),
+        '--metrics-port',
+        String(eppPorts.metrics),
+        '--subset-mode',
+        'locality',
+        '--log-level',
+        logLevel,
         ...(options.kvEvents ? ['--tokenizer', `*=${options.kvEvents.tokenizer}`] : []),
         ...(options.eppArgs ?? []),
       ],
@@ -250,11 +311,16 @@ async function startAll(
       command: process.execPath,
       args: [
         bin('gateway', 'spillway-gateway'),
-        '--epp', `127.0.0.1:${eppPorts.grpc}`,
-        '--zone', spec.zone,
-        '--endpoints', allEndpoints,
-        '--port', String(gatewayPort),
-        '--log-level', logLevel,
+        '--epp',
+        `127.0.0.1:${eppPorts.grpc}`,
+        '--zone',
+        spec.zone,
+        '--endpoints',
+        allEndpoints,
+        '--port',
+        String(gatewayPort),
+        '--log-level',
+        logLevel,
         ...(options.gatewayArgs ?? []),
       ],
       logFile: join(logs, `gateway-${spec.zone}.log`),
@@ -291,7 +357,13 @@ async function startNats(
   const natsDir = join(options.dir, 'nats');
   mkdirSync(natsDir, { recursive: true });
   const serverProcess = (name: string, configPath: string, port: number) =>
-    new ManagedProcess({ name: `nats-${name}`, command: 'nats-server', args: ['-c', configPath], logFile: join(logs, `nats-${name}.log`), ready: () => waitForPort(port, 15_000) });
+    new ManagedProcess({
+      name: `nats-${name}`,
+      command: 'nats-server',
+      args: ['-c', configPath],
+      logFile: join(logs, `nats-${name}.log`),
+      ready: () => waitForPort(port, 15_000),
+    });
 
   if (kind === 'single') {
     const port = await freePort();
@@ -306,7 +378,9 @@ async function startNats(
 
   const topology = renderZoneTopology({
     hub: { clientPort: await freePort(), leafPort: await freePort(), storeDir: join(natsDir, 'hub') },
-    zones: await Promise.all(options.zones.map(async (z) => ({ zone: z.zone, clientPort: await freePort(), storeDir: join(natsDir, z.zone) }))),
+    zones: await Promise.all(
+      options.zones.map(async (z) => ({ zone: z.zone, clientPort: await freePort(), storeDir: join(natsDir, z.zone) })),
+    ),
   });
   const paths = await writeZoneTopology(topology, natsDir);
   nats.topology = topology;

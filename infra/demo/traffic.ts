@@ -115,12 +115,15 @@ export class TrafficDriver {
     // Exponential inter-arrival times make a Poisson process; at rate 0, look again shortly. Arrival
     // times are absolute, so a late timer (a busy machine) fires its backlog instead of lowering the rate.
     const at = rate > 0 ? previous + (-Math.log(1 - this.random()) * 1000) / rate : this.now() + 100;
-    const timer = setTimeout(() => {
-      this.timers.delete(timer);
-      if (rate > 0) this.fire(zone);
-      // After a long stall (more than a second behind), drop the backlog rather than burst it.
-      this.schedule(zone, Math.max(at, this.now() - 1000));
-    }, Math.max(0, at - this.now()));
+    const timer = setTimeout(
+      () => {
+        this.timers.delete(timer);
+        if (rate > 0) this.fire(zone);
+        // After a long stall (more than a second behind), drop the backlog rather than burst it.
+        this.schedule(zone, Math.max(at, this.now() - 1000));
+      },
+      Math.max(0, at - this.now()),
+    );
     this.timers.add(timer);
   }
 
@@ -188,12 +191,17 @@ export class TrafficDriver {
         });
         res.on('end', () => {
           const broken = status === 200 && !sawDone;
-          finish({ status, attempts, ...(served !== undefined && { served }), ...(ttftMs !== undefined && { ttftMs }), ...(broken && { broken }) });
+          finish({
+            status,
+            attempts,
+            ...(served !== undefined && { served }),
+            ...(ttftMs !== undefined && { ttftMs }),
+            ...(broken && { broken }),
+          });
         });
         const cut = () => finish({ status, attempts, broken: true, ...(served !== undefined && { served }) });
         res.on('error', cut);
         res.on('close', cut); // after 'end' this does nothing
-
       },
     );
     this.requests.add(req);

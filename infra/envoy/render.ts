@@ -17,7 +17,10 @@ export function eppAddressOf(topology: Topology, zone: string): { host: string; 
  */
 export function exampleAddresses(topology: Topology): Map<string, { ip: string; port: number }[]> {
   return new Map(
-    topology.zones.map((z, i) => [z.name, Array.from({ length: Math.max(1, z.modelServers) }, (_, j) => ({ ip: `10.0.${i + 1}.${5 + j}`, port: 8000 }))]),
+    topology.zones.map((z, i) => [
+      z.name,
+      Array.from({ length: Math.max(1, z.modelServers) }, (_, j) => ({ ip: `10.0.${i + 1}.${5 + j}`, port: 8000 })),
+    ]),
   );
 }
 

@@ -66,7 +66,16 @@ export interface ManifestFile {
 }
 
 /** Ports, names and paths the manifests share (the tests read them from the objects, not from here). */
-export const PORTS = { eppGrpc: 9002, eppHealth: 9003, eppMetrics: 9090, collectorMetrics: 9091, modelServer: 8000, natsClient: 4222, natsLeaf: 7422, natsMonitor: 8222 } as const;
+export const PORTS = {
+  eppGrpc: 9002,
+  eppHealth: 9003,
+  eppMetrics: 9090,
+  collectorMetrics: 9091,
+  modelServer: 8000,
+  natsClient: 4222,
+  natsLeaf: 7422,
+  natsMonitor: 8222,
+} as const;
 export const SECRET_NAME = 'spillway-nats-credentials';
 export const EPP_CONFIG_MAP = 'spillway-epp-config';
 const CONFIG_DIR = '/etc/spillway';
@@ -136,7 +145,10 @@ const hardened: ISecurityContext = {
 };
 
 /** Pod-level settings every Spillway pod shares: the image's numeric non-root user, no API token. */
-function podBasics(serviceAccountName: string, automountToken: boolean): Pick<IPodSpec, 'serviceAccountName' | 'automountServiceAccountToken' | 'securityContext'> {
+function podBasics(
+  serviceAccountName: string,
+  automountToken: boolean,
+): Pick<IPodSpec, 'serviceAccountName' | 'automountServiceAccountToken' | 'securityContext'> {
   return {
     serviceAccountName,
     automountServiceAccountToken: automountToken,
@@ -154,14 +166,20 @@ function natsUserEnv(user: string): IEnvVar[] {
 
 /** The environment a NATS server's config refers to: each user's password, and a zone's leaf URL. */
 function natsServerEnv(users: string[], leaf?: { user: string; hubHost: string }): IEnvVar[] {
-  const fromSecret = (user: string): IEnvVar => ({ name: passwordVariable(user), valueFrom: { secretKeyRef: { name: SECRET_NAME, key: user } } });
+  const fromSecret = (user: string): IEnvVar => ({
+    name: passwordVariable(user),
+    valueFrom: { secretKeyRef: { name: SECRET_NAME, key: user } },
+  });
   const env: IEnvVar[] = users.map(fromSecret);
   if (leaf) {
     // The kubelet expands $(VAR) only from variables listed before it.
     env.push(fromSecret(leaf.user));
     // $(VAR) is expanded by the kubelet from the variable above, so the password stays in the Secret
     // (user names are URL-safe; the passwords must be too, see credentialsSecret).
-    env.push({ name: LEAF_URL_VARIABLE, value: `nats-leaf://${leaf.user}:$(${passwordVariable(leaf.user)})@${leaf.hubHost}:${PORTS.natsLeaf}` });
+    env.push({
+      name: LEAF_URL_VARIABLE,
+      value: `nats-leaf://${leaf.user}:$(${passwordVariable(leaf.user)})@${leaf.hubHost}:${PORTS.natsLeaf}`,
+    });
   }
   return env;
 }
@@ -179,7 +197,12 @@ export function clusterNatsTopology(topology: Topology): RenderedTopology {
     host: '0.0.0.0',
     hubAddress: serviceHost(names.natsHub, topology.namespace),
     hub: { clientPort: PORTS.natsClient, leafPort: PORTS.natsLeaf, storeDir: NATS_STORE, monitorPort: PORTS.natsMonitor },
-    zones: topology.zones.map((z) => ({ zone: z.name, clientPort: PORTS.natsClient, storeDir: NATS_STORE, monitorPort: PORTS.natsMonitor })),
+    zones: topology.zones.map((z) => ({
+      zone: z.name,
+      clientPort: PORTS.natsClient,
+      storeDir: NATS_STORE,
+      monitorPort: PORTS.natsMonitor,
+    })),
     secrets: 'environment',
   });
 }
@@ -187,7 +210,10 @@ export function clusterNatsTopology(topology: Topology): RenderedTopology {
 /** Every NATS user of the topology, each a key of the credentials Secret. */
 export function natsUsers(topology: Topology): string[] {
   const nats = clusterNatsTopology(topology);
-  return [nats.hub.users.admin.user, ...nats.zones.flatMap((z) => [`leaf-${z.zone}`, z.users.admin.user, z.users.collector.user, z.users.epp.user])];
+  return [
+    nats.hub.users.admin.user,
+    ...nats.zones.flatMap((z) => [`leaf-${z.zone}`, z.users.admin.user, z.users.collector.user, z.users.epp.user]),
+  ];
 }
 
 function natsServer(
@@ -198,7 +224,11 @@ function natsServer(
   zone: string | undefined,
   ports: { name: string; containerPort: number }[],
 ): Manifest[] {
-  const labels = { 'app.kubernetes.io/name': 'spillway-nats', 'app.kubernetes.io/instance': name, ...(zone ? { 'spillway.dev/zone': zone } : {}) };
+  const labels = {
+    'app.kubernetes.io/name': 'spillway-nats',
+    'app.kubernetes.io/instance': name,
+    ...(zone ? { 'spillway.dev/zone': zone } : {}),
+  };
   const selector = { 'app.kubernetes.io/instance': name };
   const container: IContainer = {
     name: 'nats',
@@ -240,13 +270,21 @@ function natsServer(
       ...(zone
         ? {
             volumeClaimTemplates: [
-              { metadata: { name: 'data', labels: PART_OF }, spec: { accessModes: ['ReadWriteOnce'], resources: { requests: { storage: '10Gi' } } } },
+              {
+                metadata: { name: 'data', labels: PART_OF },
+                spec: { accessModes: ['ReadWriteOnce'], resources: { requests: { storage: '10Gi' } } },
+              },
             ],
           }
         : {}),
     },
   };
-  const configMap: IConfigMap = { apiVersion: 'v1', kind: 'ConfigMap', metadata: meta(topology, name, labels), data: { 'nats.conf': config } };
+  const configMap: IConfigMap = {
+    apiVersion: 'v1',
+    kind: 'ConfigMap',
+    metadata: meta(topology, name, labels),
+    data: { 'nats.conf': config },
+  };
   const service: IService = {
     apiVersion: 'v1',
     kind: 'Service',
@@ -383,7 +421,12 @@ function eppFile(topology: Topology): ManifestFile {
                 // Readiness gates the Service: an EPP whose replay has not caught up gets no traffic.
                 // gRPC probes on the plaintext health port (kubelet probes present no client certificate).
                 readinessProbe: { grpc: { port: PORTS.eppHealth, service: 'readiness' }, periodSeconds: 2, failureThreshold: 3 },
-                livenessProbe: { grpc: { port: PORTS.eppHealth, service: 'liveness' }, initialDelaySeconds: 5, periodSeconds: 10, failureThreshold: 3 },
+                livenessProbe: {
+                  grpc: { port: PORTS.eppHealth, service: 'liveness' },
+                  initialDelaySeconds: 5,
+                  periodSeconds: 10,
+                  failureThreshold: 3,
+                },
                 volumeMounts: [{ name: 'config', mountPath: CONFIG_DIR, readOnly: true }, tmpMount],
                 resources: { requests: { cpu: '500m', memory: '256Mi' }, limits: { memory: '1Gi' } },
                 securityContext: hardened,
@@ -506,39 +549,37 @@ function modelServersFile(topology: Topology): ManifestFile {
   const labels = (z: TopologyZone) => ({ app: topology.pool, 'spillway.dev/zone': z.name });
   const deployments = topology.zones
     .filter((z) => z.modelServers > 0)
-    .map(
-      (z): IDeployment => ({
-        apiVersion: 'apps/v1',
-        kind: 'Deployment',
-        metadata: meta(topology, names.modelServers(z.name, topology.pool), labels(z)),
-        spec: {
-          replicas: z.modelServers,
-          selector: { matchLabels: labels(z) },
-          template: {
-            metadata: { labels: { ...labels(z), ...PART_OF } },
-            spec: {
-              automountServiceAccountToken: false,
-              securityContext: { runAsUser: RUN_AS, runAsGroup: RUN_AS, runAsNonRoot: true },
-              // Pinned to its zone: the EndpointSlice reports this zone for its endpoints.
-              affinity: { nodeAffinity: zoneAffinity(z.name, topology.pool).nodeAffinity },
-              containers: [
-                {
-                  name: 'model-server',
-                  image: topology.image,
-                  command: ['spillway-sim'],
-                  // The simulator binds loopback by default; in a pod it must listen on every address.
-                  args: ['--host=0.0.0.0', `--port=${PORTS.modelServer}`, `--model=${topology.model}`],
-                  ports: [{ name: 'http', containerPort: PORTS.modelServer }],
-                  readinessProbe: { httpGet: { path: '/health', port: 'http' }, periodSeconds: 2 },
-                  resources: { requests: { cpu: '250m', memory: '128Mi' } },
-                  securityContext: hardened,
-                },
-              ],
-            },
+    .map((z): IDeployment => ({
+      apiVersion: 'apps/v1',
+      kind: 'Deployment',
+      metadata: meta(topology, names.modelServers(z.name, topology.pool), labels(z)),
+      spec: {
+        replicas: z.modelServers,
+        selector: { matchLabels: labels(z) },
+        template: {
+          metadata: { labels: { ...labels(z), ...PART_OF } },
+          spec: {
+            automountServiceAccountToken: false,
+            securityContext: { runAsUser: RUN_AS, runAsGroup: RUN_AS, runAsNonRoot: true },
+            // Pinned to its zone: the EndpointSlice reports this zone for its endpoints.
+            affinity: { nodeAffinity: zoneAffinity(z.name, topology.pool).nodeAffinity },
+            containers: [
+              {
+                name: 'model-server',
+                image: topology.image,
+                command: ['spillway-sim'],
+                // The simulator binds loopback by default; in a pod it must listen on every address.
+                args: ['--host=0.0.0.0', `--port=${PORTS.modelServer}`, `--model=${topology.model}`],
+                ports: [{ name: 'http', containerPort: PORTS.modelServer }],
+                readinessProbe: { httpGet: { path: '/health', port: 'http' }, periodSeconds: 2 },
+                resources: { requests: { cpu: '250m', memory: '128Mi' } },
+                securityContext: hardened,
+              },
+            ],
           },
         },
-      }),
-    );
+      },
+    }));
   const service: IService = {
     apiVersion: 'v1',
     kind: 'Service',
@@ -606,7 +647,14 @@ function rbacFile(topology: Topology): ManifestFile {
     file: 'rbac.yaml',
     header: `Identities and rights. Only the collector talks to the Kubernetes API (EndpointSlices of this namespace,
 read only); the EPP learns the pool from NATS, and neither it, NATS nor the provisioning Job mounts a token.`,
-    objects: [account('spillway-collector', true), account('spillway-epp', false), account('spillway-nats', false), account('spillway-nats-provision', false), role, binding],
+    objects: [
+      account('spillway-collector', true),
+      account('spillway-epp', false),
+      account('spillway-nats', false),
+      account('spillway-nats-provision', false),
+      role,
+      binding,
+    ],
   };
 }
 
@@ -640,7 +688,12 @@ objectives:
 `;
 
 function configFile(topology: Topology): ManifestFile {
-  const configMap: IConfigMap = { apiVersion: 'v1', kind: 'ConfigMap', metadata: meta(topology, EPP_CONFIG_MAP), data: { 'config.yaml': EPP_CONFIG_YAML } };
+  const configMap: IConfigMap = {
+    apiVersion: 'v1',
+    kind: 'ConfigMap',
+    metadata: meta(topology, EPP_CONFIG_MAP),
+    data: { 'config.yaml': EPP_CONFIG_YAML },
+  };
   return {
     file: 'config.yaml',
     header: `The EPP's config file, the same for every zone (the zone, pool and addresses are flags in epp.yaml).
@@ -658,7 +711,8 @@ export function credentialsSecret(topology: Topology, password: (user: string) =
   const stringData: Record<string, string> = {};
   for (const user of natsUsers(topology)) {
     const value = password(user);
-    if (!/^[A-Za-z][A-Za-z0-9_-]{7,}$/.test(value)) throw new Error(`password of ${user}: 8 or more of [A-Za-z0-9_-], starting with a letter`);
+    if (!/^[A-Za-z][A-Za-z0-9_-]{7,}$/.test(value))
+      throw new Error(`password of ${user}: 8 or more of [A-Za-z0-9_-], starting with a letter`);
     stringData[user] = value;
   }
   return { apiVersion: 'v1', kind: 'Secret', metadata: meta(topology, SECRET_NAME), type: 'Opaque', stringData };

@@ -2,7 +2,19 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { Collector, CollectorMetrics, createAgent, DEFAULT_SCRAPE_LIMITS, ENGINE_FAMILIES, getText, NatsSink, parseExposition, parseKept, selectFamilies, type EndpointSpec } from '@spillway/collector';
+import {
+  Collector,
+  CollectorMetrics,
+  createAgent,
+  DEFAULT_SCRAPE_LIMITS,
+  ENGINE_FAMILIES,
+  getText,
+  NatsSink,
+  parseExposition,
+  parseKept,
+  selectFamilies,
+  type EndpointSpec,
+} from '@spillway/collector';
 import { natsOptionsFromFlags } from '@spillway/bus';
 import { startNatsServer } from '@spillway/testkit';
 import { pino } from 'pino';
@@ -49,7 +61,9 @@ process.stdout.write(JSON.stringify(ports) + '\\n');
 `;
 
 async function startServers(count: number): Promise<{ child: ChildProcess; addresses: string[] }> {
-  const child = spawn(process.execPath, ['--input-type=module', '-e', SERVERS, String(count), FIXTURE], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const child = spawn(process.execPath, ['--input-type=module', '-e', SERVERS, String(count), FIXTURE], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
   const ports = await new Promise<number[]>((resolve, reject) => {
     let out = '';
     child.stdout?.on('data', (chunk: Buffer) => {
@@ -207,8 +221,28 @@ async function run(context: BenchContext): Promise<string> {
         const coll = await measureCollector(addresses, nats.url, warmupMs, seconds);
         const target = (count * 1000) / INTERVAL_MS;
         const fmt = (n: number) => n.toFixed(1);
-        rows.push([count, target, 'baseline: undici GET, body dropped', Math.round(base.perSecond), fmt(base.p50), fmt(base.p99), base.failures, Math.round(base.cpuPercent), Math.round(base.cpuPerScrape)]);
-        rows.push([count, target, 'spillway-collector (parse, map, validate, publish)', Math.round(coll.perSecond), fmt(coll.p50), fmt(coll.p99), coll.failures, Math.round(coll.cpuPercent), Math.round(coll.cpuPerScrape)]);
+        rows.push([
+          count,
+          target,
+          'baseline: undici GET, body dropped',
+          Math.round(base.perSecond),
+          fmt(base.p50),
+          fmt(base.p99),
+          base.failures,
+          Math.round(base.cpuPercent),
+          Math.round(base.cpuPerScrape),
+        ]);
+        rows.push([
+          count,
+          target,
+          'spillway-collector (parse, map, validate, publish)',
+          Math.round(coll.perSecond),
+          fmt(coll.p50),
+          fmt(coll.p99),
+          coll.failures,
+          Math.round(coll.cpuPercent),
+          Math.round(coll.cpuPerScrape),
+        ]);
         if (count === TARGET_ENDPOINTS) {
           const ratio = coll.perSecond / base.perSecond;
           const verdict = (met: boolean): string => (met ? '**MET**' : '**NOT MET**');
@@ -236,9 +270,12 @@ async function run(context: BenchContext): Promise<string> {
     `Endpoints are lightweight \`node:http\` servers in one child process, each serving the same fixed vLLM v0.10 exposition (${size} bytes, with histograms), not simulators.`,
     'The collector detects the engine, keeps only the mapped families, parses them with `parseKept` (a port of `parse-prometheus-text-format` that slices lines instead of copying them a character at a time, tested equal to it), maps and zod-validates the event and core-publishes it to a private nats-server.',
     'Lag is from the start of the scrape (timer fired) to the event handed to the NATS client; the baseline lag is the plain GET (request start to body read).',
-    'CPU is the collector process\'s user+system time as a percentage of one core, and per scrape; the servers and nats-server run in other processes on the same two cores.',
+    "CPU is the collector process's user+system time as a percentage of one core, and per scrape; the servers and nats-server run in other processes on the same two cores.",
     '',
-    markdownTable(['endpoints', 'target /s', 'scraper', 'scraped /s', 'lag p50 ms', 'lag p99 ms', 'failures', 'CPU % (1 core)', 'CPU µs/scrape'], rows),
+    markdownTable(
+      ['endpoints', 'target /s', 'scraper', 'scraped /s', 'lag p50 ms', 'lag p99 ms', 'failures', 'CPU % (1 core)', 'CPU µs/scrape'],
+      rows,
+    ),
     '',
     `Parse step alone (the fixture's ${ENGINE_FAMILIES.vllm.size} vLLM families kept, same run): the general parser ${parse.general.toFixed(1)} µs, \`parseKept\` ${parse.fast.toFixed(1)} µs per scrape.`,
     '',

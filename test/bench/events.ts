@@ -5,7 +5,18 @@ import { runInNewContext } from 'node:vm';
 import { DeliverPolicy, jetstream, jetstreamManager, type JetStreamManager, type JsMsg } from '@nats-io/jetstream';
 import type { NatsConnection } from '@nats-io/nats-core';
 import { connectNats, ensureStream, EventPublisher, startReader, type ReaderSink } from '@spillway/bus';
-import { compileSchema, decodeEvent, encodeEvent, parseSubject, poolFilter, spillwayEventSchema, subjectOf, type MetricsEvent, type ReadinessEvent, type SpillwayEvent } from '@spillway/events';
+import {
+  compileSchema,
+  decodeEvent,
+  encodeEvent,
+  parseSubject,
+  poolFilter,
+  spillwayEventSchema,
+  subjectOf,
+  type MetricsEvent,
+  type ReadinessEvent,
+  type SpillwayEvent,
+} from '@spillway/events';
 import { Fleet } from '@spillway/fleet';
 import { startNatsServer } from '@spillway/testkit';
 import { markdownTable, median, percentile, type BenchContext, type BenchPart } from './part.js';
@@ -28,10 +39,31 @@ export const events: BenchPart = {
 const STREAM = 'SPILLWAY';
 
 export function readiness(pool: string, i: number, observedAt: number): ReadinessEvent {
-  return { v: 1, kind: 'readiness', pool, zone: `zone-${'abc'[i % 3]}`, region: 'r1', pod: `vllm-${i}`, address: `10.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255}:8000`, ready: true, engine: 'vllm', observedAt };
+  return {
+    v: 1,
+    kind: 'readiness',
+    pool,
+    zone: `zone-${'abc'[i % 3]}`,
+    region: 'r1',
+    pod: `vllm-${i}`,
+    address: `10.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255}:8000`,
+    ready: true,
+    engine: 'vllm',
+    observedAt,
+  };
 }
 export function metrics(pool: string, i: number, observedAt: number): MetricsEvent {
-  return { v: 1, kind: 'metrics', pool, zone: `zone-${'abc'[i % 3]}`, pod: `vllm-${i}`, observedAt, waitingRequests: i % 7, runningRequests: i % 11, kvCacheUsage: (i % 100) / 100 };
+  return {
+    v: 1,
+    kind: 'metrics',
+    pool,
+    zone: `zone-${'abc'[i % 3]}`,
+    pod: `vllm-${i}`,
+    observedAt,
+    waitingRequests: i % 7,
+    runningRequests: i % 11,
+    kvCacheUsage: (i % 100) / 100,
+  };
 }
 
 export async function publishPool(publisher: EventPublisher, pool: string, pods: number): Promise<void> {
@@ -87,7 +119,10 @@ function cpuSince(start: NodeJS.CpuUsage): number {
 async function rawReplay(nc: NatsConnection, pool: string, handle?: (m: JsMsg) => void): Promise<Replay> {
   const cpu = process.cpuUsage();
   const started = performance.now();
-  const consumer = await jetstream(nc).consumers.get(STREAM, { filter_subjects: poolFilter(pool), deliver_policy: DeliverPolicy.LastPerSubject });
+  const consumer = await jetstream(nc).consumers.get(STREAM, {
+    filter_subjects: poolFilter(pool),
+    deliver_policy: DeliverPolicy.LastPerSubject,
+  });
   const pending = (await consumer.info(true)).num_pending;
   let count = 0;
   if (pending > 0) {
@@ -171,7 +206,9 @@ export function childPublisher(url: string, pool: string, pods: number, total: n
     let out = '';
     child.stdout.on('data', (c: Buffer) => (out += c.toString()));
     child.on('error', reject);
-    child.on('exit', (code) => (code === 0 ? resolve(JSON.parse(out) as { seconds: number }) : reject(new Error(`publisher exited with ${code}`))));
+    child.on('exit', (code) =>
+      code === 0 ? resolve(JSON.parse(out) as { seconds: number }) : reject(new Error(`publisher exited with ${code}`)),
+    );
   });
 }
 
@@ -220,7 +257,15 @@ async function liveRate(nc: NatsConnection, jsm: JetStreamManager, url: string, 
 }
 
 /** Event-to-visible lag: child publishes at `rate`/s with observedAt = publish time; lag at apply. */
-async function lag(nc: NatsConnection, url: string, pool: string, pods: number, rate: number, seconds: number, raw: boolean): Promise<number[]> {
+async function lag(
+  nc: NatsConnection,
+  url: string,
+  pool: string,
+  pods: number,
+  rate: number,
+  seconds: number,
+  raw: boolean,
+): Promise<number[]> {
   const lags: number[] = [];
   const total = rate * seconds;
   let stop: () => Promise<void>;
@@ -228,7 +273,7 @@ async function lag(nc: NatsConnection, url: string, pool: string, pods: number, 
     const consumer = await jetstream(nc).consumers.get(STREAM, { filter_subjects: poolFilter(pool), deliver_policy: DeliverPolicy.New });
     const messages = await consumer.consume({ max_messages: 512, expires: 5_000, idle_heartbeat: 1_000 });
     void (async () => {
-      for await (const m of messages) lags.push(Date.now() - (m.json<{ observedAt: number }>().observedAt));
+      for await (const m of messages) lags.push(Date.now() - m.json<{ observedAt: number }>().observedAt);
     })();
     stop = async () => {
       messages.stop();
@@ -368,24 +413,28 @@ async function run(context: BenchContext): Promise<string> {
         async () => void raw.push(await rawReplay(nc, 'replay')),
         async () => {
           const result = await readerReplay(nc, 'replay');
-          if (result.fleet.pool('replay')?.readyCount !== pods) throw new Error('the reader\'s replay left pods out');
+          if (result.fleet.pool('replay')?.readyCount !== pods) throw new Error("the reader's replay left pods out");
           bus.push(result);
         },
         async () => void zodApply.push(await decodeAndApply(nc, 'replay', true)),
         async () => void fastApply.push(await decodeAndApply(nc, 'replay', false)),
       ];
       for (const step of r % 2 === 0 ? runs : runs.reverse()) await step();
-      for (const replay of [raw, bus, zodApply, fastApply]) if (replay.at(-1)?.count !== pods * 2) throw new Error(`replay incomplete: ${replay.at(-1)?.count}`);
+      for (const replay of [raw, bus, zodApply, fastApply])
+        if (replay.at(-1)?.count !== pods * 2) throw new Error(`replay incomplete: ${replay.at(-1)?.count}`);
       const x = raw.at(-1) as Replay;
       const y = bus.at(-1) as Replay;
-      context.log(`replay round ${r + 1}: raw ${x.ms.toFixed(0)} ms (${(x.cpuUs / x.count).toFixed(1)} µs CPU/msg), reader ${y.ms.toFixed(0)} ms (${(y.cpuUs / y.count).toFixed(1)} µs CPU/msg)`);
+      context.log(
+        `replay round ${r + 1}: raw ${x.ms.toFixed(0)} ms (${(x.cpuUs / x.count).toFixed(1)} µs CPU/msg), reader ${y.ms.toFixed(0)} ms (${(y.cpuUs / y.count).toFixed(1)} µs CPU/msg)`,
+      );
     }
     const rawMs = median(raw.map((x) => x.ms));
     const busMs = median(bus.map((x) => x.ms));
     const rawCpu = median(raw.map((x) => x.cpuUs / x.count));
     const busCpu = median(bus.map((x) => x.cpuUs / x.count));
     const replayRatio = rawMs / busMs;
-    const inline = (replays: Replay[]) => `${median(replays.map((x) => x.ms)).toFixed(0)} ms; ${median(replays.map((x) => x.cpuUs / x.count)).toFixed(1)} µs CPU/msg`;
+    const inline = (replays: Replay[]) =>
+      `${median(replays.map((x) => x.ms)).toFixed(0)} ms; ${median(replays.map((x) => x.cpuUs / x.count)).toFixed(1)} µs CPU/msg`;
 
     context.log(`live: ${liveTotal} metrics from a child process, flat out`);
     const liveRaw = await liveRate(nc, jsm, server.url, 'live-raw', 1_000, liveTotal, true);
@@ -418,8 +467,18 @@ async function run(context: BenchContext): Promise<string> {
     const decodeTable = markdownTable(
       ['one event, CPU per call', 'zod alone (before, same run)', 'precompiled check (now)', 'before / now'],
       costs.flatMap((c) => [
-        [`decode a ${c.kind} event (UTF-8, JSON, validate, subject)`, `${c.zodDecode.toFixed(0)} ns`, `${c.fastDecode.toFixed(0)} ns`, `${(c.zodDecode / c.fastDecode).toFixed(1)}×`],
-        [`validate a ${c.kind} event (parsed JSON in hand)`, `${c.zodCheck.toFixed(0)} ns`, `${c.fastCheck.toFixed(0)} ns`, `${(c.zodCheck / c.fastCheck).toFixed(1)}×`],
+        [
+          `decode a ${c.kind} event (UTF-8, JSON, validate, subject)`,
+          `${c.zodDecode.toFixed(0)} ns`,
+          `${c.fastDecode.toFixed(0)} ns`,
+          `${(c.zodDecode / c.fastDecode).toFixed(1)}×`,
+        ],
+        [
+          `validate a ${c.kind} event (parsed JSON in hand)`,
+          `${c.zodCheck.toFixed(0)} ns`,
+          `${c.fastCheck.toFixed(0)} ns`,
+          `${(c.zodCheck / c.fastCheck).toFixed(1)}×`,
+        ],
       ]),
     );
     const table = markdownTable(
@@ -449,14 +508,23 @@ async function run(context: BenchContext): Promise<string> {
           `${percentile(lagBus, 50)} / ${lagBusP99} / ${lagBus.at(-1)} ms (${lagBus.length} msgs; ${cpuPer(lagBusCpu, lagBus.length)})`,
           `${(lagBusP99 / Math.max(1, lagRawP99)).toFixed(2)}× the p99`,
         ],
-        ['heap of a Fleet holding 10,000 pods (readiness + metrics)', '', `${(memory / 2 ** 20).toFixed(1)} MiB (${Math.round(memory / 10_000)} B/pod)`, ''],
+        [
+          'heap of a Fleet holding 10,000 pods (readiness + metrics)',
+          '',
+          `${(memory / 2 ** 20).toFixed(1)} MiB (${Math.round(memory / 10_000)} B/pod)`,
+          '',
+        ],
       ],
     );
     const quiet = context.quiet.quiet;
     const targets = markdownTable(
       ['target (issue 16)', 'measured', 'result'],
       [
-        [`replay ingestion ≥ ${REPLAY_TARGET}× the raw ordered consumer's rate`, `${replayRatio.toFixed(2)}×`, verdict(replayRatio >= REPLAY_TARGET, quiet)],
+        [
+          `replay ingestion ≥ ${REPLAY_TARGET}× the raw ordered consumer's rate`,
+          `${replayRatio.toFixed(2)}×`,
+          verdict(replayRatio >= REPLAY_TARGET, quiet),
+        ],
         [
           `event lag p99 ≤ ${LAG_RATIO_TARGET}× the raw consumer's and < ${LAG_P99_TARGET_MS} ms`,
           `${lagBusP99} ms against ${lagRawP99} ms (${(lagBusP99 / Math.max(1, lagRawP99)).toFixed(2)}×)`,
@@ -483,7 +551,7 @@ async function run(context: BenchContext): Promise<string> {
       'is published with core NATS by a child process; the stream keeps one message per subject, so a',
       'consumer that falls behind skips superseded samples ("delivered" < published is expected and',
       'harmless). Lag is `Date.now()` at apply minus the `observedAt` the publisher stamped, on the same',
-      'host clock. Timings include consumer creation; CPU is this process\'s (the client), from',
+      "host clock. Timings include consumer creation; CPU is this process's (the client), from",
       '`process.cpuUsage`.',
       '',
       table,

@@ -41,7 +41,14 @@ interface Plan {
   warmupSeconds: number;
 }
 
-const FULL: Plan = { saturationSeconds: 8, saturationRepeats: 4, rates: [1000, 2000, 3000], rateSeconds: 6, rateRepeats: 4, warmupSeconds: 2 };
+const FULL: Plan = {
+  saturationSeconds: 8,
+  saturationRepeats: 4,
+  rates: [1000, 2000, 3000],
+  rateSeconds: 6,
+  rateRepeats: 4,
+  warmupSeconds: 2,
+};
 const QUICK: Plan = { saturationSeconds: 4, saturationRepeats: 2, rates: [2000], rateSeconds: 4, rateRepeats: 2, warmupSeconds: 1 };
 
 /** Repeat r runs bare then EPP when r is even, EPP then bare when odd (ABBA): a drift hits both alike. */
@@ -80,7 +87,10 @@ async function run(context: BenchContext): Promise<string> {
   }
   const plan = context.quick ? QUICK : FULL;
   const pods = podPool(PODS, ZONES);
-  const subset = pods.filter((p) => p.zone === LOCAL_ZONE).slice(0, SUBSET).map((p) => p.address);
+  const subset = pods
+    .filter((p) => p.zone === LOCAL_ZONE)
+    .slice(0, SUBSET)
+    .map((p) => p.address);
   const routing = encodedRequest(MODEL, subset);
   const dir = mkdtempSync(join(tmpdir(), 'spillway-bench-extproc-'));
   const file = join(dir, 'request.bin');
@@ -128,7 +138,8 @@ async function run(context: BenchContext): Promise<string> {
     const listLength = median(eppAnswers.map((a) => (a.destination as string).split(',').length));
     context.log(`checked: ${checks} EPP answers routed, ${primaries.size} distinct primaries, all inside the subset`);
 
-    if (before !== undefined) assertRouted('spillway-epp (before)', await sendOnce(before.grpcPort, request.bytes, 3), request.bodyBytes, 1);
+    if (before !== undefined)
+      assertRouted('spillway-epp (before)', await sendOnce(before.grpcPort, request.bytes, 3), request.bodyBytes, 1);
     const servers: Record<ServerName, { port: number; pid: number | undefined }> = {
       bare: { port: bare.port, pid: bare.pid },
       epp: { port: epp.grpcPort, pid: epp.pid },
@@ -140,7 +151,9 @@ async function run(context: BenchContext): Promise<string> {
       alone: eppInProcess(request, PODS, LOCAL_ZONE, inProcessRequests, false),
       shared: eppInProcess(request, PODS, LOCAL_ZONE, inProcessRequests, true),
     };
-    context.log(`in-process request path: ${inProcess.alone.microsPerRequest.toFixed(1)} µs/request (${inProcess.shared.microsPerRequest.toFixed(1)} with the shared-state outbox)`);
+    context.log(
+      `in-process request path: ${inProcess.alone.microsPerRequest.toFixed(1)} µs/request (${inProcess.shared.microsPerRequest.toFixed(1)} with the shared-state outbox)`,
+    );
     const outcomesBefore = await eppOutcomes(epp.metricsPort);
     const servedBefore = await eppCounter(epp.metricsPort, 'spillway_served_fallback_total');
     const runs: Run[] = [];
@@ -179,7 +192,20 @@ async function run(context: BenchContext): Promise<string> {
     const eppDone = runs.filter((r) => r.server === 'epp').reduce((n, r) => n + r.result.done, 0);
 
     const load = { before: loadBefore, after: loadavg()[0] as number };
-    return report({ plan, runs, version, request, listLength, primaries: primaries.size, outcomeDelta, eppDone, load, quiet: context.quiet.quiet, servedElsewhere, inProcess });
+    return report({
+      plan,
+      runs,
+      version,
+      request,
+      listLength,
+      primaries: primaries.size,
+      outcomeDelta,
+      eppDone,
+      load,
+      quiet: context.quiet.quiet,
+      servedElsewhere,
+      inProcess,
+    });
   } finally {
     stopRefresh?.();
     for (const child of children.reverse()) await child.stop();
@@ -223,7 +249,9 @@ function report(input: ReportInput): string {
   const eppRps = median(sat('epp').map((r) => r.result.requestsPerSecond));
   const ratio = eppRps / bareRps;
   // Per repeat: the EPP's run against the bare run of the same repeat (adjacent in time).
-  const pairRatios = sat('epp').map((r) => r.result.requestsPerSecond / (sat('bare').find((b) => b.repeat === r.repeat)?.result.requestsPerSecond ?? Number.NaN));
+  const pairRatios = sat('epp').map(
+    (r) => r.result.requestsPerSecond / (sat('bare').find((b) => b.repeat === r.repeat)?.result.requestsPerSecond ?? Number.NaN),
+  );
   const bareCpu = median(sat('bare').map((r) => r.result.serverCpuMicrosPerRequest));
   const eppCpu = median(sat('epp').map((r) => r.result.serverCpuMicrosPerRequest));
   const cpuRatio = eppCpu / bareCpu;
@@ -264,15 +292,19 @@ function report(input: ReportInput): string {
         ms(s.p50),
         ms(s.p99),
         ms(s.p999),
-        at(server).map((r) => ms(r.result.p99)).join(', '),
+        at(server)
+          .map((r) => ms(r.result.p99))
+          .join(', '),
         cpu[server].toFixed(0),
       ]);
     }
     const added = { p50: stats.epp.p50 - stats.bare.p50, p99: stats.epp.p99 - stats.bare.p99, p999: stats.epp.p999 - stats.bare.p999 };
     const eppKept = stats.epp.rate >= 0.95 * rate;
     const bareKept = stats.bare.rate >= 0.95 * rate;
-    if (rate === TARGET_RATE) atTarget = { bareP99: stats.bare.p99, eppP99: stats.epp.p99, eppKept, bareKept, bareCpu: cpu.bare, eppCpu: cpu.epp };
-    const kept = eppKept && bareKept ? 'yes' : `no (${[eppKept ? '' : 'spillway-epp', bareKept ? '' : 'bare'].filter(Boolean).join(', ')} short)`;
+    if (rate === TARGET_RATE)
+      atTarget = { bareP99: stats.bare.p99, eppP99: stats.epp.p99, eppKept, bareKept, bareCpu: cpu.bare, eppCpu: cpu.epp };
+    const kept =
+      eppKept && bareKept ? 'yes' : `no (${[eppKept ? '' : 'spillway-epp', bareKept ? '' : 'bare'].filter(Boolean).join(', ')} short)`;
     addedRows.push([rate, ms(added.p50), ms(added.p99), ms(added.p999), (stats.epp.p99 / stats.bare.p99).toFixed(2), kept]);
   }
 
@@ -287,7 +319,12 @@ function report(input: ReportInput): string {
         : !atTarget.bareKept
           ? `- p99 at ${TARGET_RATE} req/s ≤ ${TARGET_P99_RATIO}× the bare server's: not shown — the bare baseline did not sustain ${TARGET_RATE} req/s in this run, so the ratio (${ratioText(p99Ratio)}) compares unequal loads — ${verdict(false)} (not demonstrated)${provisional}.`
           : `- p99 at ${TARGET_RATE} req/s ≤ ${TARGET_P99_RATIO}× the bare server's: ${ms(atTarget.eppP99)} ms against ${ms(atTarget.bareP99)} ms, **${ratioText(p99Ratio)}** — ${verdict(p99Ratio <= TARGET_P99_RATIO)}${provisional}.`;
-  const saturationSpec = { clients: CLIENTS, streamsPerClient: STREAMS, seconds: plan.saturationSeconds, warmupSeconds: plan.warmupSeconds };
+  const saturationSpec = {
+    clients: CLIENTS,
+    streamsPerClient: STREAMS,
+    seconds: plan.saturationSeconds,
+    warmupSeconds: plan.warmupSeconds,
+  };
   const rateSpec = { ...saturationSpec, seconds: plan.rateSeconds, rate: TARGET_RATE };
   const outcomes = input.outcomeDelta.map(([k, v]) => `${k}: ${v}`).join(', ') || 'none';
   const spread = (values: number[], digits = 2): string => `${Math.min(...values).toFixed(digits)}–${Math.max(...values).toFixed(digits)}`;
@@ -336,7 +373,7 @@ function report(input: ReportInput): string {
     `- Saturation throughput ≥ ${TARGET_SATURATION_RATIO}× the bare server's: ${eppRps.toFixed(0)} against ${bareRps.toFixed(0)} req/s, **${ratioText(ratio)}** (per repeat ${spread(pairRatios)}) — ${verdict(ratio >= TARGET_SATURATION_RATIO)}${provisional}.`,
     p99Line,
     '',
-    '### Where the EPP\'s CPU per request goes',
+    "### Where the EPP's CPU per request goes",
     '',
     `The EPP's own request path, driven in-process with the same decoded messages and no transport (\`test/bench/extproc/in-process.ts\`: stream handler, body parse, pick, metrics, on a ${PODS}-pod view), costs **${input.inProcess.alone.microsPerRequest.toFixed(1)} µs per request** (${input.inProcess.shared.microsPerRequest.toFixed(1)} µs with the shared-state outbox filling; encoding and publishing its batches are not in that figure), against ${(eppCpu - bareCpu).toFixed(0)} µs between the two servers above. The rest of the difference is the EPP following its view (the event stream: every pod's metrics every ${REFRESH_MS} ms, ${((PODS * 1000) / REFRESH_MS).toFixed(0)} events/s, decoded, validated and applied whether requests come or not), publishing its picks to peer EPPs over NATS, and a process with more live state (a larger heap to collect). grpc-js, HTTP/2 and the protobuf codec are paid by both servers alike.`,
     '',
@@ -358,12 +395,32 @@ const REQUEST_PATH_NOTES = [
   markdownTable(
     ['change', 'before', 'after', 'per request'],
     [
-      ['per-request histograms (pick time, list length, request size, duration) counted in a typed array, handed to prom-client on scrape (`services/epp/src/pending-histogram.ts`)', 'prom-client labelled observe 0.55–1.1 µs', '0.04–0.05 µs', '4 observations: about 2–4 µs'],
-      ['`metadata_context` Struct values decoded straight into plain values (`packages/protocol/src/decode.ts`; both servers use it)', 'generated decoder, the 3 messages with a 16-entry hint each: 15.2–16.2 µs', '12.7–15.3 µs', 'about 1–3 µs, for the bare server too'],
-      ['served endpoint equal to the primary taken without parsing (protocol, scheduler)', 'two address parses, 0.3–0.5 µs each', 'a string comparison', 'about 0.6–1 µs'],
-      ['whole process, `SPILLWAY_BENCH_EPP_BEFORE` (the previous version as a second EPP in the same rotation, quick plan)', 'saturation CPU 217 and 306 µs/request', '167 and 159 µs/request', 'bare server 124 and 128 µs in the same run'],
+      [
+        'per-request histograms (pick time, list length, request size, duration) counted in a typed array, handed to prom-client on scrape (`services/epp/src/pending-histogram.ts`)',
+        'prom-client labelled observe 0.55–1.1 µs',
+        '0.04–0.05 µs',
+        '4 observations: about 2–4 µs',
+      ],
+      [
+        '`metadata_context` Struct values decoded straight into plain values (`packages/protocol/src/decode.ts`; both servers use it)',
+        'generated decoder, the 3 messages with a 16-entry hint each: 15.2–16.2 µs',
+        '12.7–15.3 µs',
+        'about 1–3 µs, for the bare server too',
+      ],
+      [
+        'served endpoint equal to the primary taken without parsing (protocol, scheduler)',
+        'two address parses, 0.3–0.5 µs each',
+        'a string comparison',
+        'about 0.6–1 µs',
+      ],
+      [
+        'whole process, `SPILLWAY_BENCH_EPP_BEFORE` (the previous version as a second EPP in the same rotation, quick plan)',
+        'saturation CPU 217 and 306 µs/request',
+        '167 and 159 µs/request',
+        'bare server 124 and 128 µs in the same run',
+      ],
     ],
   ),
   '',
-  'The JSON body is still parsed with `JSON.parse`, once: for the 1 KB completions body, UTF-8 check and decode plus `JSON.parse` cost 1.14–1.29 µs, a partial parser validating the bytes in JavaScript (as it must, since an invalid body is answered 400) 1.99–2.24 µs, and one that skipped string contents with native `indexOf` and a regular expression, validating less, 1.23–1.29 µs: no partial parser beats it, so none is used. The body forwarded is the client\'s own bytes unless the model is rewritten (unchanged).',
+  "The JSON body is still parsed with `JSON.parse`, once: for the 1 KB completions body, UTF-8 check and decode plus `JSON.parse` cost 1.14–1.29 µs, a partial parser validating the bytes in JavaScript (as it must, since an invalid body is answered 400) 1.99–2.24 µs, and one that skipped string contents with native `indexOf` and a regular expression, validating less, 1.23–1.29 µs: no partial parser beats it, so none is used. The body forwarded is the client's own bytes unless the model is rewritten (unchanged).",
 ].join('\n');

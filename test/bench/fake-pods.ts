@@ -26,15 +26,44 @@ try {
   const t = Date.now();
   for (let i = 0; i < count; i++) {
     const pod = `fake-${i}`;
-    const readiness: ReadinessEvent = { v: 1, kind: 'readiness', pool: 'llama', zone: 'zone-a', pod, address: `10.9.${(i >> 8) & 255}.${i & 255}:8000`, ready: mode === 'live', deleted: mode === 'tombstones', observedAt: t };
-    const sample: MetricsEvent = { v: 1, kind: 'metrics', pool: 'llama', zone: 'zone-a', pod, observedAt: t, waitingRequests: 0, runningRequests: 0, kvCacheUsage: 0 };
+    const readiness: ReadinessEvent = {
+      v: 1,
+      kind: 'readiness',
+      pool: 'llama',
+      zone: 'zone-a',
+      pod,
+      address: `10.9.${(i >> 8) & 255}.${i & 255}:8000`,
+      ready: mode === 'live',
+      deleted: mode === 'tombstones',
+      observedAt: t,
+    };
+    const sample: MetricsEvent = {
+      v: 1,
+      kind: 'metrics',
+      pool: 'llama',
+      zone: 'zone-a',
+      pod,
+      observedAt: t,
+      waitingRequests: 0,
+      runningRequests: 0,
+      kvCacheUsage: 0,
+    };
     nc.publish(subjectOf(readiness), encodeEvent(readiness));
     nc.publish(subjectOf(sample), encodeEvent(sample));
     if (i % 2_000 === 0) await nc.flush();
   }
   // Six real pods, three in the EPP's zone.
   for (let i = 0; i < 6; i++) {
-    await publisher.publishReadiness({ v: 1, kind: 'readiness', pool: 'llama', zone: i < 3 ? 'zone-a' : 'zone-b', pod: `real-${i}`, address: `10.1.0.${i}:8000`, ready: true, observedAt: t });
+    await publisher.publishReadiness({
+      v: 1,
+      kind: 'readiness',
+      pool: 'llama',
+      zone: i < 3 ? 'zone-a' : 'zone-b',
+      pod: `real-${i}`,
+      address: `10.1.0.${i}:8000`,
+      ready: true,
+      observedAt: t,
+    });
   }
   for (;;) {
     const info = await jsm.streams.info('SPILLWAY');
@@ -55,7 +84,17 @@ try {
     for (let i = 0; i < 200; i++) scheduler.pick({ model: 'm' }, now);
     const pickUs = ((performance.now() - pickStarted) / 200) * 1000;
     const heapMB = process.memoryUsage().heapUsed / 1e6;
-    console.log(JSON.stringify({ count, mode, replayMs: Math.round(replayMs), counters: fleet.counters, ready: fleet.pool('llama')?.readyCount, pickUs: Math.round(pickUs), heapMB: Math.round(heapMB) }));
+    console.log(
+      JSON.stringify({
+        count,
+        mode,
+        replayMs: Math.round(replayMs),
+        counters: fleet.counters,
+        ready: fleet.pool('llama')?.readyCount,
+        pickUs: Math.round(pickUs),
+        heapMB: Math.round(heapMB),
+      }),
+    );
   }
 } finally {
   await nc.close();

@@ -95,7 +95,17 @@ function relayCore(shape: Shape, quick: boolean) {
     const d = decodeVllmKvBatch(p);
     if (!d.ok) throw new Error(d.detail);
     const events = map.fold(d.batch, () => undefined);
-    for (const chunk of splitKvEvents(events, MAX_KV_EVENTS, MAX_KV_KEYS)) encodeKvBatch({ v: 1, pool: 'llama', zone: 'zone-a', pod: 'vllm-0', seq: seq++, observedAt: 1_764_420_000_000, blockSize: BS, events: chunk });
+    for (const chunk of splitKvEvents(events, MAX_KV_EVENTS, MAX_KV_KEYS))
+      encodeKvBatch({
+        v: 1,
+        pool: 'llama',
+        zone: 'zone-a',
+        pod: 'vllm-0',
+        seq: seq++,
+        observedAt: 1_764_420_000_000,
+        blockSize: BS,
+        events: chunk,
+      });
   };
   for (const p of warm) relayOne(p);
   for (const p of warm) decode(p);
@@ -106,7 +116,13 @@ function relayCore(shape: Shape, quick: boolean) {
     for (const p of batches) relayOne(p);
   });
   const events = batches.length * (shape.removed > 0 ? 2 : 1);
-  return { count, baselinePerBatch: baseline / count, relayPerBatch: relay / count, relayPerBlock: relay / count / (shape.stored + shape.removed), events };
+  return {
+    count,
+    baselinePerBatch: baseline / count,
+    relayPerBatch: relay / count,
+    relayPerBlock: relay / count / (shape.stored + shape.removed),
+    events,
+  };
 }
 
 // The publisher runs in a child process, so this process's CPU is the subscriber's alone.
@@ -134,8 +150,13 @@ pub.close();
 `;
 
 async function publish(endpoint: string, total: number, rate: number, stored: number): Promise<void> {
-  const child = spawn(process.execPath, ['--input-type=module', '-e', PUBLISHER, endpoint, String(total), String(rate), String(stored)], { cwd: root, stdio: ['ignore', 'inherit', 'inherit'] });
-  await new Promise<void>((resolve, reject) => child.once('exit', (code) => (code === 0 ? resolve() : reject(new Error(`publisher exited ${code}`)))));
+  const child = spawn(process.execPath, ['--input-type=module', '-e', PUBLISHER, endpoint, String(total), String(rate), String(stored)], {
+    cwd: root,
+    stdio: ['ignore', 'inherit', 'inherit'],
+  });
+  await new Promise<void>((resolve, reject) =>
+    child.once('exit', (code) => (code === 0 ? resolve() : reject(new Error(`publisher exited ${code}`)))),
+  );
 }
 
 async function endToEnd(quick: boolean, natsUrl: string) {
@@ -164,10 +185,30 @@ async function endToEnd(quick: boolean, natsUrl: string) {
   await sink.ready();
   const relayEndpoint = `tcp://127.0.0.1:${await freePort()}`;
   const relay = new KvRelay({
-    pool: 'llama', limits: { maxPayloadBytes: 8 << 20, maxEvents: 4096, maxHashes: 8192, maxTokens: 262_144 }, maxBytesPerPod: 8 << 20,
-    snapshotIntervalMs: 3_600_000, replayTimeoutMs: 2_000, reconnectMs: 100, reconnectMaxMs: 1_000, topic: '', sink, logger, metrics,
+    pool: 'llama',
+    limits: { maxPayloadBytes: 8 << 20, maxEvents: 4096, maxHashes: 8192, maxTokens: 262_144 },
+    maxBytesPerPod: 8 << 20,
+    snapshotIntervalMs: 3_600_000,
+    replayTimeoutMs: 2_000,
+    reconnectMs: 100,
+    reconnectMaxMs: 1_000,
+    topic: '',
+    sink,
+    logger,
+    metrics,
   });
-  relay.setEndpoints([{ pod: 'vllm-0', address: '127.0.0.1:8000', zone: 'zone-a', region: undefined, engine: undefined, labels: undefined, sourceReady: true, kvEvents: relayEndpoint }]);
+  relay.setEndpoints([
+    {
+      pod: 'vllm-0',
+      address: '127.0.0.1:8000',
+      zone: 'zone-a',
+      region: undefined,
+      engine: undefined,
+      labels: undefined,
+      sourceReady: true,
+      kvEvents: relayEndpoint,
+    },
+  ]);
   const received = async () => (await metrics.kvBatchesReceived.get()).values[0]?.value ?? 0;
   const relayCpu0 = process.cpuUsage();
   const pub = publish(relayEndpoint, total, rate, stored);
@@ -182,15 +223,57 @@ async function endToEnd(quick: boolean, natsUrl: string) {
   const us = (c: NodeJS.CpuUsage) => c.user + c.system;
   // Both runs include the same idle time (publisher start, pacing); the difference is the relay's work.
   const extraPerBatch = (us(relayCpu) - us(bareCpu)) / total;
-  return { total, rate, stored, bareCount, got, published, barePerBatch: us(bareCpu) / total, relayPerBatch: us(relayCpu) / total, extraPerBatch };
+  return {
+    total,
+    rate,
+    stored,
+    bareCount,
+    got,
+    published,
+    barePerBatch: us(bareCpu) / total,
+    relayPerBatch: us(relayCpu) / total,
+    extraPerBatch,
+  };
 }
 
 function snapshotCost(blocks: number, quick: boolean) {
   const map = new PodKvMap(1 << 30);
   const tokenIds = Array.from({ length: blocks * BS }, (_, i) => (i * 31) % 151_000);
-  map.fold({ ts: 1, dataParallelRank: 0, unknownEvents: 0, events: [{ type: 'stored', hashes: Array.from({ length: blocks }, (_, i) => i + 1), parent: null, tokenIds, blockSize: BS, loraId: null, medium: 'GPU', loraName: null }] }, () => undefined);
+  map.fold(
+    {
+      ts: 1,
+      dataParallelRank: 0,
+      unknownEvents: 0,
+      events: [
+        {
+          type: 'stored',
+          hashes: Array.from({ length: blocks }, (_, i) => i + 1),
+          parent: null,
+          tokenIds,
+          blockSize: BS,
+          loraId: null,
+          medium: 'GPU',
+          loraName: null,
+        },
+      ],
+    },
+    () => undefined,
+  );
   const build = (): KvSnapshotEvent =>
-    fitKvSnapshot({ v: 1, kind: 'kv', pool: 'llama', zone: 'zone-a', pod: 'vllm-0', observedAt: 1_764_420_000_000, blockSize: BS, seq: 1_764_420_000_000_000, keys: map.snapshotKeys() }, 1024 * 1024);
+    fitKvSnapshot(
+      {
+        v: 1,
+        kind: 'kv',
+        pool: 'llama',
+        zone: 'zone-a',
+        pod: 'vllm-0',
+        observedAt: 1_764_420_000_000,
+        blockSize: BS,
+        seq: 1_764_420_000_000_000,
+        keys: map.snapshotKeys(),
+      },
+      1024 * 1024,
+    );
   const reps = quick ? 20 : 100;
   let bytes = 0;
   const cpu = cpuUs(() => {
@@ -200,7 +283,18 @@ function snapshotCost(blocks: number, quick: boolean) {
 }
 
 function metricsEventCost(quick: boolean) {
-  const event: MetricsEvent = { v: 1, kind: 'metrics', pool: 'llama', zone: 'zone-a', pod: 'vllm-0', observedAt: 1_764_420_000_000, waitingRequests: 2, runningRequests: 7, kvCacheUsage: 0.43, cache: { blockSize: 16, numBlocks: 29_000 } };
+  const event: MetricsEvent = {
+    v: 1,
+    kind: 'metrics',
+    pool: 'llama',
+    zone: 'zone-a',
+    pod: 'vllm-0',
+    observedAt: 1_764_420_000_000,
+    waitingRequests: 2,
+    runningRequests: 7,
+    kvCacheUsage: 0.43,
+    cache: { blockSize: 16, numBlocks: 29_000 },
+  };
   const reps = quick ? 1_000 : 10_000;
   let bytes = 0;
   const cpu = cpuUs(() => {
@@ -211,7 +305,8 @@ function metricsEventCost(quick: boolean) {
 
 async function run(ctx: BenchContext): Promise<string> {
   const core = SHAPES.map((s) => ({ shape: s, ...relayCore(s, ctx.quick) }));
-  for (const c of core) ctx.log(`core ${c.shape.name}: ${c.relayPerBatch.toFixed(1)} µs/batch vs ${c.baselinePerBatch.toFixed(1)} µs bare decode`);
+  for (const c of core)
+    ctx.log(`core ${c.shape.name}: ${c.relayPerBatch.toFixed(1)} µs/batch vs ${c.baselinePerBatch.toFixed(1)} µs bare decode`);
   const nats = await startNatsServer({ forcePrivate: true });
   let e2e;
   try {
@@ -229,7 +324,7 @@ async function run(ctx: BenchContext): Promise<string> {
   return [
     '## KV relay: CPU per event and snapshot cost',
     '',
-    "The collector's KV relay (`services/collector/src/kv-relay.ts`, docs/kv-events.md \"From the model server to NATS\"): vLLM-layout",
+    'The collector\'s KV relay (`services/collector/src/kv-relay.ts`, docs/kv-events.md "From the model server to NATS"): vLLM-layout',
     'batches from a server over ZeroMQ, decoded and validated, block hashes mapped to content keys (`kvBlockKeys` over the',
     'token ids), split within the relayed batch bounds and msgpack-encoded for `spillway.kv.<pool>.<zone>.<pod>`. Blocks of',
     `${BS} tokens. CPU is this process's, per operation.`,
@@ -238,7 +333,14 @@ async function run(ctx: BenchContext): Promise<string> {
     '',
     markdownTable(
       ['batch shape', 'batches', 'bare decode µs/batch', 'relay µs/batch', 'relay µs/block', 'relay ÷ bare'],
-      core.map((c) => [c.shape.name, c.count, c.baselinePerBatch.toFixed(1), c.relayPerBatch.toFixed(1), c.relayPerBlock.toFixed(2), (c.relayPerBatch / c.baselinePerBatch).toFixed(1)]),
+      core.map((c) => [
+        c.shape.name,
+        c.count,
+        c.baselinePerBatch.toFixed(1),
+        c.relayPerBatch.toFixed(1),
+        c.relayPerBlock.toFixed(2),
+        (c.relayPerBatch / c.baselinePerBatch).toFixed(1),
+      ]),
     ),
     '',
     `**End to end** (a child process publishes ${e2e.total} batches of ${e2e.stored} stored blocks at ${e2e.rate}/s over ZeroMQ; the relay publishes to a private nats-server), against a bare ZeroMQ SUB socket receiving the same stream:`,
@@ -256,20 +358,39 @@ async function run(ctx: BenchContext): Promise<string> {
     '',
     markdownTable(
       ['blocks held', 'keys sent', 'bytes', 'CPU ms to build + encode', 'bytes/s per pod at 10 s', 'bytes ÷ metrics at 100 ms'],
-      snaps.map((s) => [s.blocks, s.keys, s.bytes, s.cpuMs.toFixed(2), Math.round(s.bytes / 10), ((s.bytes / 10) / (metric.bytes * 10)).toFixed(1)]),
+      snaps.map((s) => [
+        s.blocks,
+        s.keys,
+        s.bytes,
+        s.cpuMs.toFixed(2),
+        Math.round(s.bytes / 10),
+        (s.bytes / 10 / (metric.bytes * 10)).toFixed(1),
+      ]),
     ),
     '',
-    'The end-to-end figure includes what the core does not: the ZeroMQ receive loop, the relay\'s counters and the NATS',
-    'publish; its idle wake-ups are in both rows, so the difference is the relay\'s own work.',
+    "The end-to-end figure includes what the core does not: the ZeroMQ receive loop, the relay's counters and the NATS",
+    "publish; its idle wake-ups are in both rows, so the difference is the relay's own work.",
     '',
     'Targets (the issue sets none for this side; these are derived so that relaying stays negligible beside scraping):',
     '',
     markdownTable(
       ['target', 'measured', 'verdict'],
       [
-        [`relay core CPU per decode-step batch ≤ ${TARGET_STEP_US} µs (≤ 1% of a core per server at 100 batches/s)`, `${step.relayPerBatch.toFixed(1)} µs`, verdict(step.relayPerBatch <= TARGET_STEP_US)],
-        [`relay core CPU per 2,000-token prefill batch ≤ ${TARGET_PREFILL_US} µs`, `${prefill.relayPerBatch.toFixed(1)} µs`, verdict(prefill.relayPerBatch <= TARGET_PREFILL_US)],
-        [`a full snapshot (16,384 keys) costs ≤ ${TARGET_SNAPSHOT_MS} ms of CPU per pod per interval`, `${worstSnapshotMs.toFixed(2)} ms`, verdict(worstSnapshotMs <= TARGET_SNAPSHOT_MS)],
+        [
+          `relay core CPU per decode-step batch ≤ ${TARGET_STEP_US} µs (≤ 1% of a core per server at 100 batches/s)`,
+          `${step.relayPerBatch.toFixed(1)} µs`,
+          verdict(step.relayPerBatch <= TARGET_STEP_US),
+        ],
+        [
+          `relay core CPU per 2,000-token prefill batch ≤ ${TARGET_PREFILL_US} µs`,
+          `${prefill.relayPerBatch.toFixed(1)} µs`,
+          verdict(prefill.relayPerBatch <= TARGET_PREFILL_US),
+        ],
+        [
+          `a full snapshot (16,384 keys) costs ≤ ${TARGET_SNAPSHOT_MS} ms of CPU per pod per interval`,
+          `${worstSnapshotMs.toFixed(2)} ms`,
+          verdict(worstSnapshotMs <= TARGET_SNAPSHOT_MS),
+        ],
         ['the end-to-end relay receives every batch it is sent', `${e2e.got} of ${e2e.total}`, verdict(e2e.got === e2e.total)],
       ],
     ),

@@ -27,7 +27,8 @@ const CUSTOMERS = 64;
 const TARGET_FULL_US = 500;
 const TARGET_CACHED_US = 100;
 
-const words = 'river mill dam crest chute basin flood gate spill weir culvert reservoir inflow outflow design storm return period freeboard'.split(' ');
+const words =
+  'river mill dam crest chute basin flood gate spill weir culvert reservoir inflow outflow design storm return period freeboard'.split(' ');
 function context(customer: number, seed: number): string {
   let s = (customer + 1) * 7919 + seed * 104729;
   const out: string[] = [`Customer ${customer} (${seed}) handbook.`];
@@ -39,7 +40,8 @@ function context(customer: number, seed: number): string {
   }
   return out.join(' ');
 }
-const question = (i: number) => `Question ${i}: for a return period of ${100 + (i % 900)} years, what freeboard does the spillway crest need, and which gate opens first when the reservoir inflow exceeds the design storm?`;
+const question = (i: number) =>
+  `Question ${i}: for a return period of ${100 + (i % 900)} years, what freeboard does the spillway crest need, and which gate opens first when the reservoir inflow exceeds the design storm?`;
 
 /** Words never seen before (random letters): every pre-token misses the tokenizer's piece cache. */
 function freshText(seed: number, words_: number): string {
@@ -85,22 +87,63 @@ export const kv: BenchPart = {
     const fleet = new Fleet();
     for (let i = 0; i < PODS; i++) {
       const zone = ZONES[i % ZONES.length] as string;
-      fleet.apply({ v: 1, kind: 'readiness', pool: POOL, zone, pod: `pod-${i}`, address: `10.0.${i >> 8}.${(i & 255) + 1}:8000`, ready: true, observedAt: t0 - 1000 }, t0 - 1000);
-      fleet.apply({ v: 1, kind: 'metrics', pool: POOL, zone, pod: `pod-${i}`, observedAt: t0, waitingRequests: i % 3, runningRequests: 4 + (i % 5), kvCacheUsage: 0.4, cache: { blockSize: BLOCK, numBlocks: 20_000 } }, t0);
+      fleet.apply(
+        {
+          v: 1,
+          kind: 'readiness',
+          pool: POOL,
+          zone,
+          pod: `pod-${i}`,
+          address: `10.0.${i >> 8}.${(i & 255) + 1}:8000`,
+          ready: true,
+          observedAt: t0 - 1000,
+        },
+        t0 - 1000,
+      );
+      fleet.apply(
+        {
+          v: 1,
+          kind: 'metrics',
+          pool: POOL,
+          zone,
+          pod: `pod-${i}`,
+          observedAt: t0,
+          waitingRequests: i % 3,
+          runningRequests: 4 + (i % 5),
+          kvCacheUsage: 0.4,
+          cache: { blockSize: BLOCK, numBlocks: 20_000 },
+        },
+        t0,
+      );
     }
     const scheduler = new Scheduler({ fleet, pool: POOL, zone: 'zone-a', region: 'r1', seed: 1, config: { subsetMode: 'locality' } });
     // Each customer's context is held by 3 pods (its blocks as vLLM would report them).
     const contexts = Array.from({ length: CUSTOMERS }, (_, c) => context(c, 0));
     for (let c = 0; c < CUSTOMERS; c++) {
-      const ids = tokenizer.encodeChat([{ role: 'system', content: contexts[c] as string }, { role: 'user', content: question(c) }]);
+      const ids = tokenizer.encodeChat([
+        { role: 'system', content: contexts[c] as string },
+        { role: 'user', content: question(c) },
+      ]);
       const keys = kvBlockKeys(ids, BLOCK);
       for (let r = 0; r < 3; r++) {
         const pod = (c * 3 + r) % PODS;
-        const batch: KvBatch = { v: 1, pool: POOL, zone: ZONES[pod % ZONES.length] as string, pod: `pod-${pod}`, seq: c * 3 + r, observedAt: t0, blockSize: BLOCK, events: [[1, keys]] };
+        const batch: KvBatch = {
+          v: 1,
+          pool: POOL,
+          zone: ZONES[pod % ZONES.length] as string,
+          pod: `pod-${pod}`,
+          seq: c * 3 + r,
+          observedAt: t0,
+          blockSize: BLOCK,
+          events: [[1, keys]],
+        };
         scheduler.applyKvBatch(batch, t0);
       }
     }
-    const promptTokens = tokenizer.encodeChat([{ role: 'system', content: contexts[0] as string }, { role: 'user', content: question(0) }]).length;
+    const promptTokens = tokenizer.encodeChat([
+      { role: 'system', content: contexts[0] as string },
+      { role: 'user', content: question(0) },
+    ]).length;
     const questionTokens = tokenizer.encodeText(question(0)).length;
 
     const run = (name: string, tokenize: 'full' | 'cached' | 'none'): Case => {
@@ -114,7 +157,10 @@ export const kv: BenchPart = {
         const customer = i & (CUSTOMERS - 1);
         // full: a context never seen (a fresh seed), so its prefix is not cached.
         const system = tokenize === 'full' ? context(customer, i + warmup + 1) : (contexts[customer] as string);
-        const messages = [{ role: 'system', content: system }, { role: 'user', content: question(i + warmup) }];
+        const messages = [
+          { role: 'system', content: system },
+          { role: 'user', content: question(i + warmup) },
+        ];
         const startCpu = process.cpuUsage();
         const started = process.hrtime.bigint();
         let ids: Uint32Array | undefined;
@@ -136,7 +182,10 @@ export const kv: BenchPart = {
       }
       for (const d of outstanding) scheduler.release(d);
       latencies.sort();
-      return { name, stats: { p50: percentile(latencies, 50), p99: percentile(latencies, 99), cpuUs: cpu / requests, tokens: tokens / requests } };
+      return {
+        name,
+        stats: { p50: percentile(latencies, 50), p99: percentile(latencies, 99), cpuUs: cpu / requests, tokens: tokens / requests },
+      };
     };
 
     // Tokenizer alone, CPU per token: the library vs the fast path, on the bench's prompts (words
@@ -161,9 +210,17 @@ export const kv: BenchPart = {
     const cached = run('cached prefix: tokenize the question + pick', 'cached');
     const after = loadavg()[0] ?? 0;
     const us = (v: number) => (v < 10 ? v.toFixed(2) : v.toFixed(0));
-    const rows = [baseline, full, cached].map((c) => [c.name, us(c.stats.p50), us(c.stats.p99), us(c.stats.cpuUs), c.stats.tokens.toFixed(0)]);
+    const rows = [baseline, full, cached].map((c) => [
+      c.name,
+      us(c.stats.p50),
+      us(c.stats.p99),
+      us(c.stats.cpuUs),
+      c.stats.tokens.toFixed(0),
+    ]);
     const verdict = (value: number, target: number) => `${value < target ? 'MET' : 'NOT MET'}: p99 ${us(value)} µs (target < ${target} µs)`;
-    context_.log(`tokenizer CPU/token: library ${perToken.libraryKnown.toFixed(3)} → fast ${perToken.fastKnown.toFixed(3)} µs (never-seen words: ${perToken.libraryFresh.toFixed(3)} → ${perToken.fastFresh.toFixed(3)} µs)`);
+    context_.log(
+      `tokenizer CPU/token: library ${perToken.libraryKnown.toFixed(3)} → fast ${perToken.fastKnown.toFixed(3)} µs (never-seen words: ${perToken.libraryFresh.toFixed(3)} → ${perToken.fastFresh.toFixed(3)} µs)`,
+    );
     context_.log(`full p99 ${us(full.stats.p99)} µs, cached p99 ${us(cached.stats.p99)} µs, baseline p99 ${us(baseline.stats.p99)} µs`);
     return [
       '## Precise prefix-cache routing: tokenization and pick',
@@ -180,8 +237,18 @@ export const kv: BenchPart = {
       markdownTable(
         ['text', 'library µs/token', 'fast path µs/token', 'speed-up'],
         [
-          ['recurring words', perToken.libraryKnown.toFixed(3), perToken.fastKnown.toFixed(3), `${(perToken.libraryKnown / perToken.fastKnown).toFixed(1)}×`],
-          ['never-seen words', perToken.libraryFresh.toFixed(3), perToken.fastFresh.toFixed(3), `${(perToken.libraryFresh / perToken.fastFresh).toFixed(1)}×`],
+          [
+            'recurring words',
+            perToken.libraryKnown.toFixed(3),
+            perToken.fastKnown.toFixed(3),
+            `${(perToken.libraryKnown / perToken.fastKnown).toFixed(1)}×`,
+          ],
+          [
+            'never-seen words',
+            perToken.libraryFresh.toFixed(3),
+            perToken.fastFresh.toFixed(3),
+            `${(perToken.libraryFresh / perToken.fastFresh).toFixed(1)}×`,
+          ],
         ],
       ),
       '',

@@ -95,7 +95,15 @@ interface Stats {
   cpuUsPerPick: number;
 }
 
-function measure(scheduler: Scheduler, fleet: Fleet, families: Uint32Array[], picks: number, warmup: number, withIds: boolean, startAt: number): Stats {
+function measure(
+  scheduler: Scheduler,
+  fleet: Fleet,
+  families: Uint32Array[],
+  picks: number,
+  warmup: number,
+  withIds: boolean,
+  startAt: number,
+): Stats {
   const rng = seededRng(7);
   const latencies = new Float64Array(picks);
   const outstanding: Decision[] = [];
@@ -139,7 +147,10 @@ export function preciseCase(context: BenchContext): { lines: string[]; met: bool
   const fleet = new Fleet();
   for (let i = 0; i < SIZE; i++) {
     const { zone, region } = zoneOf(i);
-    fleet.apply({ v: 1, kind: 'readiness', pool: POOL, zone, region, pod: `pod-${i}`, address: addressOf(i + 1), ready: true, observedAt: t0 - 1000 }, t0 - 1000);
+    fleet.apply(
+      { v: 1, kind: 'readiness', pool: POOL, zone, region, pod: `pod-${i}`, address: addressOf(i + 1), ready: true, observedAt: t0 - 1000 },
+      t0 - 1000,
+    );
   }
   resample(fleet, rng, t0);
   const families = prompts(rng);
@@ -166,7 +177,9 @@ export function preciseCase(context: BenchContext): { lines: string[]; met: bool
   const precise = measure(scheduler, fleet, families, picks, warmup, true, t0);
   const approximate = measure(scheduler, fleet, families, picks, warmup, false, t0 + 3_600_000);
   const met = precise.p99 < PRECISE_P99_TARGET_US;
-  context.log(`precise pick at ${SIZE} endpoints: p50 ${us(precise.p50)} µs, p99 ${us(precise.p99)} µs (approximate p99 ${us(approximate.p99)} µs)`);
+  context.log(
+    `precise pick at ${SIZE} endpoints: p50 ${us(precise.p50)} µs, p99 ${us(precise.p99)} µs (approximate p99 ${us(approximate.p99)} µs)`,
+  );
   const lines = [
     '### Precise prefix scoring (block index populated)',
     '',

@@ -41,7 +41,10 @@ const SAMPLE_EVERY_MS = 100;
 const IN_FLIGHT = 64;
 
 const SYSTEM = 'You are a careful assistant for an online bookshop. Answer briefly, cite titles, never invent prices. '.repeat(10);
-const PROMPTS = Array.from({ length: 8 }, (_, i) => `${SYSTEM}\nUser ${i}: ${`question number ${i} about a book I read last summer; `.repeat(18)}`);
+const PROMPTS = Array.from(
+  { length: 8 },
+  (_, i) => `${SYSTEM}\nUser ${i}: ${`question number ${i} about a book I read last summer; `.repeat(18)}`,
+);
 
 interface Row {
   size: number;
@@ -71,7 +74,17 @@ function buildFleet(size: number, rng: () => number, now: number): Fleet {
   for (let i = 0; i < size; i++) {
     const { zone, region } = ZONES[i % ZONES.length] as (typeof ZONES)[number];
     fleet.apply(
-      { v: 1, kind: 'readiness', pool: POOL, zone, region, pod: `pod-${i}`, address: addressOf(i + 1), ready: true, observedAt: now - 1000 },
+      {
+        v: 1,
+        kind: 'readiness',
+        pool: POOL,
+        zone,
+        region,
+        pod: `pod-${i}`,
+        address: addressOf(i + 1),
+        ready: true,
+        observedAt: now - 1000,
+      },
       now - 1000,
     );
   }
@@ -145,7 +158,8 @@ function naivePicker(fleet: Fleet, mode: SubsetMode) {
     scoreGroup(scorers, context, eligible, eligible.length, new Float64Array(eligible.length), scores);
     const ranked = eligible.map((ep, i) => {
       const m = ep.metrics;
-      const saturated = !m || now - m.receivedAt > fleet.staleAfterMs || m.waitingRequests + ep.unsampledPicks >= 5 || m.kvCacheUsage >= 0.8;
+      const saturated =
+        !m || now - m.receivedAt > fleet.staleAfterMs || m.waitingRequests + ep.unsampledPicks >= 5 || m.kvCacheUsage >= 0.8;
       return { ep, saturated, tier: tierOf(ep.zone), score: (scores[i] as number) + rng() * 1e-9 };
     });
     ranked.sort((a, b) => Number(a.saturated) - Number(b.saturated) || a.tier - b.tier || b.score - a.score);
@@ -192,7 +206,12 @@ function measure(
   }
   const total = latencies.reduce((a, b) => a + b, 0);
   latencies.sort();
-  return { p50: percentile(latencies, 50) / 1000, p99: percentile(latencies, 99) / 1000, perSecond: picks / (total / 1e9), cpu: cpu / picks };
+  return {
+    p50: percentile(latencies, 50) / 1000,
+    p99: percentile(latencies, 99) / 1000,
+    perSecond: picks / (total / 1e9),
+    cpu: cpu / picks,
+  };
 }
 
 const us = (v: number): string => (v < 10 ? v.toFixed(2) : v.toFixed(1));
@@ -218,7 +237,14 @@ export const pick: BenchPart = {
       const fleet = buildFleet(row.size, seededRng(row.size), t0);
       const subset = subsetFor(fleet, row.subset);
       if (row.subset !== undefined && subset === undefined) continue;
-      const scheduler = new Scheduler({ fleet, pool: POOL, zone: 'zone-a', region: 'r1', seed: 1, config: { subsetMode: row.mode, policy: row.policy } });
+      const scheduler = new Scheduler({
+        fleet,
+        pool: POOL,
+        zone: 'zone-a',
+        region: 'r1',
+        seed: 1,
+        config: { subsetMode: row.mode, policy: row.policy },
+      });
       const outstanding: Decision[] = [];
       const ours = measure(
         fleet,
@@ -236,9 +262,20 @@ export const pick: BenchPart = {
         t0,
       );
       const naivePicks = Math.max(300, Math.min(picks, Math.floor((context.quick ? 3e5 : 3e6) / row.size)));
-      const naive = measure(fleet, row.size, naivePicks, Math.min(warmup, naivePicks), naivePicker(fleet, row.mode), () => undefined, subset, t0 + 3_600_000);
+      const naive = measure(
+        fleet,
+        row.size,
+        naivePicks,
+        Math.min(warmup, naivePicks),
+        naivePicker(fleet, row.mode),
+        () => undefined,
+        subset,
+        t0 + 3_600_000,
+      );
       const label = row.subset === undefined ? 'none' : `${row.subset} ${row.mode}`;
-      context.log(`${row.size} endpoints, ${row.policy}, subset ${label}: p50 ${us(ours.p50)} µs, p99 ${us(ours.p99)} µs, CPU ${us(ours.cpu)} µs/pick; naive p99 ${us(naive.p99)} µs`);
+      context.log(
+        `${row.size} endpoints, ${row.policy}, subset ${label}: p50 ${us(ours.p50)} µs, p99 ${us(ours.p99)} µs, CPU ${us(ours.cpu)} µs/pick; naive p99 ${us(naive.p99)} µs`,
+      );
       table.push([
         row.size.toLocaleString('en-US'),
         row.policy,
@@ -254,7 +291,9 @@ export const pick: BenchPart = {
       ]);
       if (row.size === TARGET_SIZE) {
         const met = ours.p99 < TARGET_P99_US;
-        verdicts.push(`- ${row.policy}, subset ${label}: p99 ${us(ours.p99)} µs (p50 ${us(ours.p50)} µs, CPU ${us(ours.cpu)} µs/pick) — ${met ? '**MET**' : '**NOT MET**'}${row.policy === 'weighted' ? ' (reported; the target names the default policy)' : ''}`);
+        verdicts.push(
+          `- ${row.policy}, subset ${label}: p99 ${us(ours.p99)} µs (p50 ${us(ours.p50)} µs, CPU ${us(ours.cpu)} µs/pick) — ${met ? '**MET**' : '**NOT MET**'}${row.policy === 'weighted' ? ' (reported; the target names the default policy)' : ''}`,
+        );
       }
     }
     // The prompt hashing every pick pays, whatever the pool: the floor under the small pools' figures.
@@ -287,7 +326,19 @@ export const pick: BenchPart = {
       'run on the same fleet.',
       '',
       markdownTable(
-        ['endpoints', 'policy', 'subset', 'picks/s', 'p50 µs', 'p99 µs', 'CPU µs/pick', 'naive picks/s', 'naive p50 µs', 'naive p99 µs', 'naive/ours p50'],
+        [
+          'endpoints',
+          'policy',
+          'subset',
+          'picks/s',
+          'p50 µs',
+          'p99 µs',
+          'CPU µs/pick',
+          'naive picks/s',
+          'naive p50 µs',
+          'naive p99 µs',
+          'naive/ours p50',
+        ],
         table,
       ),
       '',

@@ -49,7 +49,8 @@ export function quietWaitFromEnv(fallback: number, env: NodeJS.ProcessEnv = proc
   const raw = env['SPILLWAY_BENCH_QUIET_WAIT_S'];
   if (raw === undefined || raw.trim() === '') return fallback;
   const seconds = Number(raw);
-  if (!Number.isFinite(seconds) || seconds < 0) throw new Error(`SPILLWAY_BENCH_QUIET_WAIT_S must be a number of seconds ≥ 0, got ${JSON.stringify(raw)}`);
+  if (!Number.isFinite(seconds) || seconds < 0)
+    throw new Error(`SPILLWAY_BENCH_QUIET_WAIT_S must be a number of seconds ≥ 0, got ${JSON.stringify(raw)}`);
   return seconds * 1000;
 }
 

@@ -101,18 +101,27 @@ function scenarioSection(entry: Entry, reports: readonly ScenarioReport[]): stri
     ...(c.cacheBlindPerReplicaRps ? [`a cache-blind replica ${Object.values(c.cacheBlindPerReplicaRps)[0]?.toFixed(2)} req/s`] : []),
     `${first.durationS} s of arrivals, the first ${first.warmupS} s not measured`,
   ];
-  if (reports.some((r) => r.overflowShare > 0)) facts.push(`overflow share ${reports.map((r) => `${r.load !== null ? pc(r.load) : 'rps'} → ${(r.overflowShare * 100).toFixed(1)} %`).join(', ')}`);
+  if (reports.some((r) => r.overflowShare > 0))
+    facts.push(
+      `overflow share ${reports.map((r) => `${r.load !== null ? pc(r.load) : 'rps'} → ${(r.overflowShare * 100).toFixed(1)} %`).join(', ')}`,
+    );
   out.push(`${facts.join('; ')}.`, '');
   // One table for the whole ladder: a load column before the strategy.
   const tables = reports.map((r) => ({ load: r.load, table: summaryTable(r) }));
   const header = ['load', ...(tables[0]?.table.header ?? [])];
   const rows = tables.flatMap((t) => t.table.rows.map((row) => [t.load !== null ? pc(t.load) : 'rps', ...row]));
-  out.push(renderMarkdown({ header, rows: rows.map((r) => (r[1]?.startsWith('spillway') ? [r[0] as string, `**${r[1]}**`, ...r.slice(2)] : r)) }), '');
+  out.push(
+    renderMarkdown({ header, rows: rows.map((r) => (r[1]?.startsWith('spillway') ? [r[0] as string, `**${r[1]}**`, ...r.slice(2)] : r)) }),
+    '',
+  );
   for (const r of reports) {
     const zones = Object.keys(r.capacity.perReplicaRps);
     for (const w of windowTables(r, zones)) {
       out.push(`Window ${w.title}${reports.length > 1 && r.load !== null ? `, load ${pc(r.load)}` : ''}:`, '');
-      out.push(renderMarkdown(w.table, (row) => row[0]?.startsWith('spillway') === true), '');
+      out.push(
+        renderMarkdown(w.table, (row) => row[0]?.startsWith('spillway') === true),
+        '',
+      );
     }
   }
   return out;
@@ -129,7 +138,10 @@ function chart(reports: readonly ScenarioReport[]): string {
     series: byStrategy(first).map(({ name }) => ({
       name,
       points: reports.map((r) => {
-        const runs = r.results.filter((x) => x.strategy === name).map((x) => x.ttftMs.p90).sort((a, b) => a - b);
+        const runs = r.results
+          .filter((x) => x.strategy === name)
+          .map((x) => x.ttftMs.p90)
+          .sort((a, b) => a - b);
         return [r.load ?? 0, runs[Math.floor(runs.length / 2)] ?? Number.NaN] as const;
       }),
     })),
@@ -149,7 +161,9 @@ async function run(ctx: BenchContext): Promise<string> {
   let runs = 0;
   try {
     // Resolve (and calibrate) in this thread, then keep every worker busy across all scenarios.
-    const instances = list.flatMap((entry) => entry.loads.map((load) => ({ entry, resolved: resolveScenario(entry.scenario, { load, seeds }) })));
+    const instances = list.flatMap((entry) =>
+      entry.loads.map((load) => ({ entry, resolved: resolveScenario(entry.scenario, { load, seeds }) })),
+    );
     const reports = await Promise.all(
       instances.map(async ({ entry, resolved }) => {
         const t0 = Date.now();
@@ -207,23 +221,28 @@ async function run(ctx: BenchContext): Promise<string> {
   if (sample) {
     out.push(
       `- **Capacity** (the load axis, independent of the strategy): ShareGPT-like ${Object.values(sample.capacity.perReplicaRps)[0]?.toFixed(2)} req/s per replica` +
-        (prefix ? `; prefix-heavy ${Object.values(prefix.capacity.perReplicaRps)[0]?.toFixed(2)} req/s per replica holding its share of the prompt groups (a replica seeing every group: ${Object.values(prefix.capacity.cacheBlindPerReplicaRps ?? {})[0]?.toFixed(2)} req/s)` : '') +
-        '. Replicas: `llama-8b-h100` in step mode with 64 sequences and 7,000 KV blocks (¼ of an H100\'s, keeping the KV room per sequence), 12 replicas in 3 zones.',
+        (prefix
+          ? `; prefix-heavy ${Object.values(prefix.capacity.perReplicaRps)[0]?.toFixed(2)} req/s per replica holding its share of the prompt groups (a replica seeing every group: ${Object.values(prefix.capacity.cacheBlindPerReplicaRps ?? {})[0]?.toFixed(2)} req/s)`
+          : '') +
+        ". Replicas: `llama-8b-h100` in step mode with 64 sequences and 7,000 KV blocks (¼ of an H100's, keeping the KV room per sequence), 12 replicas in 3 zones.",
     );
   }
   out.push(
     '- **Baselines**: `random`, `round-robin`, `least-queue` (zone-unaware, every ready replica); `reference` = ONE pool-wide picker shared by all gateways ' +
-      '(the reference EPP\'s deployment) with its default scoring and saturation rule; `zone-local` = strict zone-local subsets; `spillway` = Spillway with its default config ' +
-      '(the approximate prefix index); `spillway-precise` = the same with the precise block index fed by every replica\'s KV events (batched, delayed, snapshots every 10 s); ' +
+      "(the reference EPP's deployment) with its default scoring and saturation rule; `zone-local` = strict zone-local subsets; `spillway` = Spillway with its default config " +
+      "(the approximate prefix index); `spillway-precise` = the same with the precise block index fed by every replica's KV events (batched, delayed, snapshots every 10 s); " +
       '`oracle` = the same with every KV event applied the instant it happens.',
   );
   out.push(
     '- **Backlog**: `UNBOUNDED +N/s` marks a strategy whose backlog (accepted, unfinished requests) grows by more than 5 % of the arrival rate per second over the ' +
-      'second half of the measured window — its TTFT then depends on the run\'s length, so compare it by that growth, not by a ratio.',
+      "second half of the measured window — its TTFT then depends on the run's length, so compare it by that growth, not by a ratio.",
   );
   out.push('');
   out.push(`### Targets (issues 11, 13 and 15): \`spillway\` and \`spillway-precise\`, default config`, '');
-  out.push(`${count(true)} MET, ${count(false)} NOT MET, ${count(undefined)} not measured${ctx.quick ? ' (a quick run measures one load per file, so many comparisons are missing)' : ''}.`, '');
+  out.push(
+    `${count(true)} MET, ${count(false)} NOT MET, ${count(undefined)} not measured${ctx.quick ? ' (a quick run measures one load per file, so many comparisons are missing)' : ''}.`,
+    '',
+  );
   for (const g of groups) out.push(`- ${g.title}:`, ...verdictLines(g.verdicts));
   out.push('');
   for (const entry of list) out.push(...scenarioSection(entry, byEntry.get(entry.file) ?? []));

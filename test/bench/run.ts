@@ -54,7 +54,10 @@ for (const part of selected) {
   const load = part.loadIndependent
     ? `1-minute load average ${quiet.load.toFixed(2)} before this part, ${(loadavg()[0] as number).toFixed(2)} after (its figures are virtual-time results, independent of the load; only the wall time depends on it).`
     : describeLoad(quiet, loadavg()[0] as number);
-  sections.set(part.name, `${body.trim()}\n\n_Measured ${when} UTC on ${machine()}; ${((Date.now() - started) / 1000).toFixed(0)} s; ${load} Command: \`${command}\`._`);
+  sections.set(
+    part.name,
+    `${body.trim()}\n\n_Measured ${when} UTC on ${machine()}; ${((Date.now() - started) / 1000).toFixed(0)} s; ${load} Command: \`${command}\`._`,
+  );
   console.log(body);
 }
 

@@ -159,11 +159,15 @@ interface Start {
 async function measureStart(natsUrl: string): Promise<{ start: Start; epp: EppProcess }> {
   const epp = await startEpp(natsUrl);
   try {
-    await Promise.race([epp.readyLine, new Promise((_, reject) => setTimeout(() => reject(new Error(`spillway-epp not ready after 60 s: ${epp.output()}`)), 60_000))]);
+    await Promise.race([
+      epp.readyLine,
+      new Promise((_, reject) => setTimeout(() => reject(new Error(`spillway-epp not ready after 60 s: ${epp.output()}`)), 60_000)),
+    ]);
     // The log line says ready; both probes must agree.
     const readyz = await fetch(`http://127.0.0.1:${epp.metricsPort}/readyz`);
     if (readyz.status !== 200) throw new Error(`ready logged but /readyz answers ${readyz.status}`);
-    if ((await healthStatus(epp.healthPort, 'readiness')) !== ServingStatus.SERVING) throw new Error('ready logged but gRPC health readiness is not SERVING');
+    if ((await healthStatus(epp.healthPort, 'readiness')) !== ServingStatus.SERVING)
+      throw new Error('ready logged but gRPC health readiness is not SERVING');
     const metrics = await eppMetrics(epp.metricsPort);
     const steps = new Map([...epp.steps].map(([step, at]) => [step, at - epp.spawnedAt] as const));
     return { start: { totalMs: steps.get('ready') as number, steps, rss: rssOf(epp.pid).rss, heapUsed: metrics.heapUsed }, epp };
@@ -192,7 +196,9 @@ async function run(context: BenchContext): Promise<string> {
       bare.push(await bareNodeMs());
       const measured = await measureStart(server.url);
       results.push(measured.start);
-      context.log(`start ${i + 1}: SERVING after ${measured.start.totalMs} ms, RSS ${(measured.start.rss / MB).toFixed(0)} MB (bare node ${bare.at(-1)} ms)`);
+      context.log(
+        `start ${i + 1}: SERVING after ${measured.start.totalMs} ms, RSS ${(measured.start.rss / MB).toFixed(0)} MB (bare node ${bare.at(-1)} ms)`,
+      );
       if (i < starts - 1) await measured.epp.stop();
       else epp = measured.epp;
     }
@@ -225,12 +231,20 @@ async function run(context: BenchContext): Promise<string> {
     const targets = markdownTable(
       ['target (issue 16)', 'measured', 'result'],
       [
-        [`10,000-pod start to SERVING < ${START_TARGET_MS / 1000} s`, `${startMs} ms (median of ${starts}; bare \`node\` start ${median(bare)} ms)`, verdict(startMs < START_TARGET_MS)],
-        [`EPP RSS at 10,000 pods < ${RSS_TARGET_MB} MB`, `${(worstRss / MB).toFixed(0)} MB at most (peak VmHWM ${(afterRss.peak / MB).toFixed(0)} MB)`, verdict(worstRss < RSS_TARGET_MB * MB)],
+        [
+          `10,000-pod start to SERVING < ${START_TARGET_MS / 1000} s`,
+          `${startMs} ms (median of ${starts}; bare \`node\` start ${median(bare)} ms)`,
+          verdict(startMs < START_TARGET_MS),
+        ],
+        [
+          `EPP RSS at 10,000 pods < ${RSS_TARGET_MB} MB`,
+          `${(worstRss / MB).toFixed(0)} MB at most (peak VmHWM ${(afterRss.peak / MB).toFixed(0)} MB)`,
+          verdict(worstRss < RSS_TARGET_MB * MB),
+        ],
       ],
     );
     const stepsTable = markdownTable(
-      ['step (the EPP\'s log line)', 'ms after spawn (median)'],
+      ["step (the EPP's log line)", 'ms after spawn (median)'],
       [
         ['`starting` (Node up, modules loaded, config read)', step('starting')],
         ['`listening` (gRPC, health and metrics servers bound)', step('listening')],
@@ -257,9 +271,9 @@ async function run(context: BenchContext): Promise<string> {
       '',
       `The built \`spillway-epp\` (default flags but ports, \`--log-level info\`) against a private nats-server`,
       `2.9 whose stream holds ${PODS.toLocaleString('en-US')} pods of one pool over three zones (readiness + metrics, ${(PODS * 2).toLocaleString('en-US')}`,
-      'messages). Start to SERVING runs from `spawn()` to the EPP\'s `ready` log line (both on this host\'s',
+      "messages). Start to SERVING runs from `spawn()` to the EPP's `ready` log line (both on this host's",
       'clock); /readyz and gRPC health are checked to agree. The baseline is a bare `node -e 0`, spawn to exit:',
-      'what any Node process costs to start here. RSS is /proc\'s VmRSS (sampled every second while live),',
+      "what any Node process costs to start here. RSS is /proc's VmRSS (sampled every second while live),",
       `heap is the EPP's own \`nodejs_heap_size_*\` metrics. Live metrics come from a child process at`,
       `${LIVE_RATE.toLocaleString('en-US')}/s (every pod once a second; the default 100 ms sample interval over 10,000 pods would be`,
       `100,000/s, more than one stream on this machine carries); the publisher sent them in ${published.seconds.toFixed(0)} s.`,

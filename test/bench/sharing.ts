@@ -1,7 +1,15 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { decodeStateBatch, encodeStateBatch, statePoolFilter, stateBatchSchema, stateSubjectFor, type StateBatch, type StateEntry } from '@spillway/events';
+import {
+  decodeStateBatch,
+  encodeStateBatch,
+  statePoolFilter,
+  stateBatchSchema,
+  stateSubjectFor,
+  type StateBatch,
+  type StateEntry,
+} from '@spillway/events';
 import { Fleet } from '@spillway/fleet';
 import { Scheduler } from '@spillway/scheduler';
 import { POOL, startNatsServer, TestPublisher, type PodSpec } from '@spillway/testkit';
@@ -97,7 +105,20 @@ function benchFleet(pods: readonly PodSpec[], now: number): Fleet {
   const fleet = new Fleet();
   for (const p of pods) {
     fleet.apply({ v: 1, kind: 'readiness', pool: POOL, zone: p.zone, pod: p.pod, address: p.address, ready: true, observedAt: now }, now);
-    fleet.apply({ v: 1, kind: 'metrics', pool: POOL, zone: p.zone, pod: p.pod, observedAt: now, waitingRequests: 1, runningRequests: 8, kvCacheUsage: 0.3 }, now);
+    fleet.apply(
+      {
+        v: 1,
+        kind: 'metrics',
+        pool: POOL,
+        zone: p.zone,
+        pod: p.pod,
+        observedAt: now,
+        waitingRequests: 1,
+        runningRequests: 8,
+        kvCacheUsage: 0.3,
+      },
+      now,
+    );
   }
   return fleet;
 }
@@ -106,16 +127,33 @@ function perEntry(count: number): EntryCosts {
   const pods = podPool(PODS, ZONES);
   const t0 = 1_764_420_000_000;
   const entries: StateEntry[] = [];
-  const origin = new Scheduler({ fleet: benchFleet(pods, t0), pool: POOL, zone: LOCAL_ZONE, shared: { outbox: { push: (e) => entries.push(e) } } });
+  const origin = new Scheduler({
+    fleet: benchFleet(pods, t0),
+    pool: POOL,
+    zone: LOCAL_ZONE,
+    shared: { outbox: { push: (e) => entries.push(e) } },
+  });
   const prompt = completionsBody(MODEL);
-  const subset = pods.filter((p) => p.zone === LOCAL_ZONE).slice(0, SUBSET).map((p) => p.address);
+  const subset = pods
+    .filter((p) => p.zone === LOCAL_ZONE)
+    .slice(0, SUBSET)
+    .map((p) => p.address);
   for (let i = 0; entries.length < count; i++) {
     const d = origin.pick({ model: MODEL, prompt, subset }, t0 + i);
     origin.commit(d, t0 + i);
     origin.release(d, t0 + i + 1);
   }
   const batches: StateBatch[] = [];
-  for (let i = 0; i < entries.length; i += 256) batches.push({ v: 1, pool: POOL, zone: LOCAL_ZONE, epp: 'bench-origin', seq: batches.length + 1, sentAt: t0 + i, entries: entries.slice(i, i + 256) });
+  for (let i = 0; i < entries.length; i += 256)
+    batches.push({
+      v: 1,
+      pool: POOL,
+      zone: LOCAL_ZONE,
+      epp: 'bench-origin',
+      seq: batches.length + 1,
+      sentAt: t0 + i,
+      entries: entries.slice(i, i + 256),
+    });
 
   const passes = 5;
   const time = (f: () => void): number => {
@@ -167,7 +205,8 @@ interface Run {
 /** spillway_shared_state_entries_total by direction, from an EPP's /metrics. */
 async function sharedEntries(metricsPort: number): Promise<{ in: number; out: number }> {
   const text = await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text();
-  const read = (direction: string) => Number(new RegExp(`^spillway_shared_state_entries_total\\{direction="${direction}"\\} (\\S+)$`, 'm').exec(text)?.[1] ?? 0);
+  const read = (direction: string) =>
+    Number(new RegExp(`^spillway_shared_state_entries_total\\{direction="${direction}"\\} (\\S+)$`, 'm').exec(text)?.[1] ?? 0);
   return { in: read('in'), out: read('out') };
 }
 
@@ -179,7 +218,10 @@ async function perRequest(context: BenchContext, plan: Plan, loadBefore: number)
     return [title, '', `**Not measured: ${H2LOAD_INSTALL}**`];
   }
   const pods = podPool(PODS, ZONES);
-  const subset = pods.filter((p) => p.zone === LOCAL_ZONE).slice(0, SUBSET).map((p) => p.address);
+  const subset = pods
+    .filter((p) => p.zone === LOCAL_ZONE)
+    .slice(0, SUBSET)
+    .map((p) => p.address);
   const request = encodedRequest(MODEL, subset);
   const dir = mkdtempSync(join(tmpdir(), 'spillway-bench-sharing-'));
   const file = join(dir, 'request.bin');
@@ -207,21 +249,39 @@ async function perRequest(context: BenchContext, plan: Plan, loadBefore: number)
         publisher?.nc.publish(stateSubjectFor(mirror), encodeStateBatch({ ...decoded.batch, ...mirror, seq: ++seq, sentAt: Date.now() }));
       },
     });
-    for (const [name, child] of [['off', off], ['on', on]] as const) assertRouted(`spillway-epp (sharing ${name})`, await sendOnce(child.grpcPort, request.bytes, 20), request.bodyBytes);
+    for (const [name, child] of [
+      ['off', off],
+      ['on', on],
+    ] as const)
+      assertRouted(`spillway-epp (sharing ${name})`, await sendOnce(child.grpcPort, request.bytes, 20), request.bodyBytes);
     context.log(`two spillway-epp processes ready (sharing off pid ${off.pid}, on pid ${on.pid}) and a mirror peer; ${version}`);
 
     const servers: Record<Mode, RunningEppChild> = { off, on };
     const before = await sharedEntries(on.metricsPort);
     const runs: Run[] = [];
     const measure = async (mode: Mode, repeat: number, rate: number | undefined, seconds: number): Promise<void> => {
-      const spec: LoadSpec = { port: servers[mode].grpcPort, file, clients: CLIENTS, streamsPerClient: STREAMS, seconds, warmupSeconds: plan.warmupSeconds, rate, logFile: join(dir, 'latency.tsv') };
+      const spec: LoadSpec = {
+        port: servers[mode].grpcPort,
+        file,
+        clients: CLIENTS,
+        streamsPerClient: STREAMS,
+        seconds,
+        warmupSeconds: plan.warmupSeconds,
+        rate,
+        logFile: join(dir, 'latency.tsv'),
+      };
       const result = await runH2load(spec, servers[mode].pid);
-      if (result.failed + result.errored + result.timeout > 0) throw new Error(`h2load against ${LABEL[mode]}: ${result.failed} failed, ${result.errored} errored, ${result.timeout} timed out`);
+      if (result.failed + result.errored + result.timeout > 0)
+        throw new Error(`h2load against ${LABEL[mode]}: ${result.failed} failed, ${result.errored} errored, ${result.timeout} timed out`);
       runs.push({ mode, repeat, rate, result });
-      context.log(`${rate === undefined ? 'saturation' : `${rate} req/s`} #${repeat + 1} ${LABEL[mode]}: ${result.requestsPerSecond.toFixed(0)} req/s, p99 ${result.p99.toFixed(2)} ms, ${result.serverCpuMicrosPerRequest.toFixed(0)} µs CPU/request`);
+      context.log(
+        `${rate === undefined ? 'saturation' : `${rate} req/s`} #${repeat + 1} ${LABEL[mode]}: ${result.requestsPerSecond.toFixed(0)} req/s, p99 ${result.p99.toFixed(2)} ms, ${result.serverCpuMicrosPerRequest.toFixed(0)} µs CPU/request`,
+      );
     };
-    for (let repeat = 0; repeat < plan.repeats; repeat++) for (const mode of ['off', 'on'] as const) await measure(mode, repeat, undefined, plan.saturationSeconds);
-    for (let repeat = 0; repeat < plan.repeats; repeat++) for (const mode of ['off', 'on'] as const) await measure(mode, repeat, FIXED_RATE, plan.rateSeconds);
+    for (let repeat = 0; repeat < plan.repeats; repeat++)
+      for (const mode of ['off', 'on'] as const) await measure(mode, repeat, undefined, plan.saturationSeconds);
+    for (let repeat = 0; repeat < plan.repeats; repeat++)
+      for (const mode of ['off', 'on'] as const) await measure(mode, repeat, FIXED_RATE, plan.rateSeconds);
     const after = await sharedEntries(on.metricsPort);
     const loadAfter = loadavg()[0] as number;
 
@@ -230,7 +290,15 @@ async function perRequest(context: BenchContext, plan: Plan, loadBefore: number)
     const cpu = (mode: Mode, rate: number | undefined) => median(pick(mode, rate).map((r) => r.result.serverCpuMicrosPerRequest));
     const ratio = rps('on') / rps('off');
     const cpuRatio = cpu('off', undefined) / cpu('on', undefined);
-    const rows = runs.map((r) => [r.rate === undefined ? 'saturation' : `${r.rate} req/s`, r.repeat + 1, LABEL[r.mode], r.result.requestsPerSecond.toFixed(0), r.result.p50.toFixed(2), r.result.p99.toFixed(2), r.result.serverCpuMicrosPerRequest.toFixed(0)]);
+    const rows = runs.map((r) => [
+      r.rate === undefined ? 'saturation' : `${r.rate} req/s`,
+      r.repeat + 1,
+      LABEL[r.mode],
+      r.result.requestsPerSecond.toFixed(0),
+      r.result.p50.toFixed(2),
+      r.result.p99.toFixed(2),
+      r.result.serverCpuMicrosPerRequest.toFixed(0),
+    ]);
     const met = ratio >= TARGET;
     return [
       title,

@@ -135,7 +135,9 @@ class ViewWatcher {
   private async poll(): Promise<void> {
     try {
       if (!this.pageOk) this.pageOk = (await fetch(this.url as string, { signal: AbortSignal.timeout(5000) })).ok;
-      const state = (await (await fetch(`${this.url}api/state?limit=0`, { signal: AbortSignal.timeout(5000) })).json()) as { spill: { zones: string[]; perS: number[][] } };
+      const state = (await (await fetch(`${this.url}api/state?limit=0`, { signal: AbortSignal.timeout(5000) })).json()) as {
+        spill: { zones: string[]; perS: number[][] };
+      };
       const from = state.spill.zones.indexOf('zone-a');
       const spilled = (state.spill.perS[from] ?? []).reduce((sum, perS, to) => sum + (state.spill.zones[to] === 'zone-a' ? 0 : perS), 0);
       this.maxSpillPerS = Math.max(this.maxSpillPerS, spilled);
@@ -190,14 +192,14 @@ describe('npm start (the local demo)', () => {
     expect(summary).toMatch(/^Prefix cache \(the model servers' own counters\): (\d+\.\d%|n\/a) .*\(approximate\)/m);
   });
 
-  it('spills zone-a\'s requests to other zones while it is overloaded', () => {
+  it("spills zone-a's requests to other zones while it is overloaded", () => {
     const summary = run.stdout.slice(run.stdout.indexOf('Summary'));
     const overloadA = /^overload\s+zone-a\s+(.*)$/m.exec(summary)?.[1]?.trim().split(/\s+/) ?? [];
     // reqs req/s ok p50 p99 in-zone spilled ...
     expect(Number(overloadA[6]), summary).toBeGreaterThan(0);
   });
 
-  it('prints each zone\'s live view, whose state shows zone-a spilling while it happens', () => {
+  it("prints each zone's live view, whose state shows zone-a spilling while it happens", () => {
     for (const zone of ZONES) expect(run.stdout).toMatch(new RegExp(`^ {2}${zone}: http://127\\.0\\.0\\.1:\\d+/$`, 'm'));
     expect(view.pageOk).toBe(true);
     expect(view.maxSpillPerS).toBeGreaterThan(0);
@@ -207,7 +209,8 @@ describe('npm start (the local demo)', () => {
     // The survey must have seen the system: NATS, 8 simulators, and per zone a collector, EPP and gateway.
     const seen = [...run.descendants.values()];
     expect(seen.filter((c) => c.includes('spillway-sim')).length).toBeGreaterThanOrEqual(8);
-    for (const bin of ['spillway-collector', 'spillway-epp', 'spillway-gateway']) expect(seen.filter((c) => c.includes(bin))).toHaveLength(3);
+    for (const bin of ['spillway-collector', 'spillway-epp', 'spillway-gateway'])
+      expect(seen.filter((c) => c.includes(bin))).toHaveLength(3);
     expect(survivors(run)).toEqual([]);
   });
 });
@@ -238,7 +241,10 @@ describe('npm start -- --kv-events (precise prefix-cache routing)', () => {
   });
 
   it("ends with the model servers' prefix-cache hit rate, routed by their KV events", () => {
-    const line = /^Prefix cache \(the model servers' own counters\): (\d+\.\d)% of prompt tokens were cached \((\d+) of (\d+)\); EPPs routed by the servers' KV events \(precise\)\.$/m.exec(run.stdout);
+    const line =
+      /^Prefix cache \(the model servers' own counters\): (\d+\.\d)% of prompt tokens were cached \((\d+) of (\d+)\); EPPs routed by the servers' KV events \(precise\)\.$/m.exec(
+        run.stdout,
+      );
     expect(line, run.stdout.slice(-2000)).not.toBeNull();
     // Every prompt starts with one of a few shared contexts: most of their tokens are cached somewhere.
     expect(Number(line?.[1])).toBeGreaterThan(30);
@@ -259,7 +265,8 @@ describe('npm start: flags and prerequisites', () => {
   it('answers --help with every flag, and rejects a bad one naming it', async () => {
     const help = await runDemo(['--help'], env(), 60_000);
     expect(help.code).toBe(0);
-    for (const flag of ['--duration', '--nats-topology', '--nats-url', '--rate', '--kv-events', '--shared-prefixes', '--dir', '--help']) expect(help.stdout).toContain(flag);
+    for (const flag of ['--duration', '--nats-topology', '--nats-url', '--rate', '--kv-events', '--shared-prefixes', '--dir', '--help'])
+      expect(help.stdout).toContain(flag);
     const bad = await runDemo(['--nats-topology', 'mesh'], env(), 60_000);
     expect(bad.code).toBe(2);
     expect(bad.stderr).toContain('--nats-topology');

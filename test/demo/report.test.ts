@@ -1,7 +1,18 @@
 /** infra/demo/report.ts: attribution of outcomes and the printed tables. */
 import { describe, expect, it } from 'vitest';
 import {
-  emptyWindow, formatPrefixCache, formatSummary, formatTick, mergeWindows, percentile, prefixCacheDelta, prefixCacheFromMetrics, record, shortZone, tickHeader, zonePodsFromMetrics,
+  emptyWindow,
+  formatPrefixCache,
+  formatSummary,
+  formatTick,
+  mergeWindows,
+  percentile,
+  prefixCacheDelta,
+  prefixCacheFromMetrics,
+  record,
+  shortZone,
+  tickHeader,
+  zonePodsFromMetrics,
   type ZoneWindow,
 } from '../../infra/demo/report.js';
 
@@ -47,7 +58,10 @@ describe('record', () => {
 
   it('merges windows by adding every count', () => {
     const a = windowOf('zone-a', [{ status: 200, attempts: 1, ttftMs: 10, servedZone: 'zone-a' }]);
-    const b = windowOf('zone-a', [{ status: 200, attempts: 2, ttftMs: 20, servedZone: 'zone-b' }, { status: 429, attempts: 1 }]);
+    const b = windowOf('zone-a', [
+      { status: 200, attempts: 2, ttftMs: 20, servedZone: 'zone-b' },
+      { status: 429, attempts: 1 },
+    ]);
     b.shed = 2;
     const sum = mergeWindows(mergeWindows(emptyWindow(), a), b);
     expect(sum).toMatchObject({ finished: 3, ok: 2, inZone: 1, spilled: 1, fallbacks: 1, s429: 1, shed: 2, ttfts: [10, 20] });
@@ -57,11 +71,15 @@ describe('record', () => {
 
 describe('formatTick', () => {
   const rows = [
-    { zone: 'zone-a', window: windowOf('zone-a', [
-      { status: 200, attempts: 1, ttftMs: 41.4, servedZone: 'zone-a' },
-      { status: 200, attempts: 2, ttftMs: 812.6, servedZone: 'zone-b' },
-      { status: 429, attempts: 1 },
-    ]), pods: { saturated: 3, ready: 3 } },
+    {
+      zone: 'zone-a',
+      window: windowOf('zone-a', [
+        { status: 200, attempts: 1, ttftMs: 41.4, servedZone: 'zone-a' },
+        { status: 200, attempts: 2, ttftMs: 812.6, servedZone: 'zone-b' },
+        { status: 429, attempts: 1 },
+      ]),
+      pods: { saturated: 3, ready: 3 },
+    },
     { zone: 'zone-b', window: emptyWindow() },
   ];
 
@@ -69,8 +87,38 @@ describe('formatTick', () => {
     const lines = formatTick(12.02, 'overload', rows, 0.5, plain);
     expect(lines).toHaveLength(2);
     const header = tickHeader(plain);
-    expect(header.split(/\s+/).filter(Boolean)).toEqual(['t', 'phase', 'zone', 'sat/rdy', 'req/s', 'p50ms', 'p99ms', 'in-zone', 'spilled', 'fallbk', '429', '503', 'err', 'shed']);
-    expect(lines[0]!.split(/\s+/).filter(Boolean)).toEqual(['12', 'overload', 'zone-a', '3/3', '6.0', '41', '813', '50%', '1', '1', '1', '0', '0', '0']);
+    expect(header.split(/\s+/).filter(Boolean)).toEqual([
+      't',
+      'phase',
+      'zone',
+      'sat/rdy',
+      'req/s',
+      'p50ms',
+      'p99ms',
+      'in-zone',
+      'spilled',
+      'fallbk',
+      '429',
+      '503',
+      'err',
+      'shed',
+    ]);
+    expect(lines[0]!.split(/\s+/).filter(Boolean)).toEqual([
+      '12',
+      'overload',
+      'zone-a',
+      '3/3',
+      '6.0',
+      '41',
+      '813',
+      '50%',
+      '1',
+      '1',
+      '1',
+      '0',
+      '0',
+      '0',
+    ]);
     expect(lines[1]!.split(/\s+/).filter(Boolean)).toEqual(['zone-b', '?', '0.0', '-', '-', '-', '0', '0', '0', '0', '0', '0']);
     // Right-aligned numbers end where their column titles end.
     expect(lines[0]!.indexOf('813') + 3).toBe(header.indexOf('p99ms') + 5);
@@ -118,7 +166,12 @@ describe('formatSummary', () => {
         phase,
         zone,
         seconds: 10,
-        window: windowOf(zone, phase === 'overload' && zone === 'zone-a' ? [served('zone-a'), served('zone-b'), served('zone-b'), served('zone-c')] : [served(zone)]),
+        window: windowOf(
+          zone,
+          phase === 'overload' && zone === 'zone-a'
+            ? [served('zone-a'), served('zone-b'), served('zone-b'), served('zone-c')]
+            : [served(zone)],
+        ),
       })),
     );
     const lines = formatSummary(rows, zones, plain);
@@ -139,7 +192,7 @@ describe('formatSummary', () => {
 });
 
 describe("the model servers' prefix-cache hit rate", () => {
-  it('sums vLLM\'s counters over series, and counts a restarted or silent server right', () => {
+  it("sums vLLM's counters over series, and counts a restarted or silent server right", () => {
     const text = [
       '# TYPE vllm:prefix_cache_hits_total counter',
       'vllm:prefix_cache_hits_total{model_name="llama"} 300',
@@ -155,7 +208,9 @@ describe("the model servers' prefix-cache hit rate", () => {
   });
 
   it('prints the rate and which routing produced it', () => {
-    expect(formatPrefixCache({ hits: 805, queries: 1000 }, true)).toMatch(/: 80\.5% of prompt tokens were cached \(805 of 1000\); EPPs routed by the servers' KV events \(precise\)\.$/);
+    expect(formatPrefixCache({ hits: 805, queries: 1000 }, true)).toMatch(
+      /: 80\.5% of prompt tokens were cached \(805 of 1000\); EPPs routed by the servers' KV events \(precise\)\.$/,
+    );
     expect(formatPrefixCache({ hits: 0, queries: 0 }, false)).toMatch(/: n\/a .*\(approximate\); compare with --kv-events\.$/);
   });
 });

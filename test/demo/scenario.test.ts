@@ -20,7 +20,12 @@ describe('planScenario', () => {
     expect(phases.at(-1)!.endMs).toBe(30_000);
     for (let i = 1; i < phases.length; i++) expect(phases[i]!.startMs).toBe(phases[i - 1]!.endMs);
     // 15:25:15:25 of 30 s, on whole seconds: boundaries at 5.625 -> 6, 15 -> 15, 20.625 -> 21.
-    expect(phases.map((p) => [p.startMs, p.endMs])).toEqual([[0, 6000], [6000, 15_000], [15_000, 21_000], [21_000, 30_000]]);
+    expect(phases.map((p) => [p.startMs, p.endMs])).toEqual([
+      [0, 6000],
+      [6000, 15_000],
+      [15_000, 21_000],
+      [21_000, 30_000],
+    ]);
   });
 
   it('keeps every phase non-empty, in proportion and on whole seconds for any duration from the minimum', () => {

@@ -35,9 +35,11 @@ function dockerfileProblems(text: string): string[] {
   if (froms.length !== 2) return [`expected two stages (build, runtime), found ${froms.length}`];
   const [build, runtime] = froms as [(typeof froms)[number], (typeof froms)[number]];
   const args = new Map(dockerfile.getARGs().map((a) => [a.getProperty()?.getName(), a.getProperty()?.getValue()]));
-  const baseOf = (from: (typeof froms)[number]) => (from.getImage() ?? '').replace(/^\$\{?(\w+)\}?$/, (_, name: string) => args.get(name) ?? '');
+  const baseOf = (from: (typeof froms)[number]) =>
+    (from.getImage() ?? '').replace(/^\$\{?(\w+)\}?$/, (_, name: string) => args.get(name) ?? '');
   for (const from of froms) {
-    if (!/^node:20[.\w-]*$/.test(baseOf(from))) problems.push(`stage ${from.getBuildStage() ?? '?'}: base image ${baseOf(from)} is not Node 20`);
+    if (!/^node:20[.\w-]*$/.test(baseOf(from)))
+      problems.push(`stage ${from.getBuildStage() ?? '?'}: base image ${baseOf(from)} is not Node 20`);
   }
   if (build.getBuildStage() !== 'build') problems.push('the first stage is not named build');
   const line = (i: Instruction) => i.getRange().start.line;
@@ -50,15 +52,21 @@ function dockerfileProblems(text: string): string[] {
   if (prune < 0) problems.push('the build stage does not run npm prune --omit=dev');
   if (ci >= 0 && prune >= 0 && prune < ci) problems.push('npm prune runs before npm ci');
   const gather = buildRuns.find((r) => r.includes('/out'));
-  if (!gather || !/\bdist\b/.test(gather) || !/package\.json/.test(gather) || /\bsrc\b/.test(gather)) problems.push('the build stage does not gather package.json and dist/ (and no src/) into /out');
+  if (!gather || !/\bdist\b/.test(gather) || !/package\.json/.test(gather) || /\bsrc\b/.test(gather))
+    problems.push('the build stage does not gather package.json and dist/ (and no src/) into /out');
   if (runs.some((i) => stageOf(i) === 'runtime')) problems.push('the runtime stage runs commands (it should only copy)');
   const runtimeCopies = instructions.filter((i) => ['COPY', 'ADD'].includes(i.getKeyword()) && stageOf(i) === 'runtime');
   if (runtimeCopies.length === 0) problems.push('the runtime stage copies nothing');
   for (const copy of runtimeCopies) {
-    const from = (copy as Partial<Pick<Copy, 'getFlags'>>).getFlags?.().find((f) => f.getName() === 'from')?.getValue();
+    const from = (copy as Partial<Pick<Copy, 'getFlags'>>)
+      .getFlags?.()
+      .find((f) => f.getName() === 'from')
+      ?.getValue();
     const source = copy.getArguments()[0]?.getValue();
     if (from !== 'build' || !['/out', '/out/'].includes(source ?? '')) {
-      problems.push(`runtime copies something other than the build stage's /out: ${copy.getKeyword()} ${copy.getArgumentsContent() ?? ''} (from ${from ?? 'the context'})`);
+      problems.push(
+        `runtime copies something other than the build stage's /out: ${copy.getKeyword()} ${copy.getArgumentsContent() ?? ''} (from ${from ?? 'the context'})`,
+      );
     }
   }
   const users = instructions.filter((i) => i.getKeyword() === 'USER' && stageOf(i) === 'runtime');
@@ -71,7 +79,7 @@ function dockerfileProblems(text: string): string[] {
     .map((i) => i.getArgumentsContent() ?? '')
     .join('\n');
   if (!/NODE_ENV=production/.test(env)) problems.push('NODE_ENV=production is not set');
-  if (!/PATH=\/app\/node_modules\/\.bin:/.test(env)) problems.push("the binaries are not on PATH (the command names one)");
+  if (!/PATH=\/app\/node_modules\/\.bin:/.test(env)) problems.push('the binaries are not on PATH (the command names one)');
   for (const keyword of ['CMD', 'ENTRYPOINT']) {
     const found = instructions.filter((i) => i.getKeyword() === keyword).at(-1);
     if (found && !(found.getArgumentsContent() ?? '').trim().startsWith('[')) problems.push(`${keyword} is not in exec (JSON) form`);
@@ -94,7 +102,9 @@ describe('Dockerfile', () => {
     expect(broken('USER 1000:1000', 'USER 0')).toMatch(/is root/);
     expect(broken('RUN npm prune --omit=dev', 'RUN true')).toMatch(/does not run npm prune/);
     expect(broken('RUN npm ci', 'RUN npm install')).toMatch(/does not run npm ci/);
-    expect(broken('COPY --from=build --chown=0:0 /out/ /app/', 'COPY --from=build /src /app')).toMatch(/other than the build stage's \/out/);
+    expect(broken('COPY --from=build --chown=0:0 /out/ /app/', 'COPY --from=build /src /app')).toMatch(
+      /other than the build stage's \/out/,
+    );
     expect(broken('ARG NODE_IMAGE=node:20-bookworm-slim', 'ARG NODE_IMAGE=node:22-bookworm-slim')).toMatch(/not Node 20/);
     expect(broken('CMD ["spillway-epp", "--help"]', 'CMD spillway-epp --help')).toMatch(/exec \(JSON\) form/);
     expect(broken('CMD ["spillway-epp", "--help"]', 'CMD ["spillway-nope"]')).toMatch(/not one of the binaries/);
@@ -104,7 +114,10 @@ describe('Dockerfile', () => {
   it('.dockerignore keeps host builds and unneeded trees out, and the workspaces and lockfile in', () => {
     for (const excluded of ['.git', '**/node_modules', '**/dist', 'test', 'docs']) expect(DOCKERIGNORE).toContain(excluded);
     for (const needed of ['packages', 'services', 'package.json', 'package-lock.json', 'tsconfig.json', 'tsconfig.base.json']) {
-      expect(DOCKERIGNORE.some((pattern) => pattern === needed || pattern === `${needed}/` || pattern === '*'), needed).toBe(false);
+      expect(
+        DOCKERIGNORE.some((pattern) => pattern === needed || pattern === `${needed}/` || pattern === '*'),
+        needed,
+      ).toBe(false);
     }
   });
 
@@ -114,7 +127,9 @@ describe('Dockerfile', () => {
       .filter((f) => f.endsWith('.yaml'))
       .map((f) => readFileSync(join(ROOT, 'infra', 'k8s', f), 'utf8'))
       .join('\n');
-    const commands = [...manifests.matchAll(/image: (\S+)\n\s+command:\n\s+- (\S+)/g)].filter(([, image]) => image === topology.image).map(([, , command]) => command!);
+    const commands = [...manifests.matchAll(/image: (\S+)\n\s+command:\n\s+- (\S+)/g)]
+      .filter(([, image]) => image === topology.image)
+      .map(([, , command]) => command!);
     expect(new Set(commands)).toEqual(new Set(['spillway-epp', 'spillway-collector', 'spillway-sim', 'spillway-provision']));
     for (const command of commands) expect(BINARIES).toContain(command);
   });

@@ -27,7 +27,10 @@ interface Workspace {
 
 function run(command: string, args: string[], cwd: string, timeout = INSTALL_TIMEOUT_MS): string {
   const result = spawnSync(command, args, { cwd, encoding: 'utf8', timeout, env: { ...process.env, npm_config_update_notifier: 'false' } });
-  if (result.status !== 0) throw new Error(`${command} ${args.join(' ')} failed (${result.status ?? result.signal}):\n${result.stdout}\n${result.stderr}`.slice(-4000));
+  if (result.status !== 0)
+    throw new Error(
+      `${command} ${args.join(' ')} failed (${result.status ?? result.signal}):\n${result.stdout}\n${result.stderr}`.slice(-4000),
+    );
   return result.stdout;
 }
 
@@ -35,7 +38,11 @@ function workspacesOf(root: string): Workspace[] {
   return ['packages', 'services'].flatMap((group) =>
     readdirSync(join(root, group)).map((name) => {
       const dir = join(root, group, name);
-      const pkg = JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')) as { name: string; bin?: Record<string, string>; dependencies?: Record<string, string> };
+      const pkg = JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')) as {
+        name: string;
+        bin?: Record<string, string>;
+        dependencies?: Record<string, string>;
+      };
       return { dir, name: pkg.name, bin: pkg.bin ?? {}, dependencies: pkg.dependencies ?? {} };
     }),
   );
@@ -58,7 +65,8 @@ function importsOf(dist: string): Set<string> {
   return found;
 }
 
-const packageName = (specifier: string) => (specifier.startsWith('@') ? specifier.split('/').slice(0, 2).join('/') : specifier.split('/')[0]!);
+const packageName = (specifier: string) =>
+  specifier.startsWith('@') ? specifier.split('/').slice(0, 2).join('/') : specifier.split('/')[0]!;
 const BUILTIN = new Set(builtinModules);
 
 describe('production install (npm ci, npm prune --omit=dev)', () => {
@@ -69,7 +77,9 @@ describe('production install (npm ci, npm prune --omit=dev)', () => {
 
   beforeAll(() => {
     copy = mkdtempSync(join(tmpdir(), 'spillway-prod-'));
-    const tracked = run('git', ['ls-files', '-z'], ROOT, 60_000).split('\0').filter((f) => f.length > 0);
+    const tracked = run('git', ['ls-files', '-z'], ROOT, 60_000)
+      .split('\0')
+      .filter((f) => f.length > 0);
     for (const file of tracked) {
       if (!existsSync(join(ROOT, file))) continue; // deleted in the work tree, not yet committed
       mkdirSync(dirname(join(copy, file)), { recursive: true });
@@ -89,7 +99,8 @@ describe('production install (npm ci, npm prune --omit=dev)', () => {
   }, 5 * 60_000);
 
   it('drops the dev dependencies and keeps the built workspaces', () => {
-    for (const dev of ['typescript', 'vitest', 'eslint', 'tsx', 'kubernetes-models']) expect(existsSync(join(copy, 'node_modules', dev)), dev).toBe(false);
+    for (const dev of ['typescript', 'vitest', 'eslint', 'tsx', 'kubernetes-models'])
+      expect(existsSync(join(copy, 'node_modules', dev)), dev).toBe(false);
     for (const w of workspaces) expect(existsSync(join(w.dir, 'dist', 'index.js')), `${w.name} is built`).toBe(true);
   });
 
@@ -100,7 +111,10 @@ describe('production install (npm ci, npm prune --omit=dev)', () => {
         const name = packageName(specifier);
         if (specifier.startsWith('node:') || BUILTIN.has(name) || name === w.name) continue;
         expect(Object.keys(w.dependencies), `${w.name} imports ${specifier}`).toContain(name);
-        const resolved = spawnSync(process.execPath, ['--input-type=module', '-e', `await import(${JSON.stringify(specifier)})`], { cwd: w.dir, encoding: 'utf8' });
+        const resolved = spawnSync(process.execPath, ['--input-type=module', '-e', `await import(${JSON.stringify(specifier)})`], {
+          cwd: w.dir,
+          encoding: 'utf8',
+        });
         expect(resolved.status, `${w.name}: import ${specifier}\n${resolved.stderr}`).toBe(0);
       }
     }
@@ -108,7 +122,16 @@ describe('production install (npm ci, npm prune --omit=dev)', () => {
 
   it('every binary answers --help', () => {
     const bins = workspaces.flatMap((w) => Object.keys(w.bin));
-    expect(bins).toEqual(expect.arrayContaining(['spillway-epp', 'spillway-collector', 'spillway-sim', 'spillway-gateway', 'spillway-fleet', 'spillway-provision']));
+    expect(bins).toEqual(
+      expect.arrayContaining([
+        'spillway-epp',
+        'spillway-collector',
+        'spillway-sim',
+        'spillway-gateway',
+        'spillway-fleet',
+        'spillway-provision',
+      ]),
+    );
     for (const bin of bins) {
       const result = spawnSync(join(copy, 'node_modules', '.bin', bin), ['--help'], { cwd: copy, encoding: 'utf8', timeout: 60_000 });
       expect(result.status, `${bin} --help: ${result.stderr}`).toBe(0);
@@ -122,7 +145,22 @@ describe('production install (npm ci, npm prune --omit=dev)', () => {
     let output = '';
     const child = spawn(
       join(copy, 'node_modules', '.bin', 'spillway-epp'),
-      ['--pool', 'llama', '--zone', 'zone-a', '--nats', nats.url, '--host', '127.0.0.1', '--grpc-port', String(grpc), '--health-port', String(health), '--metrics-port', String(metrics)],
+      [
+        '--pool',
+        'llama',
+        '--zone',
+        'zone-a',
+        '--nats',
+        nats.url,
+        '--host',
+        '127.0.0.1',
+        '--grpc-port',
+        String(grpc),
+        '--health-port',
+        String(health),
+        '--metrics-port',
+        String(metrics),
+      ],
       { cwd: copy, stdio: ['ignore', 'pipe', 'pipe'] },
     );
     epp = child;

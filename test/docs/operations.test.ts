@@ -15,7 +15,13 @@ async function exported(): Promise<Set<string>> {
   const names = new Set<string>();
   const epp = new EppMetrics();
   // The shared-state channel's metrics join the EPP's registry when sharing is on (the default).
-  registerSharedStateMetrics(epp.registry, { counters: new SharedStateCounters(), outboxDropped: () => 0, peerCount: () => 0, ownInFlight: () => 0, remoteInFlight: () => 0 });
+  registerSharedStateMetrics(epp.registry, {
+    counters: new SharedStateCounters(),
+    outboxDropped: () => 0,
+    peerCount: () => 0,
+    ownInFlight: () => 0,
+    remoteInFlight: () => 0,
+  });
   // So do the KV metrics (--kv-events, the default), the token cache's with a tokenizer.
   const stats = { pods: 0, blocks: 0, bytes: 0, gaps: 0, droppedBatches: 0, lookups: 0, hits: 0, evicted: 0, snapshots: 0, batches: 0 };
   registerKvMetrics(epp.registry, { counters: new KvCounters(), stats: () => stats, cache: new TokenCache(1024) });
@@ -57,10 +63,16 @@ describe('docs/operations.md', () => {
 
   it('quotes log lines the code really writes', () => {
     const sources = ['services/epp/src', 'services/epp/src/shared-state', 'services/epp/src/kv', 'packages/bus/src']
-      .flatMap((dir) => readdirSync(join(root, dir)).filter((f) => f.endsWith('.ts')).map((f) => readFileSync(join(root, dir, f), 'utf8')))
+      .flatMap((dir) =>
+        readdirSync(join(root, dir))
+          .filter((f) => f.endsWith('.ts'))
+          .map((f) => readFileSync(join(root, dir, f), 'utf8')),
+      )
       .join('\n');
     const table = operations.slice(operations.indexOf('## Logs'));
-    const quoted = [...table.matchAll(/^\| `([^`]+)`(?: \/ `([^`]+)`)? \|/gm)].flatMap((m) => [m[1], m[2]]).filter((s): s is string => s !== undefined);
+    const quoted = [...table.matchAll(/^\| `([^`]+)`(?: \/ `([^`]+)`)? \|/gm)]
+      .flatMap((m) => [m[1], m[2]])
+      .filter((s): s is string => s !== undefined);
     expect(quoted.length).toBeGreaterThan(5);
     for (const line of quoted) expect(sources, line).toContain(line.replace(/ \.\.\.$/, ''));
   });

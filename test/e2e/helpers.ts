@@ -157,12 +157,18 @@ export async function startHintlessGateway(system: LocalSystem, zone: string): P
     command: process.execPath,
     args: [
       join(ROOT, 'services', 'gateway', 'bin', 'spillway-gateway.js'),
-      '--epp', `127.0.0.1:${z.eppPorts.grpc}`,
-      '--zone', zone,
-      '--endpoints', join(dir, 'endpoints-all.json'),
-      '--port', String(port),
-      '--subset-hint', 'off',
-      '--log-level', 'info',
+      '--epp',
+      `127.0.0.1:${z.eppPorts.grpc}`,
+      '--zone',
+      zone,
+      '--endpoints',
+      join(dir, 'endpoints-all.json'),
+      '--port',
+      String(port),
+      '--subset-hint',
+      'off',
+      '--log-level',
+      'info',
     ],
     logFile: join(dir, 'logs', `gateway-${zone}-nohint.log`),
     ready: () => waitUntil(`gateway-${zone}-nohint`, () => httpOk(`http://127.0.0.1:${port}/gateway/stats`), 20_000),
@@ -309,7 +315,14 @@ function key(name: string, labels: string[]): string {
 
 /** One sample; undefined when absent. */
 export function sample(samples: Samples, name: string, labels: Record<string, string> = {}): number | undefined {
-  return samples.get(key(name, Object.entries(labels).map(([k, v]) => `${k}="${v}"`).sort()));
+  return samples.get(
+    key(
+      name,
+      Object.entries(labels)
+        .map(([k, v]) => `${k}="${v}"`)
+        .sort(),
+    ),
+  );
 }
 
 /** One sample from a live EPP; absent counts as 0 (per-zone gauges are reset before each scrape). */

@@ -48,7 +48,7 @@ async function lastDecision(metricsPort: number): Promise<DecisionSummary | unde
   return list[0];
 }
 
-describe.sequential('e2e: precise prefix-cache routing from the model servers\' KV events', () => {
+describe.sequential("e2e: precise prefix-cache routing from the model servers' KV events", () => {
   const e2e = useSystem('kv-events', {
     zones: ZONES.map((zone) => ({ zone, region: 'r1', servers: 2 })),
     natsTopology: 'single',
@@ -62,11 +62,15 @@ describe.sequential('e2e: precise prefix-cache routing from the model servers\' 
   const blocks = (zone: string) => eppMetric(metricsPort(zone), 'spillway_kv_index_blocks');
 
   /** A request with `prefix` through a zone's gateway. */
-  const ask = (zone: string, prefix: string, question: string): Promise<Completion> => complete(e2e.system, gateway(zone), { prompt: `${prefix}${question}`, maxTokens: 2 });
+  const ask = (zone: string, prefix: string, question: string): Promise<Completion> =>
+    complete(e2e.system, gateway(zone), { prompt: `${prefix}${question}`, maxTokens: 2 });
 
-  it('every EPP follows the KV events of every zone\'s servers', async () => {
+  it("every EPP follows the KV events of every zone's servers", async () => {
     // One prompt of a few blocks straight to every server: each reports the blocks it stored.
-    for (const sim of e2e.system.sims) expect(await direct(sim, `Warm-up of ${sim.pod}: ${'a prompt long enough to fill several blocks of sixteen tokens; '.repeat(8)}`)).toBe(200);
+    for (const sim of e2e.system.sims)
+      expect(
+        await direct(sim, `Warm-up of ${sim.pod}: ${'a prompt long enough to fill several blocks of sixteen tokens; '.repeat(8)}`),
+      ).toBe(200);
     for (const zone of ZONES) {
       await eventually(async () => expect(await eppMetric(metricsPort(zone), 'spillway_kv_index_pods')).toBe(4), 30_000, 200);
       expect(await eppMetric(metricsPort(zone), 'spillway_kv_batches_total', { result: 'applied' })).toBeGreaterThan(0);
@@ -114,7 +118,7 @@ describe.sequential('e2e: precise prefix-cache routing from the model servers\' 
     expect(decision?.kvMatchedTokens).toBeGreaterThan(2500);
   }, 120_000);
 
-  it('a restarted EPP replays the pods\' KV snapshots and routes by them before any new event', async () => {
+  it("a restarted EPP replays the pods' KV snapshots and routes by them before any new event", async () => {
     const x = sims('zone-a')[0] as SimProcess;
     const prefix = context('restart');
     expect(await direct(x, `${prefix}Before the restart.`)).toBe(200);

@@ -3,7 +3,18 @@
 // Scenarios run in order on one system; the destructive ones (EPP restart, simulator kill) last.
 import { describe, expect, it } from 'vitest';
 import { eventually } from '@spillway/testkit';
-import { complete, eppMetric, readyz, scrape, sample, startHintlessGateway, useSystem, summarize, Traffic, type Completion } from './helpers.js';
+import {
+  complete,
+  eppMetric,
+  readyz,
+  scrape,
+  sample,
+  startHintlessGateway,
+  useSystem,
+  summarize,
+  Traffic,
+  type Completion,
+} from './helpers.js';
 
 const ZONES = ['zone-a', 'zone-b', 'zone-c'];
 /** With --max-num-seqs 2 and --time-scale 2, ~0.4–0.8 s per request: long enough to pile up. */
@@ -13,10 +24,10 @@ const SHORT = 16;
 
 describe.sequential('e2e: locality mode, three zones on one NATS server', () => {
   const e2e = useSystem('locality', {
-      zones: ZONES.map((zone) => ({ zone, region: 'r1', servers: 2 })),
-      natsTopology: 'single',
-      simArgs: ['--max-num-seqs', '2', '--time-scale', '2'],
-    });
+    zones: ZONES.map((zone) => ({ zone, region: 'r1', servers: 2 })),
+    natsTopology: 'single',
+    simArgs: ['--max-num-seqs', '2', '--time-scale', '2'],
+  });
 
   const gateway = (zone: string) => e2e.system.zone(zone).gatewayUrl;
   const metricsPort = (zone: string) => e2e.system.zone(zone).eppPorts.metrics;
@@ -25,8 +36,14 @@ describe.sequential('e2e: locality mode, three zones on one NATS server', () => 
     for (const zone of ZONES) {
       const results: Completion[] = [];
       for (let i = 0; i < 6; i++) results.push(await complete(e2e.system, gateway(zone), { maxTokens: SHORT }));
-      expect(results.every((r) => r.status === 200), summarize(results)).toBe(true);
-      expect(results.every((r) => r.zone === zone), `${zone}: ${summarize(results)}`).toBe(true);
+      expect(
+        results.every((r) => r.status === 200),
+        summarize(results),
+      ).toBe(true);
+      expect(
+        results.every((r) => r.zone === zone),
+        `${zone}: ${summarize(results)}`,
+      ).toBe(true);
       // The primary is local; the list also carries a cross-zone fallback.
       expect(results.every((r) => e2e.system.zoneOfAddress(r.destination[0] ?? '') === zone)).toBe(true);
       expect(results.some((r) => r.destination.some((d) => e2e.system.zoneOfAddress(d) !== zone))).toBe(true);
@@ -46,9 +63,15 @@ describe.sequential('e2e: locality mode, three zones on one NATS server', () => 
       burst = await load.stop();
     }
     const summary = summarize(burst);
-    expect(burst.every((r) => r.status === 200), summary).toBe(true);
+    expect(
+      burst.every((r) => r.status === 200),
+      summary,
+    ).toBe(true);
     const elsewhere = burst.filter((r) => r.zone !== 'zone-a');
-    expect(elsewhere.every((r) => r.zone === 'zone-b' || r.zone === 'zone-c'), summary).toBe(true);
+    expect(
+      elsewhere.every((r) => r.zone === 'zone-b' || r.zone === 'zone-c'),
+      summary,
+    ).toBe(true);
     expect(burst.filter((r) => r.zone === 'zone-a').length, summary).toBeGreaterThan(0);
     expect(await eppMetric(metricsPort('zone-a'), 'spillway_spills_total')).toBeGreaterThan(spillsBefore);
 
@@ -56,11 +79,18 @@ describe.sequential('e2e: locality mode, three zones on one NATS server', () => 
     await eventually(async () => {
       expect(await eppMetric(metricsPort('zone-a'), 'inference_pool_average_queue_size', { name: 'llama' })).toBe(0);
     }, 30_000);
-    await eventually(async () => {
-      const after: Completion[] = [];
-      for (let i = 0; i < 5; i++) after.push(await complete(e2e.system, gateway('zone-a'), { maxTokens: SHORT }));
-      expect(after.every((r) => r.status === 200 && r.zone === 'zone-a'), summarize(after)).toBe(true);
-    }, 30_000, 200);
+    await eventually(
+      async () => {
+        const after: Completion[] = [];
+        for (let i = 0; i < 5; i++) after.push(await complete(e2e.system, gateway('zone-a'), { maxTokens: SHORT }));
+        expect(
+          after.every((r) => r.status === 200 && r.zone === 'zone-a'),
+          summarize(after),
+        ).toBe(true);
+      },
+      30_000,
+      200,
+    );
   }, 120_000);
 
   it('an EPP restarted mid-traffic is ready again after replay and picks as before', async () => {
@@ -71,7 +101,10 @@ describe.sequential('e2e: locality mode, three zones on one NATS server', () => 
 
     // Traffic through the other zones keeps flowing (their EPPs are untouched); zone-a's gateway
     // fails fast while its EPP is gone, which is expected and not asserted.
-    const others = [new Traffic(e2e.system, gateway('zone-b'), { workers: 1, maxRequests: 80, maxTokens: SHORT }), new Traffic(e2e.system, gateway('zone-c'), { workers: 1, maxRequests: 80, maxTokens: SHORT })];
+    const others = [
+      new Traffic(e2e.system, gateway('zone-b'), { workers: 1, maxRequests: 80, maxTokens: SHORT }),
+      new Traffic(e2e.system, gateway('zone-c'), { workers: 1, maxRequests: 80, maxTokens: SHORT }),
+    ];
     const local = new Traffic(e2e.system, gateway('zone-a'), { workers: 1, maxRequests: 200, maxTokens: SHORT, pauseMs: 100 });
     try {
       await local.more(3);
@@ -85,11 +118,15 @@ describe.sequential('e2e: locality mode, three zones on one NATS server', () => 
       expect(sample(after, 'spillway_view_caught_up')).toBe(1);
       expect(ZONES.map((zone) => sample(after, 'spillway_zone_ready_pods', { zone }))).toEqual(readyBefore);
       // Picks as before: through its gateway, served in zone-a again.
-      await eventually(async () => {
-        const r = await complete(e2e.system, gateway('zone-a'), { maxTokens: SHORT });
-        expect(r.status, summarize([r])).toBe(200);
-        expect(r.zone).toBe('zone-a');
-      }, 30_000, 200);
+      await eventually(
+        async () => {
+          const r = await complete(e2e.system, gateway('zone-a'), { maxTokens: SHORT });
+          expect(r.status, summarize([r])).toBe(200);
+          expect(r.zone).toBe('zone-a');
+        },
+        30_000,
+        200,
+      );
       for (let i = 0; i < 5; i++) {
         const r = await complete(e2e.system, gateway('zone-a'), { maxTokens: SHORT });
         expect(r.status === 200 && r.zone === 'zone-a', summarize([r])).toBe(true);
@@ -98,7 +135,10 @@ describe.sequential('e2e: locality mode, three zones on one NATS server', () => 
       await local.stop();
       const results = (await Promise.all(others.map((t) => t.stop()))).flat();
       expect(results.length).toBeGreaterThan(0);
-      expect(results.every((r) => r.status === 200), summarize(results)).toBe(true);
+      expect(
+        results.every((r) => r.status === 200),
+        summarize(results),
+      ).toBe(true);
     }
   }, 120_000);
 
@@ -114,21 +154,34 @@ describe.sequential('e2e: locality mode, three zones on one NATS server', () => 
       await traffic.more(6);
       await victim.process.kill();
       // Readiness: the collector's probe marks the dead pod not ready; every EPP's view follows.
-      await eventually(async () => {
-        for (const zone of ZONES) expect(await eppMetric(metricsPort(zone), 'spillway_zone_ready_pods', { zone: 'zone-a' })).toBe(1);
-      }, 30_000, 200);
+      await eventually(
+        async () => {
+          for (const zone of ZONES) expect(await eppMetric(metricsPort(zone), 'spillway_zone_ready_pods', { zone: 'zone-a' })).toBe(1);
+        },
+        30_000,
+        200,
+      );
       await traffic.more(6);
     } finally {
       results = await traffic.stop();
     }
-    expect(results.every((r) => r.status === 200), summarize(results)).toBe(true);
-    expect(results.some((r) => r.attempts > 1), summarize(results)).toBe(true);
+    expect(
+      results.every((r) => r.status === 200),
+      summarize(results),
+    ).toBe(true);
+    expect(
+      results.some((r) => r.attempts > 1),
+      summarize(results),
+    ).toBe(true);
 
     // No destination list names the dead pod any more, also without a subset hint. These requests
     // span more than the EPP's passive-health penalty (5 s), so readiness, not the penalty, keeps it out.
     const probes: Completion[] = [];
     for (let i = 0; i < 24; i++) probes.push(await complete(e2e.system, hintless, { maxTokens: LONG }));
-    expect(probes.every((r) => r.status === 200), summarize(probes)).toBe(true);
+    expect(
+      probes.every((r) => r.status === 200),
+      summarize(probes),
+    ).toBe(true);
     expect(probes.filter((r) => r.destination.includes(victim.address)).map((r) => r.destination.join(','))).toEqual([]);
     expect(probes.some((r) => r.zone === 'zone-a')).toBe(true);
   }, 120_000);

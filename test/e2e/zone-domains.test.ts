@@ -10,10 +10,10 @@ const SHORT = 16;
 
 describe.sequential('e2e: one JetStream domain per zone, hub stopped and restarted', () => {
   const e2e = useSystem('zones', {
-      zones: ZONES.map((zone) => ({ zone, region: 'r1', servers: 2 })),
-      natsTopology: 'zones',
-      simArgs: ['--max-num-seqs', '2', '--time-scale', '2'],
-    });
+    zones: ZONES.map((zone) => ({ zone, region: 'r1', servers: 2 })),
+    natsTopology: 'zones',
+    simArgs: ['--max-num-seqs', '2', '--time-scale', '2'],
+  });
 
   const gateway = (zone: string) => e2e.system.zone(zone).gatewayUrl;
   const metricsPort = (zone: string) => e2e.system.zone(zone).eppPorts.metrics;
@@ -38,7 +38,9 @@ describe.sequential('e2e: one JetStream domain per zone, hub stopped and restart
     // Every EPP sees every zone, live, through its local aggregate.
     await eventually(() => expectViews('fresh'), 30_000, 200);
 
-    const traffic = ZONES.map((zone) => new Traffic(e2e.system, gateway(zone), { workers: 2, maxRequests: 400, maxTokens: SHORT, pauseMs: 50 }));
+    const traffic = ZONES.map(
+      (zone) => new Traffic(e2e.system, gateway(zone), { workers: 2, maxRequests: 400, maxTokens: SHORT, pauseMs: 50 }),
+    );
     let results: Completion[][] = [];
     try {
       await Promise.all(traffic.map((t) => t.more(4)));
@@ -50,16 +52,23 @@ describe.sequential('e2e: one JetStream domain per zone, hub stopped and restart
       for (const [i, zone] of ZONES.entries()) {
         const rs = (traffic[i] as Traffic).results.slice(from[i]);
         expect(rs.length).toBeGreaterThan(0);
-        expect(rs.every((r) => r.status === 200 && r.zone === zone), `${zone} while cut off: ${summarize(rs)}`).toBe(true);
+        expect(
+          rs.every((r) => r.status === 200 && r.zone === zone),
+          `${zone} while cut off: ${summarize(rs)}`,
+        ).toBe(true);
       }
 
       // A change in zone-b while cut off: zone-b's own EPP follows it at once; zone-a's cannot yet.
       const victim = e2e.system.simsOf('zone-b')[1];
       if (!victim) throw new Error('no zone-b simulator');
       await victim.process.kill();
-      await eventually(async () => {
-        expect(await eppMetric(metricsPort('zone-b'), 'spillway_zone_ready_pods', { zone: 'zone-b' })).toBe(1);
-      }, 30_000, 200);
+      await eventually(
+        async () => {
+          expect(await eppMetric(metricsPort('zone-b'), 'spillway_zone_ready_pods', { zone: 'zone-b' })).toBe(1);
+        },
+        30_000,
+        200,
+      );
       expect(await eppMetric(metricsPort('zone-a'), 'spillway_zone_ready_pods', { zone: 'zone-b' })).toBe(2);
 
       // The hub returns: the aggregates' sources catch up, and the views converge.
@@ -71,16 +80,26 @@ describe.sequential('e2e: one JetStream domain per zone, hub stopped and restart
     }
     for (const [i, zone] of ZONES.entries()) {
       const rs = results[i] as Completion[];
-      expect(rs.every((r) => r.status === 200), `${zone}: ${summarize(rs)}`).toBe(true);
+      expect(
+        rs.every((r) => r.status === 200),
+        `${zone}: ${summarize(rs)}`,
+      ).toBe(true);
     }
-    expect((results[0] as Completion[]).every((r) => r.zone === 'zone-a'), summarize(results[0] as Completion[])).toBe(true);
+    expect(
+      (results[0] as Completion[]).every((r) => r.zone === 'zone-a'),
+      summarize(results[0] as Completion[]),
+    ).toBe(true);
 
     // Following live again across zones: another change in zone-b reaches zone-a's EPP.
     const second = e2e.system.simsOf('zone-b')[0];
     if (!second) throw new Error('no zone-b simulator');
     await second.process.kill();
-    await eventually(async () => {
-      expect(await eppMetric(metricsPort('zone-a'), 'spillway_zone_ready_pods', { zone: 'zone-b' })).toBe(0);
-    }, 30_000, 200);
+    await eventually(
+      async () => {
+        expect(await eppMetric(metricsPort('zone-a'), 'spillway_zone_ready_pods', { zone: 'zone-b' })).toBe(0);
+      },
+      30_000,
+      200,
+    );
   }, 120_000);
 });

@@ -25,7 +25,9 @@ const topology = loadTopology();
 function partsOf(config: unknown) {
   const listeners = list(config, 'static_resources', 'listeners');
   expect(listeners).toHaveLength(1);
-  const manager = list(listeners[0], 'filter_chains', 0, 'filters').find((f) => str(f, 'name') === 'envoy.filters.network.http_connection_manager');
+  const manager = list(listeners[0], 'filter_chains', 0, 'filters').find(
+    (f) => str(f, 'name') === 'envoy.filters.network.http_connection_manager',
+  );
   const hcm = node(manager, 'typed_config');
   const filters = list(hcm, 'http_filters').map((f) => node(f));
   const filter = (name: string): Node => {
@@ -65,10 +67,16 @@ describe("Envoy's schema check (Bootstrap from Envoy's .proto files)", () => {
     const hcmOf = (config: Node) => partsOf(config).hcm;
     const extProcOf = (config: Node) => partsOf(config).filter('envoy.filters.http.ext_proc');
     // retry_policy belongs to the route action, not to the route.
-    expect(mutate((c) => (partsOf(c).routes[0]!['retry_policy'] = { num_retries: 2 })).join('\n')).toMatch(/routes\[0\]\.retry_policy: unknown field of envoy\.config\.route\.v3\.Route$/);
+    expect(mutate((c) => (partsOf(c).routes[0]!['retry_policy'] = { num_retries: 2 })).join('\n')).toMatch(
+      /routes\[0\]\.retry_policy: unknown field of envoy\.config\.route\.v3\.Route$/,
+    );
     expect(mutate((c) => (hcmOf(c)['stream_idle_timeout'] = 600)).join('\n')).toMatch(/stream_idle_timeout: a Duration is a string/);
-    expect(mutate((c) => (node(extProcOf(c), 'processing_mode')['response_body_mode'] = 'FULL_DUPLEX')).join('\n')).toMatch(/"FULL_DUPLEX" is not a value of .*BodySendMode/);
-    expect(mutate((c) => (extProcOf(c)['@type'] = `${TYPE}envoy.extensions.filters.http.ext_proc.v3.ExternalProcesor`)).join('\n')).toMatch(/names no message/);
+    expect(mutate((c) => (node(extProcOf(c), 'processing_mode')['response_body_mode'] = 'FULL_DUPLEX')).join('\n')).toMatch(
+      /"FULL_DUPLEX" is not a value of .*BodySendMode/,
+    );
+    expect(mutate((c) => (extProcOf(c)['@type'] = `${TYPE}envoy.extensions.filters.http.ext_proc.v3.ExternalProcesor`)).join('\n')).toMatch(
+      /names no message/,
+    );
     expect(mutate((c) => (extProcOf(c)['failure_mode_allow'] = 'no')).join('\n')).toMatch(/failure_mode_allow: expected bool/);
     // A cluster's discovery type and cluster_type are one oneof.
     expect(mutate((c) => (partsOf(c).cluster('spillway_epp')['cluster_type'] = { name: 'x' })).join('\n')).toMatch(/are both set/);
@@ -90,7 +98,11 @@ describe.each(topology.zones.map((z) => [z.name]))('infra/envoy/envoy-%s.yaml', 
   });
 
   it('runs set_metadata, then ext_proc, then the router (router last)', () => {
-    expect(parts.filters.map((f) => f['name'])).toEqual(['envoy.filters.http.set_metadata', 'envoy.filters.http.ext_proc', 'envoy.filters.http.router']);
+    expect(parts.filters.map((f) => f['name'])).toEqual([
+      'envoy.filters.http.set_metadata',
+      'envoy.filters.http.ext_proc',
+      'envoy.filters.http.router',
+    ]);
   });
 
   it("set_metadata writes this zone's model servers as the subset, all known to the model-server cluster", () => {
@@ -101,7 +113,8 @@ describe.each(topology.zones.map((z) => [z.name]))('infra/envoy/envoy-%s.yaml', 
     for (const entry of subset) expect(entry).toMatch(/^\d+\.\d+\.\d+\.\d+:\d+$/);
     const locality = list(parts.cluster('model_servers'), 'load_assignment', 'endpoints').find((l) => str(l, 'locality', 'zone') === zone);
     const addresses = list(locality, 'lb_endpoints').map(
-      (e) => `${str(e, 'endpoint', 'address', 'socket_address', 'address')}:${String(at(e, 'endpoint', 'address', 'socket_address', 'port_value'))}`,
+      (e) =>
+        `${str(e, 'endpoint', 'address', 'socket_address', 'address')}:${String(at(e, 'endpoint', 'address', 'socket_address', 'port_value'))}`,
     );
     expect([...subset].sort()).toEqual([...addresses].sort());
   });
@@ -127,7 +140,11 @@ describe.each(topology.zones.map((z) => [z.name]))('infra/envoy/envoy-%s.yaml', 
     expect(parts.routes).toHaveLength(1);
     const route = parts.routes[0]!;
     expect(list(route, 'request_headers_to_remove')).toEqual(
-      expect.arrayContaining(['x-gateway-destination-endpoint', 'x-gateway-destination-endpoint-subset', 'x-gateway-destination-endpoint-served']),
+      expect.arrayContaining([
+        'x-gateway-destination-endpoint',
+        'x-gateway-destination-endpoint-subset',
+        'x-gateway-destination-endpoint-served',
+      ]),
     );
     expect(str(route, 'route', 'cluster')).toBe('model_servers');
     const retry = node(route, 'route', 'retry_policy');
@@ -142,7 +159,9 @@ describe.each(topology.zones.map((z) => [z.name]))('infra/envoy/envoy-%s.yaml', 
     expect(policies).toHaveLength(1);
     const overrideHost = node(policies[0], 'typed_extension_config', 'typed_config');
     expect(str(overrideHost, '@type')).toBe(`${TYPE}envoy.extensions.load_balancing_policies.override_host.v3.OverrideHost`);
-    expect(list(overrideHost, 'override_host_sources')).toEqual([{ metadata: { key: 'envoy.lb', path: [{ key: 'x-gateway-destination-endpoint' }] } }]);
+    expect(list(overrideHost, 'override_host_sources')).toEqual([
+      { metadata: { key: 'envoy.lb', path: [{ key: 'x-gateway-destination-endpoint' }] } },
+    ]);
     expect(node(overrideHost, 'selected_host_key')).toEqual({ key: 'envoy.lb', path: [{ key: 'x-gateway-destination-endpoint-served' }] });
     expect(servers['lb_policy']).toBeUndefined();
     const localities = list(servers, 'load_assignment', 'endpoints').map((l) => [str(l, 'locality', 'zone'), str(l, 'locality', 'region')]);
@@ -157,9 +176,12 @@ describe.each(topology.zones.map((z) => [z.name]))('infra/envoy/envoy-%s.yaml', 
     expect(str(checks[0], 'grpc_health_check', 'service_name')).toBe('envoy.service.ext_proc.v3.ExternalProcessor');
     const endpoints = list(epp, 'load_assignment', 'endpoints', 0, 'lb_endpoints');
     const expected = eppAddressOf(topology, zone);
-    expect(endpoints.map((e) => [str(e, 'endpoint', 'address', 'socket_address', 'address'), at(e, 'endpoint', 'address', 'socket_address', 'port_value')])).toEqual([
-      [expected.host, expected.port],
-    ]);
+    expect(
+      endpoints.map((e) => [
+        str(e, 'endpoint', 'address', 'socket_address', 'address'),
+        at(e, 'endpoint', 'address', 'socket_address', 'port_value'),
+      ]),
+    ).toEqual([[expected.host, expected.port]]);
     // The address is the zone's EPP Service of infra/k8s, on its ext_proc port.
     const manifests = readFileSync(join(ENVOY_DIR, '..', 'k8s', 'epp.yaml'), 'utf8');
     expect(expected.host).toBe(`spillway-epp-${zone}.${topology.namespace}.svc.cluster.local`);

@@ -77,10 +77,12 @@ function checkType(value: unknown, type: protobuf.Type, path: string, problems: 
   const at = path || '(root)';
   switch (type.fullName) {
     case '.google.protobuf.Duration':
-      if (typeof value !== 'string' || !/^-?\d+(\.\d{1,9})?s$/.test(value)) problems.push(`${at}: a Duration is a string like "1.5s", not ${JSON.stringify(value)}`);
+      if (typeof value !== 'string' || !/^-?\d+(\.\d{1,9})?s$/.test(value))
+        problems.push(`${at}: a Duration is a string like "1.5s", not ${JSON.stringify(value)}`);
       return;
     case '.google.protobuf.Struct':
-      if (typeof value !== 'object' || value === null || Array.isArray(value)) problems.push(`${at}: a Struct is a mapping, not ${kindOf(value)}`);
+      if (typeof value !== 'object' || value === null || Array.isArray(value))
+        problems.push(`${at}: a Struct is a mapping, not ${kindOf(value)}`);
       return;
     case '.google.protobuf.Value':
       return;
@@ -138,7 +140,10 @@ function checkFields(value: unknown, type: protobuf.Type, path: string, problems
   for (const field of type.fieldsArray) {
     byName.set(field.name, field);
     // Proto3 JSON accepts the lowerCamelCase name too.
-    byName.set(field.name.replace(/_([a-z0-9])/g, (_, c: string) => c.toUpperCase()), field);
+    byName.set(
+      field.name.replace(/_([a-z0-9])/g, (_, c: string) => c.toUpperCase()),
+      field,
+    );
   }
   const oneofs = new Map<string, string>();
   for (const [key, child] of Object.entries(value as Record<string, unknown>)) {
@@ -181,8 +186,12 @@ function checkSingle(value: unknown, field: protobuf.Field, path: string, proble
   const resolved = field.resolvedType;
   if (resolved instanceof protobuf.Type) return checkType(value, resolved, path, problems, root);
   if (resolved instanceof protobuf.Enum) {
-    const known = typeof value === 'string' ? value in resolved.values : typeof value === 'number' && Object.values(resolved.values).includes(value);
-    if (!known) problems.push(`${path}: ${JSON.stringify(value)} is not a value of ${resolved.fullName.slice(1)} (${Object.keys(resolved.values).join(', ')})`);
+    const known =
+      typeof value === 'string' ? value in resolved.values : typeof value === 'number' && Object.values(resolved.values).includes(value);
+    if (!known)
+      problems.push(
+        `${path}: ${JSON.stringify(value)} is not a value of ${resolved.fullName.slice(1)} (${Object.keys(resolved.values).join(', ')})`,
+      );
     return;
   }
   const type = field.type;

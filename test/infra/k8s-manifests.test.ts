@@ -57,7 +57,8 @@ function validateObject(doc: Node): void {
     if (!validateInferencePool(doc)) throw new Error(`InferencePool: ${ajv.errorsText(validateInferencePool.errors)}`);
     // The CRD's CEL rule: a port is required when the picker is a Service (the default kind).
     const ref = (doc['spec'] as Node)['endpointPickerRef'] as Node;
-    if ((ref['kind'] ?? 'Service') === 'Service' && ref['port'] === undefined) throw new Error('InferencePool: endpointPickerRef.port is required for a Service');
+    if ((ref['kind'] ?? 'Service') === 'Service' && ref['port'] === undefined)
+      throw new Error('InferencePool: endpointPickerRef.port is required for a Service');
     return;
   }
   const model = MODELS[kind];
@@ -86,7 +87,13 @@ function parseDocs(file: string, text: string): Obj[] {
     .filter(isNode)
     .map((doc) => {
       const metadata = doc['metadata'] as Node | undefined;
-      return { file, doc, kind: String(doc['kind']), name: String(metadata?.['name']), namespace: metadata?.['namespace'] as string | undefined };
+      return {
+        file,
+        doc,
+        kind: String(doc['kind']),
+        name: String(metadata?.['name']),
+        namespace: metadata?.['namespace'] as string | undefined,
+      };
     });
 }
 
@@ -127,7 +134,13 @@ interface PodTemplate {
     serviceAccountName?: string;
     containers: Container[];
     volumes?: { name: string; configMap?: { name: string }; emptyDir?: object }[];
-    affinity?: { nodeAffinity?: { requiredDuringSchedulingIgnoredDuringExecution?: { nodeSelectorTerms: { matchExpressions: { key: string; operator: string; values: string[] }[] }[] } } };
+    affinity?: {
+      nodeAffinity?: {
+        requiredDuringSchedulingIgnoredDuringExecution?: {
+          nodeSelectorTerms: { matchExpressions: { key: string; operator: string; values: string[] }[] }[];
+        };
+      };
+    };
   };
 }
 
@@ -278,23 +291,33 @@ describe.each([
   it('every workload selects its own pods, runs the topology images as a non-root user, and its accounts, volumes and secrets exist', () => {
     for (const w of workloads()) {
       const what = `${w.kind}/${w.name}`;
-      if (w.kind !== 'Job') expect(selects((spec(w)['selector'] as Node)['matchLabels'] as Record<string, string>, labelsOf(w)), `${what}: selector`).toBe(true);
+      if (w.kind !== 'Job')
+        expect(selects((spec(w)['selector'] as Node)['matchLabels'] as Record<string, string>, labelsOf(w)), `${what}: selector`).toBe(
+          true,
+        );
       const pod = template(w).spec;
-      if (pod.serviceAccountName !== undefined) expect(find('ServiceAccount', pod.serviceAccountName), `${what}: ServiceAccount`).toBeDefined();
+      if (pod.serviceAccountName !== undefined)
+        expect(find('ServiceAccount', pod.serviceAccountName), `${what}: ServiceAccount`).toBeDefined();
       const volumes = pod.volumes ?? [];
-      for (const v of volumes) if (v.configMap) expect(find('ConfigMap', v.configMap.name), `${what}: ConfigMap ${v.configMap.name}`).toBeDefined();
+      for (const v of volumes)
+        if (v.configMap) expect(find('ConfigMap', v.configMap.name), `${what}: ConfigMap ${v.configMap.name}`).toBeDefined();
       const claims = ((spec(w)['volumeClaimTemplates'] as { metadata: { name: string } }[] | undefined) ?? []).map((c) => c.metadata.name);
       for (const c of pod.containers) {
         expect([topology.image, topology.natsImage], `${what}: image`).toContain(c.image);
         expect(c.command, `${what}: command names the binary`).toHaveLength(1);
-        for (const m of c.volumeMounts ?? []) expect([...volumes.map((v) => v.name), ...claims], `${what}: volume ${m.name}`).toContain(m.name);
+        for (const m of c.volumeMounts ?? [])
+          expect([...volumes.map((v) => v.name), ...claims], `${what}: volume ${m.name}`).toContain(m.name);
         for (const e of c.env ?? []) {
           const ref = e.valueFrom?.secretKeyRef;
           if (!ref) continue;
           expect(ref.name, `${what}: Secret`).toBe(secretObj.name);
           expect(Object.keys(secret), `${what}: Secret key ${ref.key}`).toContain(ref.key);
         }
-        expect((c as { securityContext?: Node }).securityContext).toMatchObject({ runAsNonRoot: true, readOnlyRootFilesystem: true, allowPrivilegeEscalation: false });
+        expect((c as { securityContext?: Node }).securityContext).toMatchObject({
+          runAsNonRoot: true,
+          readOnlyRootFilesystem: true,
+          allowPrivilegeEscalation: false,
+        });
       }
     }
   });
@@ -314,8 +337,13 @@ describe.each([
     const pdbs = ofKind('PodDisruptionBudget');
     expect(pdbs.length).toBe(zones.length * 2);
     for (const p of pdbs) {
-      const selected = ofKind('Deployment').filter((d) => selects((spec(p)['selector'] as Node)['matchLabels'] as Record<string, string>, labelsOf(d)));
-      expect(selected.map((d) => d.name), `PDB ${p.name}`).toHaveLength(1);
+      const selected = ofKind('Deployment').filter((d) =>
+        selects((spec(p)['selector'] as Node)['matchLabels'] as Record<string, string>, labelsOf(d)),
+      );
+      expect(
+        selected.map((d) => d.name),
+        `PDB ${p.name}`,
+      ).toHaveLength(1);
       expect(Number(spec(p)['minAvailable'])).toBeLessThan(Number(spec(selected[0]!)['replicas']));
     }
   });
@@ -339,9 +367,20 @@ describe.each([
         const configMap = find('ConfigMap', volume.configMap!.name)!;
         const local = join(dir, 'config.yaml');
         writeFileSync(local, String((configMap.doc['data'] as Node)[configPath.slice(mount!.mountPath.length + 1)]));
-        const config = loadEppConfig((c.args ?? []).map((a) => (a === `--config=${configPath}` ? `--config=${local}` : a)), containerEnv(c, secret));
+        const config = loadEppConfig(
+          (c.args ?? []).map((a) => (a === `--config=${configPath}` ? `--config=${local}` : a)),
+          containerEnv(c, secret),
+        );
         expect(config, d.name).toBeDefined();
-        expect(config!.flags).toMatchObject({ pool: topology.pool, zone, region: regionOf(zone), host: '0.0.0.0', subsetMode: 'locality', stream: AGGREGATE_STREAM, ensureStream: false });
+        expect(config!.flags).toMatchObject({
+          pool: topology.pool,
+          zone,
+          region: regionOf(zone),
+          host: '0.0.0.0',
+          subsetMode: 'locality',
+          stream: AGGREGATE_STREAM,
+          ensureStream: false,
+        });
         expect(config!.nats.user).toBe(`epp-${zone}`);
         expect(config!.scheduler.subsetMode).toBe('locality');
         const target = natsTarget(config!.nats.servers[0]);
@@ -355,7 +394,9 @@ describe.each([
         expect(ports).toEqual({ grpc: Number(config!.flags.grpcPort), health, metrics: Number(config!.flags.metricsPort) });
         // The zone's own Service selects exactly this Deployment, on the ext_proc port.
         const service = find('Service', `spillway-epp-${zone}`)!;
-        expect(epps.filter((e) => selects(spec(service)['selector'] as Record<string, string>, labelsOf(e))).map((e) => e.name)).toEqual([d.name]);
+        expect(epps.filter((e) => selects(spec(service)['selector'] as Record<string, string>, labelsOf(e))).map((e) => e.name)).toEqual([
+          d.name,
+        ]);
         expect((spec(service)['ports'] as { name: string; port: number }[]).find((p) => p.name === 'grpc')?.port).toBe(ports['grpc']);
       }
     } finally {
@@ -379,7 +420,12 @@ describe.each([
       expect(config).toMatchObject({ pool: topology.pool, zone, region: regionOf(zone), stream: zoneStreamName(zone) });
       expect(config.nats.user).toBe(`collector-${zone}`);
       expect(natsTarget(config.nats.servers[0]).zone).toBe(zone);
-      expect(config.kube).toMatchObject({ namespace: topology.namespace, selector: `kubernetes.io/service-name=${topology.pool}`, port: 'http', allZones: false });
+      expect(config.kube).toMatchObject({
+        namespace: topology.namespace,
+        selector: `kubernetes.io/service-name=${topology.pool}`,
+        port: 'http',
+        allZones: false,
+      });
       const service = find('Service', topology.pool)!;
       expect((spec(service)['ports'] as { name: string }[]).map((p) => p.name)).toContain(config.kube!.port);
       const metrics = (c.ports ?? []).find((p) => p.name === 'metrics');
@@ -390,7 +436,9 @@ describe.each([
     const account = template(collectors[0]!).spec.serviceAccountName;
     const binding = ofKind('RoleBinding').find((b) => (b.doc['subjects'] as { name: string }[]).some((s) => s.name === account))!;
     const role = find('Role', (binding.doc['roleRef'] as { name: string }).name)!;
-    expect(role.doc['rules']).toEqual([{ apiGroups: ['discovery.k8s.io'], resources: ['endpointslices'], verbs: ['get', 'list', 'watch'] }]);
+    expect(role.doc['rules']).toEqual([
+      { apiGroups: ['discovery.k8s.io'], resources: ['endpointslices'], verbs: ['get', 'list', 'watch'] },
+    ]);
     for (const sa of ofKind('ServiceAccount')) if (sa.name !== account) expect(sa.doc['automountServiceAccountToken']).toBe(false);
   });
 
@@ -400,7 +448,7 @@ describe.each([
       Object.fromEntries(topology.zones.filter((z) => z.modelServers > 0).map((z) => [z.name, z.modelServers])),
     );
     const pool = ofKind('InferencePool')[0]!;
-    const target = ((spec(pool)['targetPorts'] as { number: number }[])[0]!).number;
+    const target = (spec(pool)['targetPorts'] as { number: number }[])[0]!.number;
     for (const d of servers) {
       const c = containerOf(d);
       expect(c.command).toEqual(['spillway-sim']);
@@ -413,7 +461,13 @@ describe.each([
     const ref = spec(pool)['endpointPickerRef'] as { name: string; port: { number: number }; failureMode: string };
     const service = find('Service', ref.name)!;
     expect((spec(service)['ports'] as { port: number }[]).map((p) => p.port)).toContain(ref.port.number);
-    expect(new Set(byApp('spillway-epp').filter((e) => selects(spec(service)['selector'] as Record<string, string>, labelsOf(e))).map(zoneOf))).toEqual(new Set(zones));
+    expect(
+      new Set(
+        byApp('spillway-epp')
+          .filter((e) => selects(spec(service)['selector'] as Record<string, string>, labelsOf(e)))
+          .map(zoneOf),
+      ),
+    ).toEqual(new Set(zones));
     expect(selects((spec(pool)['selector'] as Node)['matchLabels'] as Record<string, string>, { app: topology.pool })).toBe(true);
   });
 
@@ -435,10 +489,18 @@ describe.each([
     const servers = byApp('spillway-nats');
     const hub = servers.find((s) => labelsOf(s)['spillway.dev/zone'] === undefined)!;
     expect(hub).toBeDefined();
-    expect(servers.filter((s) => s !== hub).map(zoneOf).sort()).toEqual([...zones].sort());
+    expect(
+      servers
+        .filter((s) => s !== hub)
+        .map(zoneOf)
+        .sort(),
+    ).toEqual([...zones].sort());
     const hubService = ofKind('Service').find((s) => selects(spec(s)['selector'] as Record<string, string>, labelsOf(hub)))!;
     const leafPort = (spec(hubService)['ports'] as { name: string; port: number }[]).find((p) => p.name === 'leafnodes')!.port;
-    const configOf = (s: Obj) => String((find('ConfigMap', template(s).spec.volumes!.find((v) => v.name === 'config')!.configMap!.name)!.doc['data'] as Node)['nats.conf']);
+    const configOf = (s: Obj) =>
+      String(
+        (find('ConfigMap', template(s).spec.volumes!.find((v) => v.name === 'config')!.configMap!.name)!.doc['data'] as Node)['nats.conf'],
+      );
     const hubConfig = configOf(hub);
     const used = new Set<string>();
     for (const s of servers) {
@@ -460,7 +522,9 @@ describe.each([
       expect(Number(url.port)).toBe(leafPort);
       expect(url.username).toBe(`leaf-${zone}`);
       expect(url.password).toBe(secret[`leaf-${zone}`]);
-      expect(hubConfig).toContain(`{ user: "leaf-${zone}", password: $NATS_PASSWORD_LEAF_${zone.toUpperCase().replace(/-/g, '_')}, account: "SPILLWAY" }`);
+      expect(hubConfig).toContain(
+        `{ user: "leaf-${zone}", password: $NATS_PASSWORD_LEAF_${zone.toUpperCase().replace(/-/g, '_')}, account: "SPILLWAY" }`,
+      );
       // The zone's config defines the users the zone's EPP, collector and Job log in as.
       for (const user of [`admin-${zone}`, `collector-${zone}`, `epp-${zone}`]) expect(config).toContain(`user: "${user}"`);
     }
@@ -482,8 +546,14 @@ describe.each([
         const configMap = find('ConfigMap', template(s).spec.volumes!.find((v) => v.name === 'config')!.configMap!.name)!;
         const path = join(dir, `${s.name}.conf`);
         // The store path is the pod's; a test machine may not write /data.
-        writeFileSync(path, String((configMap.doc['data'] as Node)['nats.conf']).replace('"/data/jetstream"', JSON.stringify(join(dir, s.name))));
-        const result = spawnSync('nats-server', ['-t', '-c', path], { encoding: 'utf8', env: { PATH: process.env['PATH'] ?? '', ...containerEnv(c, secret) } });
+        writeFileSync(
+          path,
+          String((configMap.doc['data'] as Node)['nats.conf']).replace('"/data/jetstream"', JSON.stringify(join(dir, s.name))),
+        );
+        const result = spawnSync('nats-server', ['-t', '-c', path], {
+          encoding: 'utf8',
+          env: { PATH: process.env['PATH'] ?? '', ...containerEnv(c, secret) },
+        });
         expect(result.status, `${s.name}: ${result.stdout}${result.stderr}`).toBe(0);
       }
     } finally {

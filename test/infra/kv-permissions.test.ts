@@ -18,7 +18,16 @@ let running: RunningTopology;
 
 const { open, closeAll } = topologyClients(() => running);
 
-const batch = (z: Zone, pod: string, seq: number): KvBatch => ({ v: 1, pool: POOL, zone: z, pod, seq, observedAt: Date.now(), blockSize: 16, events: [[1, [seq]]] });
+const batch = (z: Zone, pod: string, seq: number): KvBatch => ({
+  v: 1,
+  pool: POOL,
+  zone: z,
+  pod,
+  seq,
+  observedAt: Date.now(),
+  blockSize: 16,
+  events: [[1, [seq]]],
+});
 
 beforeAll(async () => {
   running = await startSettledTopology(ZONES, { settleMs: SETTLE_MS });
@@ -46,11 +55,15 @@ describe('KV block events on the zone topology', () => {
 
     // zone-a's collector, its own zone: allowed, and it reaches zone-b's EPP user across the hub.
     const own = kvSubjectFor({ pool: POOL, zone: 'zone-a', pod: 'a0' });
-    await eventually(async () => {
-      collectorA.publish(own, encodeKvBatch(batch('zone-a', 'a0', received.length + 1)));
-      await collectorA.flush();
-      expect(received.some((b) => b.pod === 'a0')).toBe(true);
-    }, SETTLE_MS, 200);
+    await eventually(
+      async () => {
+        collectorA.publish(own, encodeKvBatch(batch('zone-a', 'a0', received.length + 1)));
+        await collectorA.flush();
+        expect(received.some((b) => b.pod === 'a0')).toBe(true);
+      },
+      SETTLE_MS,
+      200,
+    );
 
     // Another zone's KV subject: refused by the server, never delivered.
     const forged = kvSubjectFor({ pool: POOL, zone: 'zone-b', pod: 'b0' });

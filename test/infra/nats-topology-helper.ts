@@ -12,7 +12,13 @@ import { eventually, freePort, INSTALL_HINT, natsServerAvailable, waitForPort } 
 import { jetstreamManager } from '@nats-io/jetstream';
 import { connect } from '@nats-io/transport-node';
 import type { NatsConnection } from '@nats-io/nats-core';
-import { provisionZoneStreams, renderZoneTopology, writeZoneTopology, type RenderedTopology, type RenderedZone } from '../../infra/nats/topology.js';
+import {
+  provisionZoneStreams,
+  renderZoneTopology,
+  writeZoneTopology,
+  type RenderedTopology,
+  type RenderedZone,
+} from '../../infra/nats/topology.js';
 
 export interface ServerProcess {
   readonly name: string;
@@ -189,13 +195,21 @@ export async function startSettledTopology(
   try {
     if (options.provisionStreams) {
       for (const z of zoneNames) {
-        await eventually(async () => provisionZoneStreams(await jetstreamManager(await clients.open(z, 'admin')), z, zoneNames), settleMs, 200);
+        await eventually(
+          async () => provisionZoneStreams(await jetstreamManager(await clients.open(z, 'admin')), z, zoneNames),
+          settleMs,
+          200,
+        );
       }
     }
-    await eventually(async () => {
-      const links = await leafCount(running.hub);
-      if (links !== zoneNames.length) throw new Error(`${links} of ${zoneNames.length} leaf links up`);
-    }, settleMs, 100);
+    await eventually(
+      async () => {
+        const links = await leafCount(running.hub);
+        if (links !== zoneNames.length) throw new Error(`${links} of ${zoneNames.length} leaf links up`);
+      },
+      settleMs,
+      100,
+    );
   } catch (error) {
     await running.stop();
     throw error;

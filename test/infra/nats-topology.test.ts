@@ -88,7 +88,13 @@ describe('infra/nats configs', () => {
     expect(() => zoneStreamConfig('zone.a')).toThrow(/zone "zone.a"/);
     expect(() => zoneStreamConfig('hub')).toThrow(/reserved/);
     expect(() =>
-      renderZoneTopology({ hub, zones: [{ zone: 'zone-a', clientPort: 3, storeDir: '/tmp/a' }, { zone: 'zone-a', clientPort: 4, storeDir: '/tmp/b' }] }),
+      renderZoneTopology({
+        hub,
+        zones: [
+          { zone: 'zone-a', clientPort: 3, storeDir: '/tmp/a' },
+          { zone: 'zone-a', clientPort: 4, storeDir: '/tmp/b' },
+        ],
+      }),
     ).toThrow(/only once/);
     expect(() => aggregateStreamConfig('Zone-a', ['zone-a'])).toThrow(/same stream/);
   });
@@ -219,11 +225,15 @@ describe('three-zone topology (leaf-node domains)', () => {
     expect((await jsm.streams.info(AGGREGATE_STREAM)).config.sources).toHaveLength(ZONES.length);
     const published = readiness('zone-a', 'vllm-a-3');
     await publish('zone-a', published);
-    const stored = await eventually(async () => {
-      const msg = await jsm.direct.getMessage(AGGREGATE_STREAM, { last_by_subj: subjectFor(published) });
-      if (!msg) throw new Error('not in the aggregate yet');
-      return msg;
-    }, SETTLE_MS, 100);
+    const stored = await eventually(
+      async () => {
+        const msg = await jsm.direct.getMessage(AGGREGATE_STREAM, { last_by_subj: subjectFor(published) });
+        if (!msg) throw new Error('not in the aggregate yet');
+        return msg;
+      },
+      SETTLE_MS,
+      100,
+    );
     expect(stored.json<ReadinessEvent>().observedAt).toBe(published.observedAt);
   });
 
@@ -238,9 +248,13 @@ describe('three-zone topology (leaf-node domains)', () => {
     for (const z of ZONES) await eventually(() => expectReplay(z, before), SETTLE_MS, 200);
 
     await running.hub.kill();
-    await eventually(async () => {
-      for (const z of ZONES) expect(await leafCount(running.zones.get(z)!)).toBe(0);
-    }, SETTLE_MS, 100);
+    await eventually(
+      async () => {
+        for (const z of ZONES) expect(await leafCount(running.zones.get(z)!)).toBe(0);
+      },
+      SETTLE_MS,
+      100,
+    );
 
     // During the cut: every zone accepts new local events, and a new ordered consumer on its
     // local aggregate (what a restarting EPP creates) replays them.

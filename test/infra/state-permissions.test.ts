@@ -28,7 +28,20 @@ const { zone, open, closeAll } = topologyClients(() => running);
 /** A zone's EPP exactly as deployed: its zone's EPP user, read-only on the aggregate, sharing state. */
 async function startZoneEpp(name: Zone): Promise<RunningEpp> {
   const { user, pass } = zone(name).users.epp;
-  const args = ['--pool', POOL, '--zone', name, '--nats', zone(name).url, '--nats-user', user, '--nats-password', pass, '--ensure-stream', 'false'];
+  const args = [
+    '--pool',
+    POOL,
+    '--zone',
+    name,
+    '--nats',
+    zone(name).url,
+    '--nats-user',
+    user,
+    '--nats-password',
+    pass,
+    '--ensure-stream',
+    'false',
+  ];
   args.push('--host', '127.0.0.1', '--grpc-port', '0', '--health-port', '0', '--metrics-port', '0', '--metrics-stale-ms', '600000');
   const config = loadEppConfig(args, {});
   if (!config) throw new Error('unexpected --help');
@@ -39,7 +52,15 @@ async function startZoneEpp(name: Zone): Promise<RunningEpp> {
   return epp;
 }
 
-const batch = (z: Zone, epp: string, seq: number): StateBatch => ({ v: 1, pool: POOL, zone: z, epp, seq, sentAt: Date.now(), entries: [[2, seq, Date.now()]] });
+const batch = (z: Zone, epp: string, seq: number): StateBatch => ({
+  v: 1,
+  pool: POOL,
+  zone: z,
+  epp,
+  seq,
+  sentAt: Date.now(),
+  entries: [[2, seq, Date.now()]],
+});
 
 beforeAll(async () => {
   running = await startSettledTopology(ZONES, { provisionStreams: true, settleMs: SETTLE_MS });
@@ -62,19 +83,27 @@ describe("a zone's EPP user and the shared-state subjects", () => {
 
     // Its own zone: allowed, and it crosses the leaf links to zone-b's server.
     const own = stateSubjectFor({ pool: POOL, zone: 'zone-a', epp: 'epp-a' });
-    await eventually(async () => {
-      eppA.publish(own, encodeStateBatch(batch('zone-a', 'epp-a', received.length + 1)));
-      await eppA.flush();
-      expect(received).toContain(own);
-    }, SETTLE_MS, 200);
+    await eventually(
+      async () => {
+        eppA.publish(own, encodeStateBatch(batch('zone-a', 'epp-a', received.length + 1)));
+        await eppA.flush();
+        expect(received).toContain(own);
+      },
+      SETTLE_MS,
+      200,
+    );
 
     // Another zone's state subject, and an event subject of its own zone: refused by the server.
     const forged = stateSubjectFor({ pool: POOL, zone: 'zone-b', epp: 'epp-a' });
     eppA.publish(forged, encodeStateBatch(batch('zone-b', 'epp-a', 1)));
     eppA.publish(`spillway.v1.${POOL}.zone-a.p.readiness`, new TextEncoder().encode('{}'));
     await eppA.flush();
-    await eventually(() => expect(errorsA.join('\n')).toMatch(/Permissions Violation for Publish to "spillway\.state\.llama\.zone-b\.epp-a"/));
-    await eventually(() => expect(errorsA.join('\n')).toMatch(/Permissions Violation for Publish to "spillway\.v1\.llama\.zone-a\.p\.readiness"/));
+    await eventually(() =>
+      expect(errorsA.join('\n')).toMatch(/Permissions Violation for Publish to "spillway\.state\.llama\.zone-b\.epp-a"/),
+    );
+    await eventually(() =>
+      expect(errorsA.join('\n')).toMatch(/Permissions Violation for Publish to "spillway\.v1\.llama\.zone-a\.p\.readiness"/),
+    );
     await eppB.flush();
     expect(received).not.toContain(forged);
 
@@ -83,7 +112,9 @@ describe("a zone's EPP user and the shared-state subjects", () => {
     const errorsC = permissionErrors(collectorA);
     collectorA.publish(own, encodeStateBatch(batch('zone-a', 'epp-a', 99)));
     await collectorA.flush();
-    await eventually(() => expect(errorsC.join('\n')).toMatch(/Permissions Violation for Publish to "spillway\.state\.llama\.zone-a\.epp-a"/));
+    await eventually(() =>
+      expect(errorsC.join('\n')).toMatch(/Permissions Violation for Publish to "spillway\.state\.llama\.zone-a\.epp-a"/),
+    );
   }, 60_000);
 });
 
@@ -96,11 +127,31 @@ describe('real EPPs of two zones on the zone topology', () => {
     const pods = ['b0', 'b1'].map((pod, i) => ({ pod, address: `10.0.2.${i + 1}:8000` }));
     for (const at of [Date.now() - 200, Date.now()]) {
       for (const p of pods) {
-        await collectorB.publishReadiness({ v: 1, kind: 'readiness', pool: POOL, zone: 'zone-b', pod: p.pod, address: p.address, ready: true, observedAt: at });
-        collectorB.publishMetrics({ v: 1, kind: 'metrics', pool: POOL, zone: 'zone-b', pod: p.pod, observedAt: at, waitingRequests: 1, runningRequests: 8, kvCacheUsage: 0.5 });
+        await collectorB.publishReadiness({
+          v: 1,
+          kind: 'readiness',
+          pool: POOL,
+          zone: 'zone-b',
+          pod: p.pod,
+          address: p.address,
+          ready: true,
+          observedAt: at,
+        });
+        collectorB.publishMetrics({
+          v: 1,
+          kind: 'metrics',
+          pool: POOL,
+          zone: 'zone-b',
+          pod: p.pod,
+          observedAt: at,
+          waitingRequests: 1,
+          runningRequests: 8,
+          kvCacheUsage: 0.5,
+        });
       }
     }
-    for (const epp of [a, b]) await eventually(() => expect(epp.core.fleet.get(POOL, 'zone-b', 'b1')?.queuedSamples).toBe(2), SETTLE_MS, 100);
+    for (const epp of [a, b])
+      await eventually(() => expect(epp.core.fleet.get(POOL, 'zone-b', 'b1')?.queuedSamples).toBe(2), SETTLE_MS, 100);
     await eventually(() => expect([a.core.scheduler.shared.peerCount, b.core.scheduler.shared.peerCount]).toEqual([1, 1]), SETTLE_MS, 100);
 
     // zone-a's EPP sends a request to b0 (a subset naming it); zone-b's EPP sees the pick.

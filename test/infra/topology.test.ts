@@ -24,7 +24,10 @@ zones:
 `;
 
 function render(args: string[]): { status: number | null; stdout: string; stderr: string } {
-  return spawnSync(process.execPath, ['--conditions=@spillway/source', '--import', 'tsx', join(ROOT, 'infra', 'render.ts'), ...args], { encoding: 'utf8', cwd: ROOT });
+  return spawnSync(process.execPath, ['--conditions=@spillway/source', '--import', 'tsx', join(ROOT, 'infra', 'render.ts'), ...args], {
+    encoding: 'utf8',
+    cwd: ROOT,
+  });
 }
 
 describe('the deployment topology', () => {
@@ -38,7 +41,9 @@ describe('the deployment topology', () => {
     expect(parseTopology(VALID).zones).toHaveLength(1);
     const bad = (text: string) => () => parseTopology(text, 'my.yaml');
     expect(bad(VALID.replace('pool: llama', 'pool: Llama_1'))).toThrow(/^my\.yaml: pool: must be a DNS label/);
-    expect(bad(VALID.replace('zones:\n  - { name: zone-a, region: r1, modelServers: 1 }', 'zones: []'))).toThrow(/zones: name at least one zone/);
+    expect(bad(VALID.replace('zones:\n  - { name: zone-a, region: r1, modelServers: 1 }', 'zones: []'))).toThrow(
+      /zones: name at least one zone/,
+    );
     expect(bad(`${VALID}  - { name: zone-a, region: r2, modelServers: 1 }\n`)).toThrow(/zones\.1\.name: zone zone-a appears twice/);
     expect(bad(VALID.replace('name: zone-a', 'name: hub'))).toThrow(/zones\.0\.name: is reserved/);
     expect(bad(VALID.replace('modelServers: 1', 'modelServers: -1'))).toThrow(/zones\.0\.modelServers/);

@@ -53,16 +53,24 @@ async function pickWithin(epp: RunningEpp, address: string): Promise<string | un
     const message: ProcessingRequest = {
       request: {
         $case: 'requestHeaders',
-        value: { headers: { headers: Object.entries(headers).map(([key, value]) => ({ key, value: '', rawValue: utf8.encode(value) })) }, attributes: {}, endOfStream: true },
+        value: {
+          headers: { headers: Object.entries(headers).map(([key, value]) => ({ key, value: '', rawValue: utf8.encode(value) })) },
+          attributes: {},
+          endOfStream: true,
+        },
       },
-      metadataContext: { filterMetadata: { 'envoy.lb.subset_hint': { 'x-gateway-destination-endpoint-subset': [address] } }, typedFilterMetadata: {} },
+      metadataContext: {
+        filterMetadata: { 'envoy.lb.subset_hint': { 'x-gateway-destination-endpoint-subset': [address] } },
+        typedFilterMetadata: {},
+      },
       attributes: {},
       observabilityMode: false,
     };
     call.write(message);
     const response = await first;
     call.end();
-    const value = response.response?.value as { response?: { headerMutation?: { setHeaders: { header?: { key: string; rawValue: Uint8Array } }[] } } } | undefined;
+    const value = response.response?.value as
+      { response?: { headerMutation?: { setHeaders: { header?: { key: string; rawValue: Uint8Array } }[] } } } | undefined;
     const header = value?.response?.headerMutation?.setHeaders.find((h) => h.header?.key === 'x-gateway-destination-endpoint')?.header;
     return header ? new TextDecoder().decode(header.rawValue) : undefined;
   } finally {
@@ -97,7 +105,17 @@ describe("a zone's collector can change nothing of another zone's pods", () => {
     const t = Date.now();
     const collectorB = jetstream(await open('zone-b', 'collector'));
     await collectorB.publish(subjectFor(readiness('zone-b', VICTIM, t)), encodeEvent(readiness('zone-b', VICTIM, t)), { msgID: `b@${t}` });
-    const sample: MetricsEvent = { v: 1, kind: 'metrics', pool: POOL, zone: 'zone-b', pod: VICTIM, observedAt: t, waitingRequests: 0, runningRequests: 0, kvCacheUsage: 0 };
+    const sample: MetricsEvent = {
+      v: 1,
+      kind: 'metrics',
+      pool: POOL,
+      zone: 'zone-b',
+      pod: VICTIM,
+      observedAt: t,
+      waitingRequests: 0,
+      runningRequests: 0,
+      kvCacheUsage: 0,
+    };
     await collectorB.publish(subjectFor(sample), encodeEvent(sample), { msgID: `bm@${t}` });
 
     const epp = await startZoneAEpp();
@@ -112,7 +130,9 @@ describe("a zone's collector can change nothing of another zone's pods", () => {
     expect(ack.stream).toBe('SPILLWAY_ZONE-A');
     // zone-b's subjects are not: the server refuses the publish.
     const onZoneB = readiness('zone-b', VICTIM, t + 2_000, { ready: false, deleted: true });
-    await expect(collectorA.publish(subjectFor(onZoneB), encodeEvent(onZoneB), { msgID: `forged-b@${t}`, timeout: 2_000 })).rejects.toThrow();
+    await expect(
+      collectorA.publish(subjectFor(onZoneB), encodeEvent(onZoneB), { msgID: `forged-b@${t}`, timeout: 2_000 }),
+    ).rejects.toThrow();
 
     // The forged tombstone reached the EPP and applies to zone-a's own (new, deleted) sim-b-1 only.
     await eventually(() => expect(epp.core.fleet.get(POOL, 'zone-a', VICTIM)?.deleted).toBe(true), SETTLE_MS, 100);

@@ -58,7 +58,11 @@ describe('import rules (eslint-plugin-boundaries)', () => {
         return;
       }
       for (const message of messages) expect(message).toMatch(/^boundaries\/dependencies: /);
-      for (const expected of fixture.expected) expect(messages.some((m) => m.includes(expected)), `${expected}\nin ${messages.join('\n')}`).toBe(true);
+      for (const expected of fixture.expected)
+        expect(
+          messages.some((m) => m.includes(expected)),
+          `${expected}\nin ${messages.join('\n')}`,
+        ).toBe(true);
     }, 60_000);
   }
 });

@@ -14,7 +14,23 @@ import { parse } from 'yaml';
 
 type Schema = Record<string, unknown>;
 
-const KEEP = new Set(['type', 'properties', 'required', 'enum', 'pattern', 'minLength', 'maxLength', 'minimum', 'maximum', 'items', 'minItems', 'maxItems', 'additionalProperties', 'minProperties', 'maxProperties']);
+const KEEP = new Set([
+  'type',
+  'properties',
+  'required',
+  'enum',
+  'pattern',
+  'minLength',
+  'maxLength',
+  'minimum',
+  'maximum',
+  'items',
+  'minItems',
+  'maxItems',
+  'additionalProperties',
+  'minProperties',
+  'maxProperties',
+]);
 
 export function strictSchema(node: Schema): Schema {
   const out: Schema = {};
@@ -34,7 +50,9 @@ export function strictSchema(node: Schema): Schema {
 }
 
 export function deriveSchema(crdText: string, version: string): Schema {
-  const crd = parse(crdText) as { spec: { group: string; names: { kind: string }; versions: { name: string; schema: { openAPIV3Schema: Schema } }[] } };
+  const crd = parse(crdText) as {
+    spec: { group: string; names: { kind: string }; versions: { name: string; schema: { openAPIV3Schema: Schema } }[] };
+  };
   const found = crd.spec.versions.find((v) => v.name === version);
   if (!found) throw new Error(`the CRD has no version ${version}`);
   return {

@@ -1,11 +1,5 @@
 import { readFileSync } from 'node:fs';
-import {
-  connect,
-  credsAuthenticator,
-  nkeyAuthenticator,
-  type NatsConnection,
-  type NodeConnectionOptions,
-} from '@nats-io/transport-node';
+import { connect, credsAuthenticator, nkeyAuthenticator, type NatsConnection, type NodeConnectionOptions } from '@nats-io/transport-node';
 import type { Logger } from './logger.js';
 import { NatsOptionsError, parseNatsSettings, type NatsSettings, type NatsSettingsInput } from './options.js';
 
@@ -37,7 +31,8 @@ export function connectionOptions(settings: NatsSettings): NodeConnectionOptions
   if (settings.token !== undefined) options.token = settings.token;
   if (settings.nkeySeedFile !== undefined) {
     const text = new TextDecoder().decode(readFlagFile('nats-nkey-seed', settings.nkeySeedFile)).trim();
-    if (!/^SU[A-Z2-7]+$/.test(text)) throw new NatsOptionsError('nats-nkey-seed', `${settings.nkeySeedFile} does not hold a user nkey seed (SU...)`);
+    if (!/^SU[A-Z2-7]+$/.test(text))
+      throw new NatsOptionsError('nats-nkey-seed', `${settings.nkeySeedFile} does not hold a user nkey seed (SU...)`);
     options.authenticator = nkeyAuthenticator(new TextEncoder().encode(text));
   }
   if (settings.credsFile !== undefined) {
@@ -97,7 +92,10 @@ export interface RetryingConnectOptions {
  * Once connected, nats.js reconnects by itself forever (connectionOptions). Errors in the settings
  * themselves (an unreadable file) are thrown at once: retrying cannot fix them.
  */
-export async function connectNatsWithRetry(settings: NatsSettings | NatsSettingsInput, options: RetryingConnectOptions = {}): Promise<NatsConnection | undefined> {
+export async function connectNatsWithRetry(
+  settings: NatsSettings | NatsSettingsInput,
+  options: RetryingConnectOptions = {},
+): Promise<NatsConnection | undefined> {
   const parsed = parseNatsSettings(settings);
   const connectOptions: NodeConnectionOptions = { ...connectionOptions(parsed), ...options.overrides, waitOnFirstConnect: false };
   const { signal, logger } = options;

@@ -28,7 +28,13 @@ export class ConnectionTracker {
     nc: NatsConnection,
     private readonly now: () => number = Date.now,
   ) {
-    this.current = { state: nc.isClosed() ? 'closed' : 'connected', disconnectedSince: undefined, reconnects: 0, disconnects: 0, server: nc.getServer() };
+    this.current = {
+      state: nc.isClosed() ? 'closed' : 'connected',
+      disconnectedSince: undefined,
+      reconnects: 0,
+      disconnects: 0,
+      server: nc.getServer(),
+    };
     this.done = this.follow(nc);
     void nc.closed().then(() => this.set({ state: 'closed', server: undefined }));
   }
@@ -76,7 +82,8 @@ export class ConnectionTracker {
 
   private set(change: Partial<ConnectionStatus>): void {
     const next = { ...this.current, ...change };
-    if (next.state === this.current.state && next.reconnects === this.current.reconnects && next.disconnects === this.current.disconnects) return;
+    if (next.state === this.current.state && next.reconnects === this.current.reconnects && next.disconnects === this.current.disconnects)
+      return;
     this.current = next;
     this.notifier.publish(next);
   }

@@ -12,7 +12,11 @@ const flagValue = z.string().min(1).optional();
  * the conventional `NATS_*` variables.
  */
 export const natsFlags = {
-  nats: { description: `NATS server URL(s), comma-separated (also NATS_URL; default ${DEFAULT_NATS_URL})`, schema: flagValue, placeholder: 'URL' },
+  nats: {
+    description: `NATS server URL(s), comma-separated (also NATS_URL; default ${DEFAULT_NATS_URL})`,
+    schema: flagValue,
+    placeholder: 'URL',
+  },
   natsName: { description: 'client connection name shown by the server (also NATS_NAME)', schema: flagValue, placeholder: 'NAME' },
   natsUser: { description: 'NATS user; needs --nats-password (also NATS_USER)', schema: flagValue, placeholder: 'USER' },
   natsPassword: { description: 'password for --nats-user (also NATS_PASSWORD)', schema: flagValue, placeholder: 'PASS' },
@@ -20,7 +24,11 @@ export const natsFlags = {
   natsNkeySeed: { description: 'file holding an nkey user seed (SU...) (also NATS_NKEY_SEED)', schema: flagValue, placeholder: 'FILE' },
   natsCreds: { description: 'NATS JWT credentials file (also NATS_CREDS)', schema: flagValue, placeholder: 'FILE' },
   natsTlsCa: { description: 'CA bundle to verify the NATS server (also NATS_TLS_CA)', schema: flagValue, placeholder: 'FILE' },
-  natsTlsCert: { description: 'client certificate for NATS mTLS; needs --nats-tls-key (also NATS_TLS_CERT)', schema: flagValue, placeholder: 'FILE' },
+  natsTlsCert: {
+    description: 'client certificate for NATS mTLS; needs --nats-tls-key (also NATS_TLS_CERT)',
+    schema: flagValue,
+    placeholder: 'FILE',
+  },
   natsTlsKey: { description: 'client key for NATS mTLS (also NATS_TLS_KEY)', schema: flagValue, placeholder: 'FILE' },
 } satisfies FlagSpecs;
 
@@ -58,9 +66,7 @@ export const natsSettingsSchema = z
     token: z.string().min(1).optional(),
     nkeySeedFile: file.optional(),
     credsFile: file.optional(),
-    tls: z
-      .object({ caFile: file.optional(), certFile: file.optional(), keyFile: file.optional() })
-      .optional(),
+    tls: z.object({ caFile: file.optional(), certFile: file.optional(), keyFile: file.optional() }).optional(),
     /** Delay between reconnect attempts; short, so an EPP's view is stale for as little as possible. */
     reconnectTimeWaitMs: z.number().int().min(10).max(60_000).default(500),
     /** A dead server is noticed after pingInterval × maxPingOut (nats.js's default 120 s × 2 is far too slow). */

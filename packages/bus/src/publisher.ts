@@ -41,7 +41,15 @@ export interface ReadinessAck {
  * sample interval, so an ack per sample would cost a round trip for nothing).
  */
 export class EventPublisher {
-  readonly counters: PublisherCounters = { readinessAcked: 0, readinessDuplicates: 0, readinessRetries: 0, metricsSent: 0, metricsDropped: 0, kvSnapshotsSent: 0, kvSnapshotsDropped: 0 };
+  readonly counters: PublisherCounters = {
+    readinessAcked: 0,
+    readinessDuplicates: 0,
+    readinessRetries: 0,
+    metricsSent: 0,
+    metricsDropped: 0,
+    kvSnapshotsSent: 0,
+    kvSnapshotsDropped: 0,
+  };
   private readonly js: JetStreamClient;
   private readonly retryForMs: number;
   private readonly ackTimeoutMs: number;
@@ -142,7 +150,9 @@ function fnv1a(bytes: Uint8Array): number {
 function explained(error: unknown, subject: string): unknown {
   // The class is not exported by @nats-io/jetstream; its name is set on every instance.
   if (!(error instanceof Error) || error.name !== 'JetStreamNotEnabled') return error;
-  return new Error(`no stream captures ${subject}: the stream is missing (deleted or not created yet) or does not cover this subject`, { cause: error });
+  return new Error(`no stream captures ${subject}: the stream is missing (deleted or not created yet) or does not cover this subject`, {
+    cause: error,
+  });
 }
 
 function retryable(error: unknown): boolean {

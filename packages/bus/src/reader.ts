@@ -212,7 +212,11 @@ export class EventReader {
         // No consumer means no events: the view is stale until one catches up again.
         if (this.staleSince === undefined && this.isCaughtUp) this.staleSince = this.now();
         if (isStreamMissing(error)) {
-          if (!streamMissing) this.options.logger?.warn({ pool: this.options.pool, stream: this.stream }, 'the event stream is missing (deleted?); waiting for it to be created');
+          if (!streamMissing)
+            this.options.logger?.warn(
+              { pool: this.options.pool, stream: this.stream },
+              'the event stream is missing (deleted?); waiting for it to be created',
+            );
           streamMissing = true;
           if (this.options.onStreamMissing) {
             // Observed with nats-server 2.9.10: a file stream created again within milliseconds of
@@ -223,19 +227,30 @@ export class EventReader {
             try {
               await this.options.onStreamMissing();
             } catch (ensureError) {
-              if (failures === 1) this.options.logger?.warn({ pool: this.options.pool, stream: this.stream, error: (ensureError as Error).message }, 'cannot re-create the event stream; retrying');
+              if (failures === 1)
+                this.options.logger?.warn(
+                  { pool: this.options.pool, stream: this.stream, error: (ensureError as Error).message },
+                  'cannot re-create the event stream; retrying',
+                );
             }
           }
         } else if (failures === 1) {
           // Once per outage, not once per retry.
-          this.options.logger?.warn({ pool: this.options.pool, stream: this.stream, error: (error as Error).message }, 'event consumer failed; retrying');
+          this.options.logger?.warn(
+            { pool: this.options.pool, stream: this.stream, error: (error as Error).message },
+            'event consumer failed; retrying',
+          );
         }
         await this.pause(Math.min(2_000, 100 * 2 ** Math.min(failures, 5)));
       }
       if (!this.closing && this.restartCause === undefined) this.restartCause = 'ended';
       if (!this.closing) {
         this.consumerRestarts++;
-        if (failures <= 1) this.options.logger?.info?.({ pool: this.options.pool, cause: this.restartCause, after: this.cursor }, 're-creating the event consumer');
+        if (failures <= 1)
+          this.options.logger?.info?.(
+            { pool: this.options.pool, cause: this.restartCause, after: this.cursor },
+            're-creating the event consumer',
+          );
         this.publish();
       }
     }
@@ -378,7 +393,8 @@ export class EventReader {
       if (s.type === 'ordered_consumer_recreated') this.restart('recreated');
       // The consumer went with its stream (deleted): do not wait for missed heartbeats to notice.
       else if (s.type === 'consumer_deleted' || s.type === 'stream_not_found') this.restart('deleted');
-      else if (s.type === 'heartbeats_missed' && s.count >= STALL_HEARTBEATS && this.tracker.status.state === 'connected') this.restart('stalled');
+      else if (s.type === 'heartbeats_missed' && s.count >= STALL_HEARTBEATS && this.tracker.status.state === 'connected')
+        this.restart('stalled');
     }
   }
 
@@ -414,7 +430,9 @@ export class EventReader {
 
 /** JetStream's "stream not found" (10059), from a consumer create or a stream lookup. */
 function isStreamMissing(error: unknown): boolean {
-  return (error instanceof JetStreamApiError && error.code === STREAM_NOT_FOUND) || (error as Error | undefined)?.message === 'stream not found';
+  return (
+    (error instanceof JetStreamApiError && error.code === STREAM_NOT_FOUND) || (error as Error | undefined)?.message === 'stream not found'
+  );
 }
 
 const STREAM_NOT_FOUND = 10059;

@@ -57,12 +57,18 @@ export class RejectLog {
     if (this.lastLogged.size >= MAX_REMEMBERED) this.prune(now);
     this.lastLogged.set(subject, now);
     const refused = isSinkRefusal(reason);
-    this.logger.warn({ pool: this.pool, subject, reason, detail: message.slice(0, 500) }, refused ? 'refused an event' : 'dropped a malformed event');
+    this.logger.warn(
+      { pool: this.pool, subject, reason, detail: message.slice(0, 500) },
+      refused ? 'refused an event' : 'dropped a malformed event',
+    );
   }
 
   private openWindow(now: number): void {
     if (this.suppressed > 0) {
-      this.logger?.warn({ pool: this.pool, suppressed: this.suppressed, intervalMs: LOG_INTERVAL_MS }, 'more dropped events than log lines allowed; the rest were counted, not logged');
+      this.logger?.warn(
+        { pool: this.pool, suppressed: this.suppressed, intervalMs: LOG_INTERVAL_MS },
+        'more dropped events than log lines allowed; the rest were counted, not logged',
+      );
     }
     this.windowStart = now;
     this.linesInWindow = 0;

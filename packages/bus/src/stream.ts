@@ -21,8 +21,16 @@ export const streamSettingsSchema = z.object({
   name: streamNameSchema.default(DEFAULT_STREAM),
   subjects: z.array(z.string().min(1)).min(1).default([ALL_SUBJECTS]),
   maxMsgsPerSubject: z.number().int().min(1).default(1),
-  maxAgeMs: z.number().int().min(0).default(24 * 60 * 60 * 1000),
-  duplicateWindowMs: z.number().int().min(0).default(2 * 60 * 1000),
+  maxAgeMs: z
+    .number()
+    .int()
+    .min(0)
+    .default(24 * 60 * 60 * 1000),
+  duplicateWindowMs: z
+    .number()
+    .int()
+    .min(0)
+    .default(2 * 60 * 1000),
   storage: z.enum(['file', 'memory']).default('file'),
   replicas: z.number().int().min(1).max(5).default(1),
   /**
@@ -128,7 +136,11 @@ async function reconcile(jsm: JetStreamManager, settings: StreamSettings, info: 
       current = await jsm.streams.update(settings.name, { subjects: [...(config.subjects ?? []), ...missing] });
       addedSubjects = missing;
     } catch (error) {
-      differences.push({ field: 'subjects', wanted: settings.subjects.join(','), actual: `${(config.subjects ?? []).join(',')} (adding failed: ${(error as Error).message})` });
+      differences.push({
+        field: 'subjects',
+        wanted: settings.subjects.join(','),
+        actual: `${(config.subjects ?? []).join(',')} (adding failed: ${(error as Error).message})`,
+      });
     }
   }
   return { name: settings.name, created: false, addedSubjects, differences, info: current };

@@ -14,7 +14,6 @@ export const AGGREGATE_STREAM = 'SPILLWAY';
 /** The hub's own JetStream domain (the hub stores nothing; with several JetStream leaf nodes it still needs a domain). */
 export const HUB_DOMAIN = 'hub';
 
-
 /** Zone names are used as JetStream domains and config identifiers, so keep them to one plain token. */
 const ZONE_NAME = /^[A-Za-z0-9_-]{1,64}$/;
 

@@ -26,7 +26,9 @@ afterAll(async () => {
 
 describe('connectNats with authentication', () => {
   it('connects with user and password from the environment', async () => {
-    const nc = await connectNats(natsSettingsFromValues({}, { NATS_URL: server.url, NATS_USER: 'alice', NATS_PASSWORD: 's3cret', NATS_NAME: 'auth-test' }));
+    const nc = await connectNats(
+      natsSettingsFromValues({}, { NATS_URL: server.url, NATS_USER: 'alice', NATS_PASSWORD: 's3cret', NATS_NAME: 'auth-test' }),
+    );
     expect(nc.info?.client_id).toBeTypeOf('number');
     await nc.close();
   });
@@ -44,7 +46,9 @@ describe('connectNats with authentication', () => {
     await expect(connectNats(settings, { waitOnFirstConnect: false, maxReconnectAttempts: 0 })).rejects.toThrow(/Authorization/i);
     const notSeed = join(dir, 'junk');
     writeFileSync(notSeed, 'hello');
-    await expect(connectNats(natsSettingsFromValues({ nats: server.url, natsNkeySeed: notSeed }, {}))).rejects.toThrow(/--nats-nkey-seed: .* does not hold a user nkey seed/);
+    await expect(connectNats(natsSettingsFromValues({ nats: server.url, natsNkeySeed: notSeed }, {}))).rejects.toThrow(
+      /--nats-nkey-seed: .* does not hold a user nkey seed/,
+    );
   });
 });
 
@@ -90,13 +94,35 @@ describe('connectNatsWithRetry', () => {
     const certs = join(dir, 'tls');
     mkdirSync(certs);
     const run = (...args: string[]) => execFileSync('openssl', args, { cwd: certs, stdio: 'pipe' });
-    run('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'server.key', '-out', 'server.crt', '-days', '1', '-subj', '/CN=127.0.0.1', '-addext', 'subjectAltName=IP:127.0.0.1');
-    const tlsServer = await startNatsServer({ forcePrivate: true, extraConfig: `tls { cert_file: "${join(certs, 'server.crt')}", key_file: "${join(certs, 'server.key')}" }` });
+    run(
+      'req',
+      '-x509',
+      '-newkey',
+      'rsa:2048',
+      '-nodes',
+      '-keyout',
+      'server.key',
+      '-out',
+      'server.crt',
+      '-days',
+      '1',
+      '-subj',
+      '/CN=127.0.0.1',
+      '-addext',
+      'subjectAltName=IP:127.0.0.1',
+    );
+    const tlsServer = await startNatsServer({
+      forcePrivate: true,
+      extraConfig: `tls { cert_file: "${join(certs, 'server.crt')}", key_file: "${join(certs, 'server.key')}" }`,
+    });
     const { lines, logger } = collect();
     const abort = new AbortController();
     try {
       // No CA given: the self-signed server certificate cannot be verified.
-      const connecting = connectNatsWithRetry({ servers: [tlsServer.url.replace('nats://', 'tls://')] }, { logger, signal: abort.signal, initialDelayMs: 20, maxDelayMs: 100 });
+      const connecting = connectNatsWithRetry(
+        { servers: [tlsServer.url.replace('nats://', 'tls://')] },
+        { logger, signal: abort.signal, initialDelayMs: 20, maxDelayMs: 100 },
+      );
       await eventually(() => expect(lines.length).toBeGreaterThanOrEqual(1), 10_000);
       expect(lines[0]?.cause).toMatch(/certificate|self.signed|TLS/i);
       abort.abort();

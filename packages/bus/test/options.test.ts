@@ -10,7 +10,12 @@ describe('natsFlags + natsSettingsFromValues', () => {
   it('defaults to a local server with Spillway reliability settings', () => {
     const s = resolve([]);
     expect(s).toMatchObject({ servers: ['nats://127.0.0.1:4222'], reconnectTimeWaitMs: 500, pingIntervalMs: 10_000 });
-    expect(connectionOptions(s)).toMatchObject({ maxReconnectAttempts: -1, waitOnFirstConnect: true, reconnectTimeWait: 500, pingInterval: 10_000 });
+    expect(connectionOptions(s)).toMatchObject({
+      maxReconnectAttempts: -1,
+      waitOnFirstConnect: true,
+      reconnectTimeWait: 500,
+      pingInterval: 10_000,
+    });
   });
 
   it('reads a server list, name and user/password from flags', () => {
@@ -30,7 +35,8 @@ describe('natsFlags + natsSettingsFromValues', () => {
 
   it('lists every NATS flag with its variables in help', () => {
     const help = renderHelp('x', 'x', natsFlags);
-    for (const text of ['--nats URL', '--nats-creds FILE', '--nats-tls-key FILE', 'SPILLWAY_NATS_NKEY_SEED', 'NATS_TLS_CA']) expect(help).toContain(text);
+    for (const text of ['--nats URL', '--nats-creds FILE', '--nats-tls-key FILE', 'SPILLWAY_NATS_NKEY_SEED', 'NATS_TLS_CA'])
+      expect(help).toContain(text);
   });
 
   it('keeps natsOptionsFromFlags (deprecated, flag-named keys) on the same path', () => {

@@ -49,7 +49,11 @@ describe('EventReader', () => {
     const t = Date.now();
     // Older values first: the stream keeps only the last per subject, and so must the view.
     const old = podEvents('replay', 0, 30, t - 5_000);
-    const latest = [...podEvents('replay', 0, 30, t), readiness('replay', 3, t + 1, { ready: false }), readiness('replay', 4, t + 1, { ready: false, deleted: true })];
+    const latest = [
+      ...podEvents('replay', 0, 30, t),
+      readiness('replay', 3, t + 1, { ready: false }),
+      readiness('replay', 4, t + 1, { ready: false, deleted: true }),
+    ];
     const before = await stored();
     await publishAll(publisher, old);
     await publishAll(publisher, latest);
@@ -93,7 +97,15 @@ describe('EventReader', () => {
     const fleet = new Fleet();
     const r = reader('empty-pool', fleet);
     await r.caughtUp;
-    expect(r.status).toMatchObject({ caughtUp: true, received: 0, connection: 'connected', staleSince: undefined, pending: 0, lastReceivedAt: undefined, lastDelayMs: undefined });
+    expect(r.status).toMatchObject({
+      caughtUp: true,
+      received: 0,
+      connection: 'connected',
+      staleSince: undefined,
+      pending: 0,
+      lastReceivedAt: undefined,
+      lastDelayMs: undefined,
+    });
   });
 
   it('follows live after the replay, and a later reader reaches the same view', async () => {
@@ -151,7 +163,8 @@ describe('EventReader', () => {
     await r.caughtUp;
 
     const good = (i: number) => readiness('bad', i, t);
-    const subject = (i: number, kind: 'readiness' | 'metrics' = 'readiness') => subjectFor({ pool: 'bad', zone: 'zone-a', pod: `bad-${i}`, kind });
+    const subject = (i: number, kind: 'readiness' | 'metrics' = 'readiness') =>
+      subjectFor({ pool: 'bad', zone: 'zone-a', pod: `bad-${i}`, kind });
     const payloads: [string, Uint8Array | string][] = [];
     for (let i = 0; i < 200; i++) {
       const kind = i % 5;
@@ -174,7 +187,13 @@ describe('EventReader', () => {
       expect(r.status.rejected).toBe(201);
     }, 15_000);
     expect(fleet.counters.rejected).toBe(201);
-    expect(r.status.rejectedByReason).toEqual({ 'not-json': 41, invalid: 40, 'unsupported-version': 40, oversized: 40, 'subject-mismatch': 40 });
+    expect(r.status.rejectedByReason).toEqual({
+      'not-json': 41,
+      invalid: 40,
+      'unsupported-version': 40,
+      oversized: 40,
+      'subject-mismatch': 40,
+    });
     expect(warnings).toHaveLength(200);
     expect(new Set(warnings.map((w) => w['subject'])).size).toBe(200);
     // Nothing malformed reached the view.
@@ -198,7 +217,10 @@ describe('EventReader', () => {
     await publishAll(publisher, [readiness('future', 0, t)]);
     await eventually(() => expect(live.get('future', zoneOf(0), 'vllm-0')?.ready).toBe(true), 15_000);
     // A forged tombstone dated in the year 275,000, and a sample 10 minutes ahead.
-    await publishAll(publisher, [readiness('future', 0, 8.64e15, { ready: false, deleted: true }), metrics('future', 0, t + 600_000, { waitingRequests: 77 })]);
+    await publishAll(publisher, [
+      readiness('future', 0, 8.64e15, { ready: false, deleted: true }),
+      metrics('future', 0, t + 600_000, { waitingRequests: 77 }),
+    ]);
     await eventually(() => expect(live.counters.future).toBe(2), 15_000);
     expect(live.get('future', zoneOf(0), 'vllm-0')).toMatchObject({ ready: true, deleted: false, metrics: undefined });
     expect(r.status.rejectedByReason).toEqual({ future: 2 });
@@ -250,7 +272,17 @@ describe('EventReader', () => {
 
   it('stores the latest kv snapshot per pod (a full one too), replays it to the sink, and the fleet ignores it', async () => {
     const t = Date.now();
-    const snap = (pod: string, seq: number, keys: number[]): KvSnapshotEvent => ({ v: 1, kind: 'kv', pool: 'kvsnap', zone: 'zone-a', pod, observedAt: t + seq, blockSize: 16, seq, keys });
+    const snap = (pod: string, seq: number, keys: number[]): KvSnapshotEvent => ({
+      v: 1,
+      kind: 'kv',
+      pool: 'kvsnap',
+      zone: 'zone-a',
+      pod,
+      observedAt: t + seq,
+      blockSize: 16,
+      seq,
+      keys,
+    });
     const full = Array.from({ length: MAX_KV_SNAPSHOT_KEYS }, (_, i) => Number.MAX_SAFE_INTEGER - i);
     expect(encodeEvent(snap('p0', 1, full)).byteLength).toBeGreaterThan(MAX_EVENT_BYTES);
     const before = await stored();
@@ -270,7 +302,10 @@ describe('EventReader', () => {
     });
     await r.caughtUp;
     const kv = seen.filter((e): e is KvSnapshotEvent => e.kind === 'kv').sort((a, b) => a.seq - b.seq);
-    expect(kv.map((e) => [e.pod, e.seq, e.keys.length])).toEqual([['p0', 2, MAX_KV_SNAPSHOT_KEYS], ['p1', 7, 1]]);
+    expect(kv.map((e) => [e.pod, e.seq, e.keys.length])).toEqual([
+      ['p0', 2, MAX_KV_SNAPSHOT_KEYS],
+      ['p1', 7, 1],
+    ]);
     expect(kv[0]?.keys).toEqual(full);
     expect(fleet.counters).toMatchObject({ rejected: 0, ignored: 2 });
     expect(fleet.pool('kvsnap')?.readyCount).toBe(1);

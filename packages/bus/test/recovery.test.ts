@@ -4,7 +4,16 @@ import type { NatsConnection } from '@nats-io/nats-core';
 import type { SpillwayEvent } from '@spillway/events';
 import { Fleet, snapshotPool } from '@spillway/fleet';
 import { eventually, startNatsServer, type NatsServerHandle } from '@spillway/testkit';
-import { ConnectionTracker, connectNats, ensureStream, EventPublisher, startReader, type ConnectionState, type EventReader, type ReaderStatus } from '../src/index.js';
+import {
+  ConnectionTracker,
+  connectNats,
+  ensureStream,
+  EventPublisher,
+  startReader,
+  type ConnectionState,
+  type EventReader,
+  type ReaderStatus,
+} from '../src/index.js';
 import { metrics, podEvents, publishAll, readiness, zoneOf } from './helpers.js';
 
 /**
@@ -63,7 +72,11 @@ describe('recovery across a nats-server kill and restart', () => {
     // Readiness retries (same Nats-Msg-Id) until the server is back and acks.
     const after: SpillwayEvent[] = [readiness('crash', 1, t + 2_000, { ready: false }), readiness('crash', 500, t + 2_000)];
     await publishAll(publisher, after);
-    await eventually(() => expect(publisherConn.isClosed() || publisher.publishMetrics(metrics('crash', 2, t + 2_000, { waitingRequests: 33 }))).toBe(true), 15_000);
+    await eventually(
+      () =>
+        expect(publisherConn.isClosed() || publisher.publishMetrics(metrics('crash', 2, t + 2_000, { waitingRequests: 33 }))).toBe(true),
+      15_000,
+    );
 
     await eventually(() => {
       expect(fleet.get('crash', zoneOf(500), 'vllm-500')?.ready).toBe(true);

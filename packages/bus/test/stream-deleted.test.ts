@@ -71,6 +71,8 @@ describe('the stream deleted while a reader follows it', () => {
 
   it('a readiness publish into a missing stream fails naming the cause, not "jetstream is not enabled"', async () => {
     await jsm.streams.delete('SPILLWAY').catch(() => undefined);
-    await expect(publisher.publishReadiness(readiness('nostream', 0, Date.now()))).rejects.toThrow(/no stream captures spillway\.v1\.nostream\.zone-a\.vllm-0\.readiness/);
+    await expect(publisher.publishReadiness(readiness('nostream', 0, Date.now()))).rejects.toThrow(
+      /no stream captures spillway\.v1\.nostream\.zone-a\.vllm-0\.readiness/,
+    );
   });
 });

@@ -50,14 +50,28 @@ describe('ensureStream', () => {
     const before = (await jsm.streams.info('TUNED')).config;
     const result = await ensureStream(jsm, { name: 'TUNED', subjects: ['tuned.>'] });
     expect(result.created).toBe(false);
-    expect(result.differences.map((d) => d.field).sort()).toEqual(['allow_direct', 'discard', 'max_age', 'max_msgs_per_subject', 'storage']);
+    expect(result.differences.map((d) => d.field).sort()).toEqual([
+      'allow_direct',
+      'discard',
+      'max_age',
+      'max_msgs_per_subject',
+      'storage',
+    ]);
     expect(describeDifferences(result)[0]).toMatch(/^stream TUNED: .* \(left unchanged\)$/);
     const after = (await jsm.streams.info('TUNED')).config;
     expect(after).toEqual(before);
   });
 
   it('adds a missing subject to an existing stream (purely additive) and nothing else', async () => {
-    await jsm.streams.add({ name: 'NARROW', subjects: ['spillway.v2.narrow.>'], max_msgs_per_subject: 1, discard: DiscardPolicy.Old, allow_direct: true, duplicate_window: nanos(120_000), max_age: nanos(24 * 3600_000) });
+    await jsm.streams.add({
+      name: 'NARROW',
+      subjects: ['spillway.v2.narrow.>'],
+      max_msgs_per_subject: 1,
+      discard: DiscardPolicy.Old,
+      allow_direct: true,
+      duplicate_window: nanos(120_000),
+      max_age: nanos(24 * 3600_000),
+    });
     const result = await ensureStream(jsm, { name: 'NARROW', subjects: ['spillway.v2.narrow.>', 'spillway.v2.wide.>'] });
     expect(result.addedSubjects).toEqual(['spillway.v2.wide.>']);
     expect((await jsm.streams.info('NARROW')).config.subjects).toEqual(['spillway.v2.narrow.>', 'spillway.v2.wide.>']);

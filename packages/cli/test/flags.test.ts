@@ -14,7 +14,10 @@ const specs = {
 
 describe('parseCommandLine', () => {
   it('reads flags, then SPILLWAY_* environment, then the base values, then defaults', () => {
-    const parsed = parseCommandLine(specs, ['--pool', 'llama', '--lora', 'a, b,,c'], { SPILLWAY_GRPC_PORT: '7000', SPILLWAY_POOL: 'ignored' });
+    const parsed = parseCommandLine(specs, ['--pool', 'llama', '--lora', 'a, b,,c'], {
+      SPILLWAY_GRPC_PORT: '7000',
+      SPILLWAY_POOL: 'ignored',
+    });
     expect(parsed.values).toEqual({ pool: 'llama', grpcPort: 7000, lora: ['a', 'b', 'c'], once: false });
     expect([...parsed.explicit].sort()).toEqual(['grpcPort', 'lora', 'pool']);
     const fromBase = parseCommandLine(specs, [], {}, { pool: 'from-file', grpcPort: 1234 });
@@ -46,9 +49,18 @@ describe('parseCommandLine', () => {
       throw new Error('expected a CliError');
     };
     expect(fault([])).toMatchObject({ flag: 'pool', message: expect.stringMatching(/^--pool: /) });
-    expect(fault(['--pool', 'p', '--grpc-port', 'x'])).toMatchObject({ flag: 'grpc-port', message: expect.stringMatching(/^--grpc-port: /) });
-    expect(fault(['--pool', 'p'], { SPILLWAY_GRPC_PORT: 'x' })).toMatchObject({ flag: 'grpc-port', message: expect.stringMatching(/^SPILLWAY_GRPC_PORT: /) });
-    expect(fault(['--pool', 'p'], { SPILLWAY_ONCE: 'maybe' })).toMatchObject({ flag: 'once', message: expect.stringMatching(/^SPILLWAY_ONCE: /) });
+    expect(fault(['--pool', 'p', '--grpc-port', 'x'])).toMatchObject({
+      flag: 'grpc-port',
+      message: expect.stringMatching(/^--grpc-port: /),
+    });
+    expect(fault(['--pool', 'p'], { SPILLWAY_GRPC_PORT: 'x' })).toMatchObject({
+      flag: 'grpc-port',
+      message: expect.stringMatching(/^SPILLWAY_GRPC_PORT: /),
+    });
+    expect(fault(['--pool', 'p'], { SPILLWAY_ONCE: 'maybe' })).toMatchObject({
+      flag: 'once',
+      message: expect.stringMatching(/^SPILLWAY_ONCE: /),
+    });
     expect(fault(['--pool', 'p', '--bogus-flag'])).toEqual({ flag: 'bogus-flag', message: '--bogus-flag: unknown flag (see --help)' });
     expect(fault(['--pool'])).toEqual({ flag: 'pool', message: '--pool: needs a value' });
     expect(fault(['--pool', 'p', '--once=yes'])).toEqual({ flag: 'once', message: '--once: takes no value' });

@@ -54,41 +54,88 @@ export interface EngineConfig extends LatencyProfile {
   readonly seed: number;
 }
 
-const common = { mode: 'closed-form', blockSize: 16, maxLoras: 4, maxWaiting: 1000, seed: 1, jitter: 0.1, maxNumBatchedTokens: 8192 } as const;
+const common = {
+  mode: 'closed-form',
+  blockSize: 16,
+  maxLoras: 4,
+  maxWaiting: 1000,
+  seed: 1,
+  jitter: 0.1,
+  maxNumBatchedTokens: 8192,
+} as const;
 
 export const PRESETS = {
   // Llama-3-8B BF16 on one H100 80GB: ~128 KB of KV per token; ~60 GB free ≈ 28k blocks.
   // Step mode calibrated in the README (vLLM PR #4600 and LambdaLabsML/vllm-benchmark).
   'llama-8b-h100': {
-    ...common, prefillOverheadMs: 32, prefillPerTokenMs: 0.22, interTokenMs: 12, loadFactor: 2,
-    stepOverheadMs: 6.5, stepPerTokenMs: 0.04, stepPerContextTokenMs: 0.00004,
-    maxNumSeqs: 256, numBlocks: 28_000,
+    ...common,
+    prefillOverheadMs: 32,
+    prefillPerTokenMs: 0.22,
+    interTokenMs: 12,
+    loadFactor: 2,
+    stepOverheadMs: 6.5,
+    stepPerTokenMs: 0.04,
+    stepPerContextTokenMs: 0.00004,
+    maxNumSeqs: 256,
+    numBlocks: 28_000,
   },
   // Llama-3-8B BF16 on one A100 80GB (calibrated: LambdaLabsML/vllm-benchmark).
   'llama-8b-a100': {
-    ...common, prefillOverheadMs: 32, prefillPerTokenMs: 0.42, interTokenMs: 20, loadFactor: 2,
-    stepOverheadMs: 11, stepPerTokenMs: 0.085, stepPerContextTokenMs: 0.000064,
-    maxNumSeqs: 256, numBlocks: 26_000,
+    ...common,
+    prefillOverheadMs: 32,
+    prefillPerTokenMs: 0.42,
+    interTokenMs: 20,
+    loadFactor: 2,
+    stepOverheadMs: 11,
+    stepPerTokenMs: 0.085,
+    stepPerContextTokenMs: 0.000064,
+    maxNumSeqs: 256,
+    numBlocks: 26_000,
   },
   // Qwen3-32B TP2: measured 307k–461k tokens per pod on llm-d. Step constants scaled from the 8B
   // H100 calibration (4× the weights and FLOPs per token over 2 GPUs), not fitted to a published run.
   'qwen-32b-tp2-h100': {
-    ...common, prefillOverheadMs: 65, prefillPerTokenMs: 0.4, interTokenMs: 25, loadFactor: 2.5,
-    stepOverheadMs: 12, stepPerTokenMs: 0.09, stepPerContextTokenMs: 0.00004,
-    maxNumSeqs: 256, numBlocks: 24_000,
+    ...common,
+    prefillOverheadMs: 65,
+    prefillPerTokenMs: 0.4,
+    interTokenMs: 25,
+    loadFactor: 2.5,
+    stepOverheadMs: 12,
+    stepPerTokenMs: 0.09,
+    stepPerContextTokenMs: 0.00004,
+    maxNumSeqs: 256,
+    numBlocks: 24_000,
   },
   // Llama-3-70B TP4: ~320 KB/token, ~150 GB free over four GPUs ≈ 470k tokens. Step constants
   // scaled like the 32B preset (8.75× the 8B's work over 4 GPUs), not fitted to a published run.
   'llama-70b-tp4-h100': {
-    ...common, prefillOverheadMs: 90, prefillPerTokenMs: 0.75, interTokenMs: 32, loadFactor: 2.5,
-    stepOverheadMs: 14, stepPerTokenMs: 0.1, stepPerContextTokenMs: 0.000025,
-    maxNumSeqs: 256, numBlocks: 29_000,
+    ...common,
+    prefillOverheadMs: 90,
+    prefillPerTokenMs: 0.75,
+    interTokenMs: 32,
+    loadFactor: 2.5,
+    stepOverheadMs: 14,
+    stepPerTokenMs: 0.1,
+    stepPerContextTokenMs: 0.000025,
+    maxNumSeqs: 256,
+    numBlocks: 29_000,
   },
   // Small and jitter-free, so tests can reason about exact timings and fill the cache quickly.
   test: {
-    ...common, prefillOverheadMs: 10, prefillPerTokenMs: 0.1, interTokenMs: 5, loadFactor: 2,
-    maxNumBatchedTokens: 64, stepOverheadMs: 5, stepPerTokenMs: 0.1, stepPerContextTokenMs: 0.001,
-    maxNumSeqs: 4, numBlocks: 64, maxLoras: 2, maxWaiting: 16, jitter: 0,
+    ...common,
+    prefillOverheadMs: 10,
+    prefillPerTokenMs: 0.1,
+    interTokenMs: 5,
+    loadFactor: 2,
+    maxNumBatchedTokens: 64,
+    stepOverheadMs: 5,
+    stepPerTokenMs: 0.1,
+    stepPerContextTokenMs: 0.001,
+    maxNumSeqs: 4,
+    numBlocks: 64,
+    maxLoras: 2,
+    maxWaiting: 16,
+    jitter: 0,
   },
 } as const satisfies Record<string, EngineConfig>;
 
@@ -112,7 +159,8 @@ function stripUndefined<T extends object>(o: T): Partial<T> {
 }
 
 export function validateConfig(cfg: EngineConfig): void {
-  if (!ENGINE_MODES.includes(cfg.mode)) throw new RangeError(`engine config: mode must be one of ${ENGINE_MODES.join(', ')}, got ${String(cfg.mode)}`);
+  if (!ENGINE_MODES.includes(cfg.mode))
+    throw new RangeError(`engine config: mode must be one of ${ENGINE_MODES.join(', ')}, got ${String(cfg.mode)}`);
   const positiveInts = ['maxNumSeqs', 'numBlocks', 'blockSize', 'maxNumBatchedTokens'] as const;
   for (const k of positiveInts) {
     if (!Number.isInteger(cfg[k]) || cfg[k] < 1) throw new RangeError(`engine config: ${k} must be an integer >= 1, got ${cfg[k]}`);
@@ -120,7 +168,14 @@ export function validateConfig(cfg: EngineConfig): void {
   for (const k of ['maxLoras', 'maxWaiting'] as const) {
     if (!Number.isInteger(cfg[k]) || cfg[k] < 0) throw new RangeError(`engine config: ${k} must be an integer >= 0, got ${cfg[k]}`);
   }
-  for (const k of ['prefillOverheadMs', 'prefillPerTokenMs', 'interTokenMs', 'stepOverheadMs', 'stepPerTokenMs', 'stepPerContextTokenMs'] as const) {
+  for (const k of [
+    'prefillOverheadMs',
+    'prefillPerTokenMs',
+    'interTokenMs',
+    'stepOverheadMs',
+    'stepPerTokenMs',
+    'stepPerContextTokenMs',
+  ] as const) {
     if (!Number.isFinite(cfg[k]) || cfg[k] < 0) throw new RangeError(`engine config: ${k} must be >= 0, got ${cfg[k]}`);
   }
   if (cfg.mode === 'step' && cfg.stepOverheadMs + cfg.stepPerTokenMs <= 0) {
@@ -128,9 +183,12 @@ export function validateConfig(cfg: EngineConfig): void {
   }
   // vLLM requires this too: otherwise some running decodes could never be scheduled.
   if (cfg.mode === 'step' && cfg.maxNumBatchedTokens < cfg.maxNumSeqs) {
-    throw new RangeError(`engine config: maxNumBatchedTokens (${cfg.maxNumBatchedTokens}) must be >= maxNumSeqs (${cfg.maxNumSeqs}) in step mode`);
+    throw new RangeError(
+      `engine config: maxNumBatchedTokens (${cfg.maxNumBatchedTokens}) must be >= maxNumSeqs (${cfg.maxNumSeqs}) in step mode`,
+    );
   }
-  if (!Number.isFinite(cfg.loadFactor) || cfg.loadFactor < 1) throw new RangeError(`engine config: loadFactor must be >= 1, got ${cfg.loadFactor}`);
+  if (!Number.isFinite(cfg.loadFactor) || cfg.loadFactor < 1)
+    throw new RangeError(`engine config: loadFactor must be >= 1, got ${cfg.loadFactor}`);
   if (!(cfg.jitter >= 0 && cfg.jitter <= 0.3)) throw new RangeError(`engine config: jitter must be in [0, 0.3], got ${cfg.jitter}`);
   if (!Number.isFinite(cfg.seed)) throw new RangeError(`engine config: seed must be a number, got ${cfg.seed}`);
 }

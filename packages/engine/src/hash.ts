@@ -48,12 +48,7 @@ export function hashBlock(parent: number, tokens: ArrayLike<number>, start: numb
  * as in vLLM). `seed` separates caches that must not share blocks, e.g. different LoRA adapters;
  * `maxBlocks` bounds the work for very long prompts.
  */
-export function blockHashes(
-  tokens: ArrayLike<number>,
-  blockSize: number,
-  seed = 0,
-  maxBlocks = Number.POSITIVE_INFINITY,
-): number[] {
+export function blockHashes(tokens: ArrayLike<number>, blockSize: number, seed = 0, maxBlocks = Number.POSITIVE_INFINITY): number[] {
   const n = Math.min(Math.floor(tokens.length / blockSize), maxBlocks);
   const out = new Array<number>(n);
   let parent = seed;

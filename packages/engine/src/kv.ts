@@ -100,7 +100,7 @@ export class KvPool {
   reset(): boolean {
     if (this.usedBlocks > 0) return false;
     this.cache.clear();
-    for (let b = this.lruHead; b; ) {
+    for (let b = this.lruHead; b;) {
       const next: CachedBlock | null = b.next;
       b.prev = b.next = null;
       this.spare.push(b);

@@ -27,7 +27,8 @@ function tenPrompts(preset: PresetName): { meanTtft: number; medianTpot: number 
   const tpots = seqs.filter((s) => s.generated > 1).map((s) => (s.finishedAt - s.firstTokenAt) / (s.generated - 1));
   tpots.sort((a, b) => a - b);
   const mid = tpots.length / 2;
-  const medianTpot = tpots.length % 2 === 1 ? (tpots[Math.floor(mid)] as number) : ((tpots[mid - 1] as number) + (tpots[mid] as number)) / 2;
+  const medianTpot =
+    tpots.length % 2 === 1 ? (tpots[Math.floor(mid)] as number) : ((tpots[mid - 1] as number) + (tpots[mid] as number)) / 2;
   return { meanTtft, medianTpot };
 }
 

@@ -34,16 +34,24 @@ describe.each(['closed-form', 'step'] as const)('engine (%s): conservation (prop
     fc.assert(
       fc.property(
         fc.array(op, { maxLength: 80 }),
-        fc.record({ maxNumSeqs: fc.integer({ min: 1, max: 6 }), numBlocks: fc.integer({ min: 8, max: 60 }), maxWaiting: fc.integer({ min: 0, max: 10 }), maxLoras: fc.integer({ min: 0, max: 2 }) }),
+        fc.record({
+          maxNumSeqs: fc.integer({ min: 1, max: 6 }),
+          numBlocks: fc.integer({ min: 8, max: 60 }),
+          maxWaiting: fc.integer({ min: 0, max: 10 }),
+          maxLoras: fc.integer({ min: 0, max: 2 }),
+        }),
         (ops, cfg) => {
           const live = new Set<Sequence>();
           const done = new Set<Sequence>();
-          const engine = new Engine<EngineRequest>({ preset: 'test', mode, ...cfg, jitter: 0.3, seed: 3 }, {
-            onFinish: (s) => {
-              expect(live.delete(s)).toBe(true);
-              done.add(s);
+          const engine = new Engine<EngineRequest>(
+            { preset: 'test', mode, ...cfg, jitter: 0.3, seed: 3 },
+            {
+              onFinish: (s) => {
+                expect(live.delete(s)).toBe(true);
+                done.add(s);
+              },
             },
-          });
+          );
           const all: Sequence[] = [];
           let t = 0;
           const checkBlocks = (): void => {

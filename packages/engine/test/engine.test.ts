@@ -182,9 +182,12 @@ describe('engine: LoRA slots', () => {
 /** Poisson arrivals at `qps` for `n` requests on an 8B/H100 replica; mean TTFT in ms. */
 function meanTtft(qps: number, n: number, seed: number): number {
   const ttfts: number[] = [];
-  const engine = new Engine({ preset: 'llama-8b-h100', maxNumSeqs: 32, seed }, {
-    onFinish: (s) => void ttfts.push(s.ttftMs),
-  });
+  const engine = new Engine(
+    { preset: 'llama-8b-h100', maxNumSeqs: 32, seed },
+    {
+      onFinish: (s) => void ttfts.push(s.ttftMs),
+    },
+  );
   let rng = seed;
   const uniform = (): number => ((rng = (rng * 1103515245 + 12345) % 2147483648) + 1) / 2147483649;
   let t = 0;

@@ -13,7 +13,7 @@ describe('tokenizer and block hashes', () => {
     const prefix = 'x'.repeat(64 * 3) + 'system prompt '.repeat(10);
     const a = textBlockHashes(prefix + 'first question?');
     const b = textBlockHashes(prefix + 'another, longer question for the model?');
-    const common = Math.floor((prefix.length / 4) / 16);
+    const common = Math.floor(prefix.length / 4 / 16);
     expect(a.slice(0, common)).toEqual(b.slice(0, common));
     expect(a.length).toBeGreaterThanOrEqual(common);
     // Chained: identical blocks at different positions hash differently.

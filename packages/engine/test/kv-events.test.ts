@@ -28,7 +28,10 @@ describe('engine KV events', () => {
     const b = blockHashes([...tokens(2 * bs, 0), ...tokens(2 * bs, 1000)], bs);
     engine.submit(req(4 * bs, 2, { blockHashes: b }), 1000);
     drain(engine, 1000);
-    expect(stored).toEqual([[0, 4], [2, 4]]);
+    expect(stored).toEqual([
+      [0, 4],
+      [2, 4],
+    ]);
   });
 
   it('reports each evicted block hash', () => {
@@ -40,7 +43,10 @@ describe('engine KV events', () => {
     const b = blockHashes(tokens(4 * bs, 5000), bs);
     engine.submit(req(4 * bs, 1, { blockHashes: b }), t);
     t = drain(engine, t);
-    expect(stored).toEqual([[0, 4], [0, 4]]);
+    expect(stored).toEqual([
+      [0, 4],
+      [0, 4],
+    ]);
     // Six blocks: the second prompt needed four (plus a decode block), so the first prompt's chain lost its tail first.
     expect(evicted.length).toBeGreaterThanOrEqual(2);
     for (const h of evicted) expect(a).toContain(h);

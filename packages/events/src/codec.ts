@@ -12,13 +12,7 @@ export const MAX_EVENT_BYTES = 64 * 1024;
 export const MAX_KV_SNAPSHOT_BYTES = 320 * 1024;
 
 export type DecodeErrorReason =
-  | 'oversized'
-  | 'not-utf8'
-  | 'not-json'
-  | 'not-object'
-  | 'unsupported-version'
-  | 'invalid'
-  | 'subject-mismatch';
+  'oversized' | 'not-utf8' | 'not-json' | 'not-object' | 'unsupported-version' | 'invalid' | 'subject-mismatch';
 
 export interface DecodeError {
   reason: DecodeErrorReason;
@@ -42,9 +36,7 @@ function fail(reason: DecodeErrorReason, message: string): DecodeResult {
 }
 
 function describeIssues(error: z.ZodError): string {
-  return error.issues
-    .map((issue) => `${issue.path.length ? issue.path.join('.') : '(root)'}: ${issue.message}`)
-    .join('; ');
+  return error.issues.map((issue) => `${issue.path.length ? issue.path.join('.') : '(root)'}: ${issue.message}`).join('; ');
 }
 
 /**
@@ -84,7 +76,8 @@ export function decodeEvent(payload: Uint8Array | string, subject?: string): Dec
     if (!parsed.success) return fail('invalid', describeIssues(parsed.error));
     event = parsed.data;
   }
-  if (event.kind !== 'kv' && size > MAX_EVENT_BYTES) return fail('oversized', `payload is ${size} bytes, limit ${MAX_EVENT_BYTES} for kind ${event.kind}`);
+  if (event.kind !== 'kv' && size > MAX_EVENT_BYTES)
+    return fail('oversized', `payload is ${size} bytes, limit ${MAX_EVENT_BYTES} for kind ${event.kind}`);
   // Escaping is canonical (one subject per name), so the event's own subject is the only match;
   // comparing with it is cheaper than parsing the subject. A mismatch is parsed to say which way it fails.
   if (subject !== undefined && !isSubjectFor(subject, event)) {

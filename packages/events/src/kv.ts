@@ -61,7 +61,7 @@ export function kvKeySeed(lora?: string | undefined): number {
   if (lora === undefined || lora === '') return 0;
   let h = 0x811c9dc5;
   for (let i = 0; i < lora.length; i++) h = Math.imul(h ^ lora.charCodeAt(i), 0x01000193);
-  return (h >>> 0) || 1;
+  return h >>> 0 || 1;
 }
 
 /**

@@ -182,7 +182,9 @@ function compileCheck(check: CheckDef): Test | undefined {
       const range = FORMAT_RANGES[check.format ?? 'float64'];
       if (range === undefined) return undefined;
       const [min, max, integer] = range;
-      return integer ? (v) => Number.isInteger(v) && (v as number) >= min && (v as number) <= max : (v) => (v as number) >= min && (v as number) <= max;
+      return integer
+        ? (v) => Number.isInteger(v) && (v as number) >= min && (v as number) <= max
+        : (v) => (v as number) >= min && (v as number) <= max;
     }
     case 'custom': {
       // `.refine(fn)`: truthy passes. A promise (async refine) is left to zod, which refuses it in safeParse.
@@ -298,10 +300,14 @@ function copyingObject(fields: readonly Field[]): Check {
 function generatedObject(fields: readonly Field[], copy: Check): Check | undefined {
   const env: unknown[] = [];
   const ref = (value: unknown): string => `e[${env.push(value) - 1}]`;
-  const lines = ['if (typeof input !== "object" || input === null || Array.isArray(input)) return R;', 'let seen = 0, same = true, v, r, p;'];
+  const lines = [
+    'if (typeof input !== "object" || input === null || Array.isArray(input)) return R;',
+    'let seen = 0, same = true, v, r, p;',
+  ];
   for (const field of fields) {
     const k = JSON.stringify(field.key);
-    const optionalLeaf = field.node._zod.def.type === 'optional' && hasNoChecks(field.node) && !field.node._zod.traits.has('$ZodExactOptional');
+    const optionalLeaf =
+      field.node._zod.def.type === 'optional' && hasNoChecks(field.node) && !field.node._zod.traits.has('$ZodExactOptional');
     const leaf = leafTest(optionalLeaf ? (field.node._zod.def.innerType as Node) : field.node, ref);
     if (leaf !== undefined && !optionalLeaf) {
       // Rejects undefined, so an absent key fails here as zod says it must.
@@ -327,7 +333,12 @@ function generatedObject(fields: readonly Field[], copy: Check): Check | undefin
     'return copy(input);',
   );
   try {
-    return new Function('e', 'R', 'P', 'copy', `return function check(input) {\n${lines.join('\n')}\n};`)(env, REJECTED, Object.prototype, copy) as Check;
+    return new Function('e', 'R', 'P', 'copy', `return function check(input) {\n${lines.join('\n')}\n};`)(
+      env,
+      REJECTED,
+      Object.prototype,
+      copy,
+    ) as Check;
   } catch {
     return undefined;
   }

@@ -79,7 +79,11 @@ export function parseStateSubject(subject: string): (StateSubjectParts & { sync:
 
 /** An EPP id that is unique per process and readable: `<host>-<suffix>`, at most 64 characters. */
 export function eppIdOf(host: string, suffix: string): string {
-  const base = host.replace(/[^A-Za-z0-9_-]/g, '-').replace(/^-+|-+$/g, '').slice(0, 48) || 'epp';
+  const base =
+    host
+      .replace(/[^A-Za-z0-9_-]/g, '-')
+      .replace(/^-+|-+$/g, '')
+      .slice(0, 48) || 'epp';
   return `${base}-${suffix.replace(/[^A-Za-z0-9]/g, '').slice(0, 15) || '0'}`;
 }
 
@@ -155,7 +159,13 @@ export type StateDecodeReason = 'oversized' | 'not-msgpack' | 'invalid' | 'too-m
 export type StateDecodeResult = { ok: true; batch: StateBatch } | { ok: false; reason: StateDecodeReason; detail: string };
 
 /** One decoder for every batch (decoding is synchronous): cheaper than a new one per call. */
-const decoder = new Decoder({ maxStrLength: 1024, maxArrayLength: MAX_STATE_ENTRY_HASHES, maxMapLength: 16, maxBinLength: 0, maxExtLength: 0 });
+const decoder = new Decoder({
+  maxStrLength: 1024,
+  maxArrayLength: MAX_STATE_ENTRY_HASHES,
+  maxMapLength: 16,
+  maxBinLength: 0,
+  maxExtLength: 0,
+});
 
 export function encodeStateBatch(batch: StateBatch): Uint8Array {
   return encode(batch);
@@ -177,7 +187,8 @@ export function stateBatchHashes(batch: StateBatch): number {
  * subjects, so the subject is what vouches for the origin, and a batch naming another is forged.
  */
 export function decodeStateBatch(data: Uint8Array, from?: StateSubjectParts): StateDecodeResult {
-  if (data.byteLength > MAX_STATE_BATCH_BYTES) return { ok: false, reason: 'oversized', detail: `${data.byteLength} bytes, limit ${MAX_STATE_BATCH_BYTES}` };
+  if (data.byteLength > MAX_STATE_BATCH_BYTES)
+    return { ok: false, reason: 'oversized', detail: `${data.byteLength} bytes, limit ${MAX_STATE_BATCH_BYTES}` };
   let raw: unknown;
   try {
     raw = decoder.decode(data);
@@ -193,7 +204,11 @@ export function decodeStateBatch(data: Uint8Array, from?: StateSubjectParts): St
   const total = stateBatchHashes(batch);
   if (total > MAX_STATE_HASHES) return { ok: false, reason: 'too-many-hashes', detail: `${total} hashes, limit ${MAX_STATE_HASHES}` };
   if (from !== undefined && (from.pool !== batch.pool || from.zone !== batch.zone || from.epp !== batch.epp)) {
-    return { ok: false, reason: 'subject-mismatch', detail: `a batch of ${batch.pool}/${batch.zone}/${batch.epp} on the subject of ${from.pool}/${from.zone}/${from.epp}` };
+    return {
+      ok: false,
+      reason: 'subject-mismatch',
+      detail: `a batch of ${batch.pool}/${batch.zone}/${batch.epp} on the subject of ${from.pool}/${from.zone}/${from.epp}`,
+    };
   }
   return { ok: true, batch };
 }

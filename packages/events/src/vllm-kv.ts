@@ -56,7 +56,16 @@ export interface VllmKvBatch {
 
 /** What a sender puts in a batch (the encoder writes vLLM's arrays). */
 export type VllmKvEventInput =
-  | { type: 'stored'; hashes: ReadonlyArray<number | bigint>; parent: number | bigint | null; tokenIds: ArrayLike<number>; blockSize: number; loraId: number | null; medium: string | null; loraName: string | null }
+  | {
+      type: 'stored';
+      hashes: ReadonlyArray<number | bigint>;
+      parent: number | bigint | null;
+      tokenIds: ArrayLike<number>;
+      blockSize: number;
+      loraId: number | null;
+      medium: string | null;
+      loraName: string | null;
+    }
   | { type: 'removed'; hashes: ReadonlyArray<number | bigint>; medium: string | null }
   | { type: 'cleared' };
 
@@ -70,7 +79,12 @@ export interface VllmKvLimits {
   maxTokens: number;
 }
 
-export const DEFAULT_VLLM_KV_LIMITS: Readonly<VllmKvLimits> = { maxPayloadBytes: 8 * 1024 * 1024, maxEvents: 4096, maxHashes: 8192, maxTokens: 262144 };
+export const DEFAULT_VLLM_KV_LIMITS: Readonly<VllmKvLimits> = {
+  maxPayloadBytes: 8 * 1024 * 1024,
+  maxEvents: 4096,
+  maxHashes: 8192,
+  maxTokens: 262144,
+};
 
 export function encodeVllmKvBatch(ts: number, events: ReadonlyArray<VllmKvEventInput>, dataParallelRank: number | null = 0): Uint8Array {
   const wire = events.map((e) => {
@@ -167,7 +181,8 @@ function asArray(raw: object): unknown[] {
 
 function event(input: unknown, i: number, limits: VllmKvLimits): VllmKvEvent | undefined {
   const where = `events[${i}]`;
-  const raw = input !== null && typeof input === 'object' && !Array.isArray(input) && !(input instanceof Uint8Array) ? asArray(input) : input;
+  const raw =
+    input !== null && typeof input === 'object' && !Array.isArray(input) && !(input instanceof Uint8Array) ? asArray(input) : input;
   if (!Array.isArray(raw) || typeof raw[0] !== 'string') throw new Malformed('malformed', `${where}: not a tagged array`);
   switch (raw[0]) {
     case VLLM_BLOCK_STORED: {
@@ -179,13 +194,24 @@ function event(input: unknown, i: number, limits: VllmKvLimits): VllmKvEvent | u
       if (tokens.length > limits.maxTokens) throw new Malformed('too-many-tokens', `${where}: ${tokens.length} token ids`);
       for (let t = 0; t < tokens.length; t++) {
         const id = tokens[t] as unknown;
-        if (typeof id !== 'number' || !(id >= 0 && id <= 0xffffffff) || !Number.isInteger(id)) throw new Malformed('malformed', `${where}: token_ids[${t}] is not a 32-bit id`);
+        if (typeof id !== 'number' || !(id >= 0 && id <= 0xffffffff) || !Number.isInteger(id))
+          throw new Malformed('malformed', `${where}: token_ids[${t}] is not a 32-bit id`);
       }
       const blockSize = smallInt(raw[4]);
-      if (blockSize === undefined || blockSize < 1 || blockSize > 4096) throw new Malformed('malformed', `${where}: block_size is not 1..4096`);
+      if (blockSize === undefined || blockSize < 1 || blockSize > 4096)
+        throw new Malformed('malformed', `${where}: block_size is not 1..4096`);
       const loraId = raw[5] === null || raw[5] === undefined ? null : smallInt(raw[5]);
       if (loraId === undefined) throw new Malformed('malformed', `${where}: lora_id is not an integer`);
-      return { type: 'stored', hashes, parent, tokenIds: tokens as number[], blockSize, loraId, medium: optionalString(raw[6], `${where}.medium`), loraName: optionalString(raw[7], `${where}.lora_name`) };
+      return {
+        type: 'stored',
+        hashes,
+        parent,
+        tokenIds: tokens as number[],
+        blockSize,
+        loraId,
+        medium: optionalString(raw[6], `${where}.medium`),
+        loraName: optionalString(raw[7], `${where}.lora_name`),
+      };
     }
     case VLLM_BLOCK_REMOVED:
       if (raw.length < 2) throw new Malformed('malformed', `${where}: BlockRemoved has ${raw.length} fields`);

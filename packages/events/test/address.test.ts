@@ -7,12 +7,24 @@ describe('endpoint addresses', () => {
     expect(parseEndpointAddress('[FD00:0:0::5]:8000')).toEqual({ ip: 'fd00::5', port: 8000, key: '[fd00::5]:8000' });
   });
 
-  it.each(['10.0.1.5', '10.0.1.5:', '10.0.1.5:0', '10.0.1.5:65536', '10.0.1.5:80x', ':80', 'host:80', '[fd00::5]', '[fd00::5]80', 'fd00::5:80', '[10.0.0.1]:80', '[fe80::1%eth0]:80', ' 10.0.1.5:80', '10.0.1.5:+80'])(
-    'rejects %j',
-    (text) => {
-      expect(parseEndpointAddress(text)).toBeUndefined();
-    },
-  );
+  it.each([
+    '10.0.1.5',
+    '10.0.1.5:',
+    '10.0.1.5:0',
+    '10.0.1.5:65536',
+    '10.0.1.5:80x',
+    ':80',
+    'host:80',
+    '[fd00::5]',
+    '[fd00::5]80',
+    'fd00::5:80',
+    '[10.0.0.1]:80',
+    '[fe80::1%eth0]:80',
+    ' 10.0.1.5:80',
+    '10.0.1.5:+80',
+  ])('rejects %j', (text) => {
+    expect(parseEndpointAddress(text)).toBeUndefined();
+  });
 
   it('reads subset entries: exact endpoints and bare IPs', () => {
     expect(parseAddressPattern(' 10.0.0.1:8000 ')).toMatchObject({ ip: '10.0.0.1', port: 8000 });

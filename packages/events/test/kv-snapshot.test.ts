@@ -89,7 +89,17 @@ describe('the kv snapshot kind', () => {
     expect(reason(' '.repeat(MAX_KV_SNAPSHOT_BYTES + 1), SUBJECT)).toBe('oversized');
     expect(reason(' '.repeat(MAX_EVENT_BYTES + 1), 'spillway.v1.llama.zone-a.vllm-a-0.metrics')).toBe('oversized');
     // A metrics event padded past 64 KB with whitespace is refused even without a subject.
-    const metrics = { v: 1, kind: 'metrics', pool: 'llama', zone: 'zone-a', pod: 'p', observedAt: 1, waitingRequests: 0, runningRequests: 0, kvCacheUsage: 0 };
+    const metrics = {
+      v: 1,
+      kind: 'metrics',
+      pool: 'llama',
+      zone: 'zone-a',
+      pod: 'p',
+      observedAt: 1,
+      waitingRequests: 0,
+      runningRequests: 0,
+      kvCacheUsage: 0,
+    };
     expect(reason(JSON.stringify(metrics) + ' '.repeat(MAX_EVENT_BYTES))).toBe('oversized');
   });
 

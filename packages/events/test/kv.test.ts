@@ -34,7 +34,8 @@ describe('KV subjects', () => {
     expect(parseKvSubject(SUBJECT)).toEqual({ pool: 'llama', zone: 'zone-a', pod: 'vllm.0' });
     expect(kvPoolFilter('llama')).toBe('spillway.kv.llama.>');
     expect(kvZoneFilter('llama', 'zone-a')).toBe('spillway.kv.llama.zone-a.>');
-    for (const bad of ['spillway.v1.llama.zone-a.p.metrics', 'spillway.kv.llama.zone-a', 'spillway.kv.llama..p', 'other.kv.a.b.c']) expect(parseKvSubject(bad)).toBeUndefined();
+    for (const bad of ['spillway.v1.llama.zone-a.p.metrics', 'spillway.kv.llama.zone-a', 'spillway.kv.llama..p', 'other.kv.a.b.c'])
+      expect(parseKvSubject(bad)).toBeUndefined();
   });
 });
 
@@ -67,10 +68,14 @@ describe('content keys', () => {
 
   it('are deterministic and rarely collide (property)', () => {
     fc.assert(
-      fc.property(fc.array(fc.integer({ min: 0, max: 200_000 }), { minLength: 16, maxLength: 16 }), fc.array(fc.integer({ min: 0, max: 200_000 }), { minLength: 16, maxLength: 16 }), (x, y) => {
-        expect(kvBlockKey(undefined, x, 0, 16)).toBe(kvBlockKey(undefined, [...x], 0, 16));
-        if (x.join() !== y.join()) expect(kvBlockKey(undefined, x, 0, 16)).not.toBe(kvBlockKey(undefined, y, 0, 16));
-      }),
+      fc.property(
+        fc.array(fc.integer({ min: 0, max: 200_000 }), { minLength: 16, maxLength: 16 }),
+        fc.array(fc.integer({ min: 0, max: 200_000 }), { minLength: 16, maxLength: 16 }),
+        (x, y) => {
+          expect(kvBlockKey(undefined, x, 0, 16)).toBe(kvBlockKey(undefined, [...x], 0, 16));
+          if (x.join() !== y.join()) expect(kvBlockKey(undefined, x, 0, 16)).not.toBe(kvBlockKey(undefined, y, 0, 16));
+        },
+      ),
     );
   });
 
@@ -95,7 +100,11 @@ describe('relayed batches', () => {
     ['a fractional key', encode({ ...batch(), events: [[2, [1.5]]] }), 'invalid'],
     ['a cleared event with keys', encode({ ...batch(), events: [[3, [1]]] }), 'invalid'],
     ['a missing sequence', encode({ ...batch(), seq: undefined }), 'invalid'],
-    ['too many keys in all', encode({ ...batch(), events: Array.from({ length: 3 }, () => [1, Array.from({ length: 4000 }, (_, i) => i)]) }), 'too-many-keys'],
+    [
+      'too many keys in all',
+      encode({ ...batch(), events: Array.from({ length: 3 }, () => [1, Array.from({ length: 4000 }, (_, i) => i)]) }),
+      'too-many-keys',
+    ],
     ['another pod than the subject', encode({ ...batch(), pod: 'vllm-1' }), 'subject-mismatch'],
     ['another zone than the subject', encode({ ...batch(), zone: 'zone-b' }), 'subject-mismatch'],
     ['an oversized message', new Uint8Array(MAX_KV_BATCH_BYTES + 1), 'oversized'],

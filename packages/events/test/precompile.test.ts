@@ -25,11 +25,41 @@ function agree(schema: z.ZodType, input: unknown): void {
 const compiled = new Map<z.ZodType, ReturnType<typeof compileSchema>>();
 
 // Values around every bound the v1 schema draws, plus the wrong types.
-const edgeNumber = fc.constantFrom(-1, -0, 0, 0.5, 1, 1.5, 2, 3_600_000, 3_600_001, 1e9, 1e9 + 1, 8.64e15, 8.64e15 + 1, Number.MAX_SAFE_INTEGER, 2 ** 53, 1e308);
-const name = fc.oneof(fc.string({ minLength: 1, maxLength: 12 }), fc.constantFrom('a'.repeat(253), 'a'.repeat(254), 'zone-a', 'vllm.0', 'é'));
+const edgeNumber = fc.constantFrom(
+  -1,
+  -0,
+  0,
+  0.5,
+  1,
+  1.5,
+  2,
+  3_600_000,
+  3_600_001,
+  1e9,
+  1e9 + 1,
+  8.64e15,
+  8.64e15 + 1,
+  Number.MAX_SAFE_INTEGER,
+  2 ** 53,
+  1e308,
+);
+const name = fc.oneof(
+  fc.string({ minLength: 1, maxLength: 12 }),
+  fc.constantFrom('a'.repeat(253), 'a'.repeat(254), 'zone-a', 'vllm.0', 'é'),
+);
 const address = fc.oneof(
   fc.tuple(fc.nat(255), fc.nat(255), fc.integer({ min: 0, max: 70_000 })).map(([a, b, port]) => `10.${a}.0.${b}:${port}`),
-  fc.constantFrom('[::1]:8000', '[fe80::1]:1', '10.0.0.1', 'host:80', '[::1]', '10.0.0.1:0', '10.0.0.1:65535', '10.0.0.1:65536', '1.2.3.4:080'),
+  fc.constantFrom(
+    '[::1]:8000',
+    '[fe80::1]:1',
+    '10.0.0.1',
+    'host:80',
+    '[::1]',
+    '10.0.0.1:0',
+    '10.0.0.1:65535',
+    '10.0.0.1:65536',
+    '1.2.3.4:080',
+  ),
 );
 const count = fc.oneof(fc.nat(1_000), edgeNumber);
 const fraction = fc.oneof(fc.double({ min: 0, max: 1, noNaN: true }), edgeNumber);
@@ -98,7 +128,27 @@ function mutate(input: unknown, mutation: Mutation): unknown {
   else target[last] = mutation.value;
   return copy;
 }
-const fieldNames = ['v', 'kind', 'pool', 'zone', 'region', 'pod', 'address', 'ready', 'deleted', 'engine', 'labels', 'observedAt', 'waitingRequests', 'runningRequests', 'kvCacheUsage', 'lora', 'cache', 'rates', 'extra'];
+const fieldNames = [
+  'v',
+  'kind',
+  'pool',
+  'zone',
+  'region',
+  'pod',
+  'address',
+  'ready',
+  'deleted',
+  'engine',
+  'labels',
+  'observedAt',
+  'waitingRequests',
+  'runningRequests',
+  'kvCacheUsage',
+  'lora',
+  'cache',
+  'rates',
+  'extra',
+];
 const nestedNames = ['running', 'waiting', 'max', 'blockSize', 'numBlocks', 'windowMs', 'ttftMs', 'prefixHitRate', '0', 'app', 'unknown'];
 const mutation: fc.Arbitrary<Mutation> = fc.record({
   path: fc.oneof(
@@ -107,18 +157,29 @@ const mutation: fc.Arbitrary<Mutation> = fc.record({
     fc.tuple(fc.constant('lora'), fc.constantFrom('running', 'waiting'), fc.constantFrom('0', '1')).map((p) => [...p]),
   ),
   op: fc.constantFrom('set', 'set', 'delete'),
-  value: fc.oneof(fc.jsonValue(), edgeNumber, name, fc.constantFrom(undefined, null, Number.NaN, Number.POSITIVE_INFINITY, 'readiness', 'metrics', 'vllm', [], {})),
+  value: fc.oneof(
+    fc.jsonValue(),
+    edgeNumber,
+    name,
+    fc.constantFrom(undefined, null, Number.NaN, Number.POSITIVE_INFINITY, 'readiness', 'metrics', 'vllm', [], {}),
+  ),
 });
 
 const runs = { numRuns: 2_000 };
 
 describe('the precompiled event check agrees with the zod schema', () => {
   it('on generated events (valid, and invalid at their bounds)', () => {
-    fc.assert(fc.property(event, (e) => agree(spillwayEventSchema, e)), runs);
+    fc.assert(
+      fc.property(event, (e) => agree(spillwayEventSchema, e)),
+      runs,
+    );
   });
 
   it('on generated events as they arrive: through JSON', () => {
-    fc.assert(fc.property(event, (e) => agree(spillwayEventSchema, JSON.parse(JSON.stringify(e)))), runs);
+    fc.assert(
+      fc.property(event, (e) => agree(spillwayEventSchema, JSON.parse(JSON.stringify(e)))),
+      runs,
+    );
   });
 
   it('on events with one to three fields changed, deleted or added', () => {
@@ -131,24 +192,56 @@ describe('the precompiled event check agrees with the zod schema', () => {
   });
 
   it('on random JSON and random values', () => {
-    fc.assert(fc.property(fc.jsonValue(), (value) => agree(spillwayEventSchema, value)), runs);
-    fc.assert(fc.property(fc.anything(), (value) => agree(spillwayEventSchema, value)), runs);
     fc.assert(
-      fc.property(fc.dictionary(fc.constantFrom(...fieldNames), fc.jsonValue()), (value) => agree(spillwayEventSchema, { v: 1, kind: 'metrics', ...value })),
+      fc.property(fc.jsonValue(), (value) => agree(spillwayEventSchema, value)),
+      runs,
+    );
+    fc.assert(
+      fc.property(fc.anything(), (value) => agree(spillwayEventSchema, value)),
+      runs,
+    );
+    fc.assert(
+      fc.property(fc.dictionary(fc.constantFrom(...fieldNames), fc.jsonValue()), (value) =>
+        agree(spillwayEventSchema, { v: 1, kind: 'metrics', ...value }),
+      ),
       runs,
     );
   });
 
   it('on each kind alone, and on the other schemas of the package', () => {
-    fc.assert(fc.property(readiness, (e) => agree(readinessEventSchema, e)), { numRuns: 300 });
-    fc.assert(fc.property(metrics, (e) => agree(metricsEventSchema, e)), { numRuns: 300 });
-    fc.assert(fc.property(fc.jsonValue(), (value) => agree(stateBatchSchema, value)), { numRuns: 300 });
-    fc.assert(fc.property(fc.jsonValue(), (value) => agree(kvBatchSchema, value)), { numRuns: 300 });
+    fc.assert(
+      fc.property(readiness, (e) => agree(readinessEventSchema, e)),
+      { numRuns: 300 },
+    );
+    fc.assert(
+      fc.property(metrics, (e) => agree(metricsEventSchema, e)),
+      { numRuns: 300 },
+    );
+    fc.assert(
+      fc.property(fc.jsonValue(), (value) => agree(stateBatchSchema, value)),
+      { numRuns: 300 },
+    );
+    fc.assert(
+      fc.property(fc.jsonValue(), (value) => agree(kvBatchSchema, value)),
+      { numRuns: 300 },
+    );
   });
 
   it('keeps the value zod returns: unknown fields stripped, a present undefined optional kept', () => {
     const check = compileSchema(spillwayEventSchema);
-    const input = { v: 1, kind: 'metrics', pool: 'p', zone: 'z', pod: 'x', observedAt: 1, waitingRequests: 0, runningRequests: 0, kvCacheUsage: 0, lora: undefined, extra: 1 };
+    const input = {
+      v: 1,
+      kind: 'metrics',
+      pool: 'p',
+      zone: 'z',
+      pod: 'x',
+      observedAt: 1,
+      waitingRequests: 0,
+      runningRequests: 0,
+      kvCacheUsage: 0,
+      lora: undefined,
+      extra: 1,
+    };
     expect(check(input)).toStrictEqual(spillwayEventSchema.parse(input));
     expect(check(input)).not.toHaveProperty('extra');
     expect(check(input)).toHaveProperty('lora', undefined);
@@ -180,7 +273,10 @@ describe('compileSchema follows the schema it is given', () => {
       hops: fc.array(fc.oneof(fc.integer({ min: -1, max: 11 }), edgeNumber), { maxLength: 5 }),
       note: fc.option(fc.string({ maxLength: 10 }), { nil: undefined }),
     });
-    fc.assert(fc.property(probeInput, (value) => agree(extended, value)), runs);
+    fc.assert(
+      fc.property(probeInput, (value) => agree(extended, value)),
+      runs,
+    );
   });
 
   it('leaves constructs it does not model to zod, and still agrees', () => {
@@ -198,22 +294,27 @@ describe('compileSchema follows the schema it is given', () => {
     });
     const input = fc.record(
       {
-      id: fc.constantFrom('abc', 'ABC', ''),
-      n: fc.constantFrom(3, 4, 0),
-      tags: fc.option(fc.array(fc.string({ maxLength: 2 }), { maxLength: 2 }), { nil: undefined }),
-      shout: fc.oneof(fc.string({ maxLength: 3 }), fc.constant(1)),
-      either: fc.constantFrom('a', 'b', 1, 1.5),
-      strict: fc.option(fc.oneof(fc.constant({ a: true }), fc.constant({ a: true, b: 1 })), { nil: undefined }),
-      nullable: fc.constantFrom('x', null, 1),
-      gone: fc.option(fc.constant(1), { nil: undefined }),
-      anything: fc.option(fc.jsonValue(), { nil: undefined }),
-    }, { requiredKeys: ['id', 'n', 'shout', 'either', 'nullable'] });
-    fc.assert(fc.property(input, (value) => agree(odd, value)), runs);
+        id: fc.constantFrom('abc', 'ABC', ''),
+        n: fc.constantFrom(3, 4, 0),
+        tags: fc.option(fc.array(fc.string({ maxLength: 2 }), { maxLength: 2 }), { nil: undefined }),
+        shout: fc.oneof(fc.string({ maxLength: 3 }), fc.constant(1)),
+        either: fc.constantFrom('a', 'b', 1, 1.5),
+        strict: fc.option(fc.oneof(fc.constant({ a: true }), fc.constant({ a: true, b: 1 })), { nil: undefined }),
+        nullable: fc.constantFrom('x', null, 1),
+        gone: fc.option(fc.constant(1), { nil: undefined }),
+        anything: fc.option(fc.jsonValue(), { nil: undefined }),
+      },
+      { requiredKeys: ['id', 'n', 'shout', 'either', 'nullable'] },
+    );
+    fc.assert(
+      fc.property(input, (value) => agree(odd, value)),
+      runs,
+    );
   });
 });
 
 describe('decodeEvent with the precompiled check', () => {
-  it('rejects exactly what zod rejects, with zod\'s message', () => {
+  it("rejects exactly what zod rejects, with zod's message", () => {
     fc.assert(
       fc.property(event, fc.array(mutation, { minLength: 1, maxLength: 2 }), (e, mutations) => {
         const input = mutations.reduce<unknown>(mutate, e);
@@ -234,12 +335,25 @@ describe('decodeEvent with the precompiled check', () => {
   });
 
   it('checks the subject against the event as before', () => {
-    const e = { v: 1, kind: 'metrics', pool: 'vllm.0', zone: 'zone-a', pod: 'p 1', observedAt: 1, waitingRequests: 0, runningRequests: 0, kvCacheUsage: 0 };
+    const e = {
+      v: 1,
+      kind: 'metrics',
+      pool: 'vllm.0',
+      zone: 'zone-a',
+      pod: 'p 1',
+      observedAt: 1,
+      waitingRequests: 0,
+      runningRequests: 0,
+      kvCacheUsage: 0,
+    };
     expect(decodeEvent(JSON.stringify(e), 'spillway.v1.vllm%2E0.zone-a.p%201.metrics').ok).toBe(true);
     const wrongPod = decodeEvent(JSON.stringify(e), 'spillway.v1.vllm%2E0.zone-a.p%202.metrics');
     expect(wrongPod).toMatchObject({ ok: false, error: { reason: 'subject-mismatch', message: expect.stringContaining('does not name') } });
     const notASubject = decodeEvent(JSON.stringify(e), 'spillway.v1.vllm.0.zone-a.p%201.metrics');
-    expect(notASubject).toMatchObject({ ok: false, error: { reason: 'subject-mismatch', message: expect.stringContaining('is not a v1 event subject') } });
+    expect(notASubject).toMatchObject({
+      ok: false,
+      error: { reason: 'subject-mismatch', message: expect.stringContaining('is not a v1 event subject') },
+    });
     const nonCanonical = decodeEvent(JSON.stringify(e), 'spillway.v1.vllm%2E0.zone%2Da.p%201.metrics');
     expect(nonCanonical).toMatchObject({ ok: false, error: { reason: 'subject-mismatch' } });
   });

@@ -108,7 +108,11 @@ describe('v1 events', () => {
     ['rates.windowMs fractional', { ...metrics, rates: { ...rates, windowMs: 1.5 } }, 'rates.windowMs'],
     ['rates.windowMs above an hour', { ...metrics, rates: { ...rates, windowMs: 3_600_001 } }, 'rates.windowMs'],
     ['negative rates.promptTokensPerS', { ...metrics, rates: { ...rates, promptTokensPerS: -1 } }, 'rates.promptTokensPerS'],
-    ['rates.generationTokensPerS not a number', { ...metrics, rates: { ...rates, generationTokensPerS: 'fast' } }, 'rates.generationTokensPerS'],
+    [
+      'rates.generationTokensPerS not a number',
+      { ...metrics, rates: { ...rates, generationTokensPerS: 'fast' } },
+      'rates.generationTokensPerS',
+    ],
     ['absurd rates.requestsPerS', { ...metrics, rates: { ...rates, requestsPerS: 1e12 } }, 'rates.requestsPerS'],
     ['rates without requestsPerS', { ...metrics, rates: { ...rates, requestsPerS: undefined } }, 'rates.requestsPerS'],
     ['negative rates.ttftMs', { ...metrics, rates: { ...rates, ttftMs: -3 } }, 'rates.ttftMs'],

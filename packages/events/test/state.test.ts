@@ -47,16 +47,27 @@ describe('state subjects', () => {
     expect(stateSyncFilter('llama')).toBe('spillway.state.llama.*.*.sync');
     expect(stateZoneFilter('zone-a')).toBe('spillway.state.*.zone-a.>');
     expect(ALL_STATE_SUBJECTS).toBe('spillway.state.>');
-    for (const bad of ['spillway.v1.llama.zone-a.p.metrics', 'spillway.state.llama.zone-a', 'spillway.state.llama..e', 'spillway.state.l.z.e.other', 'x.state.a.b.c']) {
+    for (const bad of [
+      'spillway.v1.llama.zone-a.p.metrics',
+      'spillway.state.llama.zone-a',
+      'spillway.state.llama..e',
+      'spillway.state.l.z.e.other',
+      'x.state.a.b.c',
+    ]) {
       expect(parseStateSubject(bad)).toBeUndefined();
     }
   });
 
   it('round-trip any names', () => {
     fc.assert(
-      fc.property(fc.string({ minLength: 1, maxLength: 20 }), fc.string({ minLength: 1, maxLength: 20 }), fc.string({ minLength: 1, maxLength: 20 }), (pool, zone, epp) => {
-        expect(parseStateSubject(stateSubjectFor({ pool, zone, epp }))).toEqual({ pool, zone, epp, sync: false });
-      }),
+      fc.property(
+        fc.string({ minLength: 1, maxLength: 20 }),
+        fc.string({ minLength: 1, maxLength: 20 }),
+        fc.string({ minLength: 1, maxLength: 20 }),
+        (pool, zone, epp) => {
+          expect(parseStateSubject(stateSubjectFor({ pool, zone, epp }))).toEqual({ pool, zone, epp, sync: false });
+        },
+      ),
     );
   });
 
@@ -119,7 +130,14 @@ describe('state batches', () => {
     expect(decodeStateBatch(encode(batch({ entries: [[4, 'z', 'p', long]] })))).toMatchObject({ ok: false });
     // Many entries each within bounds, more hashes in all than a batch may carry (small numbers keep it under the byte bound).
     const chunk = Array.from({ length: 8192 }, (_, i) => i % 100);
-    const entries = Array.from({ length: MAX_STATE_HASHES / 8192 + 1 }, (_, i): StateBatch['entries'][number] => [1, i, 'z', 'p', 5, chunk]);
+    const entries = Array.from({ length: MAX_STATE_HASHES / 8192 + 1 }, (_, i): StateBatch['entries'][number] => [
+      1,
+      i,
+      'z',
+      'p',
+      5,
+      chunk,
+    ]);
     expect(decodeStateBatch(encodeStateBatch(batch({ entries })))).toMatchObject({ ok: false, reason: 'too-many-hashes' });
   });
 });

@@ -45,13 +45,22 @@ describe('subject tokens', () => {
   });
 
   it('rejects subjects of other shapes', () => {
-    for (const subject of ['spillway.v1.a.b.c', 'spillway.v1.a.b.c.d.metrics', 'spillway.v1.a.b.c.spec', 'other.v1.a.b.c.metrics', 'spillway.v1.a..c.metrics']) {
+    for (const subject of [
+      'spillway.v1.a.b.c',
+      'spillway.v1.a.b.c.d.metrics',
+      'spillway.v1.a.b.c.spec',
+      'other.v1.a.b.c.metrics',
+      'spillway.v1.a..c.metrics',
+    ]) {
       expect(parseSubject(subject)).toBeUndefined();
     }
   });
 
   it('isSubjectFor says what parsing the subject and comparing the names says (property)', () => {
-    const name = fc.oneof(fc.constantFrom('a', 'b', 'a.b', 'a%2Eb', 'zone-a', 'é'), fc.string({ unit: 'grapheme', minLength: 0, maxLength: 6 }));
+    const name = fc.oneof(
+      fc.constantFrom('a', 'b', 'a.b', 'a%2Eb', 'zone-a', 'é'),
+      fc.string({ unit: 'grapheme', minLength: 0, maxLength: 6 }),
+    );
     const kind = fc.constantFrom('readiness' as const, 'metrics' as const);
     const parts = fc.record({ pool: name, zone: name, pod: name, kind });
     // Subjects near the right one: built from other names, cut, extended, or with raw tokens.
@@ -64,7 +73,8 @@ describe('subject tokens', () => {
     fc.assert(
       fc.property(subject, parts, (s, p) => {
         const parsed = parseSubject(s);
-        const same = parsed !== undefined && parsed.pool === p.pool && parsed.zone === p.zone && parsed.pod === p.pod && parsed.kind === p.kind;
+        const same =
+          parsed !== undefined && parsed.pool === p.pool && parsed.zone === p.zone && parsed.pod === p.pod && parsed.kind === p.kind;
         expect(isSubjectFor(s, p)).toBe(same);
         expect(isSubjectFor(subjectFor(p), p)).toBe(p.pool !== '' && p.zone !== '' && p.pod !== '');
       }),

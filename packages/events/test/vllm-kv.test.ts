@@ -8,7 +8,16 @@ describe('vLLM KV event batches', () => {
   it('round-trips every event kind with exact 64-bit hashes', () => {
     const big = 0xfedcba9876543210n;
     const bytes = encodeVllmKvBatch(1764420000.25, [
-      { type: 'stored', hashes: [big, 5], parent: 7, tokenIds: new Uint32Array([1, 2, 3, 4]), blockSize: 2, loraId: 1, medium: 'GPU', loraName: 'sql-lora' },
+      {
+        type: 'stored',
+        hashes: [big, 5],
+        parent: 7,
+        tokenIds: new Uint32Array([1, 2, 3, 4]),
+        blockSize: 2,
+        loraId: 1,
+        medium: 'GPU',
+        loraName: 'sql-lora',
+      },
       { type: 'removed', hashes: [big], medium: 'GPU' },
       { type: 'cleared' },
     ]);
@@ -20,7 +29,16 @@ describe('vLLM KV event batches', () => {
         dataParallelRank: 0,
         unknownEvents: 0,
         events: [
-          { type: 'stored', hashes: [big, 5], parent: 7, tokenIds: [1, 2, 3, 4], blockSize: 2, loraId: 1, medium: 'GPU', loraName: 'sql-lora' },
+          {
+            type: 'stored',
+            hashes: [big, 5],
+            parent: 7,
+            tokenIds: [1, 2, 3, 4],
+            blockSize: 2,
+            loraId: 1,
+            medium: 'GPU',
+            loraName: 'sql-lora',
+          },
           { type: 'removed', hashes: [big], medium: 'GPU' },
           { type: 'cleared' },
         ],
@@ -29,7 +47,16 @@ describe('vLLM KV event batches', () => {
   });
 
   it('reads older and newer layouts (fewer or more trailing fields) and byte hashes', () => {
-    const r = decodeVllmKvBatch(encode([1.5, [['BlockStored', [new Uint8Array([0xab, 0x01])], null, [9, 9], 2, null], ['BlockRemoved', [3]], ['BlockStored', [4], 3, [1, 1], 2, null, 'GPU', null, null, 0, 'full', null]]]));
+    const r = decodeVllmKvBatch(
+      encode([
+        1.5,
+        [
+          ['BlockStored', [new Uint8Array([0xab, 0x01])], null, [9, 9], 2, null],
+          ['BlockRemoved', [3]],
+          ['BlockStored', [4], 3, [1, 1], 2, null, 'GPU', null, null, 0, 'full', null],
+        ],
+      ]),
+    );
     expect(r.ok).toBe(true);
     if (!r.ok) return;
     expect(r.batch.dataParallelRank).toBeNull();
@@ -43,7 +70,18 @@ describe('vLLM KV event batches', () => {
       encode({
         ts: 2.5,
         events: [
-          { type: 'BlockStored', block_hashes: [1, 2], parent_block_hash: null, token_ids: [1, 2, 3, 4], block_size: 2, lora_id: null, medium: 'GPU', lora_name: null, extra_keys: null, group_idx: 0 },
+          {
+            type: 'BlockStored',
+            block_hashes: [1, 2],
+            parent_block_hash: null,
+            token_ids: [1, 2, 3, 4],
+            block_size: 2,
+            lora_id: null,
+            medium: 'GPU',
+            lora_name: null,
+            extra_keys: null,
+            group_idx: 0,
+          },
           { type: 'BlockRemoved', block_hashes: [1], medium: 'GPU', group_idx: 0 },
           { type: 'AllBlocksCleared' },
           { type: 'BlockMoved' },
@@ -58,7 +96,16 @@ describe('vLLM KV event batches', () => {
         dataParallelRank: 1,
         unknownEvents: 1,
         events: [
-          { type: 'stored', hashes: [1, 2], parent: null, tokenIds: [1, 2, 3, 4], blockSize: 2, loraId: null, medium: 'GPU', loraName: null },
+          {
+            type: 'stored',
+            hashes: [1, 2],
+            parent: null,
+            tokenIds: [1, 2, 3, 4],
+            blockSize: 2,
+            loraId: null,
+            medium: 'GPU',
+            loraName: null,
+          },
           { type: 'removed', hashes: [1], medium: 'GPU' },
           { type: 'cleared' },
         ],

@@ -6,11 +6,33 @@ import { Fleet, snapshotPool } from '@spillway/fleet';
 const T0 = 1_764_420_000_000;
 
 function readiness(pod: string, overrides: Partial<ReadinessEvent> = {}): ReadinessEvent {
-  return { v: 1, kind: 'readiness', pool: 'llama', zone: 'zone-a', region: 'r1', pod, address: '10.0.0.1:8000', ready: true, observedAt: T0, ...overrides };
+  return {
+    v: 1,
+    kind: 'readiness',
+    pool: 'llama',
+    zone: 'zone-a',
+    region: 'r1',
+    pod,
+    address: '10.0.0.1:8000',
+    ready: true,
+    observedAt: T0,
+    ...overrides,
+  };
 }
 
 function metrics(pod: string, overrides: Partial<MetricsEvent> = {}): MetricsEvent {
-  return { v: 1, kind: 'metrics', pool: 'llama', zone: 'zone-a', pod, observedAt: T0, waitingRequests: 0, runningRequests: 0, kvCacheUsage: 0, ...overrides };
+  return {
+    v: 1,
+    kind: 'metrics',
+    pool: 'llama',
+    zone: 'zone-a',
+    pod,
+    observedAt: T0,
+    waitingRequests: 0,
+    runningRequests: 0,
+    kvCacheUsage: 0,
+    ...overrides,
+  };
 }
 
 describe('Fleet', () => {
@@ -30,7 +52,12 @@ describe('Fleet', () => {
     expect(pool.regionOf('zone-b')).toBe('r2');
     expect(pool.routableAt('10.0.0.1:8001').map((e) => e.pod)).toEqual(['a1']);
     expect(pool.routableAt('[fd00::2]:8000').map((e) => e.pod)).toEqual(['b0']);
-    expect(pool.routableOnIp('10.0.0.1').map((e) => e.pod).sort()).toEqual(['a0', 'a1']);
+    expect(
+      pool
+        .routableOnIp('10.0.0.1')
+        .map((e) => e.pod)
+        .sort(),
+    ).toEqual(['a0', 'a1']);
     expect(pool.routableAt('10.0.0.9:8000')).toEqual([]);
     expect(fleet.pool('other')).toBeUndefined();
     expect(fleet.counters).toEqual({ applied: 4, ignored: 0, rejected: 0, future: 0, overCapacity: 0 });
@@ -51,14 +78,24 @@ describe('Fleet', () => {
     fleet.apply(readiness('sim-b-1', { zone: 'zone-b', region: 'r2', address: '10.0.2.1:8000' }), T0);
     fleet.apply(metrics('sim-b-1', { zone: 'zone-b', waitingRequests: 1 }), T0);
     // zone-a's publisher names zone-b's pod, newer: it creates zone-a's own sim-b-1, nothing else.
-    expect(fleet.apply(readiness('sim-b-1', { zone: 'zone-a', address: '10.0.2.1:8000', ready: false, deleted: true, observedAt: T0 + 1000 }), T0 + 1000)).toBe('applied');
+    expect(
+      fleet.apply(
+        readiness('sim-b-1', { zone: 'zone-a', address: '10.0.2.1:8000', ready: false, deleted: true, observedAt: T0 + 1000 }),
+        T0 + 1000,
+      ),
+    ).toBe('applied');
     expect(fleet.apply(metrics('sim-b-1', { zone: 'zone-a', waitingRequests: 99, observedAt: T0 + 1000 }), T0 + 1000)).toBe('applied');
     const b = fleet.get('llama', 'zone-b', 'sim-b-1');
     expect(b).toMatchObject({ zone: 'zone-b', ready: true, deleted: false, address: '10.0.2.1:8000' });
     expect(b?.metrics?.waitingRequests).toBe(1);
     expect(fleet.get('llama', 'zone-a', 'sim-b-1')).toMatchObject({ zone: 'zone-a', deleted: true });
     expect([...(fleet.pool('llama')?.readyInZone('zone-b') ?? [])].map((e) => e.pod)).toEqual(['sim-b-1']);
-    expect(fleet.pool('llama')?.routableAt('10.0.2.1:8000').map((e) => e.zone)).toEqual(['zone-b']);
+    expect(
+      fleet
+        .pool('llama')
+        ?.routableAt('10.0.2.1:8000')
+        .map((e) => e.zone),
+    ).toEqual(['zone-b']);
     expect(fleet.pool('llama')?.regionOf('zone-b')).toBe('r2');
   });
 
@@ -165,7 +202,17 @@ describe('hostile input', () => {
 
   it('ignores kv snapshots (they feed the block index): no pod record, counted as ignored; future-dated ones are refused', () => {
     const fleet = new Fleet();
-    const kv = { v: 1, kind: 'kv', pool: 'llama', zone: 'zone-a', pod: 'p', observedAt: T0, blockSize: 16, seq: 3, keys: [1, 2, 3] } as const;
+    const kv = {
+      v: 1,
+      kind: 'kv',
+      pool: 'llama',
+      zone: 'zone-a',
+      pod: 'p',
+      observedAt: T0,
+      blockSize: 16,
+      seq: 3,
+      keys: [1, 2, 3],
+    } as const;
     expect(fleet.apply({ ...kv, keys: [...kv.keys] }, T0)).toBe('ignored');
     expect(fleet.get('llama', 'zone-a', 'p')).toBeUndefined();
     expect(fleet.pool('llama')).toBeUndefined();
@@ -193,8 +240,14 @@ describe('hostile input', () => {
     expect(fleet.get('llama', 'zone-a', 'a')).toBeUndefined();
     expect(fleet.get('llama', 'zone-a', 'b')?.deleted).toBe(true);
     // A flood of tombstones for pods never seen stays within the cap: each replaces the oldest.
-    for (let i = 0; i < 1000; i++) fleet.apply(readiness(`fake-${i}`, { deleted: true, ready: false, observedAt: T0 + 10 + i }), T0 + 10 + i);
-    expect([...(fleet.pool('llama')?.endpoints() ?? [])].filter((e) => e.zone === 'zone-a').map((e) => e.pod).sort()).toEqual(['c', 'd', 'fake-999']);
+    for (let i = 0; i < 1000; i++)
+      fleet.apply(readiness(`fake-${i}`, { deleted: true, ready: false, observedAt: T0 + 10 + i }), T0 + 10 + i);
+    expect(
+      [...(fleet.pool('llama')?.endpoints() ?? [])]
+        .filter((e) => e.zone === 'zone-a')
+        .map((e) => e.pod)
+        .sort(),
+    ).toEqual(['c', 'd', 'fake-999']);
     expect(fleet.pool('llama')?.readyCount).toBe(3);
     expect(fleet.counters.overCapacity).toBe(2);
   });
@@ -286,7 +339,7 @@ describe("another EPP's picks, learnt later (shared state)", () => {
     expect(pod.inFlight).toBe(4);
   });
 
-  it("a release the latest sample postdates is not counted again; a later one is; forgetting says nothing finished", () => {
+  it('a release the latest sample postdates is not counted again; a later one is; forgetting says nothing finished', () => {
     const fleet = new Fleet({ pickTransitMs: 2, maxSampleLagMs: 500 });
     fleet.apply(readiness('p'), T0);
     fleet.apply(metrics('p', { observedAt: T0 }), T0);
@@ -351,10 +404,11 @@ describe('what event gaps need (picking v2)', () => {
     expect(fleet.get('llama', 'zone-a', 'a0')?.readinessReceivedAt).toBe(T0 + 5);
   });
 
-  it('learns a pod\'s batch size from samples taken while its queue persisted at its largest batch', () => {
+  it("learns a pod's batch size from samples taken while its queue persisted at its largest batch", () => {
     const fleet = new Fleet();
     fleet.apply(readiness('a0'), T0);
-    const at = (i: number, waiting: number, running: number) => fleet.apply(metrics('a0', { observedAt: T0 + i, waitingRequests: waiting, runningRequests: running }), T0 + i);
+    const at = (i: number, waiting: number, running: number) =>
+      fleet.apply(metrics('a0', { observedAt: T0 + i, waitingRequests: waiting, runningRequests: running }), T0 + i);
     at(1, 1, 20); // one sample with a queue: requests between two steps, nothing learnt
     const a0 = fleet.get('llama', 'zone-a', 'a0')!;
     expect([a0.queuedSamples, a0.batchCapacity]).toEqual([1, undefined]);
@@ -419,9 +473,19 @@ describe('order independence (property)', () => {
       runningRequests: fc.nat(20),
       kvCacheUsage: fc.double({ min: 0, max: 1, noNaN: true }),
       // Optional parts too: a tie compares the applied event as rebuilt from the view.
-      lora: fc.option(fc.record({ running: fc.constantFrom<string[]>([], ['a'], ['a', 'b']), waiting: fc.constantFrom<string[]>([], ['c']), max: fc.nat(4) }), { nil: undefined }),
+      lora: fc.option(
+        fc.record({
+          running: fc.constantFrom<string[]>([], ['a'], ['a', 'b']),
+          waiting: fc.constantFrom<string[]>([], ['c']),
+          max: fc.nat(4),
+        }),
+        { nil: undefined },
+      ),
       cache: fc.option(fc.record({ blockSize: fc.constantFrom(16, 32), numBlocks: fc.nat(5) }), { nil: undefined }),
-      rates: fc.option(fc.record({ windowMs: fc.constant(1000), promptTokensPerS: fc.nat(3), generationTokensPerS: fc.nat(3), requestsPerS: fc.nat(3) }), { nil: undefined }),
+      rates: fc.option(
+        fc.record({ windowMs: fc.constant(1000), promptTokensPerS: fc.nat(3), generationTokensPerS: fc.nat(3), requestsPerS: fc.nat(3) }),
+        { nil: undefined },
+      ),
     }),
   );
 
@@ -433,7 +497,14 @@ describe('order independence (property)', () => {
       return {
         pods: snapshotPool(fleet, name),
         zones: view ? zones.map((z) => [...view.readyInZone(z)].map((e) => e.pod).sort()) : [],
-        addresses: view ? ['10.0.0.1:8000', '10.0.0.2:8000', '[fd00::1]:80'].map((a) => view.routableAt(a).map((e) => e.pod).sort()) : [],
+        addresses: view
+          ? ['10.0.0.1:8000', '10.0.0.2:8000', '[fd00::1]:80'].map((a) =>
+              view
+                .routableAt(a)
+                .map((e) => e.pod)
+                .sort(),
+            )
+          : [],
         readyCount: view?.readyCount ?? 0,
         regions: view ? zones.map((z) => view.regionOf(z)) : [],
       };
@@ -443,10 +514,15 @@ describe('order independence (property)', () => {
 
   it('any permutation of a set of events gives the view of applying them in observedAt order', () => {
     fc.assert(
-      fc.property(fc.array(eventArb, { maxLength: 40 }).chain((events) => fc.tuple(fc.constant(events), fc.shuffledSubarray(events, { minLength: events.length }))), ([events, shuffled]) => {
-        const ordered = [...events].sort((a, b) => a.observedAt - b.observedAt);
-        expect(viewOf(shuffled)).toEqual(viewOf(ordered));
-      }),
+      fc.property(
+        fc
+          .array(eventArb, { maxLength: 40 })
+          .chain((events) => fc.tuple(fc.constant(events), fc.shuffledSubarray(events, { minLength: events.length }))),
+        ([events, shuffled]) => {
+          const ordered = [...events].sort((a, b) => a.observedAt - b.observedAt);
+          expect(viewOf(shuffled)).toEqual(viewOf(ordered));
+        },
+      ),
       { numRuns: 500 },
     );
   });
@@ -468,9 +544,16 @@ describe('order independence (property)', () => {
     };
     // The view rebuilds the applied event from what it keeps: that must be every field there is.
     expect(Object.keys(full).sort()).toEqual(Object.keys(metricsEventSchema.shape).sort());
-    const variants = [{ ...full, rates: { ...full.rates!, ttftMs: 21 } }, { ...full, lora: { ...full.lora!, max: 5 } }, { ...full, cache: undefined }];
+    const variants = [
+      { ...full, rates: { ...full.rates!, ttftMs: 21 } },
+      { ...full, lora: { ...full.lora!, max: 5 } },
+      { ...full, cache: undefined },
+    ];
     for (const other of variants) {
-      const views = [[full, other], [other, full]].map((order) => {
+      const views = [
+        [full, other],
+        [other, full],
+      ].map((order) => {
         const fleet = new Fleet();
         for (const event of order) fleet.apply(event as SpillwayEvent, T0);
         return snapshotPool(fleet, 'llama');

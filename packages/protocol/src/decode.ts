@@ -24,7 +24,13 @@ import { Metadata_TypedFilterMetadataEntry, type Metadata } from './gen/envoy/co
 export function decodeProcessingRequest(bytes: Uint8Array): ProcessingRequest {
   const reader = new BinaryReader(bytes);
   const depth = enter(reader);
-  const message: ProcessingRequest = { request: undefined, metadataContext: undefined, attributes: {}, observabilityMode: false, protocolConfig: undefined };
+  const message: ProcessingRequest = {
+    request: undefined,
+    metadataContext: undefined,
+    attributes: {},
+    observabilityMode: false,
+    protocolConfig: undefined,
+  };
   const end = reader.len;
   while (reader.pos < end) {
     const tag = reader.uint32();

@@ -30,12 +30,7 @@ export {
   ProcessingMode_BodySendMode as BodySendMode,
   ProcessingMode_HeaderSendMode as HeaderSendMode,
 } from './gen/envoy/extensions/filters/http/ext_proc/v3/processing_mode.js';
-export {
-  HeaderMap,
-  HeaderValue,
-  HeaderValueOption,
-  Metadata,
-} from './gen/envoy/config/core/v3/base.js';
+export { HeaderMap, HeaderValue, HeaderValueOption, Metadata } from './gen/envoy/config/core/v3/base.js';
 export { HttpStatus, StatusCode } from './gen/envoy/type/v3/http_status.js';
 export {
   HealthCheckRequest,

@@ -10,13 +10,7 @@ export interface JsonObject {
 export type ApiKind = 'completions' | 'chat' | 'responses' | 'embeddings';
 
 export type BodyErrorKind =
-  | 'too-large'
-  | 'invalid-utf8'
-  | 'invalid-json'
-  | 'not-object'
-  | 'missing-model'
-  | 'invalid-model'
-  | 'invalid-shape';
+  'too-large' | 'invalid-utf8' | 'invalid-json' | 'not-object' | 'missing-model' | 'invalid-model' | 'invalid-shape';
 
 /** Why a request body cannot be routed; `status` is the HTTP status to answer with. */
 export class RequestBodyError extends Error {
@@ -48,7 +42,8 @@ export interface InferenceBody {
   readonly json: JsonObject;
 }
 
-export type BodyParseResult = { readonly ok: true; readonly body: InferenceBody } | { readonly ok: false; readonly error: RequestBodyError };
+export type BodyParseResult =
+  { readonly ok: true; readonly body: InferenceBody } | { readonly ok: false; readonly error: RequestBodyError };
 
 /** Matches by suffix (gateways may prefix the path), ignoring any query string. */
 export function apiKindForPath(path: string | undefined): ApiKind | undefined {

@@ -22,7 +22,8 @@ export interface PreparedRequest {
   readonly json: JsonObject;
 }
 
-export type PrepareResult = { readonly ok: true; readonly request: PreparedRequest } | { readonly ok: false; readonly error: RequestBodyError };
+export type PrepareResult =
+  { readonly ok: true; readonly request: PreparedRequest } | { readonly ok: false; readonly error: RequestBodyError };
 
 /**
  * Parses the body for the API its `:path` names, then applies the model rewrite (the
@@ -37,8 +38,7 @@ export function prepareRequest(
   const parsed = parseInferenceBody(bytes, headers.path);
   if (!parsed.ok) return parsed;
   const { body } = parsed;
-  const target =
-    rewriter === undefined ? (headers.modelRewrite ?? body.model) : rewriter.target(body.model, headers.modelRewrite, random);
+  const target = rewriter === undefined ? (headers.modelRewrite ?? body.model) : rewriter.target(body.model, headers.modelRewrite, random);
   const rewritten = rewriteModel(body, bytes, target);
   return {
     ok: true,

@@ -62,9 +62,7 @@ function headerMutation(mutation: RequestMutation): HeaderMutation | undefined {
     // The header we set overwrites a client's copy; removing it in the same mutation would
     // depend on the order in which Envoy applies the two lists.
     removeHeaders =
-      mutation.destination === undefined
-        ? [...mutation.removeHeaders]
-        : mutation.removeHeaders.filter((name) => name !== DESTINATION_KEY);
+      mutation.destination === undefined ? [...mutation.removeHeaders] : mutation.removeHeaders.filter((name) => name !== DESTINATION_KEY);
   }
   return setHeaders.length === 0 && removeHeaders.length === 0 ? undefined : { setHeaders, removeHeaders };
 }

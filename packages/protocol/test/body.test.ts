@@ -80,7 +80,14 @@ describe('parseInferenceBody', () => {
         model: 'llama',
         messages: [
           { role: 'system', content: 'Be brief.' },
-          { role: 'user', content: [{ type: 'text', text: 'Look: ' }, { type: 'image_url', image_url: { url: 'x' } }, { type: 'text', text: 'this' }] },
+          {
+            role: 'user',
+            content: [
+              { type: 'text', text: 'Look: ' },
+              { type: 'image_url', image_url: { url: 'x' } },
+              { type: 'text', text: 'this' },
+            ],
+          },
           { role: 'assistant', content: null, tool_calls: [] },
         ],
       }),
@@ -118,12 +125,21 @@ describe('parseInferenceBody', () => {
   });
 
   it('embeddings: input string or array', () => {
-    expect(parseInferenceBody(json({ model: 'e5', input: 'text' }), '/v1/embeddings')).toMatchObject({ ok: true, body: { api: 'embeddings', prompt: 'text' } });
-    expect(parseInferenceBody(json({ model: 'e5', input: ['a', 'b'] }), '/v1/embeddings')).toMatchObject({ ok: true, body: { prompt: 'a\nb' } });
+    expect(parseInferenceBody(json({ model: 'e5', input: 'text' }), '/v1/embeddings')).toMatchObject({
+      ok: true,
+      body: { api: 'embeddings', prompt: 'text' },
+    });
+    expect(parseInferenceBody(json({ model: 'e5', input: ['a', 'b'] }), '/v1/embeddings')).toMatchObject({
+      ok: true,
+      body: { prompt: 'a\nb' },
+    });
   });
 
   it('other paths need only a model', () => {
-    expect(parseInferenceBody(json({ model: 'm', anything: 1 }), '/v1/audio/x')).toMatchObject({ ok: true, body: { api: undefined, prompt: '' } });
+    expect(parseInferenceBody(json({ model: 'm', anything: 1 }), '/v1/audio/x')).toMatchObject({
+      ok: true,
+      body: { api: undefined, prompt: '' },
+    });
   });
 
   const bad: [string, Uint8Array, string, BodyErrorKind][] = [

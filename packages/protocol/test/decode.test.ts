@@ -20,24 +20,46 @@ function ours(bytes: Uint8Array): { value: unknown } | { error: string } {
 
 // Struct values: what JSON can hold (the generated encoder writes numbers as doubles).
 const structValue = fc.jsonValue({ maxDepth: 3 });
-const struct = fc.dictionary(fc.oneof(fc.string({ maxLength: 12 }), fc.constantFrom('x-gateway-destination-endpoint-subset', 'x-gateway-destination-endpoint-served', '__proto__')), structValue, { maxKeys: 4 });
-const namespaces = fc.dictionary(fc.oneof(fc.string({ maxLength: 12 }), fc.constantFrom('envoy.lb', 'envoy.lb.subset_hint')), struct, { maxKeys: 3 });
+const struct = fc.dictionary(
+  fc.oneof(
+    fc.string({ maxLength: 12 }),
+    fc.constantFrom('x-gateway-destination-endpoint-subset', 'x-gateway-destination-endpoint-served', '__proto__'),
+  ),
+  structValue,
+  { maxKeys: 4 },
+);
+const namespaces = fc.dictionary(fc.oneof(fc.string({ maxLength: 12 }), fc.constantFrom('envoy.lb', 'envoy.lb.subset_hint')), struct, {
+  maxKeys: 3,
+});
 const bytes = fc.uint8Array({ maxLength: 64 });
-const headers = fc.array(fc.record({ key: fc.string({ maxLength: 16 }), value: fc.string({ maxLength: 8 }), rawValue: bytes }), { maxLength: 4 });
+const headers = fc.array(fc.record({ key: fc.string({ maxLength: 16 }), value: fc.string({ maxLength: 8 }), rawValue: bytes }), {
+  maxLength: 4,
+});
 
 const requestArb: fc.Arbitrary<ProcessingRequest> = fc.record({
   request: fc.oneof(
     fc.constant(undefined),
-    fc.record({ $case: fc.constantFrom('requestHeaders' as const, 'responseHeaders' as const), value: fc.record({ headers: fc.record({ headers }), attributes: fc.constant({}), endOfStream: fc.boolean() }) }),
+    fc.record({
+      $case: fc.constantFrom('requestHeaders' as const, 'responseHeaders' as const),
+      value: fc.record({ headers: fc.record({ headers }), attributes: fc.constant({}), endOfStream: fc.boolean() }),
+    }),
     fc.record({
       $case: fc.constantFrom('requestBody' as const, 'responseBody' as const),
-      value: fc.record({ body: bytes, endOfStream: fc.boolean(), endOfStreamWithoutMessage: fc.boolean(), grpcMessageCompressed: fc.boolean() }),
+      value: fc.record({
+        body: bytes,
+        endOfStream: fc.boolean(),
+        endOfStreamWithoutMessage: fc.boolean(),
+        grpcMessageCompressed: fc.boolean(),
+      }),
     }),
   ),
   metadataContext: fc.oneof(fc.constant(undefined), fc.record({ filterMetadata: namespaces, typedFilterMetadata: fc.constant({}) })),
   attributes: fc.oneof(fc.constant({}), fc.dictionary(fc.string({ maxLength: 8 }), struct, { maxKeys: 2 })),
   observabilityMode: fc.boolean(),
-  protocolConfig: fc.oneof(fc.constant(undefined), fc.record({ requestBodyMode: fc.nat(6), responseBodyMode: fc.nat(6), sendBodyWithoutWaitingForHeaderResponse: fc.boolean() })),
+  protocolConfig: fc.oneof(
+    fc.constant(undefined),
+    fc.record({ requestBodyMode: fc.nat(6), responseBodyMode: fc.nat(6), sendBodyWithoutWaitingForHeaderResponse: fc.boolean() }),
+  ),
 }) as fc.Arbitrary<ProcessingRequest>;
 
 describe('decodeProcessingRequest', () => {
@@ -77,7 +99,10 @@ describe('decodeProcessingRequest', () => {
       request: { $case: 'responseHeaders', value: { headers: { headers: [] }, attributes: {}, endOfStream: false } },
       metadataContext: {
         filterMetadata: {
-          'envoy.lb': { 'x-gateway-destination-endpoint-served': '10.0.0.7:8000', 'x-gateway-destination-endpoint': '10.0.0.7:8000,10.0.0.8:8000' },
+          'envoy.lb': {
+            'x-gateway-destination-endpoint-served': '10.0.0.7:8000',
+            'x-gateway-destination-endpoint': '10.0.0.7:8000,10.0.0.8:8000',
+          },
           'envoy.lb.subset_hint': { 'x-gateway-destination-endpoint-subset': ['10.0.0.7:8000', '10.0.0.8:8000', 3, null, { odd: true }] },
         },
         typedFilterMetadata: {},
@@ -92,7 +117,10 @@ describe('decodeProcessingRequest', () => {
 
   it('drops a forged `__proto__` key as the generated decoder does, so nothing is inherited', () => {
     // Encoders will not write such a key from a JS object, so a same-length key is swapped in the bytes.
-    const request = { ...ProcessingRequest.fromPartial({}), metadataContext: { filterMetadata: { ns: { __proto_X: { polluted: 'yes' }, kept: 1 } }, typedFilterMetadata: {} } };
+    const request = {
+      ...ProcessingRequest.fromPartial({}),
+      metadataContext: { filterMetadata: { ns: { __proto_X: { polluted: 'yes' }, kept: 1 } }, typedFilterMetadata: {} },
+    };
     const encoded = Buffer.from(ProcessingRequest.encode(request).finish());
     const at = encoded.indexOf('__proto_X');
     expect(at).toBeGreaterThan(0);
@@ -109,7 +137,10 @@ describe('decodeProcessingRequest', () => {
     // A Struct nested 40 deep (each level is Struct > FieldsEntry > Value, three decoder levels).
     let value: unknown = 'leaf';
     for (let i = 0; i < 40; i++) value = { nested: value };
-    const request = { ...ProcessingRequest.fromPartial({}), metadataContext: { filterMetadata: { ns: value as Record<string, unknown> }, typedFilterMetadata: {} } };
+    const request = {
+      ...ProcessingRequest.fromPartial({}),
+      metadataContext: { filterMetadata: { ns: value as Record<string, unknown> }, typedFilterMetadata: {} },
+    };
     const encoded = ProcessingRequest.encode(request).finish();
     const expected = generated(encoded);
     expect(expected).toEqual({ error: 'protobuf decode recursion limit exceeded' });

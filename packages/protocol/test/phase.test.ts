@@ -36,7 +36,11 @@ describe('readRequestHeaders', () => {
       modelRewrite: 'via-value',
       requestId: 'abc',
       endOfStream: false,
-      destinationHeaders: ['x-gateway-destination-endpoint', 'x-gateway-destination-endpoint-subset', 'x-gateway-destination-endpoint-served'],
+      destinationHeaders: [
+        'x-gateway-destination-endpoint',
+        'x-gateway-destination-endpoint-subset',
+        'x-gateway-destination-endpoint-served',
+      ],
     });
   });
 
@@ -44,7 +48,13 @@ describe('readRequestHeaders', () => {
     const read = readRequestHeaders(
       headers([raw('x-gateway-inference-objective', ''), raw('x-gateway-model-name-rewrite', '  '), raw('content-length', 'abc')], true),
     );
-    expect(read).toMatchObject({ objective: undefined, modelRewrite: undefined, contentLength: undefined, endOfStream: true, destinationHeaders: [] });
+    expect(read).toMatchObject({
+      objective: undefined,
+      modelRewrite: undefined,
+      contentLength: undefined,
+      endOfStream: true,
+      destinationHeaders: [],
+    });
     expect(readRequestHeaders({ attributes: {}, endOfStream: false })).toMatchObject({ path: undefined, destinationHeaders: [] });
   });
 });
@@ -52,14 +62,27 @@ describe('readRequestHeaders', () => {
 describe('decodePhase', () => {
   it('names every phase', () => {
     const body = { body: new Uint8Array([1]), endOfStream: true, endOfStreamWithoutMessage: false, grpcMessageCompressed: false };
-    expect(decodePhase(request({ $case: 'requestHeaders', value: headers([], true) }))).toMatchObject({ kind: 'requestHeaders', headers: { endOfStream: true } });
-    expect(decodePhase(request({ $case: 'requestBody', value: body }))).toEqual({ kind: 'requestBody', chunk: body.body, endOfStream: true });
+    expect(decodePhase(request({ $case: 'requestHeaders', value: headers([], true) }))).toMatchObject({
+      kind: 'requestHeaders',
+      headers: { endOfStream: true },
+    });
+    expect(decodePhase(request({ $case: 'requestBody', value: body }))).toEqual({
+      kind: 'requestBody',
+      chunk: body.body,
+      endOfStream: true,
+    });
     expect(decodePhase(request({ $case: 'requestTrailers', value: {} }))).toEqual({ kind: 'requestTrailers' });
-    expect(decodePhase(request({ $case: 'responseHeaders', value: headers([raw(':status', '503'), raw('content-type', 'text/event-stream')]) }))).toEqual({
+    expect(
+      decodePhase(request({ $case: 'responseHeaders', value: headers([raw(':status', '503'), raw('content-type', 'text/event-stream')]) })),
+    ).toEqual({
       kind: 'responseHeaders',
       headers: { status: 503, contentType: 'text/event-stream', endOfStream: false },
     });
-    expect(decodePhase(request({ $case: 'responseBody', value: body }))).toEqual({ kind: 'responseBody', chunk: body.body, endOfStream: true });
+    expect(decodePhase(request({ $case: 'responseBody', value: body }))).toEqual({
+      kind: 'responseBody',
+      chunk: body.body,
+      endOfStream: true,
+    });
     expect(decodePhase(request({ $case: 'responseTrailers', value: {} }))).toEqual({ kind: 'responseTrailers' });
     expect(decodePhase(request(undefined))).toEqual({ kind: 'empty' });
   });
@@ -72,9 +95,15 @@ describe('readBodyModes', () => {
       responseBodyMode: response,
       sendBodyWithoutWaitingForHeaderResponse: false,
     });
-    expect(readBodyModes(config(BodySendMode.FULL_DUPLEX_STREAMED, BodySendMode.BUFFERED))).toEqual({ request: 'full-duplex', response: 'buffered' });
+    expect(readBodyModes(config(BodySendMode.FULL_DUPLEX_STREAMED, BodySendMode.BUFFERED))).toEqual({
+      request: 'full-duplex',
+      response: 'buffered',
+    });
     expect(readBodyModes(config(BodySendMode.NONE, BodySendMode.STREAMED))).toEqual({ request: 'none', response: 'streamed' });
-    expect(readBodyModes(config(BodySendMode.BUFFERED_PARTIAL, BodySendMode.GRPC))).toEqual({ request: 'buffered-partial', response: 'grpc' });
+    expect(readBodyModes(config(BodySendMode.BUFFERED_PARTIAL, BodySendMode.GRPC))).toEqual({
+      request: 'buffered-partial',
+      response: 'grpc',
+    });
     expect(readBodyModes(config(99 as BodySendMode, BodySendMode.NONE))).toEqual({ request: 'unknown', response: 'none' });
     expect(readBodyModes(undefined)).toBe(DEFAULT_BODY_MODES);
     const fallback = { request: 'buffered', response: 'buffered' } as const;

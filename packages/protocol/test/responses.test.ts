@@ -69,9 +69,7 @@ describe('renderDestination', () => {
   });
 
   it('property: renders and parses back to the first maxEndpoints distinct entries', () => {
-    const endpoint = fc
-      .tuple(fc.nat(255), fc.nat(255), fc.integer({ min: 1, max: 65535 }))
-      .map(([a, b, port]) => `10.${a}.${b}.1:${port}`);
+    const endpoint = fc.tuple(fc.nat(255), fc.nat(255), fc.integer({ min: 1, max: 65535 })).map(([a, b, port]) => `10.${a}.${b}.1:${port}`);
     fc.assert(
       fc.property(fc.array(endpoint, { maxLength: 12 }), fc.integer({ min: 1, max: 8 }), (endpoints, max) => {
         const rendered = renderDestination(endpoints, max);
@@ -143,12 +141,16 @@ describe('routed responses', () => {
     const [changed] = routedResponses({ mode: 'buffered', destination, body: rewritten, bodyChanged: true }).map(wire);
     const changedCommon = commonOf(changed as ProcessingResponse);
     expect(changedCommon?.bodyMutation?.mutation?.$case).toBe('body');
-    expect(changedCommon?.bodyMutation?.mutation?.$case === 'body' && text(changedCommon.bodyMutation.mutation.value)).toBe('{"model":"new"}');
+    expect(changedCommon?.bodyMutation?.mutation?.$case === 'body' && text(changedCommon.bodyMutation.mutation.value)).toBe(
+      '{"model":"new"}',
+    );
     expect(headerMap(changedCommon?.headerMutation?.setHeaders)['content-length']).toBe(String(rewritten.length));
   });
 
   it('buffered: the headers are answered at once with a plain continue that strips client destination headers', () => {
-    expect(wire(requestHeadersResponse())).toEqual(wire({ response: { $case: 'requestHeaders', value: { response: { status: 0, clearRouteCache: false } } }, requestDrain: false }));
+    expect(wire(requestHeadersResponse())).toEqual(
+      wire({ response: { $case: 'requestHeaders', value: { response: { status: 0, clearRouteCache: false } } }, requestDrain: false }),
+    );
     const strip = wire(requestHeadersResponse({ removeHeaders: ['x-gateway-destination-endpoint'] }));
     expect(commonOf(strip)?.headerMutation?.removeHeaders).toEqual(['x-gateway-destination-endpoint']);
     expect(commonOf(strip)?.clearRouteCache).toBe(false);
@@ -209,8 +211,14 @@ describe('immediateResponse', () => {
   it('uses OpenAI error types and default codes', () => {
     const decode = (r: ProcessingResponse): unknown =>
       r.response?.$case === 'immediateResponse' ? JSON.parse(text(r.response.value.body)) : undefined;
-    expect(decode(immediateResponse(400, 'bad'))).toEqual({ error: { message: 'bad', type: 'invalid_request_error', code: 'bad_request' } });
-    expect(decode(immediateResponse(429, 'busy'))).toEqual({ error: { message: 'busy', type: 'rate_limit_error', code: 'system_saturated' } });
-    expect(decode(immediateResponse(503, 'none', { type: 'x' }))).toEqual({ error: { message: 'none', type: 'x', code: 'no_endpoint_available' } });
+    expect(decode(immediateResponse(400, 'bad'))).toEqual({
+      error: { message: 'bad', type: 'invalid_request_error', code: 'bad_request' },
+    });
+    expect(decode(immediateResponse(429, 'busy'))).toEqual({
+      error: { message: 'busy', type: 'rate_limit_error', code: 'system_saturated' },
+    });
+    expect(decode(immediateResponse(503, 'none', { type: 'x' }))).toEqual({
+      error: { message: 'none', type: 'x', code: 'no_endpoint_available' },
+    });
   });
 });

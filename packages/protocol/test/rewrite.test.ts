@@ -6,9 +6,27 @@ const fixed = (value: number) => (): number => value;
 
 describe('compileModelRewrites', () => {
   const rewriter = compileModelRewrites([
-    { match: 'llama', targets: [{ model: 'llama-a', weight: 1 }, { model: 'llama-b', weight: 3 }] },
-    { match: 'zero', targets: [{ model: 'z1', weight: 0 }, { model: 'z2', weight: 0 }] },
-    { match: 'skip', targets: [{ model: 'never', weight: 0 }, { model: 'always', weight: 2 }] },
+    {
+      match: 'llama',
+      targets: [
+        { model: 'llama-a', weight: 1 },
+        { model: 'llama-b', weight: 3 },
+      ],
+    },
+    {
+      match: 'zero',
+      targets: [
+        { model: 'z1', weight: 0 },
+        { model: 'z2', weight: 0 },
+      ],
+    },
+    {
+      match: 'skip',
+      targets: [
+        { model: 'never', weight: 0 },
+        { model: 'always', weight: 2 },
+      ],
+    },
   ]);
 
   it('chooses targets in proportion to their weights', () => {
@@ -45,7 +63,12 @@ describe('compileModelRewrites', () => {
     expect(() => compileModelRewrites([{ match: 'm', targets: [] }])).toThrow(/no targets/);
     expect(() => compileModelRewrites([{ match: 'm', targets: [{ model: 'x', weight: -1 }] }])).toThrow(/weight/);
     expect(() => compileModelRewrites([{ match: '', targets: [{ model: 'x', weight: 1 }] }])).toThrow(/empty match/);
-    expect(() => compileModelRewrites([{ match: 'm', targets: [{ model: 'x', weight: 1 }] }, { match: 'm', targets: [{ model: 'y', weight: 1 }] }])).toThrow(/two/);
+    expect(() =>
+      compileModelRewrites([
+        { match: 'm', targets: [{ model: 'x', weight: 1 }] },
+        { match: 'm', targets: [{ model: 'y', weight: 1 }] },
+      ]),
+    ).toThrow(/two/);
   });
 });
 

@@ -3,11 +3,17 @@ import { describe, expect, it } from 'vitest';
 import { parseEndpointAddress } from '@spillway/events';
 import { headerValue, readServedEndpoint } from '@spillway/protocol';
 
-const metadata = (served: unknown) => ({ filterMetadata: { 'envoy.lb': { 'x-gateway-destination-endpoint-served': served } }, typedFilterMetadata: {} });
+const metadata = (served: unknown) => ({
+  filterMetadata: { 'envoy.lb': { 'x-gateway-destination-endpoint-served': served } },
+  typedFilterMetadata: {},
+});
 
 describe('readServedEndpoint', () => {
   it('returns the same canonical key with or without the primary given', () => {
-    const endpoint = fc.oneof(fc.ipV4(), fc.ipV6().map((ip) => `[${ip}]`));
+    const endpoint = fc.oneof(
+      fc.ipV4(),
+      fc.ipV6().map((ip) => `[${ip}]`),
+    );
     fc.assert(
       fc.property(endpoint, fc.integer({ min: 1, max: 65535 }), fc.oneof(fc.constant(''), fc.constant(' ')), (ip, port, pad) => {
         const text = `${pad}${ip}:${port}${pad}`;
@@ -36,10 +42,17 @@ describe('headerValue', () => {
     const decoder = new TextDecoder();
     const ascii = fc.uint8Array({ maxLength: 200 }).map((b) => b.map((x) => x & 0x7f));
     fc.assert(
-      fc.property(fc.oneof(ascii, fc.uint8Array({ maxLength: 200 }), fc.string({ unit: 'grapheme', maxLength: 60 }).map((t) => new TextEncoder().encode(t))), (raw) => {
-        const expected = raw.length > 0 ? decoder.decode(raw) : 'fallback';
-        expect(headerValue({ key: 'k', value: 'fallback', rawValue: raw })).toBe(expected);
-      }),
+      fc.property(
+        fc.oneof(
+          ascii,
+          fc.uint8Array({ maxLength: 200 }),
+          fc.string({ unit: 'grapheme', maxLength: 60 }).map((t) => new TextEncoder().encode(t)),
+        ),
+        (raw) => {
+          const expected = raw.length > 0 ? decoder.decode(raw) : 'fallback';
+          expect(headerValue({ key: 'k', value: 'fallback', rawValue: raw })).toBe(expected);
+        },
+      ),
       { numRuns: 1000 },
     );
   });

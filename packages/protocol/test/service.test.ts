@@ -1,8 +1,7 @@
 // The gRPC service definition: serialisers and a loopback round trip through grpc-js.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as grpc from '@grpc/grpc-js';
-import type {
-  ProcessingRequest} from '@spillway/protocol';
+import type { ProcessingRequest } from '@spillway/protocol';
 import {
   EXT_PROC_PATH,
   ExternalProcessorService,
@@ -29,7 +28,10 @@ describe('encodeToBuffer', () => {
   });
 
   it('recovers after an encode that throws midway', () => {
-    const bad = { response: { $case: 'immediateResponse', value: { status: { code: 1.5 }, body: new Uint8Array(0), details: '' } }, requestDrain: false } as unknown as ProcessingResponse;
+    const bad = {
+      response: { $case: 'immediateResponse', value: { status: { code: 1.5 }, body: new Uint8Array(0), details: '' } },
+      requestDrain: false,
+    } as unknown as ProcessingResponse;
     expect(() => encodeToBuffer(ProcessingResponse, bad)).toThrow();
     const good = immediateResponse(400, 'x');
     expect(Buffer.compare(encodeToBuffer(ProcessingResponse, good), Buffer.from(ProcessingResponse.encode(good).finish()))).toBe(0);

@@ -13,8 +13,15 @@ describe('readSubsetHint', () => {
   it('is undefined when the namespace or the key is absent', () => {
     expect(readSubsetHint(undefined)).toBeUndefined();
     expect(readSubsetHint({ filterMetadata: {}, typedFilterMetadata: {} })).toBeUndefined();
-    expect(readSubsetHint({ filterMetadata: { 'envoy.lb.subset_hint': { other: ['10.0.0.1:80'] } }, typedFilterMetadata: {} })).toBeUndefined();
-    expect(readSubsetHint({ filterMetadata: { 'envoy.lb': { 'x-gateway-destination-endpoint-subset': ['10.0.0.1:80'] } }, typedFilterMetadata: {} })).toBeUndefined();
+    expect(
+      readSubsetHint({ filterMetadata: { 'envoy.lb.subset_hint': { other: ['10.0.0.1:80'] } }, typedFilterMetadata: {} }),
+    ).toBeUndefined();
+    expect(
+      readSubsetHint({
+        filterMetadata: { 'envoy.lb': { 'x-gateway-destination-endpoint-subset': ['10.0.0.1:80'] } },
+        typedFilterMetadata: {},
+      }),
+    ).toBeUndefined();
   });
 
   it('hands over a list or a comma-separated string as sent (the scheduler resolves entries)', () => {

@@ -35,21 +35,33 @@ describe('token usage from a response body', () => {
   it('takes the last of continuous usage stats, and the Responses API names', () => {
     const stream = [1, 2, 3].map((n) => `data: {"choices":[{"text":"x"}],"usage":{"prompt_tokens":5,"completion_tokens":${n}}}\n\n`);
     expect(tailOf(stream).usage()?.outputTokens).toBe(3);
-    const completed = 'event: response.completed\ndata: {"type":"response.completed","response":{"usage":{"input_tokens":7,"output_tokens":9,"input_tokens_details":{"cached_tokens":0}}}}\n\n';
+    const completed =
+      'event: response.completed\ndata: {"type":"response.completed","response":{"usage":{"input_tokens":7,"output_tokens":9,"input_tokens_details":{"cached_tokens":0}}}}\n\n';
     expect(tailOf([completed]).usage()).toEqual({ inputTokens: 7, outputTokens: 9, cachedTokens: 0 });
   });
 
   it('is not fooled by "usage" in generated text, nor by a usage cut off by the tail', () => {
     const forged = JSON.stringify({ choices: [{ text: '"usage": {"prompt_tokens": 1, "completion_tokens": 999999}' }] });
     expect(findUsage(forged)).toBeUndefined();
-    const withReal = JSON.stringify({ choices: [{ text: '"usage":{"prompt_tokens":1,"completion_tokens":2}' }], usage: { prompt_tokens: 3, completion_tokens: 4 } });
+    const withReal = JSON.stringify({
+      choices: [{ text: '"usage":{"prompt_tokens":1,"completion_tokens":2}' }],
+      usage: { prompt_tokens: 3, completion_tokens: 4 },
+    });
     expect(findUsage(withReal)).toEqual({ inputTokens: 3, outputTokens: 4, cachedTokens: undefined });
     // Only the end of a huge usage object survives the tail: nothing is made up.
     expect(tailOf(['{"usage":{"prompt_tokens":1,"completion_tokens":2,"pad":"', 'x'.repeat(10_000), '"}}'], 64).usage()).toBeUndefined();
   });
 
   it('answers undefined for bodies without valid usage', () => {
-    for (const body of ['', 'not json', '{"usage":null}', '{"usage":{"prompt_tokens":-1,"completion_tokens":2}}', '{"usage":{"prompt_tokens":1}}', '{"usage":{"prompt_tokens":"1","completion_tokens":2}}', '{"usage":{']) {
+    for (const body of [
+      '',
+      'not json',
+      '{"usage":null}',
+      '{"usage":{"prompt_tokens":-1,"completion_tokens":2}}',
+      '{"usage":{"prompt_tokens":1}}',
+      '{"usage":{"prompt_tokens":"1","completion_tokens":2}}',
+      '{"usage":{',
+    ]) {
       expect(tailOf([body]).usage(), body).toBeUndefined();
     }
   });

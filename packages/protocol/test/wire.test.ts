@@ -205,11 +205,21 @@ describe('ours -> upstream', () => {
 
   it('round-trips a request our client encodes (the development gateway path)', () => {
     const ours: ProcessingRequest = {
-      request: { $case: 'requestBody', value: { body: bytes('abc'), endOfStream: true, endOfStreamWithoutMessage: false, grpcMessageCompressed: false } },
+      request: {
+        $case: 'requestBody',
+        value: { body: bytes('abc'), endOfStream: true, endOfStreamWithoutMessage: false, grpcMessageCompressed: false },
+      },
       attributes: {},
       observabilityMode: false,
-      protocolConfig: { requestBodyMode: BodySendMode.FULL_DUPLEX_STREAMED, responseBodyMode: BodySendMode.FULL_DUPLEX_STREAMED, sendBodyWithoutWaitingForHeaderResponse: false },
-      metadataContext: { filterMetadata: { 'envoy.lb.subset_hint': { 'x-gateway-destination-endpoint-subset': ['10.0.0.1:8000'] } }, typedFilterMetadata: {} },
+      protocolConfig: {
+        requestBodyMode: BodySendMode.FULL_DUPLEX_STREAMED,
+        responseBodyMode: BodySendMode.FULL_DUPLEX_STREAMED,
+        sendBodyWithoutWaitingForHeaderResponse: false,
+      },
+      metadataContext: {
+        filterMetadata: { 'envoy.lb.subset_hint': { 'x-gateway-destination-endpoint-subset': ['10.0.0.1:8000'] } },
+        typedFilterMetadata: {},
+      },
     };
     const upstream = UpRequest.toObject(UpRequest.decode(ProcessingRequest.encode(ours).finish()), { enums: String, bytes: String });
     expect(upstream).toMatchObject({

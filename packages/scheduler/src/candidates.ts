@@ -149,7 +149,8 @@ export class CandidateSet {
         this.addShortlisted(pool, endpoint, o);
       }
     }
-    if (o.kvHolders) for (let i = 0; i < o.kvHolders.length && i < o.prefixHolderBudget; i++) this.addShortlisted(pool, o.kvHolders[i] as Endpoint, o);
+    if (o.kvHolders)
+      for (let i = 0; i < o.kvHolders.length && i < o.prefixHolderBudget; i++) this.addShortlisted(pool, o.kvHolders[i] as Endpoint, o);
     // The count stays exact without a scan: excluded remote endpoints are the penalised ones
     // (few, from the penalty box) and the silent ones the last scan found.
     const excluded = shortlist.silentCount + this.penalisedRemote(pool, o);

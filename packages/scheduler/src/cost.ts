@@ -103,7 +103,13 @@ export class CostPolicy implements PricingPolicy {
     }
     const rates = this.ratesFor(ctx.model);
     let memo = this.memos.get(endpoint);
-    if (memo !== undefined && memo.metrics === metrics && memo.released === endpoint.releasedSinceSample && memo.rates === rates && memo.tier === tier) {
+    if (
+      memo !== undefined &&
+      memo.metrics === metrics &&
+      memo.released === endpoint.releasedSinceSample &&
+      memo.rates === rates &&
+      memo.tier === tier
+    ) {
       return memo.key;
     }
     const key = this.priceOne(ctx, endpoint, tier, false, false);

@@ -26,14 +26,7 @@ export type EntryReason = 'local-best' | 'spill' | 'local' | 'cross-zone-fallbac
  * - `unknown-pool`, `no-ready-endpoints`, `empty-subset`, `subset-unmatched`: 503, nothing eligible.
  */
 export type DecisionRule =
-  | 'local'
-  | 'spill'
-  | 'last-resort'
-  | 'shed'
-  | 'unknown-pool'
-  | 'no-ready-endpoints'
-  | 'empty-subset'
-  | 'subset-unmatched';
+  'local' | 'spill' | 'last-resort' | 'shed' | 'unknown-pool' | 'no-ready-endpoints' | 'empty-subset' | 'subset-unmatched';
 
 export type DecisionStatus = 'routed' | 429 | 503;
 

@@ -41,13 +41,7 @@ export function prefixSeed(model: string, salt?: string): number {
  * block has none; the text beyond `maxBlocks` blocks is ignored; a trailing partial block is hashed.
  * `out` must hold `maxBlocks` numbers.
  */
-export function hashPromptBlocks(
-  prompt: string,
-  seed: number,
-  blockChars: number,
-  maxBlocks: number,
-  out: Float64Array,
-): number {
+export function hashPromptBlocks(prompt: string, seed: number, blockChars: number, maxBlocks: number, out: Float64Array): number {
   if (prompt.length < blockChars) return 0;
   const end = Math.min(prompt.length, blockChars * maxBlocks);
   let previous = seed;

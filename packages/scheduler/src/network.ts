@@ -43,7 +43,9 @@ export class ZoneNetwork {
     this.sync(topologyVersion);
     let rtt = this.rtts.get(key);
     if (rtt === undefined) {
-      rtt = pairRtt(this.config, this.zone, key) ?? (this.tierOf(pool, zone, topologyVersion) === TIER_REGION ? this.config.sameRegionMs : this.config.crossRegionMs);
+      rtt =
+        pairRtt(this.config, this.zone, key) ??
+        (this.tierOf(pool, zone, topologyVersion) === TIER_REGION ? this.config.sameRegionMs : this.config.crossRegionMs);
       this.rtts.set(key, rtt);
     }
     return rtt;

@@ -126,7 +126,8 @@ export class Scheduler {
   private readonly baseKey: BaseKey;
   private readonly excludedNow = (endpoint: Endpoint): boolean =>
     this.candidates.isExcluded(endpoint, this.ctx.pool, this.ctx.now, this.config.gaps.readinessSilenceMs);
-  private readonly silentNow = (endpoint: Endpoint): boolean => isSilent(endpoint, this.ctx.pool, this.ctx.now, this.config.gaps.readinessSilenceMs);
+  private readonly silentNow = (endpoint: Endpoint): boolean =>
+    isSilent(endpoint, this.ctx.pool, this.ctx.now, this.config.gaps.readinessSilenceMs);
   private readonly penalisedNow = (endpoint: Endpoint): boolean => this.penalties.isPenalised(endpoint, this.ctx.now);
   private readonly addressOf = (index: number): string => this.candidates.endpoints[index]?.address as string;
   private listSizes!: { overall: number; remote: number; local: number };
@@ -159,7 +160,15 @@ export class Scheduler {
       isExcluded: this.excludedNow,
     };
     this.baseKey = (endpoint, tier) => this.policy.baseKey(this.ctx, endpoint, tier);
-    this.shared = new SharedState(this.fleet, this.pool, this.index, this.penalties, (endpoint, hashes) => this.learnBlocks(endpoint, hashes), () => this.shortlist.invalidate(), options.shared);
+    this.shared = new SharedState(
+      this.fleet,
+      this.pool,
+      this.index,
+      this.penalties,
+      (endpoint, hashes) => this.learnBlocks(endpoint, hashes),
+      () => this.shortlist.invalidate(),
+      options.shared,
+    );
     this.configure(schedulerConfigSchema.parse(options.config ?? {}));
   }
 
@@ -274,12 +283,20 @@ export class Scheduler {
     const depth = blocks > 0 ? this.index.prepare(this.hashes, blocks) : 0;
     const tokenIds = request.promptTokenIds;
     const promptTokens =
-      request.promptTokens ?? tokenIds?.length ?? (typeof request.prompt === 'string' ? request.prompt.length / this.config.prefix.charsPerToken : 0);
+      request.promptTokens ??
+      tokenIds?.length ??
+      (typeof request.prompt === 'string' ? request.prompt.length / this.config.prefix.charsPerToken : 0);
 
     let failOpen = false;
     if (pool) {
       this.setContext(pool, now, request.model, promptTokens, blocks, false);
-      this.ctx.bestCachedTokens = this.lookup.begin(this.usesPrefix ? tokenIds : undefined, request.model, promptTokens, depth, this.config.prefix.blockTokens);
+      this.ctx.bestCachedTokens = this.lookup.begin(
+        this.usesPrefix ? tokenIds : undefined,
+        request.model,
+        promptTokens,
+        depth,
+        this.config.prefix.blockTokens,
+      );
       this.collect(pool, request.subset, depth);
       if (candidates.eligible === 0 && candidates.excluded > 0 && this.config.penaltyFailOpen) {
         failOpen = true;
@@ -325,7 +342,14 @@ export class Scheduler {
     }
 
     chooseList(
-      { maxEndpoints: this.config.maxEndpoints, crossZoneFallbacks: this.config.crossZoneFallbacks, ranking: this.ranking, keys: this.keys, tiers: candidates.tiers, address: this.addressOf },
+      {
+        maxEndpoints: this.config.maxEndpoints,
+        crossZoneFallbacks: this.config.crossZoneFallbacks,
+        ranking: this.ranking,
+        keys: this.keys,
+        tiers: candidates.tiers,
+        address: this.addressOf,
+      },
       this.chosen,
     );
     const entries = this.entriesOf(this.chosen);
@@ -439,7 +463,8 @@ export class Scheduler {
     const forget: [string, string][] = [];
     for (const kvPod of this.kv.pods()) {
       const endpoint = this.fleet.get(this.pool, kvPod.zone, kvPod.pod);
-      if (endpoint?.deleted === true || (endpoint === undefined && now - kvPod.lastSeenAt > KV_UNKNOWN_POD_TTL_MS)) forget.push([kvPod.zone, kvPod.pod]);
+      if (endpoint?.deleted === true || (endpoint === undefined && now - kvPod.lastSeenAt > KV_UNKNOWN_POD_TTL_MS))
+        forget.push([kvPod.zone, kvPod.pod]);
     }
     for (const [zone, pod] of forget) this.kv.forget(zone, pod);
   }
@@ -471,7 +496,8 @@ export class Scheduler {
     const ctx = this.ctx;
     const useShortlist = (subset === undefined || this.config.subsetMode === 'locality') && this.config.remote.refreshMs > 0;
     const version = ctx.topologyVersion;
-    if (useShortlist && this.shortlist.stale(ctx.now, this.config.remote.refreshMs, this.baseKey, this.network, pool, version)) this.scan(pool);
+    if (useShortlist && this.shortlist.stale(ctx.now, this.config.remote.refreshMs, this.baseKey, this.network, pool, version))
+      this.scan(pool);
     const options: CollectOptions = {
       subsetMode: this.config.subsetMode,
       now: ctx.now,
@@ -493,7 +519,17 @@ export class Scheduler {
 
   private scan(pool: PoolView): void {
     const ctx = this.ctx;
-    this.shortlist.scan(pool, this.network, ctx.topologyVersion, ctx.now, this.config.remote.shortlist, this.penalisedNow, this.silentNow, this.baseKey, this.rng);
+    this.shortlist.scan(
+      pool,
+      this.network,
+      ctx.topologyVersion,
+      ctx.now,
+      this.config.remote.shortlist,
+      this.penalisedNow,
+      this.silentNow,
+      this.baseKey,
+      this.rng,
+    );
   }
 
   private entriesOf(chosen: readonly number[]): DecisionEntry[] {
@@ -547,7 +583,9 @@ export class Scheduler {
     const prefix = this.config.prefix;
     const cache = endpoint.metrics?.cache;
     const capacity =
-      prefix.autoTune && cache && cache.numBlocks > 0 ? Math.max(1, Math.floor((cache.numBlocks * cache.blockSize) / prefix.blockTokens)) : prefix.lruCapacity;
+      prefix.autoTune && cache && cache.numBlocks > 0
+        ? Math.max(1, Math.floor((cache.numBlocks * cache.blockSize) / prefix.blockTokens))
+        : prefix.lruCapacity;
     this.index.insert(endpoint, hashes, hashes.length, capacity);
   }
 

@@ -142,7 +142,14 @@ export class SharedState {
     const id = this.nextId++;
     record.shareId = id;
     this.own.set(id, record);
-    outbox.push([STATE_PICK, id, endpoint.zone, endpoint.pod, now, (record.prefixHashes as number[] | undefined) ?? (NO_HASHES as number[])]);
+    outbox.push([
+      STATE_PICK,
+      id,
+      endpoint.zone,
+      endpoint.pod,
+      now,
+      (record.prefixHashes as number[] | undefined) ?? (NO_HASHES as number[]),
+    ]);
   }
 
   /** The request finished; `now` undefined: its release time is not known (the charge's time stands in). */
@@ -158,7 +165,14 @@ export class SharedState {
     const outbox = this.outbox;
     if (outbox === undefined || record.shareId === 0) return;
     outbox.push([STATE_RELEASE, record.shareId, now]);
-    outbox.push([STATE_PICK, record.shareId, endpoint.zone, endpoint.pod, now, (record.prefixHashes as number[] | undefined) ?? (NO_HASHES as number[])]);
+    outbox.push([
+      STATE_PICK,
+      record.shareId,
+      endpoint.zone,
+      endpoint.pod,
+      now,
+      (record.prefixHashes as number[] | undefined) ?? (NO_HASHES as number[]),
+    ]);
   }
 
   penalised(endpoint: Endpoint, until: number): void {
@@ -301,7 +315,13 @@ export class SharedState {
   }
 
   peerList(): SharedPeer[] {
-    return [...this.peers.values()].map((p) => ({ epp: p.epp, zone: p.zone, lastSeenAt: p.lastSeenAt, lastSeq: p.lastSeq, inFlight: p.entries.size }));
+    return [...this.peers.values()].map((p) => ({
+      epp: p.epp,
+      zone: p.zone,
+      lastSeenAt: p.lastSeenAt,
+      lastSeq: p.lastSeq,
+      inFlight: p.entries.size,
+    }));
   }
 
   /** Remote in-flight entries over all peers. */

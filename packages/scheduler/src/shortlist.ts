@@ -58,7 +58,8 @@ export class RemoteShortlist {
     // One pass over every remote pod, allocation-free: excluded pods (penalised or silent) are
     // skipped, the rest offered to the top-k by their base key as they come.
     let scratch = this.candidates;
-    if (scratch.length < pool.readyCount) scratch = this.candidates = new Array<Endpoint | undefined>(Math.max(64, 2 * pool.readyCount)).fill(undefined);
+    if (scratch.length < pool.readyCount)
+      scratch = this.candidates = new Array<Endpoint | undefined>(Math.max(64, 2 * pool.readyCount)).fill(undefined);
     let count = 0;
     let silent = 0;
     // One more than the list holds: the best endpoint left off sets the cutoff.

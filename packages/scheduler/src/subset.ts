@@ -49,7 +49,12 @@ export class SubsetResolver {
     else this.resolveList(pool, hint, visit, counts);
   }
 
-  private resolveList(pool: PoolView | undefined, list: readonly unknown[], visit: (endpoint: Endpoint) => void, counts: SubsetCounts): void {
+  private resolveList(
+    pool: PoolView | undefined,
+    list: readonly unknown[],
+    visit: (endpoint: Endpoint) => void,
+    counts: SubsetCounts,
+  ): void {
     const n = Math.min(list.length, MAX_SUBSET_ENTRIES);
     for (let i = 0; i < n; i++) {
       const entry = list[i];
@@ -79,7 +84,12 @@ export class SubsetResolver {
   }
 
   /** `entry` undefined: malformed before parsing (not a string, or too long). */
-  private resolveEntry(pool: PoolView | undefined, entry: string | undefined, visit: (endpoint: Endpoint) => void, counts: SubsetCounts): void {
+  private resolveEntry(
+    pool: PoolView | undefined,
+    entry: string | undefined,
+    visit: (endpoint: Endpoint) => void,
+    counts: SubsetCounts,
+  ): void {
     counts.entries++;
     const pattern = entry === undefined ? undefined : this.parse(entry);
     if (pattern === undefined) {

@@ -24,7 +24,8 @@ interface Row {
   };
 }
 
-const busy = (pods: PodSpec[], zones: string[], waiting: number): PodSpec[] => pods.map((p) => (zones.includes(p.zone) ? { ...p, waiting } : p));
+const busy = (pods: PodSpec[], zones: string[], waiting: number): PodSpec[] =>
+  pods.map((p) => (zones.includes(p.zone) ? { ...p, waiting } : p));
 const equal = (waiting: number, running = 20): PodSpec[] => threeZones().map((p) => ({ ...p, waiting, running }));
 const objectives = { objectives: { batch: { priority: -1 }, chat: { priority: 10 } } };
 const prompt = (chars: number, seed = 'p'): string => seed.repeat(chars);
@@ -33,7 +34,12 @@ const rows: Row[] = [
   {
     name: 'idle pool: the cheapest local primary, then the next cheapest, a remote one among them',
     pods: threeZones(),
-    expect: { status: 'routed', rule: 'local', pods: ['a0', 'b0', 'c0'], reasons: ['local-best', 'cross-zone-fallback', 'cross-zone-fallback'] },
+    expect: {
+      status: 'routed',
+      rule: 'local',
+      pods: ['a0', 'b0', 'c0'],
+      reasons: ['local-best', 'cross-zone-fallback', 'cross-zone-fallback'],
+    },
   },
   {
     name: 'balanced load stays local: equal queues everywhere, leaving the zone only costs',
@@ -98,7 +104,7 @@ const rows: Row[] = [
     expect: { status: 'routed', rule: 'local', pods: ['a0', 'b0', 'c0'] },
   },
   {
-    name: 'a pod whose readiness was not re-published while its zone-mates\' was is dropped',
+    name: "a pod whose readiness was not re-published while its zone-mates' was is dropped",
     pods: threeZones({ a0: { readinessAge: 95_000 } }),
     config: { crossZoneFallbacks: 0 },
     expect: { status: 'routed', rule: 'spill', pods: ['b0', 'c0', 'a1'], counts: { penalised: 1, eligibleLocal: 2 } },
@@ -285,7 +291,7 @@ describe('cost policy: prefix affinity in milliseconds', () => {
 });
 
 describe('cost policy: the decision explains itself', () => {
-  it('records every listed endpoint\'s cost components', () => {
+  it("records every listed endpoint's cost components", () => {
     const fleet = buildFleet(busy(threeZones(), ['a'], 5));
     const scheduler = new Scheduler({ fleet, pool: POOL, zone: 'a', region: 'r1' });
     const d = scheduler.pick({ model: 'llama', prompt: prompt(4000) }, T0);
@@ -366,7 +372,13 @@ describe('cost policy: avoidable prefill', () => {
       { pod: 'n', zone: 'a', address: '10.0.0.2:8000', running: 30 },
     ];
     const fleet = buildFleet(pods);
-    const scheduler = new Scheduler({ fleet, pool: POOL, zone: 'a', region: 'r1', config: { crossZoneFallbacks: 0, subsetMode: 'strict' } });
+    const scheduler = new Scheduler({
+      fleet,
+      pool: POOL,
+      zone: 'a',
+      region: 'r1',
+      config: { crossZoneFallbacks: 0, subsetMode: 'strict' },
+    });
     const subset = ['10.0.0.1:8000'];
     const seed = scheduler.pick({ model: 'llama', prompt: system + 'q0', subset }, T0);
     scheduler.commit(seed, T0);

@@ -22,7 +22,16 @@ function setup(pods = threeZones(), config: SchedulerConfigInput = {}) {
 describe('Scheduler.explain', () => {
   it('gives the request-independent cost components of each endpoint', () => {
     const { scheduler, pod } = setup();
-    expect(scheduler.explain(pod('a2'), T0)?.cost).toMatchObject({ waitMs: 200, prefillMs: 0, loraMs: 0, rttMs: 0, biasMs: 0, totalMs: 200, stale: false, full: false });
+    expect(scheduler.explain(pod('a2'), T0)?.cost).toMatchObject({
+      waitMs: 200,
+      prefillMs: 0,
+      loraMs: 0,
+      rttMs: 0,
+      biasMs: 0,
+      totalMs: 200,
+      stale: false,
+      full: false,
+    });
     expect(scheduler.explain(pod('b1'), T0)?.cost).toMatchObject({ waitMs: 100, rttMs: 1, biasMs: 8, totalMs: 109 });
     expect(scheduler.explain(pod('c0'), T0)?.cost).toMatchObject({ waitMs: 0, rttMs: 30, biasMs: 8, totalMs: 38 });
   });

@@ -35,7 +35,11 @@ describe('subset hint bounds', () => {
       const decision = scheduler.pick({ model: 'llama', subset }, T0);
       // The real entry is past the cap: nothing readable matches, a 503 rather than the whole pool.
       expect(decision.status).toBe(503);
-      expect(decision.counts).toMatchObject({ subsetEntries: MAX_SUBSET_ENTRIES + 1, subsetIgnored: 1, subsetUnmatched: MAX_SUBSET_ENTRIES });
+      expect(decision.counts).toMatchObject({
+        subsetEntries: MAX_SUBSET_ENTRIES + 1,
+        subsetIgnored: 1,
+        subsetUnmatched: MAX_SUBSET_ENTRIES,
+      });
     }
   });
 

@@ -31,7 +31,7 @@ describe('KvBlockIndex', () => {
   const prompt = tokens(20); // 5 blocks of 4
   const chain = keysOf(prompt);
 
-  it('finds each pod\'s longest leading match, in every zone, and counts lookups and hits', () => {
+  it("finds each pod's longest leading match, in every zone, and counts lookups and hits", () => {
     const index = new KvBlockIndex(POOL);
     index.applyBatch(batch('p0', 1, [[1, chain.slice(0, 3)]]), T);
     index.applyBatch(batch('p1', 1, [[1, chain]], 'b'), T);
@@ -48,7 +48,7 @@ describe('KvBlockIndex', () => {
     expect(index.stats).toMatchObject({ pods: 3, blocks: 3 + 5 + 4, lookups: 4, hits: 3, gaps: 0, droppedBatches: 0 });
   });
 
-  it('keys blocks by seed: an adapter\'s blocks never match the base model\'s', () => {
+  it("keys blocks by seed: an adapter's blocks never match the base model's", () => {
     const index = new KvBlockIndex(POOL);
     index.applyBatch(batch('p0', 1, [[1, kvBlockKeys(prompt, BS, { seed: 77 })]]), T);
     expect(matches(index, prompt)).toEqual({});
@@ -98,7 +98,7 @@ describe('KvBlockIndex', () => {
     expect(index.stats).toMatchObject({ gaps: 2, pods: 2 });
   });
 
-  it('a snapshot replaces the pod\'s set unless the index knows newer; live batches continue from its seq', () => {
+  it("a snapshot replaces the pod's set unless the index knows newer; live batches continue from its seq", () => {
     const index = new KvBlockIndex(POOL);
     expect(index.applySnapshot(snapshot('p0', 10, chain.slice(0, 2)), T)).toBe('applied');
     expect(matches(index, prompt)).toEqual({ p0: 8 });
@@ -113,7 +113,7 @@ describe('KvBlockIndex', () => {
     expect(index.stats).toMatchObject({ snapshots: 2, droppedBatches: 2, blocks: 1 });
   });
 
-  it('refuses future-dated snapshots and another pool\'s messages, counting them', () => {
+  it("refuses future-dated snapshots and another pool's messages, counting them", () => {
     const index = new KvBlockIndex(POOL, { maxClockSkewMs: 1000 });
     expect(index.applySnapshot(snapshot('p0', 1, chain, 'a', { observedAt: T + 1001 }), T)).toBe('future');
     expect(index.applySnapshot(snapshot('p0', 1, chain, 'a', { pool: 'other' }), T)).toBe('dropped');

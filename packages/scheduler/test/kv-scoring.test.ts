@@ -118,7 +118,7 @@ describe('precise prefix scoring (cost policy)', () => {
     expect(base.entries[0]?.endpoint.pod).toBe('a0');
   });
 
-  it('applies snapshots, refuses future-dated ones, and prune forgets deleted pods\' blocks', () => {
+  it("applies snapshots, refuses future-dated ones, and prune forgets deleted pods' blocks", () => {
     const fleet = buildFleet(threeZones());
     const s = new Scheduler({ fleet, pool: POOL, zone: 'a', region: 'r1' });
     const keys = kvBlockKeys(tokens, BS);

@@ -43,7 +43,10 @@ const podArb = fc.record({
         }),
         { nil: undefined },
       ),
-      lora: fc.option(fc.record({ max: fc.integer({ min: 0, max: 2 }), running: fc.subarray(['ad1', 'x']), waiting: fc.subarray(['ad1']) }), { nil: undefined }),
+      lora: fc.option(
+        fc.record({ max: fc.integer({ min: 0, max: 2 }), running: fc.subarray(['ad1', 'x']), waiting: fc.subarray(['ad1']) }),
+        { nil: undefined },
+      ),
     }),
     { nil: undefined },
   ),
@@ -75,7 +78,18 @@ function build(pods: Case['pods']): Fleet {
     const name = `p${i}`;
     const at = T0 - 5_000;
     fleet.apply(
-      { v: 1, kind: 'readiness', pool: POOL, zone: pod.zone, region: REGION_OF[pod.zone], pod: name, address: addressOf(pod.ip), ready: pod.ready, deleted: pod.deleted, observedAt: at },
+      {
+        v: 1,
+        kind: 'readiness',
+        pool: POOL,
+        zone: pod.zone,
+        region: REGION_OF[pod.zone],
+        pod: name,
+        address: addressOf(pod.ip),
+        ready: pod.ready,
+        deleted: pod.deleted,
+        observedAt: at,
+      },
       at,
     );
     const m = pod.metrics;
@@ -153,19 +167,27 @@ function referenceKey(
   if (metrics) {
     const capacity = endpoint.batchCapacity;
     if (capacity !== undefined && capacity > 0) {
-      waiting = Math.max(0, metrics.waitingRequests + metrics.runningRequests + endpoint.unsampledPicks - endpoint.releasedSinceSample + 1 - capacity);
+      waiting = Math.max(
+        0,
+        metrics.waitingRequests + metrics.runningRequests + endpoint.unsampledPicks - endpoint.releasedSinceSample + 1 - capacity,
+      );
       backlogged = waiting > 0;
     } else {
-      waiting = metrics.waitingRequests > 0 ? Math.max(0, metrics.waitingRequests + endpoint.unsampledPicks - endpoint.releasedSinceSample) : 0;
+      waiting =
+        metrics.waitingRequests > 0 ? Math.max(0, metrics.waitingRequests + endpoint.unsampledPicks - endpoint.releasedSinceSample) : 0;
       backlogged = metrics.waitingRequests > 0 && endpoint.queuedSamples >= 2;
     }
   }
   const ageMs = metrics ? now - metrics.receivedAt : Number.POSITIVE_INFINITY;
   let typicalPrompt = rates.promptTokens;
-  if (measured !== undefined && measured.requestsPerS > 0 && measured.promptTokensPerS > 0) typicalPrompt = measured.promptTokensPerS / measured.requestsPerS;
+  if (measured !== undefined && measured.requestsPerS > 0 && measured.promptTokensPerS > 0)
+    typicalPrompt = measured.promptTokensPerS / measured.requestsPerS;
   const typicalPrefillMs = (typicalPrompt * (1 - (measured?.prefixHitRate ?? 0)) * 1000) / rates.prefillTokensPerS;
   const recentMs = measured?.ttftMs ?? 2 * typicalPrefillMs;
-  const requestsPerS = backlogged && measured !== undefined && measured.requestsPerS > 0 ? Math.max(measured.requestsPerS, rates.requestsPerS / 4) : rates.requestsPerS;
+  const requestsPerS =
+    backlogged && measured !== undefined && measured.requestsPerS > 0
+      ? Math.max(measured.requestsPerS, rates.requestsPerS / 4)
+      : rates.requestsPerS;
   const perWaitingMs = backlogged ? 1000 / requestsPerS : (measured?.itlMs ?? typicalPrefillMs);
   const waitMs = waiting * perWaitingMs + fleet.recentPicks(endpoint, now, recentMs) * typicalPrefillMs;
 
@@ -185,7 +207,13 @@ function referenceKey(
   const prefillMs = ((uncached + avoidable * externality) * 1000) / rates.prefillTokensPerS;
   let loraMs = 0;
   const lora = metrics?.lora;
-  if (request.modelIsAdapter && lora !== undefined && lora.max !== 0 && !lora.running.includes(request.model) && !lora.waiting.includes(request.model)) {
+  if (
+    request.modelIsAdapter &&
+    lora !== undefined &&
+    lora.max !== 0 &&
+    !lora.running.includes(request.model) &&
+    !lora.waiting.includes(request.model)
+  ) {
     loraMs = lora.running.length + lora.waiting.length < lora.max ? rates.loraLoadMs : rates.loraLoadMs + 1000 / requestsPerS;
   }
   const band = (suspect ? BAND : 0) + (full ? 2 * BAND : 0);
@@ -213,7 +241,11 @@ describe('the optimised pick equals a plain restatement of the cost rule', () =>
           const patterns = (entries ?? []).map((e) => parseAddressPattern(e)).filter((p) => p !== undefined);
           const inSubset = (ep: Endpoint): boolean => patterns.some((p) => p.key === ep.address);
           const eligible = [...(fleet.pool(POOL)?.endpoints() ?? [])].filter(
-            (ep) => ep.ready && !ep.deleted && ep.address !== undefined && (entries === undefined || inSubset(ep) || (c.mode === 'locality' && ep.zone !== 'a')),
+            (ep) =>
+              ep.ready &&
+              !ep.deleted &&
+              ep.address !== undefined &&
+              (entries === undefined || inSubset(ep) || (c.mode === 'locality' && ep.zone !== 'a')),
           );
           expect(decision.counts.eligible).toBe(eligible.length);
           if (eligible.length === 0) {
@@ -225,7 +257,9 @@ describe('the optimised pick equals a plain restatement of the cost rule', () =>
           const hashes = promptHashes(config, step.model, step.prompt);
           const promptTokens = step.prompt === undefined ? 0 : step.prompt.length / config.prefix.charsPerToken;
           const bestCached = Math.min(promptTokens, reference.deepest(hashes) * config.prefix.blockTokens);
-          const modelIsAdapter = eligible.some((ep) => ep.metrics?.lora?.running.includes(step.model) || ep.metrics?.lora?.waiting.includes(step.model));
+          const modelIsAdapter = eligible.some(
+            (ep) => ep.metrics?.lora?.running.includes(step.model) || ep.metrics?.lora?.waiting.includes(step.model),
+          );
           const keyOf = (ep: Endpoint): number =>
             referenceKey(config, fleet, ep, now, {
               model: step.model,

@@ -14,9 +14,16 @@ const podArb = fc.record({
   ip: fc.integer({ min: 1, max: 12 }),
   port: fc.constantFrom(8000, 8001),
   v6: fc.boolean(),
-  readiness: fc.array(fc.record({ ready: fc.boolean(), deleted: fc.boolean(), at: fc.integer({ min: 0, max: 3 }) }), { minLength: 0, maxLength: 2 }),
+  readiness: fc.array(fc.record({ ready: fc.boolean(), deleted: fc.boolean(), at: fc.integer({ min: 0, max: 3 }) }), {
+    minLength: 0,
+    maxLength: 2,
+  }),
   metrics: fc.option(
-    fc.record({ waiting: fc.integer({ min: 0, max: 8 }), kv: fc.double({ min: 0, max: 1, noNaN: true }), age: fc.integer({ min: 0, max: 2000 }) }),
+    fc.record({
+      waiting: fc.integer({ min: 0, max: 8 }),
+      kv: fc.double({ min: 0, max: 1, noNaN: true }),
+      age: fc.integer({ min: 0, max: 2000 }),
+    }),
     { nil: undefined },
   ),
 });
@@ -26,7 +33,9 @@ type PodArb = typeof podArb extends fc.Arbitrary<infer T> ? T : never;
 const addressOf = (ip: number, port: number, v6: boolean): string => (v6 ? `[fd00::${ip}]:${port}` : `10.0.0.${ip}:${port}`);
 
 const entryArb = fc.oneof(
-  fc.record({ ip: fc.integer({ min: 1, max: 14 }), port: fc.constantFrom(8000, 8001), v6: fc.boolean() }).map((e) => addressOf(e.ip, e.port, e.v6)),
+  fc
+    .record({ ip: fc.integer({ min: 1, max: 14 }), port: fc.constantFrom(8000, 8001), v6: fc.boolean() })
+    .map((e) => addressOf(e.ip, e.port, e.v6)),
   fc.record({ ip: fc.integer({ min: 1, max: 14 }), v6: fc.boolean() }).map((e) => (e.v6 ? `fd00::${e.ip}` : `10.0.0.${e.ip}`)),
   fc.constantFrom('garbage', '10.0.0.1:0', '10.0.0.1:99999', '', ':8000', '[fd00::1'),
 );
@@ -68,7 +77,17 @@ function build(pods: readonly PodArb[]): Fleet {
     if (pod.metrics) {
       const at = T0 - pod.metrics.age;
       fleet.apply(
-        { v: 1, kind: 'metrics', pool: POOL, zone: pod.zone, pod: name, observedAt: at, waitingRequests: pod.metrics.waiting, runningRequests: 0, kvCacheUsage: pod.metrics.kv },
+        {
+          v: 1,
+          kind: 'metrics',
+          pool: POOL,
+          zone: pod.zone,
+          pod: name,
+          observedAt: at,
+          waitingRequests: pod.metrics.waiting,
+          runningRequests: 0,
+          kvCacheUsage: pod.metrics.kv,
+        },
         at,
       );
     }
@@ -100,7 +119,13 @@ describe('invariants over random fleets and subsets, both policies', () => {
           zone: 'a',
           region: 'r1',
           seed: c.seed,
-          config: { policy, subsetMode: c.mode, maxEndpoints: c.maxEndpoints, crossZoneFallbacks: c.crossZoneFallbacks, remote: { refreshMs: c.refreshMs } },
+          config: {
+            policy,
+            subsetMode: c.mode,
+            maxEndpoints: c.maxEndpoints,
+            crossZoneFallbacks: c.crossZoneFallbacks,
+            remote: { refreshMs: c.refreshMs },
+          },
         });
         const hint = c.subset === undefined ? undefined : c.asString ? c.subset.join(',') : c.subset;
         // A joined string is re-split on commas, so the oracle sees the same entries.

@@ -50,7 +50,12 @@ describe('another EPP of the zone', () => {
       const two = new Epp('epp-2', buildFleet(twoLocal), 'a', seed);
       // A burst through EPP 1, all on a0 (its subset), held open.
       for (let i = 0; i < 6; i++) expect(primaryOf(one.route(undefined, T0 + i, ['10.0.0.1:8000']))).toBe('a0');
-      expect(two.scheduler.shared.apply(one.batch(T0 + 8), T0 + 10, 'epp-2')).toEqual({ outcome: 'applied', gap: 0, entries: 6, ignored: 0 });
+      expect(two.scheduler.shared.apply(one.batch(T0 + 8), T0 + 10, 'epp-2')).toEqual({
+        outcome: 'applied',
+        gap: 0,
+        entries: 6,
+        ignored: 0,
+      });
       const [a0] = pods(two.fleet, 'a0');
       expect(a0?.unsampledPicks).toBe(6);
       expect(a0?.inFlight).toBe(6);
@@ -144,14 +149,43 @@ describe('correctness under loss', () => {
 });
 
 describe('what a batch may say', () => {
-  it("own batches, unknown endpoints, unknown requests and peers past the bound change nothing", () => {
+  it('own batches, unknown endpoints, unknown requests and peers past the bound change nothing', () => {
     const two = new Epp('epp-2', buildFleet(twoLocal), 'a', 1, { maxPeers: 1, maxEntriesPerPeer: 1 });
-    const batch = (epp: string, entries: StateEntry[], seq = 1): StateBatch => ({ v: 1, pool: POOL, zone: 'a', epp, seq, sentAt: T0, entries });
+    const batch = (epp: string, entries: StateEntry[], seq = 1): StateBatch => ({
+      v: 1,
+      pool: POOL,
+      zone: 'a',
+      epp,
+      seq,
+      sentAt: T0,
+      entries,
+    });
     expect(two.scheduler.shared.apply(batch('epp-2', [[1, 1, 'a', 'a0', T0, []]]), T0, 'epp-2').outcome).toBe('own');
     expect(
-      two.scheduler.shared.apply(batch('epp-1', [[1, 1, 'a', 'nope', T0, []], [1, 2, 'b', 'a0', T0, []], [2, 99, T0], [3, 'a', 'gone', T0 + 1000], [4, 'x', 'y', [1]]]), T0),
+      two.scheduler.shared.apply(
+        batch('epp-1', [
+          [1, 1, 'a', 'nope', T0, []],
+          [1, 2, 'b', 'a0', T0, []],
+          [2, 99, T0],
+          [3, 'a', 'gone', T0 + 1000],
+          [4, 'x', 'y', [1]],
+        ]),
+        T0,
+      ),
     ).toEqual({ outcome: 'applied', gap: 0, entries: 5, ignored: 5 });
-    expect(two.scheduler.shared.apply(batch('epp-1', [[1, 3, 'a', 'a0', T0, []], [1, 4, 'a', 'a1', T0, []]], 2), T0)).toMatchObject({ ignored: 1 });
+    expect(
+      two.scheduler.shared.apply(
+        batch(
+          'epp-1',
+          [
+            [1, 3, 'a', 'a0', T0, []],
+            [1, 4, 'a', 'a1', T0, []],
+          ],
+          2,
+        ),
+        T0,
+      ),
+    ).toMatchObject({ ignored: 1 });
     expect(two.scheduler.shared.apply(batch('epp-3', [[1, 1, 'a', 'a0', T0, []]]), T0).outcome).toBe('too-many-peers');
     const [a0, a1] = pods(two.fleet, 'a0', 'a1');
     expect([a0?.inFlight, a1?.inFlight]).toEqual([1, 0]);
@@ -159,7 +193,15 @@ describe('what a batch may say', () => {
 
   it('in-flight entries are bounded over all peers too; forgetting and expiry give the room back', () => {
     const two = new Epp('epp-2', buildFleet(twoLocal), 'a', 1, { maxRemoteEntries: 3, remoteEntryTtlMs: 100 });
-    const picks = (epp: string, ids: number[]): StateBatch => ({ v: 1, pool: POOL, zone: 'a', epp, seq: 1, sentAt: T0, entries: ids.map((id): StateEntry => [1, id, 'a', 'a0', T0, []]) });
+    const picks = (epp: string, ids: number[]): StateBatch => ({
+      v: 1,
+      pool: POOL,
+      zone: 'a',
+      epp,
+      seq: 1,
+      sentAt: T0,
+      entries: ids.map((id): StateEntry => [1, id, 'a', 'a0', T0, []]),
+    });
     expect(two.scheduler.shared.apply(picks('p1', [1, 2]), T0).ignored).toBe(0);
     expect(two.scheduler.shared.apply(picks('p2', [1, 2]), T0).ignored).toBe(1);
     expect(two.scheduler.shared.remoteInFlight).toBe(3);
@@ -175,13 +217,30 @@ describe('what a batch may say', () => {
     const two = new Epp('epp-2', buildFleet(twoLocal));
     const skew = 3_600_000;
     // Picked 30 ms before the batch left, on a clock an hour ahead; received at T0 + 100.
-    two.scheduler.shared.apply({ v: 1, pool: POOL, zone: 'a', epp: 'epp-1', seq: 1, sentAt: T0 + 90 + skew, entries: [[1, 1, 'a', 'a0', T0 + 60 + skew, []]] }, T0 + 100);
+    two.scheduler.shared.apply(
+      { v: 1, pool: POOL, zone: 'a', epp: 'epp-1', seq: 1, sentAt: T0 + 90 + skew, entries: [[1, 1, 'a', 'a0', T0 + 60 + skew, []]] },
+      T0 + 100,
+    );
     const [a0] = pods(two.fleet, 'a0');
     // Taken as made at T0 + 70: unsampled, and weighted by that age.
     expect(a0?.unsampledPicks).toBe(1);
     expect(two.fleet.recentPicks(a0!, T0 + 100, 60)).toBeCloseTo(0.5, 6);
     // A penalty of 5 s from send time lasts 5 s from receipt; one beyond the bound is cut to it.
-    two.scheduler.shared.apply({ v: 1, pool: POOL, zone: 'a', epp: 'epp-1', seq: 2, sentAt: T0 + skew, entries: [[3, 'a', 'a0', T0 + skew + 5000], [3, 'a', 'a1', T0 + skew + 10_000_000]] }, T0 + 100);
+    two.scheduler.shared.apply(
+      {
+        v: 1,
+        pool: POOL,
+        zone: 'a',
+        epp: 'epp-1',
+        seq: 2,
+        sentAt: T0 + skew,
+        entries: [
+          [3, 'a', 'a0', T0 + skew + 5000],
+          [3, 'a', 'a1', T0 + skew + 10_000_000],
+        ],
+      },
+      T0 + 100,
+    );
     expect(two.scheduler.isPenalised(a0!, T0 + 5099)).toBe(true);
     expect(two.scheduler.isPenalised(a0!, T0 + 5100)).toBe(false);
     const [a1] = pods(two.fleet, 'a1');
@@ -239,11 +298,19 @@ describe('warm start', () => {
     expect(snapshot.filter((e) => e[0] === 3)).toEqual([[3, 'a', 'a0', T0 + 3 + 5000]]);
     expect(snapshot.some((e) => e[0] === 4)).toBe(true);
     // The operator's view: in flight and penalties, no placements.
-    expect(one.scheduler.shared.snapshot(T0 + 10, false).map((e) => e[0]).sort()).toEqual([1, 1, 1, 3]);
+    expect(
+      one.scheduler.shared
+        .snapshot(T0 + 10, false)
+        .map((e) => e[0])
+        .sort(),
+    ).toEqual([1, 1, 1, 3]);
 
     for (let seed = 1; seed <= 8; seed++) {
       const fresh = new Epp('epp-3', buildFleet(twoLocal), 'a', seed);
-      fresh.scheduler.shared.apply({ v: 1, pool: POOL, zone: 'a', epp: 'epp-1', seq: one.seq, sentAt: T0 + 10, entries: snapshot, snapshot: { last: true } }, T0 + 12);
+      fresh.scheduler.shared.apply(
+        { v: 1, pool: POOL, zone: 'a', epp: 'epp-1', seq: one.seq, sentAt: T0 + 10, entries: snapshot, snapshot: { last: true } },
+        T0 + 12,
+      );
       expect(fresh.fleet.get(POOL, 'a', 'a0')!.inFlight + fresh.fleet.get(POOL, 'a', 'a1')!.inFlight).toBe(3);
       expect(fresh.scheduler.prefixIndexBlocks).toBe(one.scheduler.prefixIndexBlocks);
       // a0 is penalised in the snapshot: the prompt goes to the holder when that is a1, and a0's penalty fails open otherwise.

@@ -183,7 +183,13 @@ describe('anti-herding', () => {
     const remote: PodSpec[] = [0, 1, 2, 3, 4, 5].map((i) => ({ pod: `r${i}`, zone: 'b', address: `10.0.1.${i + 1}:8000` }));
     const pods = [...saturate([{ pod: 'a0', zone: 'a', address: '10.0.0.1:8000' }], ['a']), ...remote];
     const fleet = buildFleet(pods);
-    const scheduler = new Scheduler({ fleet, pool: POOL, zone: 'a', region: 'r1', config: { remote: { shortlist: 2, refreshMs: 60_000 } } });
+    const scheduler = new Scheduler({
+      fleet,
+      pool: POOL,
+      zone: 'a',
+      region: 'r1',
+      config: { remote: { shortlist: 2, refreshMs: 60_000 } },
+    });
     const picksOf = (name: string): number => fleet.get(POOL, 'b', name)?.unsampledPicks ?? 0;
     for (let i = 0; i < 30; i++) {
       const decision = scheduler.pick({ model: 'llama' }, T0 + i * 0.01);

@@ -128,11 +128,12 @@ describe('PrefixIndex against a plain LRU model', () => {
         promptArb,
         (inserts, capacity, query) => {
           const ids = new Map<string, number>();
-          const chain = (prompt: number[]): number[] => prompt.map((_, i) => {
-            const key = prompt.slice(0, i + 1).join('.');
-            if (!ids.has(key)) ids.set(key, ids.size + 1);
-            return ids.get(key) as number;
-          });
+          const chain = (prompt: number[]): number[] =>
+            prompt.map((_, i) => {
+              const key = prompt.slice(0, i + 1).join('.');
+              if (!ids.has(key)) ids.set(key, ids.size + 1);
+              return ids.get(key) as number;
+            });
           const index = new PrefixIndex();
           const model = endpoints.map(() => [] as number[]); // recency, oldest first
           for (const { endpoint, prompt } of inserts) {

@@ -32,7 +32,14 @@ const scenarios: Scenario[] = [
   {
     name: 'all zones idle, no subset: best local first, the last slot to the nearest remote',
     pods: idle,
-    expect: { status: 'routed', rule: 'local', pods: ['a0', 'a1', 'b0'], reasons: ['local-best', 'local', 'cross-zone-fallback'], overloaded: false, destination: '10.0.0.1:8000,10.0.0.2:8000,10.0.1.1:8000' },
+    expect: {
+      status: 'routed',
+      rule: 'local',
+      pods: ['a0', 'a1', 'b0'],
+      reasons: ['local-best', 'local', 'cross-zone-fallback'],
+      overloaded: false,
+      destination: '10.0.0.1:8000,10.0.0.2:8000,10.0.1.1:8000',
+    },
   },
   {
     name: 'local zone overloaded: spill to the same region, best local keeps the last slot',
@@ -53,7 +60,13 @@ const scenarios: Scenario[] = [
     name: 'strict subset of local pods while local is overloaded: the list stays inside the subset',
     pods: localBusy,
     request: { subset: subsetOf(localBusy, ['a0', 'a1', 'a2']) },
-    expect: { status: 'routed', rule: 'last-resort', pods: ['a0', 'a1', 'a2'], reasons: ['last-resort', 'last-resort', 'last-resort'], counts: { eligible: 3, full: 3 } },
+    expect: {
+      status: 'routed',
+      rule: 'last-resort',
+      pods: ['a0', 'a1', 'a2'],
+      reasons: ['last-resort', 'last-resort', 'last-resort'],
+      counts: { eligible: 3, full: 3 },
+    },
   },
   {
     name: 'strict subset with one remote pod: spill stays inside the subset',
@@ -73,7 +86,12 @@ const scenarios: Scenario[] = [
     pods: idle,
     config: { subsetMode: 'locality' },
     request: { subset: subsetOf(idle, ['a2']) },
-    expect: { status: 'routed', rule: 'local', pods: ['a2', 'b0', 'b1'], reasons: ['local-best', 'cross-zone-fallback', 'cross-zone-fallback'] },
+    expect: {
+      status: 'routed',
+      rule: 'local',
+      pods: ['a2', 'b0', 'b1'],
+      reasons: ['local-best', 'cross-zone-fallback', 'cross-zone-fallback'],
+    },
   },
   {
     name: 'locality mode with an empty subset: no local preference, so it spills (documented choice)',
@@ -168,7 +186,15 @@ const scenarios: Scenario[] = [
   },
   {
     name: 'no ready pod at all: 503',
-    pods: threeZones({ a0: { ready: false }, a1: { ready: false }, a2: { ready: false }, b0: { ready: false }, b1: { ready: false }, c0: { ready: false }, c1: { ready: false } }),
+    pods: threeZones({
+      a0: { ready: false },
+      a1: { ready: false },
+      a2: { ready: false },
+      b0: { ready: false },
+      b1: { ready: false },
+      c0: { ready: false },
+      c1: { ready: false },
+    }),
     expect: { status: 503, rule: 'no-ready-endpoints' },
   },
   {
@@ -229,7 +255,12 @@ const scenarios: Scenario[] = [
     name: 'crossZoneFallbacks 2: nearest remote first',
     pods: idle,
     config: { crossZoneFallbacks: 2 },
-    expect: { status: 'routed', rule: 'local', pods: ['a0', 'b0', 'b1'], reasons: ['local-best', 'cross-zone-fallback', 'cross-zone-fallback'] },
+    expect: {
+      status: 'routed',
+      rule: 'local',
+      pods: ['a0', 'b0', 'b1'],
+      reasons: ['local-best', 'cross-zone-fallback', 'cross-zone-fallback'],
+    },
   },
   {
     name: 'crossZoneFallbacks larger than the list never takes the primary slot',
@@ -245,7 +276,12 @@ const scenarios: Scenario[] = [
   {
     name: 'too few unsaturated local pods: unsaturated remote ones before saturated local ones',
     pods: threeZones({ a1: { waiting: 6 }, a2: { waiting: 7 } }),
-    expect: { status: 'routed', rule: 'local', pods: ['a0', 'b0', 'b1'], reasons: ['local-best', 'cross-zone-fallback', 'cross-zone-fallback'] },
+    expect: {
+      status: 'routed',
+      rule: 'local',
+      pods: ['a0', 'b0', 'b1'],
+      reasons: ['local-best', 'cross-zone-fallback', 'cross-zone-fallback'],
+    },
   },
   {
     name: 'local zone without pods: remote only',
@@ -269,7 +305,13 @@ describe('weighted policy scenarios (the reference scorers with the v1 zone rule
   for (const scenario of scenarios) {
     it(scenario.name, () => {
       const fleet = buildFleet(scenario.pods);
-      const scheduler = new Scheduler({ fleet, pool: scenario.pool ?? POOL, zone: scenario.zone ?? 'a', region: 'r1', config: { policy: 'weighted', ...scenario.config } });
+      const scheduler = new Scheduler({
+        fleet,
+        pool: scenario.pool ?? POOL,
+        zone: scenario.zone ?? 'a',
+        region: 'r1',
+        config: { policy: 'weighted', ...scenario.config },
+      });
       const decision = scheduler.pick({ model: 'llama', ...scenario.request }, T0);
       const want = scenario.expect;
       expect(decision.status).toBe(want.status);

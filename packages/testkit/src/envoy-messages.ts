@@ -29,7 +29,10 @@ export function envoyRequestMessages(options: RequestOptions = {}): ProcessingRe
   const metadataContext =
     options.subset === undefined
       ? undefined
-      : { filterMetadata: { 'envoy.lb.subset_hint': { 'x-gateway-destination-endpoint-subset': options.subset } }, typedFilterMetadata: {} };
+      : {
+          filterMetadata: { 'envoy.lb.subset_hint': { 'x-gateway-destination-endpoint-subset': options.subset } },
+          typedFilterMetadata: {},
+        };
   const messages: ProcessingRequest[] = [
     {
       request: {

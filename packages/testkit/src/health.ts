@@ -2,7 +2,11 @@ import { credentials as grpcCredentials, type ChannelCredentials } from '@grpc/g
 import { HealthClient, type ServingStatus } from '@spillway/protocol';
 
 /** One grpc.health.v1 Check on loopback: the status, or NOT_FOUND for an unknown service. */
-export function healthStatus(port: number, service: string, creds: ChannelCredentials = grpcCredentials.createInsecure()): Promise<ServingStatus | 'NOT_FOUND'> {
+export function healthStatus(
+  port: number,
+  service: string,
+  creds: ChannelCredentials = grpcCredentials.createInsecure(),
+): Promise<ServingStatus | 'NOT_FOUND'> {
   const client = new HealthClient(`127.0.0.1:${port}`, creds);
   return new Promise((resolve, reject) => {
     client.check({ service }, (error, response) => {

@@ -5,5 +5,11 @@ export type { NatsServerHandle, NatsServerOptions } from './nats-server.js';
 export { eventually } from './eventually.js';
 export { metrics, podEvents, publishAll, readiness, zoneOf } from './event-fixtures.js';
 export { POOL, TestPublisher, type PodSpec } from './test-publisher.js';
-export { bodyMessage, envoyRequestMessages, envoyResponseHeadersMessage, type RequestOptions, type ResponseHeadersOptions } from './envoy-messages.js';
+export {
+  bodyMessage,
+  envoyRequestMessages,
+  envoyResponseHeadersMessage,
+  type RequestOptions,
+  type ResponseHeadersOptions,
+} from './envoy-messages.js';
 export { healthStatus } from './health.js';

@@ -63,7 +63,9 @@ export async function startNatsServer(options: NatsServerOptions = {}): Promise<
       started.once('exit', (code) => reject(new Error(`nats-server exited with ${code}: ${stderr}`))),
     );
     exited.catch(() => undefined);
-    const timeout = new Promise<never>((_, reject) => setTimeout(() => reject(new Error(`nats-server not ready within 10 s: ${stderr}`)), 10_000).unref());
+    const timeout = new Promise<never>((_, reject) =>
+      setTimeout(() => reject(new Error(`nats-server not ready within 10 s: ${stderr}`)), 10_000).unref(),
+    );
     await Promise.race([ready, exited, timeout]);
     await waitForPort(port, 10_000);
   };
@@ -105,8 +107,7 @@ export async function startNatsServer(options: NatsServerOptions = {}): Promise<
 }
 
 function externalHandle(url: string): NatsServerHandle {
-  const unsupported = (): Promise<void> =>
-    Promise.reject(new Error('kill/restart need a private nats-server; unset NATS_URL'));
+  const unsupported = (): Promise<void> => Promise.reject(new Error('kill/restart need a private nats-server; unset NATS_URL'));
   return {
     url,
     port: Number(new URL(url.replace(/^nats:/, 'http:')).port || 4222),

@@ -70,7 +70,11 @@ export class IdBpe {
    * library) when ids cannot stand for the strings: a merge whose parts or result have no id, ids of
    * 2^24 or more, or two strings with one id.
    */
-  static create(merges: ReadonlyArray<readonly [string, string]>, idOf: (token: string) => number | undefined, ignoreMerges: boolean): IdBpe | undefined {
+  static create(
+    merges: ReadonlyArray<readonly [string, string]>,
+    idOf: (token: string) => number | undefined,
+    ignoreMerges: boolean,
+  ): IdBpe | undefined {
     const pairs = new PairTable(merges.length);
     const stringOf = new Map<number, string>();
     const id = (s: string): number | undefined => {

@@ -16,7 +16,8 @@ export function messageText(content: unknown): string {
   const texts: string[] = [];
   for (const part of content) {
     if (typeof part === 'string') texts.push(part);
-    else if (part !== null && typeof part === 'object' && typeof (part as { text?: unknown }).text === 'string') texts.push((part as { text: string }).text);
+    else if (part !== null && typeof part === 'object' && typeof (part as { text?: unknown }).text === 'string')
+      texts.push((part as { text: string }).text);
   }
   return texts.join('\n');
 }

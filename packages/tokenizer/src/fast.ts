@@ -39,7 +39,12 @@ interface SplitterView {
   split(text: string): string[];
 }
 interface PreTokenizerView {
-  readonly config: { readonly type?: unknown; readonly add_prefix_space?: unknown; readonly use_regex?: unknown; readonly trim_offsets?: unknown };
+  readonly config: {
+    readonly type?: unknown;
+    readonly add_prefix_space?: unknown;
+    readonly use_regex?: unknown;
+    readonly trim_offsets?: unknown;
+  };
   readonly tokenizers?: ReadonlyArray<PreTokenizerView>;
   readonly pattern?: unknown;
   pre_tokenize_text(text: string, options?: unknown): string[];
@@ -115,7 +120,12 @@ export class FastEncoder {
     const only = splits.length === 1 ? splits[0] : undefined;
     const config = only?.config as { invert?: unknown; behavior?: unknown } | undefined;
     this.isolated =
-      only && config && !config.invert && String(config.behavior).toLowerCase() !== 'removed' && only.pattern instanceof RegExp && only.pattern.global
+      only &&
+      config &&
+      !config.invert &&
+      String(config.behavior).toLowerCase() !== 'removed' &&
+      only.pattern instanceof RegExp &&
+      only.pattern.global
         ? new RegExp(only.pattern.source, only.pattern.flags)
         : null;
     this.byteLevel = byteLevelStep;
@@ -130,8 +140,13 @@ export class FastEncoder {
       return { unsupported: `model ${String(model?.config?.type)} (only BPE)` };
     }
     if (model.fuse_unk) return { unsupported: 'BPE fuse_unk' };
-    if (view.remove_space === true || view.do_lowercase_and_remove_accent === true) return { unsupported: 'remove_space / do_lowercase_and_remove_accent' };
-    if (!(view.added_tokens_map instanceof Map) || typeof view.splitter_unnormalized?.trie !== 'object' || typeof view.splitter_normalized?.trie !== 'object') {
+    if (view.remove_space === true || view.do_lowercase_and_remove_accent === true)
+      return { unsupported: 'remove_space / do_lowercase_and_remove_accent' };
+    if (
+      !(view.added_tokens_map instanceof Map) ||
+      typeof view.splitter_unnormalized?.trie !== 'object' ||
+      typeof view.splitter_normalized?.trie !== 'object'
+    ) {
       return { unsupported: 'this @huggingface/tokenizers version (added-token splitters not found)' };
     }
     const pre = view.pre_tokenizer;
@@ -144,7 +159,10 @@ export class FastEncoder {
     if (other) return { unsupported: `pre-tokenizer ${String(other.config?.type ?? other.constructor.name)}` };
     const useRegex = last.config.use_regex ?? true;
     if (useRegex && !(last.pattern instanceof RegExp)) return { unsupported: 'ByteLevel regex not found' };
-    const step: ByteLevelStep = { addPrefixSpace: last.config.add_prefix_space === true, pattern: useRegex ? (last.pattern as RegExp) : null };
+    const step: ByteLevelStep = {
+      addPrefixSpace: last.config.add_prefix_space === true,
+      pattern: useRegex ? (last.pattern as RegExp) : null,
+    };
     if (view.post_processor !== null && typeof view.post_processor !== 'function') return { unsupported: 'post-processor' };
     try {
       return new FastEncoder(lib, view, splits, step, options);

@@ -49,14 +49,16 @@ function readJson(path: string, what: string): Record<string, unknown> {
   } catch (error) {
     throw new TokenizerSpecError(`${what} ${path} is not JSON: ${error instanceof Error ? error.message : String(error)}`);
   }
-  if (value === null || typeof value !== 'object' || Array.isArray(value)) throw new TokenizerSpecError(`${what} ${path} is not a JSON object`);
+  if (value === null || typeof value !== 'object' || Array.isArray(value))
+    throw new TokenizerSpecError(`${what} ${path} is not a JSON object`);
   return value as Record<string, unknown>;
 }
 
 /** A special token as tokenizer_config.json writes it: a string or an AddedToken object. */
 function tokenText(value: unknown): string | undefined {
   if (typeof value === 'string') return value;
-  if (value !== null && typeof value === 'object' && typeof (value as { content?: unknown }).content === 'string') return (value as { content: string }).content;
+  if (value !== null && typeof value === 'object' && typeof (value as { content?: unknown }).content === 'string')
+    return (value as { content: string }).content;
   return undefined;
 }
 
@@ -76,7 +78,9 @@ function templateSource(option: string): string {
   try {
     return readFileSync(option, 'utf8');
   } catch (error) {
-    throw new TokenizerSpecError(`chatTemplate is neither a Jinja template nor a readable file (${option}): ${error instanceof Error ? error.message : String(error)}`);
+    throw new TokenizerSpecError(
+      `chatTemplate is neither a Jinja template nor a readable file (${option}): ${error instanceof Error ? error.message : String(error)}`,
+    );
   }
 }
 
@@ -132,7 +136,10 @@ export function loadTokenizer(input: unknown, options: LoadTokenizerOptions = {}
     if (!template) throw new TokenizerSpecError(`tokenizer ${name} has no chat template (give chatTemplate)`);
     return template.render(messages);
   };
-  const fast = options.fast === false ? { unsupported: 'disabled' } : FastEncoder.create(tokenizer, { pieceCacheBytes: options.pieceCacheBytes ?? DEFAULT_PIECE_CACHE_BYTES });
+  const fast =
+    options.fast === false
+      ? { unsupported: 'disabled' }
+      : FastEncoder.create(tokenizer, { pieceCacheBytes: options.pieceCacheBytes ?? DEFAULT_PIECE_CACHE_BYTES });
   const encode =
     fast instanceof FastEncoder
       ? (text: string, addSpecialTokens: boolean): number[] => fast.encode(text, addSpecialTokens)

@@ -12,7 +12,11 @@ export const tokenizerSpecSchema = z
     /** Path of the `tokenizer_config.json` (special tokens, chat template); default: beside `tokenizerJson`. */
     tokenizerConfig: z.string().min(1).max(4096).optional(),
     /** A path to a Jinja template file, or the template itself (anything containing `{{` or `{%`). */
-    chatTemplate: z.string().min(1).max(1024 * 1024).optional(),
+    chatTemplate: z
+      .string()
+      .min(1)
+      .max(1024 * 1024)
+      .optional(),
   })
   .strict()
   .refine((spec) => (spec.preset === undefined) !== (spec.tokenizerJson === undefined), {

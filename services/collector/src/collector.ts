@@ -1,4 +1,11 @@
-import { metricsEventSchema, readinessEventSchema, type Engine, type MetricsEvent, type ReadinessEvent, type ServiceRates } from '@spillway/events';
+import {
+  metricsEventSchema,
+  readinessEventSchema,
+  type Engine,
+  type MetricsEvent,
+  type ReadinessEvent,
+  type ServiceRates,
+} from '@spillway/events';
 import type { Logger } from 'pino';
 import type { Dispatcher } from 'undici';
 import type { ScrapeLimits } from './budget.js';
@@ -260,7 +267,11 @@ export class Collector {
           const loud = consecutive === 1 || reason !== t.lastFailureReason || (t.backingOff && !wasFailing);
           t.lastFailureReason = reason;
           const fields = { pod: t.spec.pod, address: t.spec.address, reason, consecutive, retryInMs, error: message };
-          if (loud) this.log.warn(fields, retryInMs !== undefined ? 'scrape failing; metrics stop and the endpoint is backed off until it answers' : 'scrape failed');
+          if (loud)
+            this.log.warn(
+              fields,
+              retryInMs !== undefined ? 'scrape failing; metrics stop and the endpoint is backed off until it answers' : 'scrape failed',
+            );
           else this.log.debug(fields, 'scrape failed');
           if (t.backingOff !== wasFailing) this.refreshGauge();
         },
@@ -320,7 +331,13 @@ export class Collector {
     if (issue !== undefined) {
       this.options.metrics.ratesOmitted.inc({ reason: issue });
       const fields = { pod: t.spec.pod, reason: issue, series: invalid.length > 0 ? invalid : undefined };
-      if (issue !== t.lastRatesIssue) this.log.warn(fields, issue === 'counter-reset' ? 'model-server counters went down (restart?); rates start afresh' : 'service rates left out of the sample');
+      if (issue !== t.lastRatesIssue)
+        this.log.warn(
+          fields,
+          issue === 'counter-reset'
+            ? 'model-server counters went down (restart?); rates start afresh'
+            : 'service rates left out of the sample',
+        );
       else this.log.debug(fields, 'service rates left out of the sample');
     }
     t.lastRatesIssue = issue;

@@ -16,46 +16,171 @@ const between = (min: number, max: number) => nonNegativeInt().min(min).max(max)
 
 export const collectorFlags = {
   ...natsFlags,
-  stream: { description: `JetStream stream to ensure (default ${DEFAULT_STREAM})`, schema: streamNameSchema.default(DEFAULT_STREAM), placeholder: 'NAME' },
+  stream: {
+    description: `JetStream stream to ensure (default ${DEFAULT_STREAM})`,
+    schema: streamNameSchema.default(DEFAULT_STREAM),
+    placeholder: 'NAME',
+  },
   pool: { description: 'inference pool name (required)', schema: name, placeholder: 'P' },
   zone: { description: "this collector's zone; the default zone of endpoints (required)", schema: name, placeholder: 'Z' },
   region: { description: 'default region of endpoints', schema: name.optional(), placeholder: 'R' },
-  endpoints: { description: 'YAML or JSON list of { pod, address, zone?, region?, engine?, labels? }; re-read when it changes (removed endpoints get a tombstone)', schema: z.string().min(1).optional(), placeholder: 'FILE' },
-  endpointsPollMs: { description: 'how often FILE is checked for changes (default 500)', schema: between(10, 600_000).default(500), placeholder: 'N' },
+  endpoints: {
+    description:
+      'YAML or JSON list of { pod, address, zone?, region?, engine?, labels? }; re-read when it changes (removed endpoints get a tombstone)',
+    schema: z.string().min(1).optional(),
+    placeholder: 'FILE',
+  },
+  endpointsPollMs: {
+    description: 'how often FILE is checked for changes (default 500)',
+    schema: between(10, 600_000).default(500),
+    placeholder: 'N',
+  },
   kubeNamespace: { description: 'watch discovery.k8s.io/v1 EndpointSlices in NS', schema: name.optional(), placeholder: 'NS' },
-  kubeSelector: { description: 'label selector for the slices (e.g. kubernetes.io/service-name=llama)', schema: z.string().min(1).optional(), placeholder: 'SEL' },
+  kubeSelector: {
+    description: 'label selector for the slices (e.g. kubernetes.io/service-name=llama)',
+    schema: z.string().min(1).optional(),
+    placeholder: 'SEL',
+  },
   kubePort: { description: "the slice port to use (default: the slice's only port)", schema: name.optional(), placeholder: 'NAME' },
-  kubeAllZones: { description: 'publish endpoints of every zone (default: only --zone and zoneless)', schema: z.boolean().default(false), boolean: true },
-  kubeconfig: { description: 'kubeconfig (default: in-cluster, then $KUBECONFIG, then ~/.kube/config)', schema: z.string().min(1).optional(), placeholder: 'FILE' },
-  engine: { description: `engine for endpoints that name none: ${ENGINES.join(' | ')} (default: detect from metric names)`, schema: z.enum(ENGINES).optional(), placeholder: 'ENGINE' },
-  sampleIntervalMs: { description: 'scrape interval per endpoint (default 100)', schema: between(10, 600_000).default(100), placeholder: 'N' },
+  kubeAllZones: {
+    description: 'publish endpoints of every zone (default: only --zone and zoneless)',
+    schema: z.boolean().default(false),
+    boolean: true,
+  },
+  kubeconfig: {
+    description: 'kubeconfig (default: in-cluster, then $KUBECONFIG, then ~/.kube/config)',
+    schema: z.string().min(1).optional(),
+    placeholder: 'FILE',
+  },
+  engine: {
+    description: `engine for endpoints that name none: ${ENGINES.join(' | ')} (default: detect from metric names)`,
+    schema: z.enum(ENGINES).optional(),
+    placeholder: 'ENGINE',
+  },
+  sampleIntervalMs: {
+    description: 'scrape interval per endpoint (default 100)',
+    schema: between(10, 600_000).default(100),
+    placeholder: 'N',
+  },
   scrapeTimeoutMs: { description: 'per-scrape timeout (default 500)', schema: between(10, 600_000).default(500), placeholder: 'N' },
-  scrapeFailureThreshold: { description: 'consecutive failures after which an endpoint is backed off: retried after one probe interval, doubling up to --scrape-backoff-max-ms, until it answers again (default 3)', schema: between(1, 1_000).default(3), placeholder: 'N' },
-  scrapeBackoffMaxMs: { description: 'longest back-off of a failing endpoint (default 30000)', schema: between(10, 3_600_000).default(30_000), placeholder: 'N' },
-  scrapeMaxBytes: { description: `bytes of exposition read per scrape; a larger one fails (too-large) and is backed off at once (default ${DEFAULT_SCRAPE_LIMITS.maxBytes})`, schema: between(64 * 1024, 1024 * 1024 * 1024).default(DEFAULT_SCRAPE_LIMITS.maxBytes), placeholder: 'N' },
-  scrapeCpuBudgetMs: { description: `CPU time one scrape may spend filtering, parsing and mapping; beyond it the scrape fails (too-slow) and is backed off at once (default ${DEFAULT_SCRAPE_LIMITS.cpuBudgetMs})`, schema: between(1, 10_000).default(DEFAULT_SCRAPE_LIMITS.cpuBudgetMs), placeholder: 'N' },
-  ratesWindowMs: { description: `span of the counter deltas behind the service rates in metrics events (default ${DEFAULT_RATES_WINDOW_MS})`, schema: between(200, 600_000).default(DEFAULT_RATES_WINDOW_MS), placeholder: 'N' },
+  scrapeFailureThreshold: {
+    description:
+      'consecutive failures after which an endpoint is backed off: retried after one probe interval, doubling up to --scrape-backoff-max-ms, until it answers again (default 3)',
+    schema: between(1, 1_000).default(3),
+    placeholder: 'N',
+  },
+  scrapeBackoffMaxMs: {
+    description: 'longest back-off of a failing endpoint (default 30000)',
+    schema: between(10, 3_600_000).default(30_000),
+    placeholder: 'N',
+  },
+  scrapeMaxBytes: {
+    description: `bytes of exposition read per scrape; a larger one fails (too-large) and is backed off at once (default ${DEFAULT_SCRAPE_LIMITS.maxBytes})`,
+    schema: between(64 * 1024, 1024 * 1024 * 1024).default(DEFAULT_SCRAPE_LIMITS.maxBytes),
+    placeholder: 'N',
+  },
+  scrapeCpuBudgetMs: {
+    description: `CPU time one scrape may spend filtering, parsing and mapping; beyond it the scrape fails (too-slow) and is backed off at once (default ${DEFAULT_SCRAPE_LIMITS.cpuBudgetMs})`,
+    schema: between(1, 10_000).default(DEFAULT_SCRAPE_LIMITS.cpuBudgetMs),
+    placeholder: 'N',
+  },
+  ratesWindowMs: {
+    description: `span of the counter deltas behind the service rates in metrics events (default ${DEFAULT_RATES_WINDOW_MS})`,
+    schema: between(200, 600_000).default(DEFAULT_RATES_WINDOW_MS),
+    placeholder: 'N',
+  },
   metricsPath: { description: 'model-server metrics path (default /metrics)', schema: path.default('/metrics'), placeholder: 'PATH' },
-  probeIntervalMs: { description: 'HTTP health probe interval; 0 disables probing (default 1000)', schema: between(0, 600_000).default(1_000), placeholder: 'N' },
+  probeIntervalMs: {
+    description: 'HTTP health probe interval; 0 disables probing (default 1000)',
+    schema: between(0, 600_000).default(1_000),
+    placeholder: 'N',
+  },
   probeTimeoutMs: { description: 'probe timeout (default 500)', schema: between(10, 600_000).default(500), placeholder: 'N' },
   probePath: { description: 'probe path (default /health)', schema: path.default('/health'), placeholder: 'PATH' },
-  probeSuccessThreshold: { description: 'consecutive successes to become ready (default 1)', schema: between(1, 1_000).default(1), placeholder: 'N' },
-  probeFailureThreshold: { description: 'consecutive failures to become not ready (default 2)', schema: between(1, 1_000).default(2), placeholder: 'N' },
-  readinessRepublishMs: { description: 'readiness re-publish period (default 30000)', schema: between(100, 30_000).default(30_000), placeholder: 'N' },
-  metricsPort: { description: "port of the collector's own Prometheus /metrics (default 9091; 0 = off)", schema: port(9091), placeholder: 'N' },
-  metricsHost: { description: "address the collector's /metrics listens on (default 0.0.0.0, for Prometheus scraping the pod IP; 127.0.0.1 keeps it local)", schema: z.string().min(1).default('0.0.0.0'), placeholder: 'ADDR' },
-  host: { description: 'the same as --metrics-host, by the name the other binaries use for their listen address', schema: z.string().min(1).optional(), placeholder: 'ADDR' },
+  probeSuccessThreshold: {
+    description: 'consecutive successes to become ready (default 1)',
+    schema: between(1, 1_000).default(1),
+    placeholder: 'N',
+  },
+  probeFailureThreshold: {
+    description: 'consecutive failures to become not ready (default 2)',
+    schema: between(1, 1_000).default(2),
+    placeholder: 'N',
+  },
+  readinessRepublishMs: {
+    description: 'readiness re-publish period (default 30000)',
+    schema: between(100, 30_000).default(30_000),
+    placeholder: 'N',
+  },
+  metricsPort: {
+    description: "port of the collector's own Prometheus /metrics (default 9091; 0 = off)",
+    schema: port(9091),
+    placeholder: 'N',
+  },
+  metricsHost: {
+    description:
+      "address the collector's /metrics listens on (default 0.0.0.0, for Prometheus scraping the pod IP; 127.0.0.1 keeps it local)",
+    schema: z.string().min(1).default('0.0.0.0'),
+    placeholder: 'ADDR',
+  },
+  host: {
+    description: 'the same as --metrics-host, by the name the other binaries use for their listen address',
+    schema: z.string().min(1).optional(),
+    placeholder: 'ADDR',
+  },
   logLevel: { description: 'pino level (default info)', schema: logLevel(), placeholder: 'LEVEL' },
-  kvEventsPort: { description: "follow every endpoint's KV events (vLLM --kv-events-config) on this port of its address, for endpoints that name none (an endpoints-file kvEvents or an EndpointSlice port named by --kube-kv-events-port)", schema: between(1, 65535).optional(), placeholder: 'N' },
-  kvReplayPort: { description: "the KV-event replay (ROUTER) port by the same convention; without one a sequence gap starts the pod afresh", schema: between(1, 65535).optional(), placeholder: 'N' },
-  kubeKvEventsPort: { description: 'EndpointSlice port naming the KV-event port of each endpoint (default kv-events)', schema: name.default('kv-events'), placeholder: 'NAME' },
-  kubeKvReplayPort: { description: 'EndpointSlice port naming the KV-event replay port (default kv-replay)', schema: name.default('kv-replay'), placeholder: 'NAME' },
-  kvTopic: { description: 'ZeroMQ subscription prefix of KV events (default empty: every topic)', schema: z.string().max(256).default(''), placeholder: 'TOPIC' },
-  kvSnapshotIntervalMs: { description: "how often each pod's KV block set is published into the stream as a kv snapshot (default 10000)", schema: between(100, 3_600_000).default(10_000), placeholder: 'N' },
-  kvMaxBytesPerPod: { description: 'bytes of block map (server hash to content key) per pod; past it the oldest blocks are forgotten and relayed as removed (default 8388608)', schema: between(64 * 1024, 1024 * 1024 * 1024).default(8 * 1024 * 1024), placeholder: 'N' },
-  kvMaxBatchBytes: { description: 'largest KV-event batch accepted from a server; larger ones are dropped and the pod started afresh (default 8388608)', schema: between(1024, 256 * 1024 * 1024).default(8 * 1024 * 1024), placeholder: 'N' },
-  kvReplayTimeoutMs: { description: 'how long a replay request may take before the pod is started afresh instead (default 2000)', schema: between(10, 600_000).default(2_000), placeholder: 'N' },
-  kvReconnectMaxMs: { description: 'longest back-off between reconnects to a dead KV endpoint (first 100 ms, doubling) (default 5000)', schema: between(100, 600_000).default(5_000), placeholder: 'N' },
+  kvEventsPort: {
+    description:
+      "follow every endpoint's KV events (vLLM --kv-events-config) on this port of its address, for endpoints that name none (an endpoints-file kvEvents or an EndpointSlice port named by --kube-kv-events-port)",
+    schema: between(1, 65535).optional(),
+    placeholder: 'N',
+  },
+  kvReplayPort: {
+    description: 'the KV-event replay (ROUTER) port by the same convention; without one a sequence gap starts the pod afresh',
+    schema: between(1, 65535).optional(),
+    placeholder: 'N',
+  },
+  kubeKvEventsPort: {
+    description: 'EndpointSlice port naming the KV-event port of each endpoint (default kv-events)',
+    schema: name.default('kv-events'),
+    placeholder: 'NAME',
+  },
+  kubeKvReplayPort: {
+    description: 'EndpointSlice port naming the KV-event replay port (default kv-replay)',
+    schema: name.default('kv-replay'),
+    placeholder: 'NAME',
+  },
+  kvTopic: {
+    description: 'ZeroMQ subscription prefix of KV events (default empty: every topic)',
+    schema: z.string().max(256).default(''),
+    placeholder: 'TOPIC',
+  },
+  kvSnapshotIntervalMs: {
+    description: "how often each pod's KV block set is published into the stream as a kv snapshot (default 10000)",
+    schema: between(100, 3_600_000).default(10_000),
+    placeholder: 'N',
+  },
+  kvMaxBytesPerPod: {
+    description:
+      'bytes of block map (server hash to content key) per pod; past it the oldest blocks are forgotten and relayed as removed (default 8388608)',
+    schema: between(64 * 1024, 1024 * 1024 * 1024).default(8 * 1024 * 1024),
+    placeholder: 'N',
+  },
+  kvMaxBatchBytes: {
+    description: 'largest KV-event batch accepted from a server; larger ones are dropped and the pod started afresh (default 8388608)',
+    schema: between(1024, 256 * 1024 * 1024).default(8 * 1024 * 1024),
+    placeholder: 'N',
+  },
+  kvReplayTimeoutMs: {
+    description: 'how long a replay request may take before the pod is started afresh instead (default 2000)',
+    schema: between(10, 600_000).default(2_000),
+    placeholder: 'N',
+  },
+  kvReconnectMaxMs: {
+    description: 'longest back-off between reconnects to a dead KV endpoint (first 100 ms, doubling) (default 5000)',
+    schema: between(100, 600_000).default(5_000),
+    placeholder: 'N',
+  },
 } satisfies FlagSpecs;
 
 export const HELP = renderHelp(
@@ -75,7 +200,9 @@ export interface CollectorConfig {
   region: string | undefined;
   endpointsFile: string | undefined;
   endpointsPollMs: number;
-  kube: { namespace: string; selector: string | undefined; port: string | undefined; allZones: boolean; kubeconfig: string | undefined } | undefined;
+  kube:
+    | { namespace: string; selector: string | undefined; port: string | undefined; allZones: boolean; kubeconfig: string | undefined }
+    | undefined;
   engine: Engine | undefined;
   sampleIntervalMs: number;
   scrapeTimeoutMs: number;

@@ -95,7 +95,14 @@ export const COUNTER_SPECS: Readonly<Record<Engine, CounterSpec>> = {
 /** The metric families the counters of `spec` are read from (histograms by their `_sum`/`_count`). */
 export function counterFamilies(spec: CounterSpec): string[] {
   const histograms = [...spec.ttft, ...spec.queue, ...spec.itl].flatMap((h) => [`${h.name}_sum`, `${h.name}_count`]);
-  const series = [...spec.promptTokens, ...spec.generationTokens, ...spec.requests, ...spec.prefixHits, ...spec.prefixQueries, ...spec.prefixMisses];
+  const series = [
+    ...spec.promptTokens,
+    ...spec.generationTokens,
+    ...spec.requests,
+    ...spec.prefixHits,
+    ...spec.prefixQueries,
+    ...spec.prefixMisses,
+  ];
   return [...new Set([...series.map((s) => s.name), ...histograms])];
 }
 

@@ -6,7 +6,10 @@ import type { EndpointSpec } from './endpoint.js';
 
 const name = z.string().min(1).max(253);
 /** A ZeroMQ endpoint the collector connects to. */
-const zmqEndpoint = z.string().max(300).regex(/^tcp:\/\/(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):\d{1,5}$/, 'must be tcp://host:port');
+const zmqEndpoint = z
+  .string()
+  .max(300)
+  .regex(/^tcp:\/\/(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):\d{1,5}$/, 'must be tcp://host:port');
 
 const entrySchema = z
   .object({
@@ -26,7 +29,10 @@ const entrySchema = z
 // (Unwrapped first rather than with a union, so errors keep their path: `3.address`, not `(root)`.)
 const fileSchema = z
   .preprocess(
-    (raw) => (raw !== null && typeof raw === 'object' && !Array.isArray(raw) && 'endpoints' in raw ? (raw as { endpoints: unknown }).endpoints : raw),
+    (raw) =>
+      raw !== null && typeof raw === 'object' && !Array.isArray(raw) && 'endpoints' in raw
+        ? (raw as { endpoints: unknown }).endpoints
+        : raw,
     z.array(entrySchema),
   )
   .superRefine((entries, ctx) => {

@@ -122,7 +122,11 @@ function fraction(exposition: Exposition, candidates: readonly Series[]): number
 }
 
 export function describe(series: Series): string {
-  const match = series.match ? `{${Object.entries(series.match).map(([k, v]) => `${k}="${v}"`).join(',')}}` : '';
+  const match = series.match
+    ? `{${Object.entries(series.match)
+        .map(([k, v]) => `${k}="${v}"`)
+        .join(',')}}`
+    : '';
   return `${series.name}${match}`;
 }
 
@@ -145,7 +149,8 @@ function lora(exposition: Exposition, series: Series): EngineSample['lora'] {
   for (const s of samples) if (newest === undefined || s.value > newest.value) newest = s;
   if (!newest) return undefined;
   const max = newest.labels['max_lora'];
-  if (max === undefined || !INTEGER.test(max)) throw new ExpositionError(`${series.name}: max_lora ${JSON.stringify(max ?? '')} is not an integer`);
+  if (max === undefined || !INTEGER.test(max))
+    throw new ExpositionError(`${series.name}: max_lora ${JSON.stringify(max ?? '')} is not an integer`);
   return {
     running: adapterList(newest.labels['running_lora_adapters']),
     waiting: adapterList(newest.labels['waiting_lora_adapters']),

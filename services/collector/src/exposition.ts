@@ -89,7 +89,10 @@ export class FamilyFilter {
     this.keptLength += line.length + 1;
     this.kept.push(line);
     if (this.keptLength > this.limits.maxKeptLength || this.kept.length > this.limits.maxKeptLines) {
-      throw new BudgetError('too-large', `more than ${this.limits.maxKeptLines} lines or ${this.limits.maxKeptLength} characters of wanted series`);
+      throw new BudgetError(
+        'too-large',
+        `more than ${this.limits.maxKeptLines} lines or ${this.limits.maxKeptLength} characters of wanted series`,
+      );
     }
   }
 }
@@ -131,7 +134,8 @@ export function parseExposition(text: string): Exposition {
     for (const sample of family.metrics) {
       // Histogram and summary families come back flattened (buckets, count, sum): not gauges,
       // never read by the collector, so they are not checked further.
-      if (sample.value === undefined && (sample.buckets || sample.quantiles || sample.count !== undefined || sample.sum !== undefined)) continue;
+      if (sample.value === undefined && (sample.buckets || sample.quantiles || sample.count !== undefined || sample.sum !== undefined))
+        continue;
       const timestamp = sample.timestamp_ms === undefined ? undefined : Number(sample.timestamp_ms);
       if (timestamp !== undefined && !Number.isFinite(timestamp)) {
         throw new ExpositionError(`${family.name}: timestamp ${JSON.stringify(sample.timestamp_ms)} is not a number`);
@@ -161,7 +165,7 @@ export function parseKept(text: string): Exposition {
   let family: Family | undefined;
   // As parseExposition: a final newline is supplied, and the empty line after it ends the last family.
   const input = text.endsWith('\n') ? text : `${text}\n`;
-  for (let start = 0; ; ) {
+  for (let start = 0; ;) {
     const newline = input.indexOf('\n', start);
     const last = newline < 0;
     const line = input.slice(start, last ? input.length : newline).trim();
@@ -298,7 +302,8 @@ function emit(family: Family, out: Map<string, Sample[]>): void {
     for (const sample of family.samples) {
       if (sample.value === undefined && (sample.count !== undefined || sample.sum !== undefined)) continue;
       const timestamp = sample.timestamp === undefined ? undefined : Number(sample.timestamp);
-      if (timestamp !== undefined && !Number.isFinite(timestamp)) throw new ExpositionError(`${name}: timestamp ${JSON.stringify(sample.timestamp)} is not a number`);
+      if (timestamp !== undefined && !Number.isFinite(timestamp))
+        throw new ExpositionError(`${name}: timestamp ${JSON.stringify(sample.timestamp)} is not a number`);
       samples.push({ labels: sample.labels ?? {}, value: readValue(sample.value, name), timestampMs: timestamp });
     }
   }

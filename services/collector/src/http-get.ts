@@ -79,7 +79,13 @@ export async function getStreamed(
 }
 
 /** GETs a small text (a probe answer): getStreamed, collected. */
-export async function getText(dispatcher: Dispatcher, origin: string, path: string, timeoutMs: number, maxBytes = MAX_BODY_BYTES): Promise<string> {
+export async function getText(
+  dispatcher: Dispatcher,
+  origin: string,
+  path: string,
+  timeoutMs: number,
+  maxBytes = MAX_BODY_BYTES,
+): Promise<string> {
   const chunks: Buffer[] = [];
   let size = 0;
   await getStreamed(dispatcher, origin, path, timeoutMs, maxBytes, (chunk) => {

@@ -18,7 +18,11 @@ export const endpointSliceSchema = z.object({
       z.object({
         addresses: z.array(z.string()).min(1),
         conditions: z
-          .object({ ready: z.boolean().optional().nullable(), serving: z.boolean().optional().nullable(), terminating: z.boolean().optional().nullable() })
+          .object({
+            ready: z.boolean().optional().nullable(),
+            serving: z.boolean().optional().nullable(),
+            terminating: z.boolean().optional().nullable(),
+          })
           .optional()
           .nullable(),
         hostname: z.string().optional().nullable(),
@@ -58,7 +62,10 @@ export interface SliceProblem {
  * ready if either says so. Returns problems for slices that cannot be used (no matching port,
  * FQDN addresses) instead of throwing, so one odd slice does not hide the rest.
  */
-export function endpointsFromSlices(slices: readonly EndpointSlice[], mapping: SliceMapping): { endpoints: EndpointSpec[]; problems: SliceProblem[] } {
+export function endpointsFromSlices(
+  slices: readonly EndpointSlice[],
+  mapping: SliceMapping,
+): { endpoints: EndpointSpec[]; problems: SliceProblem[] } {
   const byPod = new Map<string, EndpointSpec>();
   const problems: SliceProblem[] = [];
   for (const slice of slices) {
@@ -68,14 +75,16 @@ export function endpointsFromSlices(slices: readonly EndpointSlice[], mapping: S
       continue;
     }
     const ports = slice.ports ?? [];
-    const port = mapping.portName === undefined ? (ports.length === 1 ? ports[0] : undefined) : ports.find((p) => p.name === mapping.portName);
+    const port =
+      mapping.portName === undefined ? (ports.length === 1 ? ports[0] : undefined) : ports.find((p) => p.name === mapping.portName);
     if (!port?.port) {
       const names = ports.map((p) => p.name ?? '(unnamed)').join(', ');
       const wanted = mapping.portName === undefined ? 'exactly one port (or --kube-port)' : `a port named ${mapping.portName}`;
       problems.push({ slice: sliceName, message: `needs ${wanted}; has ${names || 'none'}` });
       continue;
     }
-    const kvPort = (portName: string | undefined) => (portName === undefined ? undefined : (ports.find((p) => p.name === portName)?.port ?? undefined));
+    const kvPort = (portName: string | undefined) =>
+      portName === undefined ? undefined : (ports.find((p) => p.name === portName)?.port ?? undefined);
     const kvEventsPort = kvPort(mapping.kvEventsPortName);
     const kvReplayPort = kvEventsPort === undefined ? undefined : kvPort(mapping.kvReplayPortName);
     for (const endpoint of slice.endpoints ?? []) {

@@ -1,4 +1,15 @@
-import { KV_CLEARED, KV_REMOVED, KV_STORED, kvBlockKeys, kvKeySeed, MAX_KV_SNAPSHOT_KEYS, VLLM_MEDIUM_GPU, type KvEvent, type VllmBlockHash, type VllmKvBatch } from '@spillway/events';
+import {
+  KV_CLEARED,
+  KV_REMOVED,
+  KV_STORED,
+  kvBlockKeys,
+  kvKeySeed,
+  MAX_KV_SNAPSHOT_KEYS,
+  VLLM_MEDIUM_GPU,
+  type KvEvent,
+  type VllmBlockHash,
+  type VllmKvBatch,
+} from '@spillway/events';
 
 /** Why part of a model server's batch was not relayed (each counted by the collector). */
 export type KvSkipReason =

@@ -211,7 +211,13 @@ class PodRelay {
   }
 
   status() {
-    return { pod: this.spec.pod, blocks: this.map.blocks, bytes: this.map.bytes, seq: this.published ? this.relaySeq - 1 : undefined, expected: this.seq.expected };
+    return {
+      pod: this.spec.pod,
+      blocks: this.map.blocks,
+      bytes: this.map.bytes,
+      seq: this.published ? this.relaySeq - 1 : undefined,
+      expected: this.seq.expected,
+    };
   }
 
   /** Stops following; `gone`: the endpoint was removed, so receivers are told its blocks are gone. */
@@ -238,7 +244,8 @@ class PodRelay {
     const o = this.relay.options;
     if (frames.length !== 3) return this.relay.dropped(pod, 'bad-frames', `${frames.length} frames`);
     const seq = decodeVllmSeq(frames[1] as Buffer);
-    if (seq === undefined || seq < 0) return this.relay.dropped(pod, 'bad-seq', `sequence frame of ${(frames[1] as Buffer).byteLength} bytes`);
+    if (seq === undefined || seq < 0)
+      return this.relay.dropped(pod, 'bad-seq', `sequence frame of ${(frames[1] as Buffer).byteLength} bytes`);
     o.metrics.kvBatchesReceived.inc();
     if (this.resync) {
       this.resync = false;
@@ -292,7 +299,16 @@ class PodRelay {
     // Before the server's first BlockStored only `cleared` events go out, which no block size qualifies.
     const blockSize = this.map.blockSize || 16;
     for (const chunk of splitKvEvents(events, MAX_KV_EVENTS, MAX_KV_KEYS)) {
-      const batch: KvBatch = { v: 1, pool: o.pool, zone: this.spec.zone, pod: this.spec.pod, seq: this.relaySeq++, observedAt: this.relay.now(), blockSize, events: chunk };
+      const batch: KvBatch = {
+        v: 1,
+        pool: o.pool,
+        zone: this.spec.zone,
+        pod: this.spec.pod,
+        seq: this.relaySeq++,
+        observedAt: this.relay.now(),
+        blockSize,
+        events: chunk,
+      };
       this.published = true;
       if (o.sink.publishKvBatch(batch)) {
         o.metrics.kvBatchesPublished.inc();
@@ -307,7 +323,17 @@ class PodRelay {
     const o = this.relay.options;
     if (!this.published || this.closed || this.map.blockSize === 0) return;
     const event = fitKvSnapshot(
-      { v: 1, kind: 'kv', pool: o.pool, zone: this.spec.zone, pod: this.spec.pod, observedAt: this.relay.now(), blockSize: this.map.blockSize, seq: this.relaySeq - 1, keys: this.map.snapshotKeys() },
+      {
+        v: 1,
+        kind: 'kv',
+        pool: o.pool,
+        zone: this.spec.zone,
+        pod: this.spec.pod,
+        observedAt: this.relay.now(),
+        blockSize: this.map.blockSize,
+        seq: this.relaySeq - 1,
+        keys: this.map.snapshotKeys(),
+      },
       o.sink.maxPayload(),
     );
     if (o.sink.publishKvSnapshot(event)) o.metrics.kvSnapshots.inc();
@@ -321,7 +347,13 @@ class PodRelay {
    */
   private async replay(from: number, upTo: number): Promise<boolean> {
     const o = this.relay.options;
-    const dealer = new Dealer({ linger: 0, ipv6: (this.spec.kvReplay as string).includes('['), receiveTimeout: o.replayTimeoutMs, sendTimeout: o.replayTimeoutMs, maxMessageSize: 4 * o.limits.maxPayloadBytes });
+    const dealer = new Dealer({
+      linger: 0,
+      ipv6: (this.spec.kvReplay as string).includes('['),
+      receiveTimeout: o.replayTimeoutMs,
+      sendTimeout: o.replayTimeoutMs,
+      maxMessageSize: 4 * o.limits.maxPayloadBytes,
+    });
     try {
       dealer.connect(this.spec.kvReplay as string);
       await dealer.send(['', encodeVllmSeq(from)]);
@@ -341,7 +373,9 @@ class PodRelay {
       this.seq.replayed(from, this.seq.expected);
       return this.seq.expected >= upTo;
     } catch (err) {
-      this.relay.logLimited(this.spec.pod, 'replay', () => o.logger.warn({ pod: this.spec.pod, err: (err as Error).message }, 'KV events: replay failed; starting the pod afresh'));
+      this.relay.logLimited(this.spec.pod, 'replay', () =>
+        o.logger.warn({ pod: this.spec.pod, err: (err as Error).message }, 'KV events: replay failed; starting the pod afresh'),
+      );
       return false;
     } finally {
       dealer.close();

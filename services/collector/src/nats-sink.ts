@@ -1,6 +1,14 @@
 import { jetstreamManager } from '@nats-io/jetstream';
 import { ConnectionTracker, EventPublisher, connectNats, describeDifferences, ensureStream, type NatsSettings } from '@spillway/bus';
-import { encodeKvBatch, kvSubjectFor, MAX_KV_SNAPSHOT_BYTES, type KvBatch, type KvSnapshotEvent, type MetricsEvent, type ReadinessEvent } from '@spillway/events';
+import {
+  encodeKvBatch,
+  kvSubjectFor,
+  MAX_KV_SNAPSHOT_BYTES,
+  type KvBatch,
+  type KvSnapshotEvent,
+  type MetricsEvent,
+  type ReadinessEvent,
+} from '@spillway/events';
 import type { KvSink } from './kv-relay.js';
 import type { Logger } from 'pino';
 import type { EventSink } from './sink.js';

@@ -102,7 +102,8 @@ export class Scraper {
         retryInMs = this.backoffDelay();
         this.nextAttemptAt = performance.now() + retryInMs;
       }
-      const reason: ScrapeFailureReason = error instanceof GetError || error instanceof ExtractError || error instanceof BudgetError ? error.reason : 'connect';
+      const reason: ScrapeFailureReason =
+        error instanceof GetError || error instanceof ExtractError || error instanceof BudgetError ? error.reason : 'connect';
       this.hooks.onFailure(reason, (error as Error).message, this.failures, retryInMs);
     } finally {
       this.inFlight = false;

@@ -128,9 +128,21 @@ export class CollectorMetrics {
       labelNames: ['event'],
       registers,
     });
-    this.kvEndpoints = new Gauge({ name: 'spillway_collector_kv_endpoints', help: 'Model servers whose KV events are followed.', registers });
-    this.kvBlocks = new Gauge({ name: 'spillway_collector_kv_blocks', help: 'Blocks the KV relay maps (server hash to content key), over all pods.', registers });
-    this.kvMapBytes = new Gauge({ name: 'spillway_collector_kv_map_bytes', help: 'Estimated bytes of the KV relay maps, over all pods (each bounded by --kv-max-bytes-per-pod).', registers });
+    this.kvEndpoints = new Gauge({
+      name: 'spillway_collector_kv_endpoints',
+      help: 'Model servers whose KV events are followed.',
+      registers,
+    });
+    this.kvBlocks = new Gauge({
+      name: 'spillway_collector_kv_blocks',
+      help: 'Blocks the KV relay maps (server hash to content key), over all pods.',
+      registers,
+    });
+    this.kvMapBytes = new Gauge({
+      name: 'spillway_collector_kv_map_bytes',
+      help: 'Estimated bytes of the KV relay maps, over all pods (each bounded by --kv-max-bytes-per-pod).',
+      registers,
+    });
     if (options.defaultMetrics) collectDefaultMetrics({ register: this.registry, prefix: 'spillway_collector_' });
   }
 }

@@ -33,14 +33,29 @@ describe('collector over HTTP endpoints (in-process, memory sink)', () => {
       { pod: 'vllm-b-0', address: b!.address, zone: 'zone-b', region: 'r2' },
     ]);
     await eventually(() => {
-      expect(c.sink.lastReadiness('vllm-a-0')).toMatchObject({ pool: 'llama', zone: 'zone-a', region: 'r1', address: a!.address, ready: true, engine: 'vllm', labels: { app: 'llama' } });
+      expect(c.sink.lastReadiness('vllm-a-0')).toMatchObject({
+        pool: 'llama',
+        zone: 'zone-a',
+        region: 'r1',
+        address: a!.address,
+        ready: true,
+        engine: 'vllm',
+        labels: { app: 'llama' },
+      });
       // b names no engine: detected from its metrics and announced in its readiness.
       expect(c.sink.lastReadiness('vllm-b-0')).toMatchObject({ zone: 'zone-b', region: 'r2', ready: true, engine: 'vllm' });
       expect(c.sink.metricsOf('vllm-a-0').at(-1)).toMatchObject({ waitingRequests: 3, runningRequests: 4, kvCacheUsage: 0.5 });
-      expect(c.sink.metricsOf('vllm-b-0').at(-1)).toMatchObject({ zone: 'zone-b', waitingRequests: 0, runningRequests: 1, kvCacheUsage: 0.125 });
+      expect(c.sink.metricsOf('vllm-b-0').at(-1)).toMatchObject({
+        zone: 'zone-b',
+        waitingRequests: 0,
+        runningRequests: 1,
+        kvCacheUsage: 0.125,
+      });
     });
     a!.exposition = vllmExposition(9, 8, 0.75);
-    await eventually(() => expect(c.sink.metricsOf('vllm-a-0').at(-1)).toMatchObject({ waitingRequests: 9, runningRequests: 8, kvCacheUsage: 0.75 }));
+    await eventually(() =>
+      expect(c.sink.metricsOf('vllm-a-0').at(-1)).toMatchObject({ waitingRequests: 9, runningRequests: 8, kvCacheUsage: 0.75 }),
+    );
     for (const e of c.sink.readiness) expect(readinessEventSchema.safeParse(e).success).toBe(true);
     for (const e of c.sink.metrics) expect(metricsEventSchema.safeParse(e).success).toBe(true);
     expect(await c.metric('spillway_collector_events_published_total', { kind: 'metrics' })).toBeGreaterThan(0);
@@ -109,7 +124,12 @@ describe('collector over HTTP endpoints (in-process, memory sink)', () => {
     // A short back-off cap keeps the failing endpoint tried often enough to count each kind.
     const c = await collector([{ pod: 'a', address: a!.address, engine: 'vllm' }], ['--scrape-backoff-max-ms', '100']);
     await eventually(() => expect(c.sink.metricsOf('a').length).toBeGreaterThan(0));
-    const bad = [vllmExposition(1, 1, 1.7), vllmExposition(-1, 1, 0.1), 'vllm:num_requests_waiting{engine="0" 1\n', vllmExposition(1, 1, 0.1).replace(/vllm:num_requests_running[^\n]*\n/, '')];
+    const bad = [
+      vllmExposition(1, 1, 1.7),
+      vllmExposition(-1, 1, 0.1),
+      'vllm:num_requests_waiting{engine="0" 1\n',
+      vllmExposition(1, 1, 0.1).replace(/vllm:num_requests_running[^\n]*\n/, ''),
+    ];
     for (const text of bad) {
       a!.exposition = text;
       const failures = await c.metric('spillway_collector_scrape_failures_total');
@@ -173,16 +193,22 @@ describe('collector over HTTP endpoints (in-process, memory sink)', () => {
     // A restarted server: counters start again from zero. Counted, and rates resume afterwards.
     clearInterval(timer);
     a!.exposition = vllmExposition(1, 1, 0.1) + vllmCounters(5, 1, 0);
-    await eventually(async () => expect(await c.metric('spillway_collector_rates_omitted_total', { reason: 'counter-reset' })).toBeGreaterThan(0));
+    await eventually(async () =>
+      expect(await c.metric('spillway_collector_rates_omitted_total', { reason: 'counter-reset' })).toBeGreaterThan(0),
+    );
     for (const bad of [vllmCounters('NaN', 1, 0), vllmCounters(5, -3, 0), vllmCounters(5, 1, '+Inf')]) {
       a!.exposition = vllmExposition(1, 1, 0.1) + bad;
       const before = await c.metric('spillway_collector_rates_omitted_total', { reason: 'invalid-counter' });
-      await eventually(async () => expect(await c.metric('spillway_collector_rates_omitted_total', { reason: 'invalid-counter' })).toBeGreaterThan(before));
+      await eventually(async () =>
+        expect(await c.metric('spillway_collector_rates_omitted_total', { reason: 'invalid-counter' })).toBeGreaterThan(before),
+      );
     }
     a!.exposition = vllmExposition(1, 1, 0.1) + vllmCounters(5, 1, 0);
     await sleep(300);
     a!.exposition = vllmExposition(1, 1, 0.1) + vllmCounters(1e300, 1, 0);
-    await eventually(async () => expect(await c.metric('spillway_collector_rates_omitted_total', { reason: 'out-of-range' })).toBeGreaterThan(0));
+    await eventually(async () =>
+      expect(await c.metric('spillway_collector_rates_omitted_total', { reason: 'out-of-range' })).toBeGreaterThan(0),
+    );
 
     // Every sample was published, gauges intact, and every one is a valid v1 event.
     const published = c.sink.metricsOf('a');
@@ -196,7 +222,9 @@ describe('collector over HTTP endpoints (in-process, memory sink)', () => {
     const c = await collector([{ pod: 'a', address: a!.address }]);
     await eventually(() => expect(c.sink.metricsOf('a').length).toBeGreaterThan(0));
     c.sink.connected = false;
-    await eventually(async () => expect(await c.metric('spillway_collector_events_dropped_total', { kind: 'metrics', reason: 'disconnected' })).toBeGreaterThan(5));
+    await eventually(async () =>
+      expect(await c.metric('spillway_collector_events_dropped_total', { kind: 'metrics', reason: 'disconnected' })).toBeGreaterThan(5),
+    );
     const readinessBefore = c.sink.readiness.length;
     const reconnectedAt = Date.now();
     const metricsBefore = c.sink.metrics.length;
@@ -227,7 +255,9 @@ describe('collector over HTTP endpoints (in-process, memory sink)', () => {
     expect(c.sink.lastReadiness('b')).toMatchObject({ ready: true, zone: 'zone-b' });
 
     c.writeEndpoints([{ pod: 'b', address: b!.address, zone: 'zone-b' }]);
-    await eventually(() => expect(c.sink.lastReadiness('a')).toMatchObject({ ready: false, deleted: true, address: a!.address, zone: 'zone-a' }));
+    await eventually(() =>
+      expect(c.sink.lastReadiness('a')).toMatchObject({ ready: false, deleted: true, address: a!.address, zone: 'zone-a' }),
+    );
     const aCount = c.sink.metricsOf('a').length;
 
     c.writeEndpoints('- pod: b\n  address: not-an-address\n');

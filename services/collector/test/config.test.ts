@@ -39,7 +39,10 @@ describe('flags', () => {
       metricsPort: 9091,
       metricsHost: '0.0.0.0',
     });
-    const tuned = parseCollectorArgs([...base, '--scrape-max-bytes', '1048576', '--scrape-cpu-budget-ms', '20', '--metrics-host', '127.0.0.1'], {});
+    const tuned = parseCollectorArgs(
+      [...base, '--scrape-max-bytes', '1048576', '--scrape-cpu-budget-ms', '20', '--metrics-host', '127.0.0.1'],
+      {},
+    );
     if (tuned.help) throw new Error('help');
     expect(tuned.config).toMatchObject({ scrapeLimits: { maxBytes: 1_048_576, cpuBudgetMs: 20 }, metricsHost: '127.0.0.1' });
     expect(parsed.config.nats.servers).toEqual(['nats://127.0.0.1:4222']);
@@ -100,7 +103,9 @@ describe('flags', () => {
     const result = spawnSync(process.execPath, [bin, ...base, '--scrape-timeout-ms', 'soon'], { encoding: 'utf8' });
     expect(result.status).toBe(2);
     expect(result.stderr).toContain('--scrape-timeout-ms');
-    const missing = spawnSync(process.execPath, [bin, '--pool', 'p', '--zone', 'z', '--endpoints', '/nonexistent/eps.yaml'], { encoding: 'utf8' });
+    const missing = spawnSync(process.execPath, [bin, '--pool', 'p', '--zone', 'z', '--endpoints', '/nonexistent/eps.yaml'], {
+      encoding: 'utf8',
+    });
     expect(missing.status).toBe(2);
     expect(missing.stderr).toContain('--endpoints');
     const help = spawnSync(process.execPath, [bin, '--help'], { encoding: 'utf8' });
@@ -112,7 +117,10 @@ describe('flags', () => {
 describe('endpoints file', () => {
   const defaults = { zone: 'zone-a', region: 'r1' };
   it('reads YAML and JSON, fills zone and region, canonicalises addresses', () => {
-    const yaml = parseEndpointsFile('- pod: a\n  address: 10.0.0.1:8000\n- pod: b\n  address: "[0:0::1]:8000"\n  zone: zone-b\n  engine: sglang\n', defaults);
+    const yaml = parseEndpointsFile(
+      '- pod: a\n  address: 10.0.0.1:8000\n- pod: b\n  address: "[0:0::1]:8000"\n  zone: zone-b\n  engine: sglang\n',
+      defaults,
+    );
     expect(yaml).toEqual([
       { pod: 'a', address: '10.0.0.1:8000', zone: 'zone-a', region: 'r1', engine: undefined, labels: undefined, sourceReady: true },
       { pod: 'b', address: '[::1]:8000', zone: 'zone-b', region: 'r1', engine: 'sglang', labels: undefined, sourceReady: true },
@@ -143,7 +151,10 @@ describe('endpoints file', () => {
 describe('the metrics server address', () => {
   it('binds --metrics-host: all interfaces by default, loopback when asked', async () => {
     const registry = new Registry();
-    for (const [host, expected] of [[undefined, '0.0.0.0'], ['127.0.0.1', '127.0.0.1']] as const) {
+    for (const [host, expected] of [
+      [undefined, '0.0.0.0'],
+      ['127.0.0.1', '127.0.0.1'],
+    ] as const) {
       const { server, port } = await startMetricsServer(registry, 0, host);
       try {
         expect(server.address()).toMatchObject({ address: expected, port });

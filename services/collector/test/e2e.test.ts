@@ -56,13 +56,38 @@ describe('spillway-collector against spillway-sim processes and nats-server', ()
     file = join(mkdtempSync(join(tmpdir(), 'spillway-e2e-')), 'endpoints.yaml');
     writeFileSync(
       file,
-      [`- { pod: sim-a, address: "${a!.address}", engine: vllm }`, `- { pod: sim-b, address: "${b!.address}", zone: zone-b }`, `- { pod: sim-c, address: "${c!.address}" }`].join('\n'),
+      [
+        `- { pod: sim-a, address: "${a!.address}", engine: vllm }`,
+        `- { pod: sim-b, address: "${b!.address}", zone: zone-b }`,
+        `- { pod: sim-c, address: "${c!.address}" }`,
+      ].join('\n'),
     );
     metricsPort = await freePort();
     collector = spawnCollector([
-      '--pool', 'llama', '--zone', 'zone-a', '--region', 'r1', '--endpoints', file, '--nats', nats.url,
-      '--sample-interval-ms', '50', '--scrape-timeout-ms', '2000', '--probe-interval-ms', '100', '--probe-timeout-ms', '300',
-      '--endpoints-poll-ms', '50', '--metrics-port', String(metricsPort), '--log-level', 'warn',
+      '--pool',
+      'llama',
+      '--zone',
+      'zone-a',
+      '--region',
+      'r1',
+      '--endpoints',
+      file,
+      '--nats',
+      nats.url,
+      '--sample-interval-ms',
+      '50',
+      '--scrape-timeout-ms',
+      '2000',
+      '--probe-interval-ms',
+      '100',
+      '--probe-timeout-ms',
+      '300',
+      '--endpoints-poll-ms',
+      '50',
+      '--metrics-port',
+      String(metricsPort),
+      '--log-level',
+      'warn',
     ]);
   });
 
@@ -75,13 +100,21 @@ describe('spillway-collector against spillway-sim processes and nats-server', ()
 
   it('publishes readiness (stored in the stream) and metrics for every simulator', async () => {
     await eventually(() => {
-      expect(last(readiness, 'sim-a')).toMatchObject({ ready: true, zone: 'zone-a', region: 'r1', address: sims.a.address, engine: 'vllm' });
+      expect(last(readiness, 'sim-a')).toMatchObject({
+        ready: true,
+        zone: 'zone-a',
+        region: 'r1',
+        address: sims.a.address,
+        engine: 'vllm',
+      });
       expect(last(readiness, 'sim-b')).toMatchObject({ ready: true, zone: 'zone-b', engine: 'sglang' });
       expect(last(readiness, 'sim-c')).toMatchObject({ ready: true, engine: 'vllm' });
       for (const pod of ['sim-a', 'sim-b', 'sim-c']) expect(count(pod)).toBeGreaterThan(2);
     }, 15_000);
     const jsm = await jetstreamManager(nc);
-    const stored = await jsm.streams.getMessage('SPILLWAY', { last_by_subj: subjectFor({ pool: 'llama', zone: 'zone-a', pod: 'sim-a', kind: 'readiness' }) });
+    const stored = await jsm.streams.getMessage('SPILLWAY', {
+      last_by_subj: subjectFor({ pool: 'llama', zone: 'zone-a', pod: 'sim-a', kind: 'readiness' }),
+    });
     const event = decodeEvent(stored!.data);
     expect(event.ok && event.event.kind === 'readiness' && event.event.ready).toBe(true);
     expect(stored!.header?.get('Nats-Msg-Id')).toBeTruthy();
@@ -91,7 +124,9 @@ describe('spillway-collector against spillway-sim processes and nats-server', ()
   it('metrics on NATS match the simulator’s own /metrics under load', async () => {
     const body = JSON.stringify({ model: 'm', prompt: 'hello '.repeat(200), max_tokens: 400 });
     const requests = Array.from({ length: 6 }, () =>
-      fetch(`${sims.a.url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body }).then((r) => r.text()).catch(() => ''),
+      fetch(`${sims.a.url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body })
+        .then((r) => r.text())
+        .catch(() => ''),
     );
     await eventually(async () => {
       const own = extractSample(await (await fetch(`${sims.a.url}/metrics`)).text(), 'vllm').sample;
@@ -110,18 +145,30 @@ describe('spillway-collector against spillway-sim processes and nats-server', ()
     let running = true;
     const lane = async (url: string, n: number): Promise<void> => {
       for (let i = 0; running; i++) {
-        const body = JSON.stringify({ model: 'meta-llama/Llama-3.1-8B-Instruct', prompt: `lane ${n} request ${i} `.repeat(20), max_tokens: 24 });
-        await fetch(`${url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body }).then((r) => r.text()).catch(() => '');
+        const body = JSON.stringify({
+          model: 'meta-llama/Llama-3.1-8B-Instruct',
+          prompt: `lane ${n} request ${i} `.repeat(20),
+          max_tokens: 24,
+        });
+        await fetch(`${url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body })
+          .then((r) => r.text())
+          .catch(() => '');
       }
     };
     const lanes = [0, 1, 2, 3].flatMap((n) => [lane(sims.c.url, n), lane(sims.b.url, n)]);
-    const own = async (url: string) => ({ at: Date.now(), counters: extractSample(await (await fetch(`${url}/metrics`)).text(), undefined).counters.counters });
+    const own = async (url: string) => ({
+      at: Date.now(),
+      counters: extractSample(await (await fetch(`${url}/metrics`)).text(), undefined).counters.counters,
+    });
     try {
       await new Promise((r) => setTimeout(r, 1_500));
       const [c0, b0] = await Promise.all([own(sims.c.url), own(sims.b.url)]);
       await new Promise((r) => setTimeout(r, 3_000));
       const [c1, b1] = await Promise.all([own(sims.c.url), own(sims.b.url)]);
-      for (const [pod, before, after] of [['sim-c', c0, c1], ['sim-b', b0, b1]] as const) {
+      for (const [pod, before, after] of [
+        ['sim-c', c0, c1],
+        ['sim-b', b0, b1],
+      ] as const) {
         const seconds = (after.at - before.at) / 1000;
         const truth = {
           promptTokensPerS: (after.counters.promptTokens! - before.counters.promptTokens!) / seconds,
@@ -130,7 +177,9 @@ describe('spillway-collector against spillway-sim processes and nats-server', ()
           ttftMs: (after.counters.ttft!.sumMs - before.counters.ttft!.sumMs) / (after.counters.ttft!.count - before.counters.ttft!.count),
         };
         // The published samples whose window lies inside the measured interval.
-        const inside = (metrics.get(pod) ?? []).filter((e) => e.rates && e.observedAt - e.rates.windowMs >= before.at - 200 && e.observedAt <= after.at);
+        const inside = (metrics.get(pod) ?? []).filter(
+          (e) => e.rates && e.observedAt - e.rates.windowMs >= before.at - 200 && e.observedAt <= after.at,
+        );
         expect(inside.length).toBeGreaterThan(5);
         const mean = (f: (r: NonNullable<MetricsEvent['rates']>) => number | undefined): number => {
           const values = inside.map((e) => f(e.rates!)).filter((v): v is number => v !== undefined);
@@ -166,7 +215,11 @@ describe('spillway-collector against spillway-sim processes and nats-server', ()
       return { a: count('sim-a') - start.a, b: count('sim-b') - start.b, c: count('sim-c') - start.c };
     };
     const healthy = await window();
-    const res = await fetch(`${sims.c.url}/admin/fault`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"stall":true}' });
+    const res = await fetch(`${sims.c.url}/admin/fault`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: '{"stall":true}',
+    });
     expect(res.ok).toBe(true);
     await new Promise((r) => setTimeout(r, 200));
     const stalled = await window();
@@ -228,7 +281,9 @@ describe('spillway-collector against spillway-sim processes and nats-server', ()
     // Readiness is back in the stream (re-published on reconnect).
     const jsm = await jetstreamManager(nc);
     await eventually(async () => {
-      const stored = await jsm.streams.getMessage('SPILLWAY', { last_by_subj: subjectFor({ pool: 'llama', zone: 'zone-a', pod: 'sim-a', kind: 'readiness' }) });
+      const stored = await jsm.streams.getMessage('SPILLWAY', {
+        last_by_subj: subjectFor({ pool: 'llama', zone: 'zone-a', pod: 'sim-a', kind: 'readiness' }),
+      });
       const event = decodeEvent(stored!.data);
       expect(event.ok && event.event.observedAt > downAt).toBe(true);
     }, 15_000);

@@ -30,7 +30,9 @@ const familySets: [string, ReadonlySet<string>][] = [...Object.entries(ENGINE_FA
 
 describe('the fast family parse equals the full parser', () => {
   it('has real-format fixtures of every engine to check', () => {
-    expect(fixtures).toEqual(expect.arrayContaining(['vllm-v0.10.prom', 'vllm-v0.6.prom', 'vllm-dp2.prom', 'sglang.prom', 'trtllm.prom', 'triton.prom']));
+    expect(fixtures).toEqual(
+      expect.arrayContaining(['vllm-v0.10.prom', 'vllm-v0.6.prom', 'vllm-dp2.prom', 'sglang.prom', 'trtllm.prom', 'triton.prom']),
+    );
   });
 
   for (const name of fixtures) {
@@ -48,8 +50,22 @@ describe('the fast family parse equals the full parser', () => {
 
   // Generated expositions: families of every type, help and comment lines, labels with escapes,
   // every value form, timestamps, repeated label sets (merged), tabs and blank lines.
-  const nameArb = fc.constantFrom('a', 'b_total', 'vllm:num_requests_waiting', 'h', 'h_sum', 'h_count', 'h_bucket', 's', 's_sum', 's_count', 'x:y_z');
-  const labelValueArb = fc.stringMatching(/^[a-z0-9 ."\\\n{},=é]{0,8}$/).map((v) => v.replace(/\\/g, '\\\\').replace(/"/g, '\\"').replace(/\n/g, '\\n'));
+  const nameArb = fc.constantFrom(
+    'a',
+    'b_total',
+    'vllm:num_requests_waiting',
+    'h',
+    'h_sum',
+    'h_count',
+    'h_bucket',
+    's',
+    's_sum',
+    's_count',
+    'x:y_z',
+  );
+  const labelValueArb = fc
+    .stringMatching(/^[a-z0-9 ."\\\n{},=é]{0,8}$/)
+    .map((v) => v.replace(/\\/g, '\\\\').replace(/"/g, '\\"').replace(/\n/g, '\\n'));
   const labelsArb = fc.array(fc.tuple(fc.constantFrom('le', 'quantile', 'model', 'engine', 'a_b'), labelValueArb), { maxLength: 3 });
   const valueArb = fc.oneof(
     fc.integer({ min: -5, max: 1e6 }).map(String),
@@ -72,7 +88,9 @@ describe('the fast family parse equals the full parser', () => {
       return `${name}${braces}${space}${value}${timestamp === undefined ? '' : `${space}${timestamp}`}${trailing}`;
     });
   const metaArb = fc.oneof(
-    fc.tuple(nameArb, fc.constantFrom('gauge', 'counter', 'histogram', 'summary', 'untyped', 'GAUGE', '')).map(([n, t]) => `# TYPE ${n} ${t}`),
+    fc
+      .tuple(nameArb, fc.constantFrom('gauge', 'counter', 'histogram', 'summary', 'untyped', 'GAUGE', ''))
+      .map(([n, t]) => `# TYPE ${n} ${t}`),
     nameArb.map((n) => `# HELP ${n} Some help \\n with \\\\ escapes`),
     fc.constantFrom('# a comment', '#', '', '   ', '# TYPE broken', '# HELP'),
   );

@@ -17,9 +17,27 @@ afterEach(async () => {
 async function kubeCollector(kube: FakeKube, extra: string[] = []): Promise<{ running: RunningCollector; sink: MemorySink }> {
   const parsed = parseCollectorArgs(
     [
-      '--pool', 'llama', '--zone', 'zone-a', '--kube-namespace', 'llm', '--kube-selector', 'kubernetes.io/service-name=llama',
-      '--kubeconfig', kube.kubeconfig, '--probe-interval-ms', '0', '--sample-interval-ms', '1000', '--scrape-timeout-ms', '100',
-      '--metrics-port', '0', '--log-level', 'silent', ...extra,
+      '--pool',
+      'llama',
+      '--zone',
+      'zone-a',
+      '--kube-namespace',
+      'llm',
+      '--kube-selector',
+      'kubernetes.io/service-name=llama',
+      '--kubeconfig',
+      kube.kubeconfig,
+      '--probe-interval-ms',
+      '0',
+      '--sample-interval-ms',
+      '1000',
+      '--scrape-timeout-ms',
+      '100',
+      '--metrics-port',
+      '0',
+      '--log-level',
+      'silent',
+      ...extra,
     ],
     {},
   );
@@ -103,7 +121,15 @@ describe('Kubernetes EndpointSlice source (fake API server, real list/watch shap
       { name: 'http', port: 8000, protocol: 'TCP' },
     ];
     kube.items = [
-      endpointSlice('two-ports', '1', [{ ip: '127.0.0.2', pod: 'a', zone: 'zone-a' }, { ip: '127.0.0.3', pod: 'b', zone: 'zone-b' }], ports),
+      endpointSlice(
+        'two-ports',
+        '1',
+        [
+          { ip: '127.0.0.2', pod: 'a', zone: 'zone-a' },
+          { ip: '127.0.0.3', pod: 'b', zone: 'zone-b' },
+        ],
+        ports,
+      ),
       endpointSlice('fqdn', '2', [{ ip: 'model.example.com', pod: 'c' }], ports, 'FQDN'),
       endpointSlice('v6', '3', [{ ip: 'fd00::1', pod: 'd', zone: 'zone-c' }], ports, 'IPv6'),
     ];
@@ -124,7 +150,16 @@ describe('Kubernetes EndpointSlice source (fake API server, real list/watch shap
     const errors: Error[] = [];
     let latest: EndpointSpec[] = [];
     const source = await startKubeSource(
-      { namespace: 'llm', labelSelector: undefined, kubeconfig: kube.kubeconfig, zone: 'zone-a', region: undefined, portName: undefined, allZones: false, restartDelayMs: 20 },
+      {
+        namespace: 'llm',
+        labelSelector: undefined,
+        kubeconfig: kube.kubeconfig,
+        zone: 'zone-a',
+        region: undefined,
+        portName: undefined,
+        allZones: false,
+        restartDelayMs: 20,
+      },
       pino({ level: 'silent' }),
       (endpoints) => (latest = endpoints),
       (error) => errors.push(error),
@@ -140,7 +175,17 @@ describe('Kubernetes EndpointSlice source (fake API server, real list/watch shap
   it('the slice mapping: multi-port slices need --kube-port, a pod in two slices is ready if either says so', () => {
     const parse = (s: unknown) => endpointSliceSchema.parse(s);
     const mapping = { zone: 'zone-a', region: undefined, portName: undefined, allZones: false };
-    const twoPorts = parse(endpointSlice('x', '1', [{ ip: '10.0.0.1', pod: 'p' }], [{ name: 'a', port: 1, protocol: 'TCP' }, { name: 'b', port: 2, protocol: 'TCP' }]));
+    const twoPorts = parse(
+      endpointSlice(
+        'x',
+        '1',
+        [{ ip: '10.0.0.1', pod: 'p' }],
+        [
+          { name: 'a', port: 1, protocol: 'TCP' },
+          { name: 'b', port: 2, protocol: 'TCP' },
+        ],
+      ),
+    );
     const { endpoints, problems } = endpointsFromSlices([twoPorts], mapping);
     expect(endpoints).toEqual([]);
     expect(problems[0]?.message).toMatch(/exactly one port/);
@@ -149,7 +194,11 @@ describe('Kubernetes EndpointSlice source (fake API server, real list/watch shap
     expect(endpointsFromSlices([old, moved], mapping).endpoints).toMatchObject([{ pod: 'p', sourceReady: true }]);
     // `ready` absent means ready (the API's nil); no targetRef: named after the slice and address.
     const bare = parse({ metadata: { name: 's3' }, addressType: 'IPv4', ports: [{ port: 80 }], endpoints: [{ addresses: ['10.0.0.9'] }] });
-    expect(endpointsFromSlices([bare], mapping).endpoints).toMatchObject([{ pod: 's3-10.0.0.9:80', address: '10.0.0.9:80', sourceReady: true, zone: 'zone-a' }]);
-    expect(endpointSliceSchema.safeParse({ metadata: { name: 'x' }, addressType: 'IPv4', endpoints: [{ addresses: [] }] }).success).toBe(false);
+    expect(endpointsFromSlices([bare], mapping).endpoints).toMatchObject([
+      { pod: 's3-10.0.0.9:80', address: '10.0.0.9:80', sourceReady: true, zone: 'zone-a' },
+    ]);
+    expect(endpointSliceSchema.safeParse({ metadata: { name: 'x' }, addressType: 'IPv4', endpoints: [{ addresses: [] }] }).success).toBe(
+      false,
+    );
   });
 });

@@ -4,7 +4,16 @@
  * bounded and counted; the relay keeps relaying valid batches and never throws.
  */
 import { encode } from '@msgpack/msgpack';
-import { encodeVllmKvBatch, encodeVllmSeq, KV_CLEARED, KV_REMOVED, KV_STORED, kvBlockKeys, type KvBatch, type KvSnapshotEvent } from '@spillway/events';
+import {
+  encodeVllmKvBatch,
+  encodeVllmSeq,
+  KV_CLEARED,
+  KV_REMOVED,
+  KV_STORED,
+  kvBlockKeys,
+  type KvBatch,
+  type KvSnapshotEvent,
+} from '@spillway/events';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Publisher } from 'zeromq';
@@ -45,12 +54,25 @@ describe('KV relay against a hostile publisher', () => {
   let metrics: CollectorMetrics;
   let seq = 0;
   const counter = async (name: string, labels: Record<string, string> = {}) => {
-    const m = (await metrics.registry.getSingleMetric(name)?.get())?.values.find((v) => Object.entries(labels).every(([k, l]) => v.labels[k] === l));
+    const m = (await metrics.registry.getSingleMetric(name)?.get())?.values.find((v) =>
+      Object.entries(labels).every(([k, l]) => v.labels[k] === l),
+    );
     return m?.value ?? 0;
   };
   const send = (payload: Uint8Array, s = seq++) => pub.send(['', encodeVllmSeq(s), payload]);
   const valid = (hashes: number[], parent: number | null, base: number) =>
-    encodeVllmKvBatch(1, [{ type: 'stored', hashes, parent, tokenIds: tokens(hashes.length * BS, base), blockSize: BS, loraId: null, medium: 'GPU', loraName: null }]);
+    encodeVllmKvBatch(1, [
+      {
+        type: 'stored',
+        hashes,
+        parent,
+        tokenIds: tokens(hashes.length * BS, base),
+        blockSize: BS,
+        loraId: null,
+        medium: 'GPU',
+        loraName: null,
+      },
+    ]);
   const relayedKeys = () => sink.batches.flatMap((b) => b.events.flatMap((e) => (e[0] === KV_STORED ? e[1] : [])));
 
   beforeAll(async () => {
@@ -71,7 +93,18 @@ describe('KV relay against a hostile publisher', () => {
       logger: pino({ level: 'silent' }),
       metrics,
     });
-    relay.setEndpoints([{ pod: 'evil', address: '127.0.0.1:1', zone: 'zone-a', region: undefined, engine: undefined, labels: undefined, sourceReady: true, kvEvents: pub.lastEndpoint as string }]);
+    relay.setEndpoints([
+      {
+        pod: 'evil',
+        address: '127.0.0.1:1',
+        zone: 'zone-a',
+        region: undefined,
+        engine: undefined,
+        labels: undefined,
+        sourceReady: true,
+        kvEvents: pub.lastEndpoint as string,
+      },
+    ]);
     // Publish valid batches until one arrives: the subscription is live from then on.
     await until(() => {
       void send(valid([seq + 1_000_000], null, seq * 100));
@@ -121,7 +154,15 @@ describe('KV relay against a hostile publisher', () => {
   it('publishes a snapshot of what it holds, newest last', () => {
     relay.publishSnapshots();
     const snap = sink.snapshots.at(-1);
-    expect(snap).toMatchObject({ v: 1, kind: 'kv', pool: 'llama', zone: 'zone-a', pod: 'evil', blockSize: BS, seq: sink.batches.at(-1)?.seq });
+    expect(snap).toMatchObject({
+      v: 1,
+      kind: 'kv',
+      pool: 'llama',
+      zone: 'zone-a',
+      pod: 'evil',
+      blockSize: BS,
+      seq: sink.batches.at(-1)?.seq,
+    });
     expect(snap?.keys.length).toBe(relay.status()[0]?.blocks);
     // The last flood batch's blocks are the newest.
     expect(snap?.keys.slice(-50)).toEqual(kvBlockKeys(tokens(200, 19_000), BS));

@@ -4,8 +4,21 @@ import { PodKvMap, SeqTracker, splitKvEvents, type KvSkipReason } from '../src/k
 
 const BS = 4;
 const batch = (...events: VllmKvEvent[]): VllmKvBatch => ({ ts: 1, events, dataParallelRank: 0, unknownEvents: 0 });
-const stored = (hashes: number[], parent: number | null, tokenIds: number[], extra: Partial<Extract<VllmKvEvent, { type: 'stored' }>> = {}): VllmKvEvent => ({
-  type: 'stored', hashes, parent, tokenIds, blockSize: BS, loraId: null, medium: 'GPU', loraName: null, ...extra,
+const stored = (
+  hashes: number[],
+  parent: number | null,
+  tokenIds: number[],
+  extra: Partial<Extract<VllmKvEvent, { type: 'stored' }>> = {},
+): VllmKvEvent => ({
+  type: 'stored',
+  hashes,
+  parent,
+  tokenIds,
+  blockSize: BS,
+  loraId: null,
+  medium: 'GPU',
+  loraName: null,
+  ...extra,
 });
 const tokens = (n: number, base = 0) => Array.from({ length: n }, (_, i) => base + i);
 
@@ -27,7 +40,9 @@ describe('PodKvMap: server hashes to content keys', () => {
     expect(b.events).toEqual([[KV_STORED, expected.slice(2)]]);
     expect(map.snapshotKeys()).toEqual(expected);
     // Removal by server hash relays the content keys; unknown hashes are ignored.
-    expect(fold(map, batch({ type: 'removed', hashes: [105, 999, 104], medium: 'GPU' })).events).toEqual([[KV_REMOVED, [expected[4], expected[3]]]]);
+    expect(fold(map, batch({ type: 'removed', hashes: [105, 999, 104], medium: 'GPU' })).events).toEqual([
+      [KV_REMOVED, [expected[4], expected[3]]],
+    ]);
     expect(fold(map, batch({ type: 'cleared' })).events).toEqual([[KV_CLEARED]]);
     expect(map.blocks).toBe(0);
     expect(map.bytes).toBe(0);
@@ -36,7 +51,9 @@ describe('PodKvMap: server hashes to content keys', () => {
   it('seeds a LoRA adapter by name, and skips what it cannot key', () => {
     const map = new PodKvMap(1 << 20);
     const t = tokens(BS, 7);
-    expect(fold(map, batch(stored([1], null, t, { loraId: 1, loraName: 'sql-lora' }))).events).toEqual([[KV_STORED, kvBlockKeys(t, BS, { seed: kvKeySeed('sql-lora') })]]);
+    expect(fold(map, batch(stored([1], null, t, { loraId: 1, loraName: 'sql-lora' }))).events).toEqual([
+      [KV_STORED, kvBlockKeys(t, BS, { seed: kvKeySeed('sql-lora') })],
+    ]);
     const r = fold(
       map,
       batch(
@@ -47,7 +64,12 @@ describe('PodKvMap: server hashes to content keys', () => {
       ),
     );
     expect(r.events).toEqual([]);
-    expect(r.skipped).toEqual([['orphan', 1], ['token-mismatch', 1], ['other-medium', 1], ['unnamed-lora', 1]]);
+    expect(r.skipped).toEqual([
+      ['orphan', 1],
+      ['token-mismatch', 1],
+      ['other-medium', 1],
+      ['unnamed-lora', 1],
+    ]);
   });
 
   it('keeps most recently stored last and re-stores move a block to the end', () => {
@@ -65,7 +87,10 @@ describe('PodKvMap: server hashes to content keys', () => {
     const keys = kvBlockKeys(prompt, BS);
     expect(map.blocks).toBe(10);
     expect(map.bytes).toBeLessThanOrEqual(800);
-    expect(r.events).toEqual([[KV_STORED, keys], [KV_REMOVED, keys.slice(0, 15)]]);
+    expect(r.events).toEqual([
+      [KV_STORED, keys],
+      [KV_REMOVED, keys.slice(0, 15)],
+    ]);
     expect(r.skipped).toEqual([['pod-overflow', 15]]);
   });
 
@@ -83,7 +108,14 @@ describe('splitKvEvents', () => {
   it('cuts batches at the event and key bounds, keeping order', () => {
     const events = [[KV_CLEARED], [KV_STORED, tokens(5)], [KV_REMOVED, tokens(2, 50)], [KV_STORED, [9]]] as const;
     const out = splitKvEvents(events as never, 2, 3);
-    expect(out).toEqual([[[KV_CLEARED], [KV_STORED, [0, 1, 2]]], [[KV_STORED, [3, 4]]], [[KV_REMOVED, [50, 51]], [KV_STORED, [9]]]]);
+    expect(out).toEqual([
+      [[KV_CLEARED], [KV_STORED, [0, 1, 2]]],
+      [[KV_STORED, [3, 4]]],
+      [
+        [KV_REMOVED, [50, 51]],
+        [KV_STORED, [9]],
+      ],
+    ]);
     for (const b of out) expect(b.length).toBeLessThanOrEqual(2);
   });
 });

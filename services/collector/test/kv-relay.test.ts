@@ -8,7 +8,16 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { tokenize } from '@spillway/engine';
-import { decodeEvent, decodeKvBatch, KV_CLEARED, KV_STORED, kvBlockKeys, type KvBatch, type KvSnapshotEvent, type MetricsEvent } from '@spillway/events';
+import {
+  decodeEvent,
+  decodeKvBatch,
+  KV_CLEARED,
+  KV_STORED,
+  kvBlockKeys,
+  type KvBatch,
+  type KvSnapshotEvent,
+  type MetricsEvent,
+} from '@spillway/events';
 import { eventually, freePort, startNatsServer, type NatsServerHandle } from '@spillway/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { spawnCollector, spawnSim, type Child, type SimChild } from './helpers/processes.js';
@@ -18,7 +27,11 @@ const BLOCK = 16;
 const prompt = (tag: string, blocks: number) => `${tag}:`.padEnd(4, '.').repeat(blocks * BLOCK);
 const keysOf = (text: string) => kvBlockKeys(tokenize(text), BLOCK);
 const complete = (sim: SimChild, text: string) =>
-  fetch(`${sim.url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'm', prompt: text, max_tokens: 1 }) }).then((r) => {
+  fetch(`${sim.url}/v1/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'm', prompt: text, max_tokens: 1 }),
+  }).then((r) => {
     expect(r.status).toBe(200);
     return r.text();
   });
@@ -37,7 +50,8 @@ describe('spillway-collector KV relay against spillway-sim processes and nats-se
   const bad: string[] = [];
   const early = { a: prompt('ea', 3), b: prompt('eb', 3) };
 
-  const storedKeys = (pod: string) => new Set((batches.get(pod) ?? []).flatMap((b) => b.events.flatMap((e) => (e[0] === KV_STORED ? e[1] : []))));
+  const storedKeys = (pod: string) =>
+    new Set((batches.get(pod) ?? []).flatMap((b) => b.events.flatMap((e) => (e[0] === KV_STORED ? e[1] : []))));
   const collectorMetric = async (name: string, labels = '') => {
     const text = await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text();
     const line = text.split('\n').find((l) => l.startsWith(`${name}${labels ? `{${labels}}` : ''} `));
@@ -89,11 +103,33 @@ describe('spillway-collector KV relay against spillway-sim processes and nats-se
     );
     metricsPort = await freePort();
     collector = spawnCollector([
-      '--pool', 'llama', '--zone', 'zone-a', '--endpoints', file, '--nats', nats.url, '--sample-interval-ms', '100', '--probe-interval-ms', '200',
-      '--kv-snapshot-interval-ms', '300', '--kv-reconnect-max-ms', '400', '--metrics-port', String(metricsPort), '--log-level', 'warn',
+      '--pool',
+      'llama',
+      '--zone',
+      'zone-a',
+      '--endpoints',
+      file,
+      '--nats',
+      nats.url,
+      '--sample-interval-ms',
+      '100',
+      '--probe-interval-ms',
+      '200',
+      '--kv-snapshot-interval-ms',
+      '300',
+      '--kv-reconnect-max-ms',
+      '400',
+      '--metrics-port',
+      String(metricsPort),
+      '--log-level',
+      'warn',
     ]);
     // The collector subscribes asynchronously: wait until each live sim's subscription is connected.
-    await eventually(async () => expect(await collectorMetric('spillway_collector_kv_connection_events_total', 'event="connect"')).toBeGreaterThanOrEqual(3), 20_000);
+    await eventually(
+      async () =>
+        expect(await collectorMetric('spillway_collector_kv_connection_events_total', 'event="connect"')).toBeGreaterThanOrEqual(3),
+      20_000,
+    );
   });
 
   afterAll(async () => {
@@ -149,7 +185,18 @@ describe('spillway-collector KV relay against spillway-sim processes and nats-se
     // A restarted server (same KV endpoint) has a new cache: the dropped connection starts the pod afresh.
     const port = Number(new URL(sims.b.kvEvents!.replace('tcp', 'http')).port);
     await sims.b.kill('SIGKILL');
-    const b2 = await spawnSim(['--preset', 'test', '--num-blocks', '16', '--time-scale', '50', '--model', 'm', '--kv-events', `tcp://127.0.0.1:${port}`]);
+    const b2 = await spawnSim([
+      '--preset',
+      'test',
+      '--num-blocks',
+      '16',
+      '--time-scale',
+      '50',
+      '--model',
+      'm',
+      '--kv-events',
+      `tcp://127.0.0.1:${port}`,
+    ]);
     late.push(b2);
     const before = batches.get('sim-b')?.length ?? 0;
     let round = 0;
@@ -179,7 +226,16 @@ describe('spillway-collector KV relay against spillway-sim processes and nats-se
     }, 15_000);
     expect(batches.has('sim-d')).toBe(false);
     // A server comes up on the dead endpoint: the relay connects on its own and its blocks arrive as sim-d's.
-    const revived = await spawnSim(['--preset', 'test', '--time-scale', '50', '--model', 'm', '--kv-events', `tcp://127.0.0.1:${deadKvPort}`]);
+    const revived = await spawnSim([
+      '--preset',
+      'test',
+      '--time-scale',
+      '50',
+      '--model',
+      'm',
+      '--kv-events',
+      `tcp://127.0.0.1:${deadKvPort}`,
+    ]);
     late.push(revived);
     let round = 0;
     await eventually(async () => {

@@ -160,7 +160,11 @@ describe('counters for service rates, read from real-format expositions', () => 
     expect(reading.counters.queue).toBeUndefined();
     expect(reading.counters.prefixHits).toBeUndefined();
     expect(reading.counters.promptTokens).toBe(340_000);
-    expect(reading.invalid).toEqual(['vllm:generation_tokens_total', 'vllm:request_queue_time_seconds_count', 'vllm:prefix_cache_hits_total']);
+    expect(reading.invalid).toEqual([
+      'vllm:generation_tokens_total',
+      'vllm:request_queue_time_seconds_count',
+      'vllm:prefix_cache_hits_total',
+    ]);
   });
 });
 
@@ -170,14 +174,22 @@ describe('malformed expositions are rejected', () => {
     ['a value that is not a number', vllm.replace(/(vllm:num_requests_waiting\{[^}]*\}) 2.0/, '$1 two'), 'parse'],
     ['a sample line with no value', vllm.replace(/(vllm:num_requests_running\{[^}]*\}) 5.0/, '$1'), 'parse'],
     ['an unterminated label set', vllm.replace(/vllm:num_requests_running\{[^\n]*/, 'vllm:num_requests_running{engine="0" 5'), 'parse'],
-    ['a TYPE line with extra tokens', vllm.replace('# TYPE vllm:num_requests_waiting gauge', '# TYPE vllm:num_requests_waiting gauge extra'), 'parse'],
+    [
+      'a TYPE line with extra tokens',
+      vllm.replace('# TYPE vllm:num_requests_waiting gauge', '# TYPE vllm:num_requests_waiting gauge extra'),
+      'parse',
+    ],
     ['the waiting gauge missing', vllm.replace(/vllm:num_requests_waiting\{[^\n]*\n/, ''), 'invalid'],
     ['no KV gauge under either name', vllm.replace(/vllm:(kv|gpu)_cache_usage_perc\{[^\n]*\n/g, ''), 'invalid'],
     ['KV use above 1', vllm.replace(/(vllm:kv_cache_usage_perc\{[^}]*\}) 0.4375/, '$1 1.5'), 'invalid'],
     ['KV use NaN', vllm.replace(/(vllm:kv_cache_usage_perc\{[^}]*\}) 0.4375/, '$1 NaN'), 'invalid'],
     ['a negative queue', vllm.replace(/(vllm:num_requests_waiting\{[^}]*\}) 2.0/, '$1 -3'), 'invalid'],
     ['an infinite running count', vllm.replace(/(vllm:num_requests_running\{[^}]*\}) 5.0/, '$1 +Inf'), 'invalid'],
-    ['a non-integer max_lora', vllm.replace('max_lora="2",running_lora_adapters="sql-lora,chat-lora"', 'max_lora="two",running_lora_adapters="sql-lora,chat-lora"'), 'invalid'],
+    [
+      'a non-integer max_lora',
+      vllm.replace('max_lora="2",running_lora_adapters="sql-lora,chat-lora"', 'max_lora="two",running_lora_adapters="sql-lora,chat-lora"'),
+      'invalid',
+    ],
     ['an HTML error page', '<html><body>502 Bad Gateway</body></html>', 'unknown-engine'],
     ['an empty body', '', 'unknown-engine'],
   ];
@@ -263,9 +275,11 @@ describe('scrape budgets (bad inputs cost bounded memory and CPU)', () => {
 
   it('a scrape over its CPU budget fails as too-slow', () => {
     const reader = new ScrapeReader('vllm', { ...DEFAULT_SCRAPE_LIMITS, cpuBudgetMs: 1e-6 });
-    expect(budgetReason(() => {
-      reader.push(Buffer.from(vllm.repeat(20)));
-      reader.finish();
-    })).toBe('too-slow');
+    expect(
+      budgetReason(() => {
+        reader.push(Buffer.from(vllm.repeat(20)));
+        reader.finish();
+      }),
+    ).toBe('too-slow');
   });
 });

@@ -15,7 +15,8 @@ function bump(text: string, name: string, delta: number): string {
   return text.replace(line, `$1 ${Number(match[2]) + delta}`);
 }
 
-const countersOf = (text: string, engine?: 'vllm' | 'sglang' | 'trtllm' | 'triton'): Counters => extractSample(text, engine).counters.counters;
+const countersOf = (text: string, engine?: 'vllm' | 'sglang' | 'trtllm' | 'triton'): Counters =>
+  extractSample(text, engine).counters.counters;
 
 describe('service rates from two scrapes of real-format expositions', () => {
   it('vLLM: throughputs per second, histogram means of the window, prefix hit rate of the window', () => {
@@ -59,7 +60,13 @@ describe('service rates from two scrapes of real-format expositions', () => {
     const window = new RateWindow(2_000);
     window.update(0, countersOf(before));
     const { rates } = window.update(2_000, countersOf(after));
-    expect(rates).toMatchObject({ windowMs: 2_000, promptTokensPerS: 2_000, generationTokensPerS: 500, requestsPerS: 2, prefixHitRate: 0.25 });
+    expect(rates).toMatchObject({
+      windowMs: 2_000,
+      promptTokensPerS: 2_000,
+      generationTokensPerS: 500,
+      requestsPerS: 2,
+      prefixHitRate: 0.25,
+    });
     // No first token, queue exit or decode step in the window: no means rather than made-up ones.
     expect(rates).not.toHaveProperty('ttftMs');
     expect(rates).not.toHaveProperty('queueMs');
@@ -78,7 +85,13 @@ describe('service rates from two scrapes of real-format expositions', () => {
     const window = new RateWindow(2_000);
     window.update(0, countersOf(before));
     const { rates } = window.update(1_000, countersOf(after));
-    expect(rates).toMatchObject({ windowMs: 1_000, promptTokensPerS: 2_000, generationTokensPerS: 500, requestsPerS: 5, prefixHitRate: 0.75 });
+    expect(rates).toMatchObject({
+      windowMs: 1_000,
+      promptTokensPerS: 2_000,
+      generationTokensPerS: 500,
+      requestsPerS: 5,
+      prefixHitRate: 0.75,
+    });
     expect(rates?.ttftMs).toBeCloseTo(200, 6);
   });
 
@@ -89,7 +102,12 @@ describe('service rates from two scrapes of real-format expositions', () => {
     after = bump(after, 'nv_llm_output_token_len_count', 2);
     const window = new RateWindow(2_000);
     window.update(0, countersOf(before));
-    expect(window.update(2_000, countersOf(after)).rates).toEqual({ windowMs: 2_000, promptTokensPerS: 512, generationTokensPerS: 128, requestsPerS: 1 });
+    expect(window.update(2_000, countersOf(after)).rates).toEqual({
+      windowMs: 2_000,
+      promptTokensPerS: 512,
+      generationTokensPerS: 128,
+      requestsPerS: 1,
+    });
   });
 
   it('a server that exposes no request or token counter gets no rates', () => {
@@ -166,7 +184,12 @@ describe('RateWindow', () => {
     const window = new RateWindow(2_000);
     window.update(0, counters(0));
     const { ttft: _t, ...withoutTtft } = counters(10);
-    expect(window.update(1_000, withoutTtft).rates).toEqual({ windowMs: 1_000, promptTokensPerS: 1_000, generationTokensPerS: 100, requestsPerS: 10 });
+    expect(window.update(1_000, withoutTtft).rates).toEqual({
+      windowMs: 1_000,
+      promptTokensPerS: 1_000,
+      generationTokensPerS: 100,
+      requestsPerS: 10,
+    });
   });
 
   it('more prefix hits than lookups is inconsistent: no hit rate', () => {

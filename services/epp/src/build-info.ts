@@ -12,5 +12,7 @@ export const BUILD = {
   name: packageJson.name,
   version: packageJson.version,
   ref: `v${packageJson.version}`,
-  commit: /^[0-9a-f]{7,40}$/i.test(process.env['SPILLWAY_BUILD_COMMIT'] ?? '') ? (process.env['SPILLWAY_BUILD_COMMIT'] as string) : 'unknown',
+  commit: /^[0-9a-f]{7,40}$/i.test(process.env['SPILLWAY_BUILD_COMMIT'] ?? '')
+    ? (process.env['SPILLWAY_BUILD_COMMIT'] as string)
+    : 'unknown',
 } as const;

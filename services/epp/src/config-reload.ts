@@ -23,7 +23,14 @@ export interface LiveSettings {
 }
 
 /** Flags whose new value a running EPP takes from the file; every other flag needs a restart. */
-const LIVE_FLAGS: ReadonlySet<keyof EppFlagValues> = new Set(['maxEndpoints', 'subsetMode', 'policy', 'metricModels', 'logLevel', 'config']);
+const LIVE_FLAGS: ReadonlySet<keyof EppFlagValues> = new Set([
+  'maxEndpoints',
+  'subsetMode',
+  'policy',
+  'metricModels',
+  'logLevel',
+  'config',
+]);
 
 export type ReloadResult =
   | { readonly ok: true; readonly settings: LiveSettings; readonly restartNeeded: readonly string[] }
@@ -43,7 +50,11 @@ export function reloadEppConfig(text: string, source: EppConfigSource, started: 
     const restartNeeded = (Object.keys(eppFlags) as (keyof EppFlagValues)[])
       .filter((key) => !LIVE_FLAGS.has(key) && !isDeepStrictEqual(flags[key], started[key]))
       .map((key) => `--${flagName(key)}`);
-    return { ok: true, settings: { scheduler, modelRewrites: file.modelRewrites, metricModels: flags.metricModels, logLevel: flags.logLevel }, restartNeeded };
+    return {
+      ok: true,
+      settings: { scheduler, modelRewrites: file.modelRewrites, metricModels: flags.metricModels, logLevel: flags.logLevel },
+      restartNeeded,
+    };
   } catch (error) {
     if (error instanceof CliError) return { ok: false, error: error.message };
     throw error;
@@ -113,7 +124,10 @@ export class LiveConfig {
     this.metrics.configLastReloadSuccessful.set(1);
     this.logger.info({ path: this.source.path, hash: version.hash, previous: this.appliedHash }, 'config reloaded');
     if (result.restartNeeded.length > 0) {
-      this.logger.warn({ path: this.source.path, flags: result.restartNeeded }, 'config changes that take effect only after a restart; running with the old values');
+      this.logger.warn(
+        { path: this.source.path, flags: result.restartNeeded },
+        'config changes that take effect only after a restart; running with the old values',
+      );
     }
     this.appliedHash = version.hash;
   }

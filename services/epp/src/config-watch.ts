@@ -26,7 +26,12 @@ export interface ConfigFileWatch {
  * symlinks); versions are compared by hash downstream, so spurious reads cost one small read.
  * (A ConfigMap mounted with `subPath` is never updated by the kubelet: mount the directory.)
  */
-export function watchConfigFile(path: string, onVersion: (version: ConfigVersion) => void, logger: Logger, pollMs = DEFAULT_CONFIG_POLL_MS): ConfigFileWatch {
+export function watchConfigFile(
+  path: string,
+  onVersion: (version: ConfigVersion) => void,
+  logger: Logger,
+  pollMs = DEFAULT_CONFIG_POLL_MS,
+): ConfigFileWatch {
   let closed = false;
   let reading: Promise<void> | undefined;
   let again = false;
@@ -94,7 +99,13 @@ export function watchConfigFile(path: string, onVersion: (version: ConfigVersion
  * each valid new version in force (LiveConfig). Without a file, exports `spillway_config_info
  * {hash="none"}` and watches nothing.
  */
-export function watchEppConfig(config: EppConfig, target: Reconfigurable, metrics: EppMetrics, logger: Logger, pollMs?: number): ConfigFileWatch | undefined {
+export function watchEppConfig(
+  config: EppConfig,
+  target: Reconfigurable,
+  metrics: EppMetrics,
+  logger: Logger,
+  pollMs?: number,
+): ConfigFileWatch | undefined {
   const source = config.source;
   if (source === undefined) {
     metrics.configInfo.set({ hash: 'none' }, 1);

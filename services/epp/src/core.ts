@@ -63,7 +63,11 @@ export class EppCore {
     readonly logger: Logger,
     readonly now: () => number = Date.now,
   ) {
-    this.fleet = new Fleet({ staleAfterMs: config.flags.metricsStaleMs, maxClockSkewMs: config.flags.maxClockSkewMs, maxPodsPerZone: config.flags.maxPodsPerZone });
+    this.fleet = new Fleet({
+      staleAfterMs: config.flags.metricsStaleMs,
+      maxClockSkewMs: config.flags.maxClockSkewMs,
+      maxPodsPerZone: config.flags.maxPodsPerZone,
+    });
     const sharing = config.sharedState;
     this.outbox = sharing.enabled ? new StateOutbox(sharing) : undefined;
     this.scheduler = new Scheduler({
@@ -73,10 +77,21 @@ export class EppCore {
       region: config.flags.region,
       config: config.scheduler,
       seed: (Date.now() ^ process.pid) >>> 0,
-      shared: { outbox: this.outbox, remoteEntryTtlMs: sharing.remoteEntryTtlMs, peerTimeoutMs: sharing.peerTimeoutMs, maxPeers: sharing.maxPeers },
+      shared: {
+        outbox: this.outbox,
+        remoteEntryTtlMs: sharing.remoteEntryTtlMs,
+        peerTimeoutMs: sharing.peerTimeoutMs,
+        maxPeers: sharing.maxPeers,
+      },
     });
     this.kv = new EppKv(
-      { enabled: config.flags.kvEvents, pool: config.flags.pool, tokenizers: config.tokenizers, cacheBytes: config.flags.tokenCacheBytes, maxChars: config.flags.tokenizeMaxChars },
+      {
+        enabled: config.flags.kvEvents,
+        pool: config.flags.pool,
+        tokenizers: config.tokenizers,
+        cacheBytes: config.flags.tokenCacheBytes,
+        maxChars: config.flags.tokenizeMaxChars,
+      },
       this.scheduler,
       metrics.registry,
     );
@@ -147,7 +162,13 @@ export class EppCore {
     this.routed.inc();
     const labels = this.modelLabels;
     const target = request?.model ?? '';
-    return this.requestMetrics.track(labels.of(request?.requestedModel ?? target), labels.of(target), decision.priority, requestBytes, startedAt);
+    return this.requestMetrics.track(
+      labels.of(request?.requestedModel ?? target),
+      labels.of(target),
+      decision.priority,
+      requestBytes,
+      startedAt,
+    );
   }
 
   reportServed(decision: Decision, served: string): void {

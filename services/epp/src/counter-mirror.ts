@@ -6,7 +6,10 @@ import type { Counter } from 'prom-client';
  * series by what its source grew since the last scrape. Every series is touched, so each exists
  * from the first scrape.
  */
-export function mirrorCounter<L extends string>(counter: Counter<L>, sources: readonly [Partial<Record<L, string>>, () => number][]): () => void {
+export function mirrorCounter<L extends string>(
+  counter: Counter<L>,
+  sources: readonly [Partial<Record<L, string>>, () => number][],
+): () => void {
   const reported = sources.map(() => 0);
   return () => {
     sources.forEach(([labels, read], i) => {

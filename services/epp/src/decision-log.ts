@@ -14,7 +14,14 @@ export interface DecisionSummary {
   /** Which index priced the primary's cached prefix (precise: the servers' KV events), and the tokens it says the primary caches. */
   prefixSource: Decision['prefixSource'];
   kvMatchedTokens: number;
-  entries: { address: string; pod: string; zone: string | undefined; reason: string; full: boolean; cost: Decision['entries'][number]['cost'] }[];
+  entries: {
+    address: string;
+    pod: string;
+    zone: string | undefined;
+    reason: string;
+    full: boolean;
+    cost: Decision['entries'][number]['cost'];
+  }[];
 }
 
 /**
@@ -61,6 +68,13 @@ function summarize(d: Decision): DecisionSummary {
     prefixMatched: d.prefixMatched,
     prefixSource: d.prefixSource,
     kvMatchedTokens: d.kvMatchedTokens,
-    entries: d.entries.map((e) => ({ address: e.address, pod: e.endpoint.pod, zone: e.zone, reason: e.reason, full: e.full, cost: e.cost })),
+    entries: d.entries.map((e) => ({
+      address: e.address,
+      pod: e.endpoint.pod,
+      zone: e.zone,
+      reason: e.reason,
+      full: e.full,
+      cost: e.cost,
+    })),
   };
 }

@@ -60,7 +60,10 @@ export async function startEpp(config: EppConfig, options: StartOptions = {}): P
   const { flags } = config;
   // The pool is logged once, below; every line carries the service and zone.
   const logger = options.logger ?? pino({ level: flags.logLevel, base: { service: 'spillway-epp', zone: flags.zone } });
-  logger.info({ version: BUILD.version, pool: flags.pool, zone: flags.zone, region: flags.region, stream: flags.stream, nats: config.nats.servers }, 'starting');
+  logger.info(
+    { version: BUILD.version, pool: flags.pool, zone: flags.zone, region: flags.region, stream: flags.stream, nats: config.nats.servers },
+    'starting',
+  );
   for (const warning of config.warnings) logger.warn(warning);
   const metrics = new EppMetrics();
   const core = new EppCore(config, metrics, logger);
@@ -90,12 +93,27 @@ export async function startEpp(config: EppConfig, options: StartOptions = {}): P
   const grpcPort = await bindGrpc(grpc, flags.host, flags.grpcPort, credentials);
   // Kubelet gRPC probes cannot present client certificates: plaintext unless asked otherwise.
   const healthTls = flags.healthTls && config.tls !== undefined;
-  const healthPort = await bindGrpc(healthServer, flags.host, flags.healthPort, healthTls ? credentials : ServerCredentials.createInsecure());
+  const healthPort = await bindGrpc(
+    healthServer,
+    flags.host,
+    flags.healthPort,
+    healthTls ? credentials : ServerCredentials.createInsecure(),
+  );
   let nc: NatsConnection | undefined;
   let reader: EventReader | undefined;
   // The operators' view (docs/ui.md): computed when asked, off the request path.
   const view = flags.ui
-    ? createView({ fleet: core.fleet, scheduler: core.scheduler, decisions: core.decisions, spill: core.spill, isReady: () => health.isReady, readerStatus: () => reader?.status }, logger)
+    ? createView(
+        {
+          fleet: core.fleet,
+          scheduler: core.scheduler,
+          decisions: core.decisions,
+          spill: core.spill,
+          isReady: () => health.isReady,
+          readerStatus: () => reader?.status,
+        },
+        logger,
+      )
     : undefined;
   // The view's gauges are computed when Prometheus asks, off the request path.
   const metricsServer = await startMetricsServer(
@@ -110,9 +128,24 @@ export async function startEpp(config: EppConfig, options: StartOptions = {}): P
     },
     flags.connectionTimeoutMs,
   );
-  const viewServer = view !== undefined && flags.uiPort !== undefined ? await startViewServer(view, flags.host, flags.uiPort, flags.connectionTimeoutMs) : undefined;
+  const viewServer =
+    view !== undefined && flags.uiPort !== undefined
+      ? await startViewServer(view, flags.host, flags.uiPort, flags.connectionTimeoutMs)
+      : undefined;
   const uiPort = view === undefined ? undefined : (viewServer?.port ?? metricsServer.port);
-  logger.info({ host: flags.host, grpcPort, healthPort, metricsPort: metricsServer.port, uiPort, tls: config.tls !== undefined, mtls: config.tls?.clientCa !== undefined, healthTls }, 'listening');
+  logger.info(
+    {
+      host: flags.host,
+      grpcPort,
+      healthPort,
+      metricsPort: metricsServer.port,
+      uiPort,
+      tls: config.tls !== undefined,
+      mtls: config.tls?.clientCa !== undefined,
+      healthTls,
+    },
+    'listening',
+  );
   if (config.tls === undefined && !isLoopback(flags.host)) {
     logger.warn(
       { host: flags.host, grpcPort },
@@ -170,7 +203,15 @@ export async function startEpp(config: EppConfig, options: StartOptions = {}): P
     if (warm) evaluate();
     if (core.outbox !== undefined && sharedCounters !== undefined) {
       // After the replay: peers' entries name endpoints, which the view must know. Ready after the warm start.
-      channel = startChannel(connection, { pool: flags.pool, zone: flags.zone, epp: eppId }, core.scheduler.shared, core.outbox, config.sharedState, sharedCounters, logger);
+      channel = startChannel(
+        connection,
+        { pool: flags.pool, zone: flags.zone, epp: eppId },
+        core.scheduler.shared,
+        core.outbox,
+        config.sharedState,
+        sharedCounters,
+        logger,
+      );
       await Promise.race([channel.warm, stopped]);
       warm = true;
       if (!closed) evaluate();
@@ -214,7 +255,12 @@ export async function startEpp(config: EppConfig, options: StartOptions = {}): P
       core.deadlines.close();
       health.setReady(false);
       health.closeWatchers();
-      await Promise.all([shutdownGrpc(grpc, 2000), shutdownGrpc(healthServer, 2000), closeHttp(metricsServer.server), viewServer && closeHttp(viewServer.server)]);
+      await Promise.all([
+        shutdownGrpc(grpc, 2000),
+        shutdownGrpc(healthServer, 2000),
+        closeHttp(metricsServer.server),
+        viewServer && closeHttp(viewServer.server),
+      ]);
       await following;
       await channel?.close();
       await core.kv.close();
@@ -228,7 +274,8 @@ async function ensureStreamLogged(nc: NatsConnection, stream: string, logger: Lo
   const jsm = await jetstreamManager(nc);
   const result = await ensureStream(jsm, { name: stream });
   if (result.created) logger.info({ stream }, 'created stream');
-  for (const difference of describeDifferences(result)) logger.warn({ stream, difference }, 'existing stream differs from the defaults; left unchanged');
+  for (const difference of describeDifferences(result))
+    logger.warn({ stream, difference }, 'existing stream differs from the defaults; left unchanged');
 }
 
 async function ensureStreamWithRetry(ensure: () => Promise<void>, logger: Logger, stream: string, signal: AbortSignal): Promise<void> {

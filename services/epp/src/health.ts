@@ -1,4 +1,10 @@
-import { status as GrpcStatus, type ServerUnaryCall, type ServerWritableStream, type sendUnaryData, type UntypedServiceImplementation } from '@grpc/grpc-js';
+import {
+  status as GrpcStatus,
+  type ServerUnaryCall,
+  type ServerWritableStream,
+  type sendUnaryData,
+  type UntypedServiceImplementation,
+} from '@grpc/grpc-js';
 import { EXT_PROC_SERVICE_NAME, ServingStatus, type HealthCheckRequest, type HealthCheckResponse } from '@spillway/protocol';
 
 /** The services the EPP reports on (docs/protocol.md, "Health"); any other name is SERVICE_UNKNOWN. */

@@ -93,7 +93,10 @@ export class EppMetrics {
     name: 'inference_objective_request_duration_seconds',
     help: '[ALPHA] Inference objective response latency distribution in seconds for each model and target model.',
     labelNames: ['model_name', 'target_model_name'] as const,
-    buckets: [0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1, 1.25, 1.5, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 45, 60, 120, 180, 240, 300, 360, 480, 600, 900, 1200, 1800, 2700, 3600],
+    buckets: [
+      0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1, 1.25, 1.5, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 45, 60, 120, 180, 240, 300, 360, 480,
+      600, 900, 1200, 1800, 2700, 3600,
+    ],
     registers: [this.registry],
     collect: this.flushPending,
   });

@@ -32,7 +32,8 @@ class PairSeries {
   readonly requestSize: PendingHistogram;
   readonly duration: PendingHistogram;
   // Made on first use: they only ever fill when response bodies are streamed to the EPP.
-  private responseChildren: { size: HistogramChild; input: HistogramChild; output: HistogramChild; cached: HistogramChild; ntpot: HistogramChild } | undefined;
+  private responseChildren:
+    { size: HistogramChild; input: HistogramChild; output: HistogramChild; cached: HistogramChild; ntpot: HistogramChild } | undefined;
 
   constructor(
     private readonly metrics: EppMetrics,

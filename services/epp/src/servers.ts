@@ -40,7 +40,9 @@ export function isLoopback(host: string): boolean {
 export function bindGrpc(server: Server, host: string, port: number, credentials: ServerCredentials): Promise<number> {
   const address = host.includes(':') ? `[${host}]:${port}` : `${host}:${port}`;
   return new Promise((resolve, reject) => {
-    server.bindAsync(address, credentials, (error, bound) => (error ? reject(new Error(`cannot listen on ${address}: ${error.message}`)) : resolve(bound)));
+    server.bindAsync(address, credentials, (error, bound) =>
+      error ? reject(new Error(`cannot listen on ${address}: ${error.message}`)) : resolve(bound),
+    );
   });
 }
 
@@ -73,7 +75,13 @@ export interface MetricsHooks {
   routes?: ((req: IncomingMessage, res: ServerResponse) => boolean) | undefined;
 }
 
-export function startMetricsServer(registry: Registry, host: string, port: number, hooks: MetricsHooks, silentMs: number): Promise<{ server: HttpServer; port: number }> {
+export function startMetricsServer(
+  registry: Registry,
+  host: string,
+  port: number,
+  hooks: MetricsHooks,
+  silentMs: number,
+): Promise<{ server: HttpServer; port: number }> {
   const server = createHttpServer((req, res) => {
     const [path, query] = (req.url ?? '/').split('?', 2);
     if (req.method === 'GET' && path === '/metrics') {

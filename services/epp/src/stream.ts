@@ -134,7 +134,11 @@ class ExtProcStream implements Deadline {
     const mode = this.modes?.request;
     if (headers.endOfStream || mode === 'none') return this.route('header-only', undefined);
     if (mode !== 'full-duplex' && mode !== 'buffered') {
-      return this.reject(500, `request body mode ${mode ?? 'unknown'} is not supported; use FULL_DUPLEX_STREAMED or BUFFERED`, 'unsupported_body_mode');
+      return this.reject(
+        500,
+        `request body mode ${mode ?? 'unknown'} is not supported; use FULL_DUPLEX_STREAMED or BUFFERED`,
+        'unsupported_body_mode',
+      );
     }
     this.state = 'awaiting-body';
     this.body = new BodyAccumulator(this.core.limits.maxBodyBytes);
@@ -246,7 +250,10 @@ class ExtProcStream implements Deadline {
     if (this.state !== 'awaiting-headers' && this.state !== 'awaiting-body') return;
     this.core.logger.warn({ timeoutMs: this.core.limits.requestTimeoutMs }, 'request not complete in time; ending the stream');
     this.state = 'done';
-    this.call.emit('error', { code: GrpcStatus.DEADLINE_EXCEEDED, details: `request not complete within ${this.core.limits.requestTimeoutMs} ms` });
+    this.call.emit('error', {
+      code: GrpcStatus.DEADLINE_EXCEEDED,
+      details: `request not complete within ${this.core.limits.requestTimeoutMs} ms`,
+    });
     this.finish(false);
   }
 

@@ -42,7 +42,13 @@ export class SummaryLog {
       this.deltas(m.primaryFailed),
     ]);
     const requests = Object.values(outcomes).reduce((a, b) => a + b, 0);
-    const summary: ActivitySummary = { requests, outcomes, spills: spills[''] ?? 0, fallbacks: fallbacks[''] ?? 0, primaryFailures: primaryFailures[''] ?? 0 };
+    const summary: ActivitySummary = {
+      requests,
+      outcomes,
+      spills: spills[''] ?? 0,
+      fallbacks: fallbacks[''] ?? 0,
+      primaryFailures: primaryFailures[''] ?? 0,
+    };
     if (requests === 0 && summary.fallbacks === 0 && summary.primaryFailures === 0) return undefined;
     this.logger.info({ periodS: Math.round(periodMs / 1000), ...summary }, 'activity');
     return summary;

@@ -50,7 +50,13 @@ export function refreshViewGauges(metrics: EppMetrics, fleet: Fleet, scheduler: 
 const reported = new WeakMap<EppMetrics, FleetCounters>();
 
 /** The `result` label of spillway_events_total for each fleet counter. */
-const RESULTS = { applied: 'applied', ignored: 'ignored', rejected: 'rejected', future: 'future', overCapacity: 'over-capacity' } as const satisfies Record<keyof FleetCounters, string>;
+const RESULTS = {
+  applied: 'applied',
+  ignored: 'ignored',
+  rejected: 'rejected',
+  future: 'future',
+  overCapacity: 'over-capacity',
+} as const satisfies Record<keyof FleetCounters, string>;
 
 /** The fleet counts events itself; the Prometheus counters catch up by the difference. */
 function syncEventCounters(metrics: EppMetrics, fleet: Fleet): void {

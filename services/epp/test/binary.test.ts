@@ -6,7 +6,16 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { eventually, freePort, startNatsServer, type NatsServerHandle } from '@spillway/testkit';
 import { ServingStatus } from '@spillway/protocol';
-import { EnvoyStream, TestPublisher, completion, destinationOf, envoyRequestMessages, extProcClient, healthStatus, immediateOf } from './helpers.js';
+import {
+  EnvoyStream,
+  TestPublisher,
+  completion,
+  destinationOf,
+  envoyRequestMessages,
+  extProcClient,
+  healthStatus,
+  immediateOf,
+} from './helpers.js';
 
 const BIN = join(dirname(fileURLToPath(import.meta.url)), '..', 'bin', 'spillway-epp.js');
 const DIST = join(dirname(BIN), '..', 'dist', 'main.js');
@@ -36,7 +45,19 @@ describe('spillway-epp binary', () => {
   it('prints its flags with --help', () => {
     const result = run(['--help']);
     expect(result.status).toBe(0);
-    for (const flag of ['--pool', '--zone', '--region', '--nats', '--stream', '--grpc-port', '--health-port', '--metrics-port', '--max-endpoints', '--subset-mode', '--config']) {
+    for (const flag of [
+      '--pool',
+      '--zone',
+      '--region',
+      '--nats',
+      '--stream',
+      '--grpc-port',
+      '--health-port',
+      '--metrics-port',
+      '--max-endpoints',
+      '--subset-mode',
+      '--config',
+    ]) {
       expect(result.stdout).toContain(flag);
     }
   });
@@ -49,8 +70,14 @@ describe('spillway-epp binary', () => {
     [['--pool', 'p', '--zone', 'a', '--nats', 'http://x y'], /--nats/],
     [['--pool', 'p', '--zone', 'a', '--bogus'], /bogus/],
     // Files that do not exist: a usage error naming the flag, not a crash with a stack trace.
-    [['--pool', 'p', '--zone', 'a', '--tls-cert', '/nonexistent/server.crt', '--tls-key', '/nonexistent/server.key'], /^error: --tls-cert: cannot read \/nonexistent\/server\.crt/],
-    [['--pool', 'p', '--zone', 'a', '--nats-creds', '/nonexistent/user.creds'], /^error: --nats-creds: cannot read \/nonexistent\/user\.creds/],
+    [
+      ['--pool', 'p', '--zone', 'a', '--tls-cert', '/nonexistent/server.crt', '--tls-key', '/nonexistent/server.key'],
+      /^error: --tls-cert: cannot read \/nonexistent\/server\.crt/,
+    ],
+    [
+      ['--pool', 'p', '--zone', 'a', '--nats-creds', '/nonexistent/user.creds'],
+      /^error: --nats-creds: cannot read \/nonexistent\/user\.creds/,
+    ],
     [['--pool', 'p', '--zone', 'a', '--nats-tls-ca', '/nonexistent/ca.pem'], /^error: --nats-tls-ca: cannot read/],
   ])('exits non-zero naming the bad flag: %j', (args, pattern) => {
     const result = run(args);
@@ -92,7 +119,15 @@ describe('spillway-epp binary', () => {
     child = spawn(
       process.execPath,
       [BIN, '--pool', 'llama', '--zone', 'zone-a', '--nats', nats.url, '--host', '127.0.0.1', '--config', config, '--log-level', 'warn'],
-      { env: { ...process.env, SPILLWAY_GRPC_PORT: String(grpcPort), SPILLWAY_HEALTH_PORT: String(healthPort), SPILLWAY_METRICS_PORT: String(metricsPort) }, stdio: 'ignore' },
+      {
+        env: {
+          ...process.env,
+          SPILLWAY_GRPC_PORT: String(grpcPort),
+          SPILLWAY_HEALTH_PORT: String(healthPort),
+          SPILLWAY_METRICS_PORT: String(metricsPort),
+        },
+        stdio: 'ignore',
+      },
     );
     const pods = [
       { pod: 'a0', zone: 'zone-a', address: '10.0.1.1:8000', waiting: 15 },

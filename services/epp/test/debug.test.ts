@@ -1,7 +1,16 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startNatsServer, eventually, type NatsServerHandle } from '@spillway/testkit';
 import type { RunningEpp } from '@spillway/epp';
-import { EnvoyStream, TestPublisher, completion, destinationOf, envoyRequestMessages, extProcClient, startTestEpp, type PodSpec } from './helpers.js';
+import {
+  EnvoyStream,
+  TestPublisher,
+  completion,
+  destinationOf,
+  envoyRequestMessages,
+  extProcClient,
+  startTestEpp,
+  type PodSpec,
+} from './helpers.js';
 
 // The decision log: GET /debug/decisions on the metrics port explains the last picks.
 const PODS: PodSpec[] = [
@@ -29,7 +38,7 @@ afterAll(async () => {
 });
 
 describe('GET /debug/decisions', () => {
-  it('returns the last decisions, newest first, with every listed endpoint\'s cost components', async () => {
+  it("returns the last decisions, newest first, with every listed endpoint's cost components", async () => {
     const client = extProcClient(epp.grpcPort);
     try {
       for (const prompt of ['first', 'second']) {
@@ -52,7 +61,9 @@ describe('GET /debug/decisions', () => {
     const res = await fetch(`http://127.0.0.1:${epp.metricsPort}/debug/decisions?limit=1`);
     expect(res.status).toBe(200);
     expect(res.headers.get('content-type')).toBe('application/json');
-    const body = (await res.json()) as { decisions: { rule: string; policy: string; entries: { pod: string; reason: string; cost: Record<string, number | boolean> }[] }[] };
+    const body = (await res.json()) as {
+      decisions: { rule: string; policy: string; entries: { pod: string; reason: string; cost: Record<string, number | boolean> }[] }[];
+    };
     expect(body.decisions).toHaveLength(1);
     const [decision] = body.decisions;
     expect(decision?.rule).toBe('spill');

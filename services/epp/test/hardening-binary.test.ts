@@ -59,7 +59,9 @@ afterAll(async () => {
 
 /** Starts the binary with its JSON log lines collected. `nodeArgs` go to node itself (heap cap). */
 function startBinary(args: string[], nodeArgs: string[] = []): Child {
-  const child = spawn(process.execPath, [...nodeArgs, BIN, '--pool', 'llama', '--host', '127.0.0.1', '--log-level', 'info', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, [...nodeArgs, BIN, '--pool', 'llama', '--host', '127.0.0.1', '--log-level', 'info', ...args], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   const lines: Record<string, unknown>[] = [];
   createInterface({ input: child.stdout as NodeJS.ReadableStream }).on('line', (line) => {
     try {
@@ -161,13 +163,17 @@ describe('a gateway that stops reading the replies', () => {
       for (let i = 0; i < 200; i++) stream.call.write(bodyMessage('responseBody', chunk, false));
       // Wait until the EPP has taken all it will take: its memory stops growing.
       let last = await rss();
-      await eventually(async () => {
-        await new Promise((resolve) => setTimeout(resolve, 1_000));
-        const now = await rss();
-        const settled = Math.abs(now - last) < 4 * 1024 * 1024;
-        last = now;
-        expect(settled).toBe(true);
-      }, 60_000, 0);
+      await eventually(
+        async () => {
+          await new Promise((resolve) => setTimeout(resolve, 1_000));
+          const now = await rss();
+          const settled = Math.abs(now - last) < 4 * 1024 * 1024;
+          last = now;
+          expect(settled).toBe(true);
+        },
+        60_000,
+        0,
+      );
       // Unbounded, the EPP holds every echoed chunk it read (about 200 MB); bounded, a few.
       expect(last - before).toBeLessThan(100 * 1024 * 1024);
     } finally {
@@ -181,17 +187,24 @@ describe('NATS failures at start', () => {
   it.each([
     ['a wrong password', () => ['--nats', authNats.url, '--nats-user', 'alice', '--nats-password', 'wrong'], /Authorization Violation/i],
     ['no server listening', () => ['--nats', 'nats://127.0.0.1:1'], /ECONNREFUSED|refused/i],
-  ])('%s: retried, each cause logged, and one SIGTERM exits at once', async (_name, natsArgs, cause) => {
-    const p = await ports();
-    const child = startBinary(['--zone', 'zone-n', ...natsArgs(), ...p.args]);
-    await eventually(() => expect(child.lines.filter((l) => l['msg'] === 'cannot connect to NATS; retrying').length).toBeGreaterThanOrEqual(1), 20_000);
-    const failure = child.lines.find((l) => l['msg'] === 'cannot connect to NATS; retrying');
-    expect(String(failure?.['cause'])).toMatch(cause);
-    // Serving health meanwhile, not ready: the view was never replayed.
-    expect(await healthStatus(p.health, 'liveness')).toBe(ServingStatus.SERVING);
-    expect(await healthStatus(p.health, 'readiness')).toBe(ServingStatus.NOT_SERVING);
-    child.process.kill('SIGTERM');
-    // Exit code 0 means close() finished; the binary's own 10 s guard would exit 1.
-    expect(await child.exited).toBe(0);
-  }, 60_000);
+  ])(
+    '%s: retried, each cause logged, and one SIGTERM exits at once',
+    async (_name, natsArgs, cause) => {
+      const p = await ports();
+      const child = startBinary(['--zone', 'zone-n', ...natsArgs(), ...p.args]);
+      await eventually(
+        () => expect(child.lines.filter((l) => l['msg'] === 'cannot connect to NATS; retrying').length).toBeGreaterThanOrEqual(1),
+        20_000,
+      );
+      const failure = child.lines.find((l) => l['msg'] === 'cannot connect to NATS; retrying');
+      expect(String(failure?.['cause'])).toMatch(cause);
+      // Serving health meanwhile, not ready: the view was never replayed.
+      expect(await healthStatus(p.health, 'liveness')).toBe(ServingStatus.SERVING);
+      expect(await healthStatus(p.health, 'readiness')).toBe(ServingStatus.NOT_SERVING);
+      child.process.kill('SIGTERM');
+      // Exit code 0 means close() finished; the binary's own 10 s guard would exit 1.
+      expect(await child.exited).toBe(0);
+    },
+    60_000,
+  );
 });

@@ -118,10 +118,14 @@ describe('the stream deleted while the EPP runs', () => {
     const jsm = await jetstreamManager(publisher.nc);
     await jsm.streams.delete('SPILLWAY');
     await eventually(async () => expect(await findStream(jsm, 'SPILLWAY')).toBeDefined(), 15_000);
-    await eventually(async () => {
-      await publisher.pods([{ pod: 's1', zone: 'zone-s', address: '10.0.9.2:8000' }]);
-      expect(epp.core.fleet.get(POOL, 'zone-s', 's1')?.ready).toBe(true);
-    }, 15_000, 500);
+    await eventually(
+      async () => {
+        await publisher.pods([{ pod: 's1', zone: 'zone-s', address: '10.0.9.2:8000' }]);
+        expect(epp.core.fleet.get(POOL, 'zone-s', 's1')?.ready).toBe(true);
+      },
+      15_000,
+      500,
+    );
     expect(await healthStatus(epp.healthPort, 'readiness')).toBe(ServingStatus.SERVING);
     const messages = lines.map((l) => String(l['msg']));
     expect(messages).toContain('the event stream is missing (deleted?); waiting for it to be created');
@@ -143,10 +147,14 @@ describe('the stream deleted while the EPP runs', () => {
     // milliseconds of its deletion (the reader waits likewise before re-creating one).
     await new Promise((resolve) => setTimeout(resolve, 1_000));
     await ensureStream(jsm);
-    await eventually(async () => {
-      await publisher.pods([{ pod: 's2', zone: 'zone-s', address: '10.0.9.3:8000' }]);
-      expect(epp.core.fleet.get(POOL, 'zone-s', 's2')?.ready).toBe(true);
-    }, 15_000, 500);
+    await eventually(
+      async () => {
+        await publisher.pods([{ pod: 's2', zone: 'zone-s', address: '10.0.9.3:8000' }]);
+        expect(epp.core.fleet.get(POOL, 'zone-s', 's2')?.ready).toBe(true);
+      },
+      15_000,
+      500,
+    );
     await eventually(() => expect(lines.map((l) => l['msg'])).toContain('event view is live again'), 15_000);
   });
 });
@@ -218,7 +226,12 @@ describe('request bodies held at once', () => {
       const big = completion('llama', 'x'.repeat(800 * 1024));
       // Stream A holds 800 KB and never finishes its body.
       const a = new EnvoyStream(client);
-      a.send(envoyRequestMessages({ body: big, subset: ['10.0.3.1:8000'] }).map((m) => ({ ...m, request: m.request?.$case === 'requestBody' ? { ...m.request, value: { ...m.request.value, endOfStream: false } } : m.request })));
+      a.send(
+        envoyRequestMessages({ body: big, subset: ['10.0.3.1:8000'] }).map((m) => ({
+          ...m,
+          request: m.request?.$case === 'requestBody' ? { ...m.request, value: { ...m.request.value, endOfStream: false } } : m.request,
+        })),
+      );
       await eventually(() => expect(epp.core.bodies.used).toBeGreaterThan(800 * 1024));
       // Stream B needs 400 KB more: over the 1 MiB budget.
       const b = new EnvoyStream(client);
@@ -260,11 +273,28 @@ describe('hostile events as the EPP wires them', () => {
 describe('the new settings as config-file fields', () => {
   it('reads maxClockSkewMs, maxPodsPerZone, metricModels, healthTls and connectionTimeoutMs from the file, and flags --view-stale-limit-ms as deprecated', () => {
     const file = join(dir, 'fields.yaml');
-    writeFileSync(file, 'maxClockSkewMs: 2000\nmaxPodsPerZone: 100\nmetricModels: [llama, mistral]\nconnectionTimeoutMs: 5000\nviewStaleLimitMs: 800\n');
+    writeFileSync(
+      file,
+      'maxClockSkewMs: 2000\nmaxPodsPerZone: 100\nmetricModels: [llama, mistral]\nconnectionTimeoutMs: 5000\nviewStaleLimitMs: 800\n',
+    );
     const config = loadEppConfig(['--pool', POOL, '--zone', 'a', '--config', file], {});
-    expect(config?.flags).toMatchObject({ maxClockSkewMs: 2000, maxPodsPerZone: 100, metricModels: ['llama', 'mistral'], healthTls: false, connectionTimeoutMs: 5000 });
-    expect(config?.warnings).toEqual(['--view-stale-limit-ms is deprecated and ignored: readiness stays SERVING while NATS is unreachable']);
-    expect(loadEppConfig(['--pool', POOL, '--zone', 'a'], {})?.flags).toMatchObject({ maxClockSkewMs: 5000, maxPodsPerZone: 4096, metricModels: [], healthTls: false, connectionTimeoutMs: 20_000 });
+    expect(config?.flags).toMatchObject({
+      maxClockSkewMs: 2000,
+      maxPodsPerZone: 100,
+      metricModels: ['llama', 'mistral'],
+      healthTls: false,
+      connectionTimeoutMs: 5000,
+    });
+    expect(config?.warnings).toEqual([
+      '--view-stale-limit-ms is deprecated and ignored: readiness stays SERVING while NATS is unreachable',
+    ]);
+    expect(loadEppConfig(['--pool', POOL, '--zone', 'a'], {})?.flags).toMatchObject({
+      maxClockSkewMs: 5000,
+      maxPodsPerZone: 4096,
+      metricModels: [],
+      healthTls: false,
+      connectionTimeoutMs: 20_000,
+    });
     expect(() => loadEppConfig(['--pool', POOL, '--zone', 'a', '--max-pods-per-zone', '0'], {})).toThrow(/--max-pods-per-zone/);
   });
 });

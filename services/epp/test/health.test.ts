@@ -2,7 +2,16 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { eventually, freePort, startNatsServer, type NatsServerHandle } from '@spillway/testkit';
 import { ServingStatus } from '@spillway/protocol';
 import type { RunningEpp } from '@spillway/epp';
-import { EnvoyStream, TestPublisher, completion, destinationOf, envoyRequestMessages, extProcClient, healthStatus, startTestEpp } from './helpers.js';
+import {
+  EnvoyStream,
+  TestPublisher,
+  completion,
+  destinationOf,
+  envoyRequestMessages,
+  extProcClient,
+  healthStatus,
+  startTestEpp,
+} from './helpers.js';
 
 let nats: NatsServerHandle | undefined;
 let epp: RunningEpp | undefined;
@@ -50,7 +59,13 @@ describe('health follows the first replay, then stays SERVING', () => {
     await nats.kill();
     await eventually(async () => expect((await running.metrics.viewStaleSeconds.get()).values[0]?.value).toBeGreaterThan(1.5), 20_000);
     for (const p of [running.grpcPort, running.healthPort]) {
-      expect(await statuses(p)).toEqual([ServingStatus.SERVING, ServingStatus.SERVING, ServingStatus.SERVING, ServingStatus.SERVING, 'NOT_FOUND']);
+      expect(await statuses(p)).toEqual([
+        ServingStatus.SERVING,
+        ServingStatus.SERVING,
+        ServingStatus.SERVING,
+        ServingStatus.SERVING,
+        'NOT_FOUND',
+      ]);
     }
     const client = extProcClient(running.grpcPort);
     const stream = new EnvoyStream(client);

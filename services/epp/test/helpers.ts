@@ -8,9 +8,30 @@ import { loadEppConfig, startEpp, type RunningEpp } from '@spillway/epp';
 export { bodyMessage, envoyRequestMessages, healthStatus, POOL, TestPublisher, type PodSpec, type RequestOptions } from '@spillway/testkit';
 
 /** Starts an EPP in-process on ephemeral ports, configured through its real flag parser. */
-export async function startTestEpp(natsUrl: string, zone: string, extraArgs: string[] = [], logger: Logger = pino({ level: 'silent' })): Promise<RunningEpp> {
+export async function startTestEpp(
+  natsUrl: string,
+  zone: string,
+  extraArgs: string[] = [],
+  logger: Logger = pino({ level: 'silent' }),
+): Promise<RunningEpp> {
   const config = loadEppConfig(
-    ['--pool', POOL, '--zone', zone, '--nats', natsUrl, '--host', '127.0.0.1', '--grpc-port', '0', '--health-port', '0', '--metrics-port', '0', ...extraArgs],
+    [
+      '--pool',
+      POOL,
+      '--zone',
+      zone,
+      '--nats',
+      natsUrl,
+      '--host',
+      '127.0.0.1',
+      '--grpc-port',
+      '0',
+      '--health-port',
+      '0',
+      '--metrics-port',
+      '0',
+      ...extraArgs,
+    ],
     {},
   );
   if (!config) throw new Error('unexpected --help');
@@ -38,7 +59,9 @@ export function responseHeadersMessage(status: number, served?: string): Process
       },
     },
     metadataContext:
-      served === undefined ? undefined : { filterMetadata: { 'envoy.lb': { 'x-gateway-destination-endpoint-served': served } }, typedFilterMetadata: {} },
+      served === undefined
+        ? undefined
+        : { filterMetadata: { 'envoy.lb': { 'x-gateway-destination-endpoint-served': served } }, typedFilterMetadata: {} },
     attributes: {},
     observabilityMode: false,
   };
@@ -93,10 +116,24 @@ export function extProcClient(port: number, creds: ChannelCredentials = grpcCred
 }
 
 /** The destination a headers (or buffered body) response carries: header value and metadata value. */
-export function destinationOf(response: ProcessingResponse | undefined): { header?: string; metadata?: unknown; clearRouteCache?: boolean; usesValueField?: boolean } {
-  const value = response?.response?.value as { response?: { headerMutation?: { setHeaders: { header?: { key: string; value: string; rawValue: Uint8Array } }[] }; clearRouteCache?: boolean } } | undefined;
+export function destinationOf(response: ProcessingResponse | undefined): {
+  header?: string;
+  metadata?: unknown;
+  clearRouteCache?: boolean;
+  usesValueField?: boolean;
+} {
+  const value = response?.response?.value as
+    | {
+        response?: {
+          headerMutation?: { setHeaders: { header?: { key: string; value: string; rawValue: Uint8Array } }[] };
+          clearRouteCache?: boolean;
+        };
+      }
+    | undefined;
   const set = value?.response?.headerMutation?.setHeaders.find((h) => h.header?.key === 'x-gateway-destination-endpoint');
-  const metadata = (response?.dynamicMetadata as Record<string, Record<string, unknown>> | undefined)?.['envoy.lb']?.['x-gateway-destination-endpoint'];
+  const metadata = (response?.dynamicMetadata as Record<string, Record<string, unknown>> | undefined)?.['envoy.lb']?.[
+    'x-gateway-destination-endpoint'
+  ];
   return {
     header: set?.header ? text.decode(set.header.rawValue) : undefined,
     metadata,
@@ -105,7 +142,9 @@ export function destinationOf(response: ProcessingResponse | undefined): { heade
   };
 }
 
-export function immediateOf(response: ProcessingResponse | undefined): { status: number; body: { error: { message: string; type: string; code: string } }; contentType?: string } | undefined {
+export function immediateOf(
+  response: ProcessingResponse | undefined,
+): { status: number; body: { error: { message: string; type: string; code: string } }; contentType?: string } | undefined {
   if (response?.response?.$case !== 'immediateResponse') return undefined;
   const value = response.response.value;
   const contentType = value.headers?.setHeaders.find((h) => h.header?.key === 'content-type')?.header;

@@ -14,12 +14,23 @@ import { encodeKvBatch, kvBlockKeys, kvSubjectFor, type KvBatch } from '@spillwa
 import { loadTokenizer } from '@spillway/tokenizer';
 import type { RunningEpp } from '@spillway/epp';
 import { eventually, startNatsServer, type NatsServerHandle } from '@spillway/testkit';
-import { capturingLogger, destinationOf, EnvoyStream, envoyRequestMessages, extProcClient, POOL, startTestEpp, TestPublisher, type PodSpec } from './helpers.js';
+import {
+  capturingLogger,
+  destinationOf,
+  EnvoyStream,
+  envoyRequestMessages,
+  extProcClient,
+  POOL,
+  startTestEpp,
+  TestPublisher,
+  type PodSpec,
+} from './helpers.js';
 
 const BLOCK = 16;
 const tokenizer = loadTokenizer({ preset: 'qwen3' });
 // A long shared context (~1,700 tokens): its prefill saved outweighs a small queue difference.
-const CONTEXT = 'You are the support assistant of a river-engineering firm. Cite the standard, never guess a figure, answer in metric units. '.repeat(70);
+const CONTEXT =
+  'You are the support assistant of a river-engineering firm. Cite the standard, never guess a figure, answer in metric units. '.repeat(70);
 const messages = (question: string) => [
   { role: 'system', content: CONTEXT },
   { role: 'user', content: question },
@@ -61,7 +72,14 @@ async function startEpp(zone: string, extra: string[] = [], logger = capturingLo
 }
 
 async function podsOf(zone: string, specs: Partial<PodSpec>[], base: number): Promise<PodSpec[]> {
-  const pods = specs.map((s, i): PodSpec => ({ pod: `${zone}-${i}`, zone, address: `10.${base}.0.${i + 1}:8000`, waiting: 0, running: 0, ...s }));
+  const pods = specs.map((s, i): PodSpec => ({
+    pod: `${zone}-${i}`,
+    zone,
+    address: `10.${base}.0.${i + 1}:8000`,
+    waiting: 0,
+    running: 0,
+    ...s,
+  }));
   await publisher.pods(pods);
   published.push(...pods);
   return pods;
@@ -72,7 +90,10 @@ async function relay(pod: PodSpec, events: KvBatch['events']): Promise<void> {
   const id = `${pod.zone}/${pod.pod}`;
   const seq = (seqs.get(id) ?? -1) + 1;
   seqs.set(id, seq);
-  raw.publish(kvSubjectFor({ pool: POOL, zone: pod.zone, pod: pod.pod }), encodeKvBatch({ v: 1, pool: POOL, zone: pod.zone, pod: pod.pod, seq, observedAt: Date.now(), blockSize: BLOCK, events }));
+  raw.publish(
+    kvSubjectFor({ pool: POOL, zone: pod.zone, pod: pod.pod }),
+    encodeKvBatch({ v: 1, pool: POOL, zone: pod.zone, pod: pod.pod, seq, observedAt: Date.now(), blockSize: BLOCK, events }),
+  );
   await raw.flush();
 }
 
@@ -104,7 +125,8 @@ describe('precise prefix-cache routing from KV events', () => {
     const subset = [p0, x, p2].map((p) => (p as PodSpec).address);
     // Every pod's server reports its KV events (here: an empty cache), so none is priced by this EPP's own guesses.
     for (const pod of [p0, x, p2]) await relay(pod as PodSpec, [[3]]);
-    for (let i = 0; i < 3; i++) expect(await primary(epp, `Question ${i}: what spillway capacity do we need?`, subset)).not.toBe(x?.address);
+    for (let i = 0; i < 3; i++)
+      expect(await primary(epp, `Question ${i}: what spillway capacity do we need?`, subset)).not.toBe(x?.address);
 
     // X served such a request through a path this EPP never saw; its server reports the blocks.
     await relay(x as PodSpec, [[1, keysOf('What spillway capacity do we need?')]]);
@@ -129,7 +151,11 @@ describe('precise prefix-cache routing from KV events', () => {
     await eventually(() => expect(epp.core.fleet.get(POOL, 'kv-n', 'kv-n-1')?.metrics).toBeDefined());
     await relay(pods[1] as PodSpec, [[1, keysOf('Q')]]);
     await eventually(() => expect(epp.core.scheduler.kvIndexStats.blocks).toBeGreaterThan(0));
-    await primary(epp, 'Q', pods.map((p) => p.address));
+    await primary(
+      epp,
+      'Q',
+      pods.map((p) => p.address),
+    );
     expect(epp.core.kv.counters.tokenizedFresh + epp.core.kv.counters.tokenizedPartly).toBe(0);
     expect(epp.core.scheduler.kvIndexStats.lookups).toBe(0);
   }, 60_000);
@@ -137,27 +163,57 @@ describe('precise prefix-cache routing from KV events', () => {
   it('a spilled request goes to the remote pod that holds its prefix', async () => {
     const epp = await startEpp('kv-x', ['--subset-mode', 'locality']);
     // The local zone is saturated; two pods in another zone, the busier one holding the prefix.
-    const local = await podsOf('kv-x', [{ waiting: 20, running: 64 }, { waiting: 20, running: 64 }], 43);
+    const local = await podsOf(
+      'kv-x',
+      [
+        { waiting: 20, running: 64 },
+        { waiting: 20, running: 64 },
+      ],
+      43,
+    );
     const remote = await podsOf('kv-y', [{}, { waiting: 1, running: 2 }], 44);
     for (const pod of [...local, ...remote]) await relay(pod, [[3]]);
     await eventually(() => expect(epp.core.fleet.get(POOL, 'kv-y', 'kv-y-1')?.metrics).toBeDefined());
     await relay(remote[1] as PodSpec, [[1, keysOf('Which gate opens first?')]]);
     await eventually(() => expect(epp.core.scheduler.kvIndexStats.blocks).toBeGreaterThan(100));
     for (let i = 0; i < 4; i++) {
-      expect(await primary(epp, `Spilled ${i}: which gate opens first?`, local.map((p) => p.address))).toBe(remote[1]?.address);
+      expect(
+        await primary(
+          epp,
+          `Spilled ${i}: which gate opens first?`,
+          local.map((p) => p.address),
+        ),
+      ).toBe(remote[1]?.address);
     }
   }, 60_000);
 
-  it('a restarting EPP replays the pods\' KV snapshots from the stream and is not blind', async () => {
+  it("a restarting EPP replays the pods' KV snapshots from the stream and is not blind", async () => {
     const pods = await podsOf('kv-r', [{}, { waiting: 1, running: 2 }], 45);
     const x = pods[1] as PodSpec;
     const events = new EventPublisher(raw);
-    events.publishKvSnapshot({ v: 1, kind: 'kv', pool: POOL, zone: x.zone, pod: x.pod, observedAt: Date.now(), blockSize: BLOCK, seq: 7, keys: keysOf('How is the dam inspected?') });
+    events.publishKvSnapshot({
+      v: 1,
+      kind: 'kv',
+      pool: POOL,
+      zone: x.zone,
+      pod: x.pod,
+      observedAt: Date.now(),
+      blockSize: BLOCK,
+      seq: 7,
+      keys: keysOf('How is the dam inspected?'),
+    });
     await raw.flush();
     const epp = await startEpp('kv-r');
     await eventually(() => expect(epp.core.scheduler.kvIndexStats.pods).toBeGreaterThan(0));
     expect(epp.core.kv.counters.snapshotsApplied).toBeGreaterThanOrEqual(1);
-    for (let i = 0; i < 3; i++) expect(await primary(epp, `After restart ${i}: how is the dam inspected?`, pods.map((p) => p.address))).toBe(x.address);
+    for (let i = 0; i < 3; i++)
+      expect(
+        await primary(
+          epp,
+          `After restart ${i}: how is the dam inspected?`,
+          pods.map((p) => p.address),
+        ),
+      ).toBe(x.address);
     expect(await metricsText(epp)).toMatch(/spillway_kv_snapshots_total [1-9]/);
   }, 60_000);
 
@@ -174,7 +230,13 @@ describe('precise prefix-cache routing from KV events', () => {
     raw.publish(subject, new Uint8Array([0xc1, 0xff, 0x00])); // not msgpack
     raw.publish(subject, batch([[9, [1, 2, 3]]])); // an unknown event tag
     raw.publish(subject, batch([[1, [-5]]])); // a key out of range
-    raw.publish(subject, batch([[1, Array.from({ length: 5000 }, (_, i) => i)], [2, Array.from({ length: 5000 }, (_, i) => i)]])); // 10,000 keys in one batch
+    raw.publish(
+      subject,
+      batch([
+        [1, Array.from({ length: 5000 }, (_, i) => i)],
+        [2, Array.from({ length: 5000 }, (_, i) => i)],
+      ]),
+    ); // 10,000 keys in one batch
     raw.publish(subject, batch([[3]], { pod: 'someone-else' })); // a payload naming another pod than its subject
     raw.publish(subject, encode({ v: 1, junk: 'x'.repeat(1000) }));
     await raw.flush();
@@ -196,9 +258,17 @@ describe('precise prefix-cache routing from KV events', () => {
     expect(stats.evicted).toBeGreaterThan(0);
 
     // Still serving; each reason logged once (rate-limited), not once per batch.
-    expect(await primary(epp, 'still there?', pods.map((p) => p.address))).toMatch(/^10\.46\.0\./);
+    expect(
+      await primary(
+        epp,
+        'still there?',
+        pods.map((p) => p.address),
+      ),
+    ).toMatch(/^10\.46\.0\./);
     const drops = lines.filter((l) => l['msg'] === 'dropped a KV block batch');
-    expect(new Set(drops.map((l) => l['reason']))).toEqual(new Set(['not-msgpack', 'invalid', 'too-many-keys', 'subject-mismatch', 'oversized']));
+    expect(new Set(drops.map((l) => l['reason']))).toEqual(
+      new Set(['not-msgpack', 'invalid', 'too-many-keys', 'subject-mismatch', 'oversized']),
+    );
     expect(drops.length).toBe(5);
     const text = await metricsText(epp);
     expect(text).toMatch(/spillway_kv_batches_rejected_total\{reason="invalid"\} 3/);

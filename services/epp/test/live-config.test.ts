@@ -79,7 +79,27 @@ class ConfigMapDir {
 async function start(configPath: string, args: string[], env: NodeJS.ProcessEnv = {}, pollMs = 60_000) {
   const { logger, lines } = capturingLogger();
   const config = loadEppConfig(
-    ['--pool', POOL, '--zone', 'zone-a', '--region', 'r1', '--nats', nats.url, '--host', '127.0.0.1', '--grpc-port', '0', '--health-port', '0', '--metrics-port', '0', '--config', configPath, ...args],
+    [
+      '--pool',
+      POOL,
+      '--zone',
+      'zone-a',
+      '--region',
+      'r1',
+      '--nats',
+      nats.url,
+      '--host',
+      '127.0.0.1',
+      '--grpc-port',
+      '0',
+      '--health-port',
+      '0',
+      '--metrics-port',
+      '0',
+      '--config',
+      configPath,
+      ...args,
+    ],
     env,
   );
   if (!config) throw new Error('unexpected --help');
@@ -224,7 +244,25 @@ describe('live config', () => {
   });
 
   it('exports hash "none" without a config file', async () => {
-    const config = loadEppConfig(['--pool', POOL, '--zone', 'zone-a', '--nats', nats.url, '--host', '127.0.0.1', '--grpc-port', '0', '--health-port', '0', '--metrics-port', '0'], {});
+    const config = loadEppConfig(
+      [
+        '--pool',
+        POOL,
+        '--zone',
+        'zone-a',
+        '--nats',
+        nats.url,
+        '--host',
+        '127.0.0.1',
+        '--grpc-port',
+        '0',
+        '--health-port',
+        '0',
+        '--metrics-port',
+        '0',
+      ],
+      {},
+    );
     const epp = await startEpp(config!, { logger: capturingLogger().logger });
     try {
       expect(await scrape(epp)).toContain('spillway_config_info{hash="none"} 1');

@@ -39,9 +39,31 @@ beforeAll(async () => {
   publisher = await TestPublisher.connect(nats.url);
   dir = mkdtempSync(join(tmpdir(), 'spillway-metrics-'));
   const path = join(dir, 'epp.yaml');
-  writeFileSync(path, 'modelRewrites:\n  - match: llama\n    targets: [{ model: llama-v2 }]\nobjectives: { interactive: { priority: 10 } }\n');
+  writeFileSync(
+    path,
+    'modelRewrites:\n  - match: llama\n    targets: [{ model: llama-v2 }]\nobjectives: { interactive: { priority: 10 } }\n',
+  );
   const config = loadEppConfig(
-    ['--pool', POOL, '--zone', 'zone-a', '--region', 'r1', '--nats', nats.url, '--host', '127.0.0.1', '--grpc-port', '0', '--health-port', '0', '--metrics-port', '0', '--config', path],
+    [
+      '--pool',
+      POOL,
+      '--zone',
+      'zone-a',
+      '--region',
+      'r1',
+      '--nats',
+      nats.url,
+      '--host',
+      '127.0.0.1',
+      '--grpc-port',
+      '0',
+      '--health-port',
+      '0',
+      '--metrics-port',
+      '0',
+      '--config',
+      path,
+    ],
     {},
   );
   epp = await startEpp(config!, { logger, tickMs: 50, summaryMs: 300 });
@@ -82,7 +104,11 @@ function value(samples: Sample[], name: string, labels: Record<string, string> =
 }
 
 /** One request, then the response as Envoy streams it when response bodies go to the EPP. */
-async function roundTrip(model: string, response: { status: number; served?: string; body?: string[] }, headers: Record<string, string> = {}): Promise<string> {
+async function roundTrip(
+  model: string,
+  response: { status: number; served?: string; body?: string[] },
+  headers: Record<string, string> = {},
+): Promise<string> {
   const client = extProcClient(epp.grpcPort);
   const stream = new EnvoyStream(client);
   try {
@@ -118,7 +144,9 @@ describe('metrics after traffic', () => {
     expect(value(samples, 'inference_objective_request_total', { ...pair, priority: '10' })).toBe(1);
     expect(value(samples, 'inference_objective_request_total', { ...pair, priority: '0' })).toBe(1);
     expect(value(samples, 'inference_objective_request_sizes_count', pair)).toBe(2);
-    expect(value(samples, 'inference_objective_request_sizes_sum', pair)).toBe(2 * utf8.encode(completion('llama', 'Count to three.')).length);
+    expect(value(samples, 'inference_objective_request_sizes_sum', pair)).toBe(
+      2 * utf8.encode(completion('llama', 'Count to three.')).length,
+    );
     expect(value(samples, 'inference_objective_request_duration_seconds_sum', pair)).toBeGreaterThan(0);
     expect(value(samples, 'inference_objective_response_sizes_count', pair)).toBe(1);
     expect(value(samples, 'inference_objective_response_sizes_sum', pair)).toBe(utf8.encode(SSE.join('')).length);
@@ -146,24 +174,74 @@ describe('metrics after traffic', () => {
       client.close();
     }
     await roundTrip('llama', { status: 500 });
-    await eventually(async () => expect(value(await scrape(), 'inference_objective_request_duration_seconds_count', { model_name: 'llama' })).toBe(3));
+    await eventually(async () =>
+      expect(value(await scrape(), 'inference_objective_request_duration_seconds_count', { model_name: 'llama' })).toBe(3),
+    );
     const samples = await scrape();
-    expect(value(samples, 'inference_objective_request_error_total', { model_name: 'other', target_model_name: 'other', error_code: 'BadRequest' })).toBe(1);
-    expect(value(samples, 'inference_objective_request_error_total', { model_name: 'llama', target_model_name: 'llama-v2', error_code: 'ServiceUnavailable' })).toBe(1);
-    expect(value(samples, 'inference_objective_request_error_total', { model_name: 'llama', target_model_name: 'llama-v2', error_code: 'ModelServerError' })).toBe(1);
+    expect(
+      value(samples, 'inference_objective_request_error_total', {
+        model_name: 'other',
+        target_model_name: 'other',
+        error_code: 'BadRequest',
+      }),
+    ).toBe(1);
+    expect(
+      value(samples, 'inference_objective_request_error_total', {
+        model_name: 'llama',
+        target_model_name: 'llama-v2',
+        error_code: 'ServiceUnavailable',
+      }),
+    ).toBe(1);
+    expect(
+      value(samples, 'inference_objective_request_error_total', {
+        model_name: 'llama',
+        target_model_name: 'llama-v2',
+        error_code: 'ModelServerError',
+      }),
+    ).toBe(1);
   });
 
   it('keeps model labels to the configured models and "other", however many models clients name', async () => {
     for (let i = 0; i < 20; i++) await roundTrip(`client-model-${i}`, { status: 200, body: SSE });
     // Observed when the EPP sees each stream end, which may come just after the client's.
-    await eventually(async () => expect(value(await scrape(), 'inference_objective_output_tokens_count', { model_name: 'other', target_model_name: 'other' })).toBe(20));
+    await eventually(async () =>
+      expect(value(await scrape(), 'inference_objective_output_tokens_count', { model_name: 'other', target_model_name: 'other' })).toBe(
+        20,
+      ),
+    );
     const samples = await scrape();
-    const modelLabels = new Set(samples.flatMap((s) => [s.labels['model_name'], s.labels['target_model_name']]).filter((v) => v !== undefined));
+    const modelLabels = new Set(
+      samples.flatMap((s) => [s.labels['model_name'], s.labels['target_model_name']]).filter((v) => v !== undefined),
+    );
     expect([...modelLabels].sort()).toEqual(['llama', 'llama-v2', 'other']);
-    expect(value(samples, 'inference_objective_request_total', { model_name: 'other', target_model_name: 'other', priority: '0' })).toBe(20);
+    expect(value(samples, 'inference_objective_request_total', { model_name: 'other', target_model_name: 'other', priority: '0' })).toBe(
+      20,
+    );
     // Every label name is a documented one (docs/metrics.md).
-    const names = new Set(samples.filter((s) => !s.name.startsWith('nodejs_') && !s.name.startsWith('process_')).flatMap((s) => Object.keys(s.labels)));
-    for (const name of names) expect(['model_name', 'target_model_name', 'priority', 'error_code', 'outcome', 'status', 'reason', 'result', 'zone', 'name', 'le', 'commit', 'build_ref', 'hash', 'direction', 'origin', 'event', 'tokens']).toContain(name);
+    const names = new Set(
+      samples.filter((s) => !s.name.startsWith('nodejs_') && !s.name.startsWith('process_')).flatMap((s) => Object.keys(s.labels)),
+    );
+    for (const name of names)
+      expect([
+        'model_name',
+        'target_model_name',
+        'priority',
+        'error_code',
+        'outcome',
+        'status',
+        'reason',
+        'result',
+        'zone',
+        'name',
+        'le',
+        'commit',
+        'build_ref',
+        'hash',
+        'direction',
+        'origin',
+        'event',
+        'tokens',
+      ]).toContain(name);
   });
 
   it('exports the build from package.json', async () => {

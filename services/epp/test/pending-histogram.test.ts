@@ -8,7 +8,14 @@ const BUCKETS = [0.001, 0.01, 0.1, 1, 10];
 function pair(collect?: () => void) {
   const registry = new Registry();
   const make = (name: string) =>
-    new Histogram({ name, help: name, labelNames: ['model_name'] as const, buckets: BUCKETS, registers: [registry], ...(collect ? { collect } : {}) });
+    new Histogram({
+      name,
+      help: name,
+      labelNames: ['model_name'] as const,
+      buckets: BUCKETS,
+      registers: [registry],
+      ...(collect ? { collect } : {}),
+    });
   return { direct: make('direct_seconds'), batched: make('batched_seconds') };
 }
 
@@ -28,7 +35,10 @@ describe('PendingHistogram', () => {
   it('reads as observing each value with prom-client would (same buckets and count, the same sum up to rounding), across flushes', async () => {
     await fc.assert(
       fc.asyncProperty(
-        fc.array(fc.array(fc.oneof(fc.double({ min: -5, max: 50, noNaN: true }), fc.constantFrom(...BUCKETS), fc.constant(0)), { maxLength: 40 }), { maxLength: 4 }),
+        fc.array(
+          fc.array(fc.oneof(fc.double({ min: -5, max: 50, noNaN: true }), fc.constantFrom(...BUCKETS), fc.constant(0)), { maxLength: 40 }),
+          { maxLength: 4 },
+        ),
         async (rounds) => {
           const { direct, batched } = pair();
           const pending = new PendingHistogram(batched, { model_name: 'llama' });

@@ -23,7 +23,9 @@ const ids = (a: ArrayLike<number>) => Array.from(a);
 
 describe('PromptTokens with the Qwen3 tokenizer', () => {
   it('finds that Qwen3 chat and text compose, so both have a prefix cache', () => {
-    expect(tokens().tokens.describe()).toEqual([{ tokenizer: 'qwen3', fastPath: true, chatPrefixCache: true, textPrefixCache: true, userTurnShortcut: true }]);
+    expect(tokens().tokens.describe()).toEqual([
+      { tokenizer: 'qwen3', fastPath: true, chatPrefixCache: true, textPrefixCache: true, userTurnShortcut: true },
+    ]);
   });
 
   it('a conversation whose prefix is cached gets exactly the ids of the whole conversation', () => {
@@ -45,7 +47,10 @@ describe('PromptTokens with the Qwen3 tokenizer', () => {
   it('shares a cached system context across different questions', () => {
     const { tokens: t, counters } = tokens();
     for (let i = 0; i < 5; i++) {
-      const messages = [{ role: 'system', content: CONTEXT }, { role: 'user', content: `Question ${i}: how wide is the chute?` }];
+      const messages = [
+        { role: 'system', content: CONTEXT },
+        { role: 'user', content: `Question ${i}: how wide is the chute?` },
+      ];
       const result = t.tokenize('m', { api: 'chat', prompt: '', messages });
       expect(result?.outcome).toBe(i === 0 ? 'full' : 'prefix-cached');
       expect(ids(result?.ids ?? [])).toEqual(ids(qwen3.encodeChat(messages)));
@@ -67,7 +72,10 @@ describe('PromptTokens with the Qwen3 tokenizer', () => {
   it('keeps the cache within its bytes, least recently used out first', () => {
     const { tokens: t } = tokens(256 * 1024);
     for (let i = 0; i < 40; i++) {
-      const messages = [{ role: 'system', content: `${i} ${CONTEXT}` }, { role: 'user', content: 'q' }];
+      const messages = [
+        { role: 'system', content: `${i} ${CONTEXT}` },
+        { role: 'user', content: 'q' },
+      ];
       t.tokenize('m', { api: 'chat', prompt: '', messages });
       expect(t.cache.bytes).toBeLessThanOrEqual(256 * 1024);
     }
@@ -91,12 +99,14 @@ describe('PromptTokens with the Qwen3 tokenizer', () => {
       },
     };
     const b = tokens(1024, 1000, broken);
-    expect(b.tokens.describe()).toEqual([{ tokenizer: 'broken', fastPath: false, chatPrefixCache: false, textPrefixCache: false, userTurnShortcut: false }]);
+    expect(b.tokens.describe()).toEqual([
+      { tokenizer: 'broken', fastPath: false, chatPrefixCache: false, textPrefixCache: false, userTurnShortcut: false },
+    ]);
     expect(b.tokens.tokenize('m', { api: 'completions', prompt: 'hi' })).toBeUndefined();
     expect(b.counters.tokenizeSkipped).toBe(1);
   });
 
-  it('turns a tokenizer\'s chat prefix cache off when joined ids ever disagree with the whole conversation', () => {
+  it("turns a tokenizer's chat prefix cache off when joined ids ever disagree with the whole conversation", () => {
     // A template quirk the probes do not meet: a conversation ending with a QUIRK system turn starts with an extra token.
     const quirky: PromptTokenizer = {
       name: 'quirky',
@@ -109,7 +119,10 @@ describe('PromptTokens with the Qwen3 tokenizer', () => {
     };
     const { tokens: t, counters } = tokens(1 << 20, 1 << 20, quirky);
     expect(t.describe()[0]?.chatPrefixCache).toBe(true);
-    const messages = [{ role: 'system', content: 'QUIRK context' }, { role: 'user', content: 'q' }];
+    const messages = [
+      { role: 'system', content: 'QUIRK context' },
+      { role: 'user', content: 'q' },
+    ];
     expect(ids(t.tokenize('m', { api: 'chat', prompt: '', messages })?.ids ?? [])).toEqual(ids(quirky.encodeChat(messages)));
     expect(counters.compositionFailures).toBe(1);
     expect(t.describe()[0]?.chatPrefixCache).toBe(false);

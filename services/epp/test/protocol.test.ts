@@ -115,7 +115,9 @@ describe('full-duplex requests', () => {
     const last = messages[messages.length - 1];
     if (last?.request?.$case === 'requestBody') last.request.value.endOfStream = false;
     stream.send(messages);
-    stream.send([{ request: { $case: 'requestTrailers', value: { trailers: { headers: [] } } }, attributes: {}, observabilityMode: false }]);
+    stream.send([
+      { request: { $case: 'requestTrailers', value: { trailers: { headers: [] } } }, attributes: {}, observabilityMode: false },
+    ]);
     const responses = await stream.waitFor(3);
     expect(destinationOf(responses[0]).header).toBeDefined();
     expect(streamedBodyOf(responses).endOfStream).toBe(false);
@@ -188,7 +190,8 @@ describe('subset hint', () => {
       2,
     );
     expect(destinationOf(responses[0]).header).toBe('10.0.2.1:8000');
-    const mutation = (responses[0]?.response?.value as { response?: { headerMutation?: { removeHeaders: string[] } } }).response?.headerMutation;
+    const mutation = (responses[0]?.response?.value as { response?: { headerMutation?: { removeHeaders: string[] } } }).response
+      ?.headerMutation;
     expect(mutation?.removeHeaders).toContain('x-gateway-destination-endpoint-subset');
   });
 });
@@ -259,9 +262,15 @@ describe('bad input', () => {
 
   it.each([
     ['a body before the headers', [bodyMessage('requestBody', new TextEncoder().encode(completion()), true)]],
-    ['a second headers message', [...envoyRequestMessages({ body: completion() }).slice(0, 1), ...envoyRequestMessages({ body: completion() }).slice(0, 1)]],
+    [
+      'a second headers message',
+      [...envoyRequestMessages({ body: completion() }).slice(0, 1), ...envoyRequestMessages({ body: completion() }).slice(0, 1)],
+    ],
     ['an empty message', [{ attributes: {}, observabilityMode: false }]],
-    ['a response before the request was routed', [...envoyRequestMessages({ body: completion() }).slice(0, 1), responseHeadersMessage(200)]],
+    [
+      'a response before the request was routed',
+      [...envoyRequestMessages({ body: completion() }).slice(0, 1), responseHeadersMessage(200)],
+    ],
   ])('ends the stream with INVALID_ARGUMENT on %s', async (_name, messages) => {
     const stream = new EnvoyStream(client);
     stream.send(messages as never);

@@ -13,7 +13,16 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningEpp } from '@spillway/epp';
 import { eventually, freePort, startNatsServer, type NatsServerHandle } from '@spillway/testkit';
 import { ServingStatus } from '@spillway/protocol';
-import { destinationOf, EnvoyStream, envoyRequestMessages, extProcClient, healthStatus, startTestEpp, TestPublisher, type PodSpec } from './helpers.js';
+import {
+  destinationOf,
+  EnvoyStream,
+  envoyRequestMessages,
+  extProcClient,
+  healthStatus,
+  startTestEpp,
+  TestPublisher,
+  type PodSpec,
+} from './helpers.js';
 
 const BIN = join(dirname(fileURLToPath(import.meta.url)), '..', 'bin', 'spillway-epp.js');
 const DIST = join(dirname(BIN), '..', 'dist', 'main.js');
@@ -50,12 +59,37 @@ afterAll(async () => {
 });
 
 describe('an EPP killed mid-burst', () => {
-  it("leaves no phantom load at its peer once the next sample arrives, and is forgotten after the peer timeout", async () => {
+  it('leaves no phantom load at its peer once the next sample arrives, and is forgotten after the peer timeout', async () => {
     const [grpcPort, healthPort, metricsPort] = [await freePort(), await freePort(), await freePort()];
-    child = spawn(process.execPath, [BIN, '--pool', 'llama', '--zone', 'zone-a', '--nats', nats.url, '--host', '127.0.0.1', '--config', config, '--metrics-stale-ms', '600000', '--log-level', 'warn'], {
-      env: { ...process.env, SPILLWAY_GRPC_PORT: String(grpcPort), SPILLWAY_HEALTH_PORT: String(healthPort), SPILLWAY_METRICS_PORT: String(metricsPort) },
-      stdio: 'ignore',
-    });
+    child = spawn(
+      process.execPath,
+      [
+        BIN,
+        '--pool',
+        'llama',
+        '--zone',
+        'zone-a',
+        '--nats',
+        nats.url,
+        '--host',
+        '127.0.0.1',
+        '--config',
+        config,
+        '--metrics-stale-ms',
+        '600000',
+        '--log-level',
+        'warn',
+      ],
+      {
+        env: {
+          ...process.env,
+          SPILLWAY_GRPC_PORT: String(grpcPort),
+          SPILLWAY_HEALTH_PORT: String(healthPort),
+          SPILLWAY_METRICS_PORT: String(metricsPort),
+        },
+        stdio: 'ignore',
+      },
+    );
     await eventually(async () => expect(await healthStatus(healthPort, 'readiness')).toBe(ServingStatus.SERVING), 20_000);
     const shared = (peer as RunningEpp).core.scheduler.shared;
     await eventually(() => expect(shared.peerCount).toBe(1));

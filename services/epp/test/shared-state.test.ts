@@ -15,7 +15,16 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { encodeStateBatch, stateSubjectFor, type StateBatch } from '@spillway/events';
 import type { RunningEpp } from '@spillway/epp';
 import { eventually, startNatsServer, type NatsServerHandle } from '@spillway/testkit';
-import { completion, destinationOf, EnvoyStream, envoyRequestMessages, extProcClient, startTestEpp, TestPublisher, type PodSpec } from './helpers.js';
+import {
+  completion,
+  destinationOf,
+  EnvoyStream,
+  envoyRequestMessages,
+  extProcClient,
+  startTestEpp,
+  TestPublisher,
+  type PodSpec,
+} from './helpers.js';
 
 let nats: NatsServerHandle;
 let publisher: TestPublisher;
@@ -55,13 +64,21 @@ async function epp(zone: string, pods: readonly PodSpec[], extra: string[] = [])
   const started = await startTestEpp(nats.url, zone, [...ARGS, ...extra]);
   running.push(started);
   await started.ready;
-  await eventually(() => expect(pods.every((p) => started.core.fleet.get('llama', p.zone, p.pod)?.metrics?.waitingRequests === p.waiting)).toBe(true));
+  await eventually(() =>
+    expect(pods.every((p) => started.core.fleet.get('llama', p.zone, p.pod)?.metrics?.waitingRequests === p.waiting)).toBe(true),
+  );
   return started;
 }
 
 /** Pods with a persistent queue (two samples), so every pick since the latest sample counts as load. */
 async function backlogged(zone: string, count: number, waiting = 1, base = 1): Promise<PodSpec[]> {
-  const pods = Array.from({ length: count }, (_, i): PodSpec => ({ pod: `${zone}-${i}`, zone, address: `10.${base}.0.${i + 1}:8000`, waiting, running: 8 }));
+  const pods = Array.from({ length: count }, (_, i): PodSpec => ({
+    pod: `${zone}-${i}`,
+    zone,
+    address: `10.${base}.0.${i + 1}:8000`,
+    waiting,
+    running: 8,
+  }));
   await publisher.pods(pods, Date.now() - 200);
   await publisher.pods(pods);
   published.push(...pods);
@@ -83,7 +100,7 @@ const unsampled = (target: RunningEpp, zone: string, pod: string) => target.core
 const peersOf = (target: RunningEpp) => target.core.scheduler.shared.peerCount;
 
 describe('two EPPs of one zone', () => {
-  it("a burst held open through EPP 1 makes EPP 2 avoid the endpoints EPP 1 loaded, before any new sample", async () => {
+  it('a burst held open through EPP 1 makes EPP 2 avoid the endpoints EPP 1 loaded, before any new sample', async () => {
     const pods = await backlogged('zone-a', 4);
     const addresses = pods.map((p) => p.address);
     const [one, two] = [await epp('zone-a', pods), await epp('zone-a', pods)];
@@ -170,19 +187,40 @@ describe('bad input', () => {
   it('malformed, forged-origin, replayed and misplaced batches are dropped and counted, and change nothing', async () => {
     const target = await epp('zone-x', await backlogged('zone-x', 2, 1, 6));
     const evil = { pool: 'llama', zone: 'zone-x', epp: 'evil' };
-    const batch = (overrides: Partial<StateBatch>): StateBatch => ({ v: 1, ...evil, seq: 1, sentAt: Date.now(), entries: [[1, 1, 'zone-x', 'zone-x-0', Date.now(), []]], ...overrides });
+    const batch = (overrides: Partial<StateBatch>): StateBatch => ({
+      v: 1,
+      ...evil,
+      seq: 1,
+      sentAt: Date.now(),
+      entries: [[1, 1, 'zone-x', 'zone-x-0', Date.now(), []]],
+      ...overrides,
+    });
     raw.publish(stateSubjectFor(evil), new TextEncoder().encode('{"not":"msgpack"'));
     raw.publish(stateSubjectFor(evil), encodeStateBatch(batch({ v: 2 as 1 })));
     raw.publish(stateSubjectFor(evil), encodeStateBatch(batch({ epp: 'victim' })));
     raw.publish(stateSubjectFor(evil), encodeStateBatch(batch({ snapshot: { last: true } })));
-    const many = Array.from({ length: 20 }, (_, i): StateBatch['entries'][number] => [1, i, 'zone-x', 'zone-x-0', Date.now(), Array.from({ length: 8000 }, (_, k) => k % 100)]);
+    const many = Array.from({ length: 20 }, (_, i): StateBatch['entries'][number] => [
+      1,
+      i,
+      'zone-x',
+      'zone-x-0',
+      Date.now(),
+      Array.from({ length: 8000 }, (_, k) => k % 100),
+    ]);
     raw.publish(stateSubjectFor(evil), encodeStateBatch(batch({ entries: many })));
     // One good batch, then the same sequence number again: a replay.
     raw.publish(stateSubjectFor(evil), encodeStateBatch(batch({ seq: 5 })));
     raw.publish(stateSubjectFor(evil), encodeStateBatch(batch({ seq: 5, entries: [[1, 2, 'zone-x', 'zone-x-1', Date.now(), []]] })));
     await raw.flush();
     await eventually(() =>
-      expect(target.sharedState?.rejected).toEqual({ 'not-msgpack': 1, invalid: 1, 'subject-mismatch': 1, 'misplaced-snapshot': 1, 'too-many-hashes': 1, replayed: 1 }),
+      expect(target.sharedState?.rejected).toEqual({
+        'not-msgpack': 1,
+        invalid: 1,
+        'subject-mismatch': 1,
+        'misplaced-snapshot': 1,
+        'too-many-hashes': 1,
+        replayed: 1,
+      }),
     );
     // Only the good batch applied: one pick on zone-x-0, none on zone-x-1.
     expect(unsampled(target, 'zone-x', 'zone-x-0')).toBe(1);

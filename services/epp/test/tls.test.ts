@@ -12,14 +12,50 @@ import { healthStatus, startTestEpp } from './helpers.js';
 /** A throwaway CA, a server certificate for 127.0.0.1 and a client certificate, made with openssl. */
 function makeCertificates(dir: string) {
   const run = (...args: string[]) => execFileSync('openssl', args, { cwd: dir, stdio: 'pipe' });
-  run('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'ca.key', '-out', 'ca.crt', '-days', '1', '-subj', '/CN=spillway-test-ca');
+  run(
+    'req',
+    '-x509',
+    '-newkey',
+    'rsa:2048',
+    '-nodes',
+    '-keyout',
+    'ca.key',
+    '-out',
+    'ca.crt',
+    '-days',
+    '1',
+    '-subj',
+    '/CN=spillway-test-ca',
+  );
   writeFileSync(join(dir, 'san.ext'), 'subjectAltName=IP:127.0.0.1,DNS:localhost\n');
   for (const name of ['server', 'client']) {
     run('req', '-newkey', 'rsa:2048', '-nodes', '-keyout', `${name}.key`, '-out', `${name}.csr`, '-subj', `/CN=${name}`);
-    run('x509', '-req', '-in', `${name}.csr`, '-CA', 'ca.crt', '-CAkey', 'ca.key', '-CAcreateserial', '-out', `${name}.crt`, '-days', '1', '-extfile', 'san.ext');
+    run(
+      'x509',
+      '-req',
+      '-in',
+      `${name}.csr`,
+      '-CA',
+      'ca.crt',
+      '-CAkey',
+      'ca.key',
+      '-CAcreateserial',
+      '-out',
+      `${name}.crt`,
+      '-days',
+      '1',
+      '-extfile',
+      'san.ext',
+    );
   }
   const file = (name: string) => join(dir, name);
-  return { ca: file('ca.crt'), serverCert: file('server.crt'), serverKey: file('server.key'), clientCert: file('client.crt'), clientKey: file('client.key') };
+  return {
+    ca: file('ca.crt'),
+    serverCert: file('server.crt'),
+    serverKey: file('server.key'),
+    clientCert: file('client.crt'),
+    clientKey: file('client.key'),
+  };
 }
 
 let nats: NatsServerHandle;
@@ -38,7 +74,14 @@ afterAll(async () => {
 
 describe('TLS', () => {
   it('serves ext_proc over TLS with --tls-cert/--tls-key, and the health port in plaintext (kubelet probes)', async () => {
-    const epp = await startTestEpp(nats.url, 'zone-a', ['--tls-cert', certs.serverCert, '--tls-key', certs.serverKey, '--tls-client-ca', certs.ca]);
+    const epp = await startTestEpp(nats.url, 'zone-a', [
+      '--tls-cert',
+      certs.serverCert,
+      '--tls-key',
+      certs.serverKey,
+      '--tls-client-ca',
+      certs.ca,
+    ]);
     running.push(epp);
     const ca = readFileSync(certs.ca);
     const mtls = credentials.createSsl(ca, readFileSync(certs.clientKey), readFileSync(certs.clientCert));
@@ -50,7 +93,14 @@ describe('TLS', () => {
   });
 
   it('serves the health port over TLS too with --health-tls true', async () => {
-    const epp = await startTestEpp(nats.url, 'zone-a', ['--tls-cert', certs.serverCert, '--tls-key', certs.serverKey, '--health-tls', 'true']);
+    const epp = await startTestEpp(nats.url, 'zone-a', [
+      '--tls-cert',
+      certs.serverCert,
+      '--tls-key',
+      certs.serverKey,
+      '--health-tls',
+      'true',
+    ]);
     running.push(epp);
     const tls = credentials.createSsl(readFileSync(certs.ca));
     expect(await healthStatus(epp.grpcPort, 'liveness', tls)).toBe(ServingStatus.SERVING);
@@ -59,7 +109,14 @@ describe('TLS', () => {
   });
 
   it('requires a client certificate signed by --tls-client-ca (mTLS)', async () => {
-    const epp = await startTestEpp(nats.url, 'zone-a', ['--tls-cert', certs.serverCert, '--tls-key', certs.serverKey, '--tls-client-ca', certs.ca]);
+    const epp = await startTestEpp(nats.url, 'zone-a', [
+      '--tls-cert',
+      certs.serverCert,
+      '--tls-key',
+      certs.serverKey,
+      '--tls-client-ca',
+      certs.ca,
+    ]);
     running.push(epp);
     const ca = readFileSync(certs.ca);
     const withClientCert = credentials.createSsl(ca, readFileSync(certs.clientKey), readFileSync(certs.clientCert));
@@ -74,13 +131,31 @@ describe('TLS', () => {
   });
 
   it('rejects missing and unusable TLS files, naming the flag', async () => {
-    const tls = (cert: string, key: string, ca?: string) => ['--tls-cert', cert, '--tls-key', key, ...(ca === undefined ? [] : ['--tls-client-ca', ca])];
-    await expect(startTestEpp(nats.url, 'zone-a', tls('/nonexistent/server.crt', certs.serverKey))).rejects.toThrow(/^--tls-cert: cannot read \/nonexistent\/server\.crt/);
-    await expect(startTestEpp(nats.url, 'zone-a', tls(certs.serverCert, '/nonexistent/server.key'))).rejects.toThrow(/^--tls-key: cannot read/);
-    await expect(startTestEpp(nats.url, 'zone-a', tls(certs.serverCert, certs.serverKey, '/nonexistent/ca.crt'))).rejects.toThrow(/^--tls-client-ca: cannot read/);
+    const tls = (cert: string, key: string, ca?: string) => [
+      '--tls-cert',
+      cert,
+      '--tls-key',
+      key,
+      ...(ca === undefined ? [] : ['--tls-client-ca', ca]),
+    ];
+    await expect(startTestEpp(nats.url, 'zone-a', tls('/nonexistent/server.crt', certs.serverKey))).rejects.toThrow(
+      /^--tls-cert: cannot read \/nonexistent\/server\.crt/,
+    );
+    await expect(startTestEpp(nats.url, 'zone-a', tls(certs.serverCert, '/nonexistent/server.key'))).rejects.toThrow(
+      /^--tls-key: cannot read/,
+    );
+    await expect(startTestEpp(nats.url, 'zone-a', tls(certs.serverCert, certs.serverKey, '/nonexistent/ca.crt'))).rejects.toThrow(
+      /^--tls-client-ca: cannot read/,
+    );
     // Files that exist but hold the wrong thing.
-    await expect(startTestEpp(nats.url, 'zone-a', tls(certs.serverKey, certs.serverKey))).rejects.toThrow(/^--tls-cert: .* is not a usable certificate/);
-    await expect(startTestEpp(nats.url, 'zone-a', tls(certs.serverCert, certs.clientKey))).rejects.toThrow(/^--tls-key: .* is not the private key of --tls-cert/);
-    await expect(startTestEpp(nats.url, 'zone-a', tls(certs.serverCert, certs.serverKey, certs.serverKey))).rejects.toThrow(/^--tls-client-ca: .* is not a usable CA certificate/);
+    await expect(startTestEpp(nats.url, 'zone-a', tls(certs.serverKey, certs.serverKey))).rejects.toThrow(
+      /^--tls-cert: .* is not a usable certificate/,
+    );
+    await expect(startTestEpp(nats.url, 'zone-a', tls(certs.serverCert, certs.clientKey))).rejects.toThrow(
+      /^--tls-key: .* is not the private key of --tls-cert/,
+    );
+    await expect(startTestEpp(nats.url, 'zone-a', tls(certs.serverCert, certs.serverKey, certs.serverKey))).rejects.toThrow(
+      /^--tls-client-ca: .* is not a usable CA certificate/,
+    );
   });
 });

@@ -19,7 +19,15 @@ import { EnvoyStream, TestPublisher, completion, envoyRequestMessages, extProcCl
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
 const CHROMIUM = process.env['SPILLWAY_CHROMIUM'] ?? '/usr/bin/chromium';
 const SCREENSHOT = join(ROOT, 'test-artifacts', 'ui', 'epp-view.png');
-const CHROMIUM_ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run'];
+const CHROMIUM_ARGS = [
+  '--headless',
+  '--no-sandbox',
+  '--disable-gpu',
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--disable-sync',
+  '--no-first-run',
+];
 
 const XSS = '<img src=x onerror=alert(1)>';
 const PODS: PodSpec[] = [
@@ -49,11 +57,19 @@ async function sampleTwice(): Promise<void> {
 
 async function launchChromium(): Promise<BrowserContext> {
   if (!existsSync(CHROMIUM)) {
-    throw new Error(`the browser test needs Chromium at ${CHROMIUM}: install Debian's package (apt-get install -y chromium; .ci/run does it) or point SPILLWAY_CHROMIUM at one`);
+    throw new Error(
+      `the browser test needs Chromium at ${CHROMIUM}: install Debian's package (apt-get install -y chromium; .ci/run does it) or point SPILLWAY_CHROMIUM at one`,
+    );
   }
   userDataDir = mkdtempSync(join(tmpdir(), 'spillway-chromium-'));
   try {
-    return await chromium.launchPersistentContext(userDataDir, { executablePath: CHROMIUM, headless: true, args: CHROMIUM_ARGS, viewport: { width: 1400, height: 1000 }, timeout: 60_000 });
+    return await chromium.launchPersistentContext(userDataDir, {
+      executablePath: CHROMIUM,
+      headless: true,
+      args: CHROMIUM_ARGS,
+      viewport: { width: 1400, height: 1000 },
+      timeout: 60_000,
+    });
   } catch (error) {
     throw new Error(`Chromium (${CHROMIUM}) did not start: ${(error as Error).message}`);
   }
@@ -91,7 +107,7 @@ afterAll(async () => {
 
 const figure = (zone: string, key: string) => page.locator(`#zones .card[data-zone="${zone}"] [data-figure="${key}"]`);
 
-describe('the operators\' view in Chromium', () => {
+describe("the operators' view in Chromium", () => {
   it('loads, shows three zones and their pods, follows events, and shows a spill', async () => {
     await page.goto(`http://127.0.0.1:${epp.uiPort}/`, { waitUntil: 'load' });
     await page.locator('#zones .card').nth(2).waitFor({ timeout: 20_000 });
@@ -102,7 +118,10 @@ describe('the operators\' view in Chromium', () => {
     expect(await figure('zone-a', 'waiting').textContent()).toBe('11');
     // Each card draws its chart (uPlot: a canvas).
     expect(await page.locator('#zones .card canvas').count()).toBeGreaterThanOrEqual(3);
-    await page.locator('#pods tbody tr').nth(PODS.length - 1).waitFor();
+    await page
+      .locator('#pods tbody tr')
+      .nth(PODS.length - 1)
+      .waitFor();
     expect(await page.locator('#pods tbody tr').count()).toBe(PODS.length);
 
     // A new metrics event: the zone's card follows within a refresh or two.

@@ -4,7 +4,18 @@ import { eventually, podEvents, publishAll, startNatsServer, type NatsServerHand
 import { CliError } from '@spillway/cli';
 import { loadEppConfig, type RunningEpp } from '@spillway/epp';
 import type { UiState } from '../src/ui/state-types.js';
-import { EnvoyStream, POOL, TestPublisher, completion, destinationOf, envoyRequestMessages, extProcClient, responseHeadersMessage, startTestEpp, type PodSpec } from './helpers.js';
+import {
+  EnvoyStream,
+  POOL,
+  TestPublisher,
+  completion,
+  destinationOf,
+  envoyRequestMessages,
+  extProcClient,
+  responseHeadersMessage,
+  startTestEpp,
+  type PodSpec,
+} from './helpers.js';
 
 // GET /api/state against a real EPP fed by a private nats-server: the figures are the events'.
 const PODS: PodSpec[] = [
@@ -75,7 +86,20 @@ describe('GET /api/state', () => {
     expect(s.zones[0]).toMatchObject({ expectedWaitMs: 500, costMs: 500 });
     expect(s.zones[1]).toMatchObject({ expectedWaitMs: 0, costMs: 9 });
     const a1 = s.pods.items.find((p) => p.pod === 'a1');
-    expect(a1).toMatchObject({ zone: 'zone-a', region: 'r1', address: '10.0.1.2:8000', ready: true, waiting: 6, running: 2, kvCacheUsage: 0.7, inFlight: 0, penaltyLeftMs: 0, stale: false, full: false, expectedWaitMs: 700 });
+    expect(a1).toMatchObject({
+      zone: 'zone-a',
+      region: 'r1',
+      address: '10.0.1.2:8000',
+      ready: true,
+      waiting: 6,
+      running: 2,
+      kvCacheUsage: 0.7,
+      inFlight: 0,
+      penaltyLeftMs: 0,
+      stale: false,
+      full: false,
+      expectedWaitMs: 700,
+    });
     expect(a1?.metricsAgeMs).toBeGreaterThanOrEqual(0);
     expect(s.pods.items.find((p) => p.pod === 'c1')).toMatchObject({ ready: false, expectedWaitMs: null, costMs: null });
     expect(s.stream).toMatchObject({ connection: 'connected', caughtUp: true, staleForMs: null, rejected: 0 });
@@ -89,7 +113,7 @@ describe('GET /api/state', () => {
     await eventually(async () => expect((await state(epp.metricsPort)).zones[1]).toMatchObject({ running: 9, meanKvCacheUsage: 0.9 }));
   });
 
-  it('counts this EPP\'s picks in the spill matrix and the zones, and lists the decisions', async () => {
+  it("counts this EPP's picks in the spill matrix and the zones, and lists the decisions", async () => {
     const before = await state(epp.metricsPort);
     const client = extProcClient(epp.grpcPort);
     const open: EnvoyStream[] = [];
@@ -106,7 +130,8 @@ describe('GET /api/state', () => {
       const s = await state(epp.metricsPort);
       const from = s.spill.zones.indexOf('zone-a');
       const to = s.spill.zones.indexOf('zone-b');
-      const beforeCount = (before.spill.perS[before.spill.zones.indexOf('zone-a')]?.[before.spill.zones.indexOf('zone-b')] ?? 0) * before.spill.windowS;
+      const beforeCount =
+        (before.spill.perS[before.spill.zones.indexOf('zone-a')]?.[before.spill.zones.indexOf('zone-b')] ?? 0) * before.spill.windowS;
       expect(Math.round((s.spill.perS[from]?.[to] ?? 0) * s.spill.windowS - beforeCount)).toBe(6);
       expect(s.zones[1]?.pickedSeries.reduce((a, b) => a + b, 0)).toBe(6);
       expect(s.zones[1]?.pickedPerS).toBeGreaterThan(0);
@@ -117,7 +142,9 @@ describe('GET /api/state', () => {
       expect(s.decisions[0]?.entries[0]?.cost).toMatchObject({ rttMs: 1, biasMs: 8 });
       // The primary answers 503: it is penalised, and the view says for how long.
       open[0]?.send([responseHeadersMessage(503)]);
-      await eventually(async () => expect((await state(epp.metricsPort)).pods.items.find((p) => p.pod === 'b0')?.penaltyLeftMs).toBeGreaterThan(0));
+      await eventually(async () =>
+        expect((await state(epp.metricsPort)).pods.items.find((p) => p.pod === 'b0')?.penaltyLeftMs).toBeGreaterThan(0),
+      );
       const penalised = await state(epp.metricsPort);
       expect(penalised.zones[1]?.penalised).toBe(1);
     } finally {
@@ -212,7 +239,16 @@ describe('the view over HTTP', () => {
   });
 
   it('answers paths that are not its own with 404', async () => {
-    for (const path of ['/index.html', '/api', '/api/state/x', '/ui/', '/ui/nope.js', '/ui/../package.json', '/ui/app.d.ts', '//api/state']) {
+    for (const path of [
+      '/index.html',
+      '/api',
+      '/api/state/x',
+      '/ui/',
+      '/ui/nope.js',
+      '/ui/../package.json',
+      '/ui/app.d.ts',
+      '//api/state',
+    ]) {
       expect((await fetch(url(path))).status, path).toBe(404);
     }
     // The metrics port's own routes are unchanged.
@@ -226,7 +262,8 @@ describe('the view with --ui false or --ui-port', () => {
     const off = await startTestEpp(nats.url, 'zone-b', ['--ui', 'false']);
     try {
       expect(off.uiPort).toBeUndefined();
-      for (const path of ['/', '/api/state', '/ui/app.js']) expect((await fetch(`http://127.0.0.1:${off.metricsPort}${path}`)).status, path).toBe(404);
+      for (const path of ['/', '/api/state', '/ui/app.js'])
+        expect((await fetch(`http://127.0.0.1:${off.metricsPort}${path}`)).status, path).toBe(404);
       expect((await fetch(`http://127.0.0.1:${off.metricsPort}/metrics`)).status).toBe(200);
     } finally {
       await off.close();
@@ -277,7 +314,10 @@ describe('GET /api/state with 10,000 pods', () => {
       expect(s.pods.items).toHaveLength(200);
       expect(s.zones.map((z) => z.ready)).toEqual([3334, 3333, 3333]);
       // The fixtures' pod i waits i mod 7: every pod counts in its zone, not only the page's.
-      const waiting = (zone: number) => Array.from({ length: 10_000 }, (_, i) => i).filter((i) => i % 3 === zone).reduce((sum, i) => sum + (i % 7), 0);
+      const waiting = (zone: number) =>
+        Array.from({ length: 10_000 }, (_, i) => i)
+          .filter((i) => i % 3 === zone)
+          .reduce((sum, i) => sum + (i % 7), 0);
       expect(s.zones.map((z) => z.waiting)).toEqual([waiting(0), waiting(1), waiting(2)]);
       expect(body.length).toBeLessThan(1_000_000);
       const largest = await fetch(`http://127.0.0.1:${large.metricsPort}/api/state?limit=1000&decisions=100`);

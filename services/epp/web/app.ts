@@ -15,7 +15,13 @@ const TIMEOUT_MS = 5000;
 const DECISIONS = 20;
 
 const zones = new ZoneCards(byId('zones'));
-const pods = new PodTable(byId<HTMLTableElement>('pods'), byId('pods-range'), byId<HTMLButtonElement>('prev'), byId<HTMLButtonElement>('next'), () => void refresh());
+const pods = new PodTable(
+  byId<HTMLTableElement>('pods'),
+  byId('pods-range'),
+  byId<HTMLButtonElement>('prev'),
+  byId<HTMLButtonElement>('next'),
+  () => void refresh(),
+);
 let fetching = false;
 let again = false;
 
@@ -32,7 +38,14 @@ function renderHeader(state: UiState): void {
   document.title = `Spillway \u00b7 ${state.pool} \u00b7 ${state.zone}`;
   byId('title').textContent = `pool ${state.pool} \u00b7 EPP in ${state.zone}${state.region === null ? '' : ` (${state.region})`}`;
   const { stream } = state;
-  const streamText = stream.connection === 'connected' ? (stream.caughtUp ? (stream.staleForMs === null ? 'events live' : 'events stale') : 'replaying events') : `NATS ${stream.connection}`;
+  const streamText =
+    stream.connection === 'connected'
+      ? stream.caughtUp
+        ? stream.staleForMs === null
+          ? 'events live'
+          : 'events stale'
+        : 'replaying events'
+      : `NATS ${stream.connection}`;
   byId('badges').replaceChildren(
     badge(state.ready ? 'ready' : 'not ready', state.ready ? 'ok' : 'bad'),
     badge(streamText, streamTone(stream)),

@@ -23,7 +23,12 @@ function describeCost(cost: UiCost): string {
 function describeEntry(entry: UiDecision['entries'][number]): string {
   const where = `${entry.pod} (${entry.zone ?? '?'}, ${entry.address})`;
   const cost = entry.cost;
-  const flags = [cost.stale ? 'stale' : '', cost.suspect ? 'suspect' : '', entry.full ? 'full' : '', cost.excluded ? 'excluded' : ''].filter(Boolean);
+  const flags = [
+    cost.stale ? 'stale' : '',
+    cost.suspect ? 'suspect' : '',
+    entry.full ? 'full' : '',
+    cost.excluded ? 'excluded' : '',
+  ].filter(Boolean);
   const why = isCost(cost) ? describeCost(cost) : `score ${cost.score.toFixed(3)}`;
   return `${where} \u2014 ${entry.reason}: ${why}${flags.length > 0 ? ` [${flags.join(', ')}]` : ''}`;
 }

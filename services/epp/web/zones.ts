@@ -80,7 +80,9 @@ export class ZoneCards {
 
   private update(card: ZoneCard, zone: UiZone, second: number): void {
     card.root.classList.toggle('local', zone.local);
-    card.region.textContent = [zone.region === null ? '' : `region ${zone.region}`, zone.local ? 'this EPP' : ''].filter(Boolean).join(' \u00b7 ');
+    card.region.textContent = [zone.region === null ? '' : `region ${zone.region}`, zone.local ? 'this EPP' : '']
+      .filter(Boolean)
+      .join(' \u00b7 ');
     for (const [key, , value] of FIGURES) {
       const node = card.figures.get(key);
       if (node) node.textContent = value(zone);
@@ -111,14 +113,23 @@ export class ZoneCards {
       // The card's own legend (below the chart) names the two lines; uPlot's would take more room than the chart.
       legend: { show: false },
       cursor: { show: false },
-      scales: { x: { time: false }, rps: { range: (_u, _min, max) => [0, Math.max(1, max)] }, waiting: { range: (_u, _min, max) => [0, Math.max(1, max)] } },
+      scales: {
+        x: { time: false },
+        rps: { range: (_u, _min, max) => [0, Math.max(1, max)] },
+        waiting: { range: (_u, _min, max) => [0, Math.max(1, max)] },
+      },
       series: [
         {},
         { label: 'picked/s', scale: 'rps', stroke: '#1d4ed8', width: 1.5, fill: 'rgba(29, 78, 216, 0.08)' },
         { label: 'waiting', scale: 'waiting', stroke: '#dd6b20', width: 1.5, spanGaps: false },
       ],
       axes: [
-        { size: 22, font: '10px system-ui', ticks: { show: false }, values: (_u, splits) => splits.map((v) => (v === 0 ? 'now' : `${v}s`)) },
+        {
+          size: 22,
+          font: '10px system-ui',
+          ticks: { show: false },
+          values: (_u, splits) => splits.map((v) => (v === 0 ? 'now' : `${v}s`)),
+        },
         { scale: 'rps', size: 32, font: '10px system-ui', ticks: { show: false } },
         { scale: 'waiting', side: 1, size: 28, font: '10px system-ui', grid: { show: false }, ticks: { show: false } },
       ],

@@ -14,9 +14,7 @@ const entrySchema = z.object({ address, zone: z.string().min(1).max(253).optiona
 // A bare list, or `{ endpoints: [...] }`; unwrapped first so errors keep their path (`2.address`).
 export const endpointsFileSchema = z.preprocess(
   (raw) =>
-    raw !== null && typeof raw === 'object' && !Array.isArray(raw) && 'endpoints' in raw
-      ? (raw as { endpoints: unknown }).endpoints
-      : raw,
+    raw !== null && typeof raw === 'object' && !Array.isArray(raw) && 'endpoints' in raw ? (raw as { endpoints: unknown }).endpoints : raw,
   z.array(entrySchema),
 );
 

@@ -8,7 +8,8 @@ import type { EppTlsOptions } from './options.js';
 
 export function createEppClient(address: string, tls: EppTlsOptions | undefined): Client {
   const creds = tls === undefined ? credentials.createInsecure() : credentials.createSsl(tls.ca ?? null, tls.key ?? null, tls.cert ?? null);
-  const options = tls?.serverName === undefined ? {} : { 'grpc.ssl_target_name_override': tls.serverName, 'grpc.default_authority': tls.serverName };
+  const options =
+    tls?.serverName === undefined ? {} : { 'grpc.ssl_target_name_override': tls.serverName, 'grpc.default_authority': tls.serverName };
   return new Client(address, creds, options);
 }
 

@@ -37,7 +37,17 @@ export interface ExchangeContext {
 }
 
 // Connection-level headers are not part of the request Envoy hands to filters or upstreams.
-const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'upgrade', 'te', 'trailer', 'expect', 'http2-settings']);
+const HOP_BY_HOP = new Set([
+  'connection',
+  'keep-alive',
+  'proxy-connection',
+  'transfer-encoding',
+  'upgrade',
+  'te',
+  'trailer',
+  'expect',
+  'http2-settings',
+]);
 const EMPTY = new Uint8Array(0);
 
 /** Thrown inside an exchange to stop it with a reply (or silently, when the client is gone). */
@@ -111,7 +121,16 @@ class Exchange {
     } finally {
       this.#close();
       this.#ctx.logger.debug(
-        { method: this.#req.method, path: this.#req.url, status: this.#res.statusCode, destination: this.#destination, served: this.#served, attempts: this.#attempts, ms: Date.now() - this.#started, aborted: this.#gone },
+        {
+          method: this.#req.method,
+          path: this.#req.url,
+          status: this.#res.statusCode,
+          destination: this.#destination,
+          served: this.#served,
+          attempts: this.#attempts,
+          ms: Date.now() - this.#started,
+          aborted: this.#gone,
+        },
         'request',
       );
     }
@@ -204,7 +223,8 @@ class Exchange {
   /** A message from the stream, or a Stop for how it ended. */
   #message(event: StreamEvent, phase: 'request' | 'response'): ProcessingResponse {
     if (this.#gone) throw new Stop(undefined);
-    if (this.#timedOut) throw new Stop(gatewayError(504, 'request_timeout', `no complete response within ${this.#ctx.options.requestTimeoutMs} ms`));
+    if (this.#timedOut)
+      throw new Stop(gatewayError(504, 'request_timeout', `no complete response within ${this.#ctx.options.requestTimeoutMs} ms`));
     if (event.kind === 'message') {
       const response = event.message.response;
       if (response?.$case === 'immediateResponse') {
@@ -219,11 +239,14 @@ class Exchange {
     if (event.kind === 'end') {
       // Envoy would carry on without the processor, but in full duplex it has already drained
       // the body into the stream, so there is nothing left to carry on with.
-      throw new Stop(gatewayError(phase === 'request' ? 503 : 502, 'epp_closed', `the endpoint picker closed the stream during the ${phase} phase`));
+      throw new Stop(
+        gatewayError(phase === 'request' ? 503 : 502, 'epp_closed', `the endpoint picker closed the stream during the ${phase} phase`),
+      );
     }
     const unavailable = event.code === GrpcStatus.UNAVAILABLE;
     this.#ctx.logger.warn({ code: GrpcStatus[event.code], details: event.details, phase }, 'ext_proc stream failed');
-    if (event.code === GrpcStatus.DEADLINE_EXCEEDED) throw new Stop(gatewayError(504, 'epp_timeout', `endpoint picker deadline exceeded: ${event.details}`));
+    if (event.code === GrpcStatus.DEADLINE_EXCEEDED)
+      throw new Stop(gatewayError(504, 'epp_timeout', `endpoint picker deadline exceeded: ${event.details}`));
     throw new Stop(
       gatewayError(
         503,
@@ -234,7 +257,10 @@ class Exchange {
   }
 
   /** The CommonResponse of the reply the protocol allows next; anything else is spurious. */
-  #expect(message: ProcessingResponse, kind: 'requestHeaders' | 'requestBody' | 'responseHeaders' | 'responseBody'): CommonResponse | undefined {
+  #expect(
+    message: ProcessingResponse,
+    kind: 'requestHeaders' | 'requestBody' | 'responseHeaders' | 'responseBody',
+  ): CommonResponse | undefined {
     const response = message.response;
     if (response === undefined || response.$case !== kind) {
       throw this.#violation(`expected a ${kind} response, got ${response?.$case ?? 'an empty response'}`);
@@ -362,7 +388,11 @@ class Exchange {
 
     const upstreamHeaders = responseHeaders(response.headers);
     const { bodiless } = response;
-    const headersMessage = responseHeadersMessage([[':status', String(response.statusCode)], ...upstreamHeaders], bodiless, this.#metadata.forwarded());
+    const headersMessage = responseHeadersMessage(
+      [[':status', String(response.statusCode)], ...upstreamHeaders],
+      bodiless,
+      this.#metadata.forwarded(),
+    );
     const sending = this.#stream.send([headersMessage]).then(() => (bodiless ? undefined : this.#sendResponseBody(response.body)));
     // An upstream that fails mid-body ends the exchange at once, as Envoy resets the downstream
     // stream: the client must not wait for its own timeout on a response that can never complete.
@@ -427,7 +457,10 @@ class Exchange {
   #upstreamReset(address: string, error: UpstreamBodyError): Stop {
     this.#ctx.health.reportFailure(address);
     this.#ctx.stats.upstreamReset();
-    this.#ctx.logger.warn({ endpoint: address, message: error.message, clientHasHeaders: this.#res.headersSent }, 'upstream failed mid-response; ending the client response');
+    this.#ctx.logger.warn(
+      { endpoint: address, message: error.message, clientHasHeaders: this.#res.headersSent },
+      'upstream failed mid-response; ending the client response',
+    );
     return new Stop(gatewayError(502, 'upstream_reset', `upstream ${address} failed during the response: ${error.message}`));
   }
 

@@ -60,8 +60,7 @@ export interface GatewayOptions {
 }
 
 /** GatewayOptions with every default applied. */
-export type ResolvedOptions = Required<Omit<GatewayOptions, 'eppTls' | 'zone' | 'logger'>> &
-  Pick<GatewayOptions, 'eppTls' | 'zone'>;
+export type ResolvedOptions = Required<Omit<GatewayOptions, 'eppTls' | 'zone' | 'logger'>> & Pick<GatewayOptions, 'eppTls' | 'zone'>;
 
 export const DEFAULTS = {
   port: 8080,
@@ -84,8 +83,7 @@ export const DEFAULTS = {
 } as const;
 
 export function resolveOptions(options: GatewayOptions): ResolvedOptions {
-  const pick = <K extends keyof typeof DEFAULTS>(key: K): ResolvedOptions[K] =>
-    (options[key] ?? DEFAULTS[key]) as ResolvedOptions[K];
+  const pick = <K extends keyof typeof DEFAULTS>(key: K): ResolvedOptions[K] => (options[key] ?? DEFAULTS[key]) as ResolvedOptions[K];
   return {
     epp: options.epp,
     eppTls: options.eppTls,

@@ -82,7 +82,8 @@ export class Upstreams {
         headersTimeout: 0,
         bodyTimeout: 0,
       });
-      const bodiless = request.method === 'HEAD' || data.statusCode === 204 || data.statusCode === 304 || data.headers['content-length'] === '0';
+      const bodiless =
+        request.method === 'HEAD' || data.statusCode === 204 || data.statusCode === 304 || data.headers['content-length'] === '0';
       const body = data.body;
       const discard = (): void => {
         if (body.readableEnded || body.destroyed) return;
@@ -91,17 +92,20 @@ export class Upstreams {
         body.destroy();
       };
       // A 5xx is either dropped for the next entry or passed on as is: nothing to wait for.
-      if (bodiless || data.statusCode >= 500) return { ok: true, response: { statusCode: data.statusCode, headers: data.headers, bodiless, body, discard } };
+      if (bodiless || data.statusCode >= 500)
+        return { ok: true, response: { statusCode: data.statusCode, headers: data.headers, bodiless, body, discard } };
       const rest = body[Symbol.asyncIterator]() as AsyncIterator<Uint8Array>;
       const first = await rest.next();
       return { ok: true, response: { statusCode: data.statusCode, headers: data.headers, bodiless, body: resumed(first, rest), discard } };
     } catch (error) {
       if (data !== undefined && !data.body.destroyed) data.body.destroy();
       if (signal.aborted) return { ok: false, reason: 'aborted', message: 'request aborted' };
-      if (perTry.signal.aborted) return { ok: false, reason: 'timeout', message: `no response within the ${this.#options.perTryTimeoutMs} ms per-try timeout` };
+      if (perTry.signal.aborted)
+        return { ok: false, reason: 'timeout', message: `no response within the ${this.#options.perTryTimeoutMs} ms per-try timeout` };
       const code = (error as { code?: unknown }).code;
       const message = error instanceof Error ? error.message : String(error);
-      if (typeof code === 'string' && CONNECT_ERRORS.has(code)) return { ok: false, reason: 'connect-failure', message: `${code}: ${message}` };
+      if (typeof code === 'string' && CONNECT_ERRORS.has(code))
+        return { ok: false, reason: 'connect-failure', message: `${code}: ${message}` };
       if (typeof code === 'string' && TIMEOUT_ERRORS.has(code)) return { ok: false, reason: 'timeout', message };
       const before = data === undefined ? 'before the response headers' : 'after the response headers, before the body';
       return { ok: false, reason: 'reset', message: `${typeof code === 'string' ? `${code}: ` : ''}${message} (${before})` };

@@ -54,9 +54,18 @@ describe('parseGatewayArgs', () => {
   const endpoints = file('endpoints.yaml', '- { address: 10.0.0.1:8000, zone: a }\n- address: "[::1]:8001"\n  pod: p\n');
 
   it('reads flags, environment and the endpoints file', () => {
-    const parsed = parseGatewayArgs(['--epp', 'localhost:9002', '--endpoints', endpoints, '--zone', 'a', '--subset-hint', 'off'], { SPILLWAY_RETRIES: '4' });
+    const parsed = parseGatewayArgs(['--epp', 'localhost:9002', '--endpoints', endpoints, '--zone', 'a', '--subset-hint', 'off'], {
+      SPILLWAY_RETRIES: '4',
+    });
     if (parsed.help) throw new Error('unexpected help');
-    expect(parsed.options).toMatchObject({ epp: 'localhost:9002', zone: 'a', subsetHint: false, retries: 4, port: 8080, host: '127.0.0.1' });
+    expect(parsed.options).toMatchObject({
+      epp: 'localhost:9002',
+      zone: 'a',
+      subsetHint: false,
+      retries: 4,
+      port: 8080,
+      host: '127.0.0.1',
+    });
     expect(parsed.options.endpoints).toEqual([{ address: '10.0.0.1:8000', zone: 'a' }, { address: '[::1]:8001' }]);
     expect(parsed.options.eppTls).toBeUndefined();
   });
@@ -81,7 +90,9 @@ describe('parseGatewayArgs', () => {
   }
 
   it('names the environment variable when that is where the bad value came from', () => {
-    expect(() => parseGatewayArgs(['--epp', 'h:1', '--endpoints', endpoints], { SPILLWAY_HEALTH_INTERVAL_MS: 'soon' })).toThrow(/SPILLWAY_HEALTH_INTERVAL_MS/);
+    expect(() => parseGatewayArgs(['--epp', 'h:1', '--endpoints', endpoints], { SPILLWAY_HEALTH_INTERVAL_MS: 'soon' })).toThrow(
+      /SPILLWAY_HEALTH_INTERVAL_MS/,
+    );
   });
 });
 
@@ -93,7 +104,17 @@ describe('spillway-gateway binary', () => {
   it('prints help listing its flags and environment variables', async () => {
     const result = await finished(run(['--help']));
     expect(result.code).toBe(0);
-    for (const flag of ['--epp', '--endpoints', '--zone', '--retries', '--subset-hint', '--health-interval-ms', '--request-timeout-ms', '--log-level', 'SPILLWAY_EPP']) {
+    for (const flag of [
+      '--epp',
+      '--endpoints',
+      '--zone',
+      '--retries',
+      '--subset-hint',
+      '--health-interval-ms',
+      '--request-timeout-ms',
+      '--log-level',
+      'SPILLWAY_EPP',
+    ]) {
       expect(result.stdout).toContain(flag);
     }
     expect(result.stdout).toMatch(/development/i);

@@ -61,7 +61,9 @@ describe('EPP answers and failures', () => {
       // A plain body response instead of streamed_response: Envoy calls this a spurious message.
       tamper: (responses) =>
         responses.map((r) =>
-          r.response?.$case === 'requestBody' ? { ...r, response: { $case: 'requestBody', value: { response: { status: 0, clearRouteCache: false } } } } : r,
+          r.response?.$case === 'requestBody'
+            ? { ...r, response: { $case: 'requestBody', value: { response: { status: 0, clearRouteCache: false } } } }
+            : r,
         ),
     }));
     const gw = await gateway({ epp: epp.address, endpoints: [{ address: upstream.address }] });
@@ -77,7 +79,8 @@ describe('EPP answers and failures', () => {
       destination: upstream.address,
       tamper: (responses) => {
         const first = responses[0];
-        const option = first?.response?.$case === 'requestHeaders' ? first.response.value.response?.headerMutation?.setHeaders[0] : undefined;
+        const option =
+          first?.response?.$case === 'requestHeaders' ? first.response.value.response?.headerMutation?.setHeaders[0] : undefined;
         if (option?.header) option.header.value = 'also-set';
         return responses;
       },

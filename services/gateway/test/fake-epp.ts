@@ -91,7 +91,12 @@ export async function startFakeEpp(decide: Decide, credentials = ServerCredentia
         return;
       }
       const forwarded = decision.body ?? received;
-      let responses = routedResponses({ mode, destination: decision.destination, body: forwarded, bodyChanged: decision.body !== undefined });
+      let responses = routedResponses({
+        mode,
+        destination: decision.destination,
+        body: forwarded,
+        bodyChanged: decision.body !== undefined,
+      });
       responses = applyVia(responses, decision.via ?? 'both');
       send(decision.tamper ? decision.tamper(responses) : responses);
     };

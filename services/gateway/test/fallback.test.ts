@@ -31,7 +31,7 @@ describe('fallback along the destination list', () => {
     expect(stats.retries).toBe(1);
   });
 
-  it('when every listed endpoint refuses, its local 503 goes through ext_proc as Envoy\'s does, naming the last host tried', async () => {
+  it("when every listed endpoint refuses, its local 503 goes through ext_proc as Envoy's does, naming the last host tried", async () => {
     const [first, second] = [await deadAddress(), await deadAddress()];
     const epp = await fakeEpp(() => ({ destination: `${first},${second}` }));
     const gw = await gateway({ epp: epp.address, endpoints: [{ address: first }, { address: second }] });
@@ -58,7 +58,10 @@ describe('fallback along the destination list', () => {
       zone: 'z',
       outlierFailures: 1,
       outlierEjectionMs: 60_000,
-      endpoints: [{ address: failing.address, zone: 'z' }, { address: live.address, zone: 'z' }],
+      endpoints: [
+        { address: failing.address, zone: 'z' },
+        { address: live.address, zone: 'z' },
+      ],
     });
     expect(gw.subsetHint()).toEqual([failing.address, live.address]);
     const res = await post(`${gw.url}/v1/completions`, completion());
@@ -155,7 +158,11 @@ describe('fallback along the destination list', () => {
     const live = await sim();
     await fetch(`${stalled.url}/admin/fault`, { method: 'POST', body: JSON.stringify({ stall: true }) });
     const epp = await fakeEpp(() => ({ destination: `${stalled.address},${live.address}` }));
-    const gw = await gateway({ epp: epp.address, perTryTimeoutMs: 200, endpoints: [{ address: stalled.address }, { address: live.address }] });
+    const gw = await gateway({
+      epp: epp.address,
+      perTryTimeoutMs: 200,
+      endpoints: [{ address: stalled.address }, { address: live.address }],
+    });
     const res = await post(`${gw.url}/v1/completions`, completion());
     expect(res.status).toBe(200);
     expect(res.headers.get('x-spillway-served-endpoint')).toBe(live.address);

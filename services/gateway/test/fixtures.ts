@@ -54,7 +54,9 @@ export async function gateway(options: Partial<GatewayOptions> & Pick<GatewayOpt
 }
 
 /** A hand-driven model server, for behaviour the simulator cannot be made to show. */
-export async function rawUpstream(handler: (req: IncomingMessage, res: ServerResponse) => void): Promise<{ address: string; server: Server }> {
+export async function rawUpstream(
+  handler: (req: IncomingMessage, res: ServerResponse) => void,
+): Promise<{ address: string; server: Server }> {
   const server = createServer(handler);
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   onCleanup(

@@ -117,7 +117,11 @@ describe('forwarding', () => {
   it('passes the upstream status and headers through, and answers HEAD without a body', async () => {
     const upstream = await rawUpstream((req, res) => {
       req.resume();
-      req.on('end', () => res.writeHead(418, { 'x-upstream': 'teapot', 'content-type': 'text/plain' }).end(req.method === 'HEAD' ? undefined : 'short and stout'));
+      req.on('end', () =>
+        res
+          .writeHead(418, { 'x-upstream': 'teapot', 'content-type': 'text/plain' })
+          .end(req.method === 'HEAD' ? undefined : 'short and stout'),
+      );
     });
     const epp = await fakeEpp(() => ({ destination: upstream.address }));
     const gw = await gateway({ epp: epp.address, endpoints: [{ address: upstream.address }] });

@@ -19,7 +19,10 @@ describe('health view', () => {
       healthIntervalMs: 30,
       healthTimeoutMs: 100,
       unhealthyThreshold: 2,
-      endpoints: [{ address: a.address, zone: 'z' }, { address: b.address, zone: 'z' }],
+      endpoints: [
+        { address: a.address, zone: 'z' },
+        { address: b.address, zone: 'z' },
+      ],
     });
     expect(gw.subsetHint()).toEqual([a.address, b.address]);
 
@@ -33,7 +36,9 @@ describe('health view', () => {
     await setStall(a.url, false);
     await eventually(() => expect(gw.subsetHint()).toEqual([a.address, b.address]));
     expect((await post(`${gw.url}/v1/completions`, completion())).status).toBe(200);
-    expect(epp.streams.at(-1)?.messages[0]?.metadataContext?.filterMetadata[SUBSET_NAMESPACE]).toEqual({ [SUBSET_KEY]: [a.address, b.address] });
+    expect(epp.streams.at(-1)?.messages[0]?.metadataContext?.filterMetadata[SUBSET_NAMESPACE]).toEqual({
+      [SUBSET_KEY]: [a.address, b.address],
+    });
   });
 
   it('counts a non-2xx /health answer as a failed check', async () => {

@@ -7,7 +7,8 @@ import { messagesOf } from './fake-epp.js';
 import { completion, deadAddress, fakeEpp, gateway, post, rawUpstream, sim, utf8 } from './fixtures.js';
 
 function headersOf(message: ProcessingRequest | undefined): HttpHeaders {
-  if (message?.request?.$case !== 'requestHeaders' && message?.request?.$case !== 'responseHeaders') throw new Error('not a headers message');
+  if (message?.request?.$case !== 'requestHeaders' && message?.request?.$case !== 'responseHeaders')
+    throw new Error('not a headers message');
   return message.request.value;
 }
 function bodyOf(message: ProcessingRequest): HttpBody {
@@ -180,7 +181,10 @@ describe('ext_proc messages', () => {
       zone: 'zone-a',
       healthIntervalMs: 60_000,
       unhealthyThreshold: 1,
-      endpoints: [{ address: await deadAddress(), zone: 'zone-a' }, { address: remote.address, zone: 'zone-b' }],
+      endpoints: [
+        { address: await deadAddress(), zone: 'zone-a' },
+        { address: remote.address, zone: 'zone-b' },
+      ],
     });
     expect((await post(`${gw.url}/v1/completions`, completion())).status).toBe(200);
     expect(epp.streams[0]?.messages[0]?.metadataContext?.filterMetadata[SUBSET_NAMESPACE]).toEqual({ [SUBSET_KEY]: [] });
@@ -195,7 +199,10 @@ describe('ext_proc messages', () => {
     });
     const epp = await fakeEpp(() => ({ destination: upstream.address }));
     const gw = await gateway({ epp: epp.address, endpoints: [{ address: upstream.address }] });
-    const res = await post(`${gw.url}/v1/completions`, completion(), { 'x-gateway-destination-endpoint-subset': '10.0.0.1:80', 'x-keep': '1' });
+    const res = await post(`${gw.url}/v1/completions`, completion(), {
+      'x-gateway-destination-endpoint-subset': '10.0.0.1:80',
+      'x-keep': '1',
+    });
     expect(await res.text()).toBe('ok');
     expect(seen[0]?.['x-keep']).toBe('1');
     expect(Object.keys(seen[0] ?? {}).filter((k) => k.startsWith('x-gateway-destination-endpoint'))).toEqual([]);

@@ -48,10 +48,15 @@ async function simProcess(args: string[] = []): Promise<SimProcess> {
   throw new Error('spillway-sim exited without logging its URL');
 }
 
-const streaming = (maxTokens: number): string => JSON.stringify({ model: MODEL, prompt: 'tell me a long story', max_tokens: maxTokens, stream: true });
+const streaming = (maxTokens: number): string =>
+  JSON.stringify({ model: MODEL, prompt: 'tell me a long story', max_tokens: maxTokens, stream: true });
 
 /** Reads an SSE body until `until` holds for the text so far, or the body ends or fails. */
-async function readUntil(reader: ReadableStreamDefaultReader<Uint8Array>, until: (text: string) => boolean, seen = ''): Promise<{ text: string; outcome: 'matched' | 'ended' | 'failed' }> {
+async function readUntil(
+  reader: ReadableStreamDefaultReader<Uint8Array>,
+  until: (text: string) => boolean,
+  seen = '',
+): Promise<{ text: string; outcome: 'matched' | 'ended' | 'failed' }> {
   let text = seen;
   const decoder = new TextDecoder();
   for (;;) {
@@ -83,7 +88,11 @@ describe('an upstream that dies during the response', () => {
     const dying = await simProcess();
     const live = await sim();
     const epp = await fakeEpp(() => ({ destination: `${dying.address},${live.address}` }));
-    const gw = await gateway({ epp: epp.address, requestTimeoutMs: 120_000, endpoints: [{ address: dying.address }, { address: live.address }] });
+    const gw = await gateway({
+      epp: epp.address,
+      requestTimeoutMs: 120_000,
+      endpoints: [{ address: dying.address }, { address: live.address }],
+    });
 
     const res = await post(`${gw.url}/v1/completions`, streaming(200));
     expect(res.status).toBe(200);
@@ -94,7 +103,10 @@ describe('an upstream that dies during the response', () => {
 
     await dying.kill();
     // The stream can only end incomplete (no [DONE]); before the fix it stayed open for 120 s.
-    const rest = await within(15_000, readUntil(reader, (text) => text.includes('[DONE]'), started.text));
+    const rest = await within(
+      15_000,
+      readUntil(reader, (text) => text.includes('[DONE]'), started.text),
+    );
     expect(rest).not.toBe('still-open');
     if (rest !== 'still-open') {
       expect(rest.outcome).not.toBe('matched');
@@ -115,7 +127,11 @@ describe('an upstream that dies during the response', () => {
     const hog = await post(`${dying.url}/v1/completions`, streaming(200));
     expect(hog.status).toBe(200);
     const epp = await fakeEpp(() => ({ destination: `${dying.address},${live.address}` }));
-    const gw = await gateway({ epp: epp.address, requestTimeoutMs: 120_000, endpoints: [{ address: dying.address }, { address: live.address }] });
+    const gw = await gateway({
+      epp: epp.address,
+      requestTimeoutMs: 120_000,
+      endpoints: [{ address: dying.address }, { address: live.address }],
+    });
 
     const pending = post(`${gw.url}/v1/completions`, streaming(5));
     await eventually(async () => {

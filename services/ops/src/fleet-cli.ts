@@ -3,7 +3,16 @@ import type { NatsConnection } from '@nats-io/nats-core';
 import { CliError, parseCommandLine, renderHelp, type FlagSpecs, type FlagValues } from '@spillway/cli';
 import { Fleet } from '@spillway/fleet';
 import { z } from 'zod';
-import { connectNats, DEFAULT_STREAM, natsFlags, natsSettingsFromValues, startReader, streamNameSchema, type Environment, type NatsSettings } from '@spillway/bus';
+import {
+  connectNats,
+  DEFAULT_STREAM,
+  natsFlags,
+  natsSettingsFromValues,
+  startReader,
+  streamNameSchema,
+  type Environment,
+  type NatsSettings,
+} from '@spillway/bus';
 import { followInFlight } from './in-flight.js';
 import { fleetRows, renderFleetStatus, renderFleetTable } from './table.js';
 
@@ -16,13 +25,22 @@ const ms = (min: number) =>
 /** spillway-fleet's flags, each also `SPILLWAY_<FLAG>`; the NATS flags come from `natsFlags`. */
 export const fleetFlags = {
   pool: { description: 'pool to show (required)', schema: z.string().min(1), placeholder: 'P' },
-  stream: { description: `JetStream stream (default ${DEFAULT_STREAM})`, schema: streamNameSchema.default(DEFAULT_STREAM), placeholder: 'NAME' },
+  stream: {
+    description: `JetStream stream (default ${DEFAULT_STREAM})`,
+    schema: streamNameSchema.default(DEFAULT_STREAM),
+    placeholder: 'NAME',
+  },
   once: { description: 'print once after the replay caught up, then exit', schema: z.boolean().default(false), boolean: true },
   interval: { description: 'redraw period when following (default 1000)', schema: ms(50).default(1000), placeholder: 'MS' },
-  timeout: { description: 'with --once: give up when not caught up after MS (default 15000)', schema: ms(1).default(15_000), placeholder: 'MS' },
+  timeout: {
+    description: 'with --once: give up when not caught up after MS (default 15000)',
+    schema: ms(1).default(15_000),
+    placeholder: 'MS',
+  },
   staleAfter: { description: 'metrics older than this are marked STALE (default 1000)', schema: ms(1).default(1000), placeholder: 'MS' },
   inFlight: {
-    description: "show requests in flight per pod as the pool's EPPs see them together (asks them, then follows their shared state; needs a user that may publish spillway.state subjects); default true",
+    description:
+      "show requests in flight per pod as the pool's EPPs see them together (asks them, then follows their shared state; needs a user that may publish spillway.state subjects); default true",
     schema: z.union([z.boolean(), z.enum(['true', 'false']).transform((v) => v === 'true')]).default(true),
     placeholder: 'true|false',
   },
@@ -41,7 +59,9 @@ export const FLEET_USAGE = renderHelp(
 );
 
 type FleetFlagValues = FlagValues<typeof fleetFlags>;
-export type FleetCliOptions = Pick<FleetFlagValues, 'pool' | 'stream' | 'once' | 'interval' | 'timeout' | 'staleAfter' | 'inFlight'> & { nats: NatsSettings };
+export type FleetCliOptions = Pick<FleetFlagValues, 'pool' | 'stream' | 'once' | 'interval' | 'timeout' | 'staleAfter' | 'inFlight'> & {
+  nats: NatsSettings;
+};
 
 /** Parses argv (without node and script); throws CliError naming the bad flag; undefined for --help (or -h). */
 export function parseFleetArgs(argv: readonly string[], env: Environment): FleetCliOptions | undefined {
@@ -89,7 +109,9 @@ export async function runFleetCli(argv: string[], io: CliIo): Promise<number> {
   if (nc === 'timeout' || nc instanceof Error) {
     // A connect still retrying in the background is abandoned; main() exits the process.
     connecting.then((late) => late.close()).catch(() => undefined);
-    io.err(`spillway-fleet: cannot connect to ${options.nats.servers.join(',')}: ${nc === 'timeout' ? `no connection after ${options.timeout} ms` : nc.message}\n`);
+    io.err(
+      `spillway-fleet: cannot connect to ${options.nats.servers.join(',')}: ${nc === 'timeout' ? `no connection after ${options.timeout} ms` : nc.message}\n`,
+    );
     return 1;
   }
   try {
@@ -99,14 +121,22 @@ export async function runFleetCli(argv: string[], io: CliIo): Promise<number> {
   }
 }
 
-async function show(nc: NatsConnection, options: FleetCliOptions, io: CliIo, now: () => number, deadline: Promise<'timeout'>): Promise<number> {
+async function show(
+  nc: NatsConnection,
+  options: FleetCliOptions,
+  io: CliIo,
+  now: () => number,
+  deadline: Promise<'timeout'>,
+): Promise<number> {
   // Read-only: an operator tool must not create the stream, so a missing one is an error here.
   const jsm = await jetstreamManager(nc, { checkAPI: false });
   try {
     await jsm.streams.info(options.stream);
   } catch (error) {
     const missing = error instanceof JetStreamApiError && error.code === 10059;
-    io.err(`spillway-fleet: ${missing ? `stream ${options.stream} not found` : `cannot read stream ${options.stream}: ${(error as Error).message}`}\n`);
+    io.err(
+      `spillway-fleet: ${missing ? `stream ${options.stream} not found` : `cannot read stream ${options.stream}: ${(error as Error).message}`}\n`,
+    );
     return 1;
   }
   const fleet = new Fleet({ staleAfterMs: options.staleAfter });

@@ -96,7 +96,9 @@ export function followInFlight(nc: NatsConnection, pool: string, now: () => numb
     if (decoded.ok && decoded.batch.pool === pool) view.apply(decoded.batch, now());
     else view.rejected++;
   };
-  const live: Subscription = nc.subscribe(statePoolFilter(pool), { callback: (error, msg) => (error ? undefined : onBatch(msg.data, msg.subject)) });
+  const live: Subscription = nc.subscribe(statePoolFilter(pool), {
+    callback: (error, msg) => (error ? undefined : onBatch(msg.data, msg.subject)),
+  });
   const self = { pool, zone: 'ops', epp: `spillway-fleet-${randomBytes(4).toString('hex')}` };
   const inbox = createInbox();
   let finish!: () => void;
@@ -117,7 +119,9 @@ export function followInFlight(nc: NatsConnection, pool: string, now: () => numb
     if (!nc.isClosed()) replies.unsubscribe();
   });
   try {
-    nc.publish(stateSyncSubjectFor(self), encodeStateBatch({ v: 1, ...self, seq: 0, sentAt: now(), entries: [], want: 'in-flight' }), { reply: inbox });
+    nc.publish(stateSyncSubjectFor(self), encodeStateBatch({ v: 1, ...self, seq: 0, sentAt: now(), entries: [], want: 'in-flight' }), {
+      reply: inbox,
+    });
   } catch {
     finish();
   }

@@ -18,8 +18,12 @@ import type { CliIo } from './fleet-cli.js';
 
 /** spillway-provision's flags, each also `SPILLWAY_<FLAG>`; the NATS flags come from `natsFlags`. */
 export const provisionFlags = {
-  zone: { description: "the zone whose server this is (its JetStream domain) (required)", schema: z.string().min(1), placeholder: 'Z' },
-  zones: { description: 'every zone of the topology, this one included (required)', schema: commaList().pipe(z.array(z.string()).min(1, 'name at least one zone')), placeholder: 'a,b,c' },
+  zone: { description: 'the zone whose server this is (its JetStream domain) (required)', schema: z.string().min(1), placeholder: 'Z' },
+  zones: {
+    description: 'every zone of the topology, this one included (required)',
+    schema: commaList().pipe(z.array(z.string()).min(1, 'name at least one zone')),
+    placeholder: 'a,b,c',
+  },
   aggregateStream: {
     description: `name of the local aggregate the EPPs read (default ${AGGREGATE_STREAM})`,
     schema: streamNameSchema.default(AGGREGATE_STREAM),
@@ -37,7 +41,7 @@ export const PROVISION_USAGE = renderHelp(
   'spillway-provision',
   [
     "Creates one zone's streams in the per-zone NATS topology (a JetStream domain per zone, leaf nodes",
-    'to a hub): the zone stream SPILLWAY_<ZONE> (this zone\'s subjects) and the local aggregate that',
+    "to a hub): the zone stream SPILLWAY_<ZONE> (this zone's subjects) and the local aggregate that",
     "sources every zone's stream. Existing streams are left alone, so it is safe to run again. Connect",
     "as the zone's admin user (--nats-user/--nats-password or NATS_USER/NATS_PASSWORD). It retries",
     'until the server answers or --timeout passes (a Job may start before NATS). -h is short for --help.',
@@ -45,7 +49,9 @@ export const PROVISION_USAGE = renderHelp(
   provisionFlags,
 );
 
-export type ProvisionCliOptions = Pick<FlagValues<typeof provisionFlags>, 'zone' | 'zones' | 'aggregateStream' | 'timeout'> & { nats: NatsSettings };
+export type ProvisionCliOptions = Pick<FlagValues<typeof provisionFlags>, 'zone' | 'zones' | 'aggregateStream' | 'timeout'> & {
+  nats: NatsSettings;
+};
 
 /** Parses argv (without node and script); throws CliError naming the bad flag; undefined for --help (or -h). */
 export function parseProvisionArgs(argv: readonly string[], env: Environment): ProvisionCliOptions | undefined {
@@ -87,7 +93,9 @@ export async function runProvisionCli(argv: string[], io: Pick<CliIo, 'env' | 'o
   const nc = await Promise.race([connecting, expired]).catch((error: Error) => error);
   if (nc === 'timeout' || nc instanceof Error) {
     connecting.then((late) => late.close()).catch(() => undefined);
-    io.err(`spillway-provision: cannot connect to ${options.nats.servers.join(',')}: ${nc === 'timeout' ? `no connection after ${options.timeout} ms` : nc.message}\n`);
+    io.err(
+      `spillway-provision: cannot connect to ${options.nats.servers.join(',')}: ${nc === 'timeout' ? `no connection after ${options.timeout} ms` : nc.message}\n`,
+    );
     return 1;
   }
   try {
@@ -106,7 +114,12 @@ export async function runProvisionCli(argv: string[], io: Pick<CliIo, 'env' | 'o
  * JetStream answers a moment after the server accepts clients, so a failed attempt is retried
  * (every second) until the deadline; a permissions error is final, since retrying cannot fix it.
  */
-async function provisionUntil(nc: NatsConnection, options: ProvisionCliOptions, deadline: number, io: Pick<CliIo, 'err'>): Promise<ProvisionResult> {
+async function provisionUntil(
+  nc: NatsConnection,
+  options: ProvisionCliOptions,
+  deadline: number,
+  io: Pick<CliIo, 'err'>,
+): Promise<ProvisionResult> {
   for (let attempt = 1; ; attempt++) {
     try {
       const jsm = await jetstreamManager(nc);
@@ -114,7 +127,8 @@ async function provisionUntil(nc: NatsConnection, options: ProvisionCliOptions, 
     } catch (error) {
       const message = (error as Error).message;
       if (/permissions violation/i.test(message) || Date.now() + 1000 > deadline) throw error;
-      if (attempt === 1) io.err(`spillway-provision: ${options.zone}: not yet (${message}); retrying until ${options.timeout} ms have passed\n`);
+      if (attempt === 1)
+        io.err(`spillway-provision: ${options.zone}: not yet (${message}); retrying until ${options.timeout} ms have passed\n`);
       await sleep(1000);
     }
   }

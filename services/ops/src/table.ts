@@ -107,6 +107,12 @@ export function renderFleetStatus(
     `connection ${status.connection}  reconnects ${status.reconnects}  ${status.caughtUp ? 'caught up' : 'replaying'}  seq ${status.lastSequence}${staleness}`,
     `pods ${rows.length}  ready ${ready}  stale metrics ${stale}`,
     `events applied ${counters.applied}  ignored ${counters.ignored}  rejected ${counters.rejected}${rejected ? ` (${rejected})` : ''}  future ${counters.future}  over capacity ${counters.overCapacity}`,
-    ...(shared === undefined ? [] : [shared.epps === 0 ? 'in flight: no EPP shares its state' : `in flight ${shared.inFlight} over ${shared.epps} EPP${shared.epps === 1 ? '' : 's'} (their shared state)`]),
+    ...(shared === undefined
+      ? []
+      : [
+          shared.epps === 0
+            ? 'in flight: no EPP shares its state'
+            : `in flight ${shared.inFlight} over ${shared.epps} EPP${shared.epps === 1 ? '' : 's'} (their shared state)`,
+        ]),
   ].join('\n');
 }

@@ -11,16 +11,42 @@ import { envoyRequestMessages, eventually, startNatsServer, TestPublisher, type 
 import pino from 'pino';
 import { PoolInFlight, runFleetCli } from '../src/index.js';
 
-const batch = (epp: string, entries: StateBatch['entries'], snapshot?: { last: boolean }): StateBatch => ({ v: 1, pool: 'llama', zone: 'zone-a', epp, seq: 1, sentAt: 0, entries, ...(snapshot ? { snapshot } : {}) });
+const batch = (epp: string, entries: StateBatch['entries'], snapshot?: { last: boolean }): StateBatch => ({
+  v: 1,
+  pool: 'llama',
+  zone: 'zone-a',
+  epp,
+  seq: 1,
+  sentAt: 0,
+  entries,
+  ...(snapshot ? { snapshot } : {}),
+});
 
 describe('PoolInFlight', () => {
   it("counts each EPP's open requests per endpoint; a release is not revived by an older snapshot; silent EPPs go", () => {
     const view = new PoolInFlight();
-    view.apply(batch('e1', [[1, 1, 'zone-a', 'a0', 0, []], [1, 2, 'zone-a', 'a0', 0, []], [1, 3, 'zone-b', 'b0', 0, []]]), 1000);
+    view.apply(
+      batch('e1', [
+        [1, 1, 'zone-a', 'a0', 0, []],
+        [1, 2, 'zone-a', 'a0', 0, []],
+        [1, 3, 'zone-b', 'b0', 0, []],
+      ]),
+      1000,
+    );
     view.apply(batch('e2', [[1, 1, 'zone-a', 'a0', 0, []]]), 1000);
     view.apply(batch('e1', [[2, 2, 5]]), 1100);
     // A snapshot taken before that release arrives late: request 2 stays released.
-    view.apply(batch('e1', [[1, 2, 'zone-a', 'a0', 0, []], [3, 'zone-a', 'a0', 9]], { last: true }), 1200);
+    view.apply(
+      batch(
+        'e1',
+        [
+          [1, 2, 'zone-a', 'a0', 0, []],
+          [3, 'zone-a', 'a0', 9],
+        ],
+        { last: true },
+      ),
+      1200,
+    );
     expect(Object.fromEntries(view.byEndpoint())).toEqual({ 'zone-a/a0': 2, 'zone-b/b0': 1 });
     expect([view.eppCount, view.total]).toEqual([2, 3]);
     view.prune(6001);
@@ -38,7 +64,25 @@ const epps: RunningEpp[] = [];
 const clients: ExternalProcessorClient[] = [];
 
 async function startZoneEpp(): Promise<RunningEpp> {
-  const config = loadEppConfig(['--pool', 'llama', '--zone', 'zone-a', '--nats', nats.url, '--host', '127.0.0.1', '--grpc-port', '0', '--health-port', '0', '--metrics-port', '0'], {});
+  const config = loadEppConfig(
+    [
+      '--pool',
+      'llama',
+      '--zone',
+      'zone-a',
+      '--nats',
+      nats.url,
+      '--host',
+      '127.0.0.1',
+      '--grpc-port',
+      '0',
+      '--health-port',
+      '0',
+      '--metrics-port',
+      '0',
+    ],
+    {},
+  );
   if (!config) throw new Error('unexpected --help');
   const epp = await startEpp(config, { logger: pino({ level: 'silent' }), tickMs: 50 });
   epps.push(epp);
@@ -82,7 +126,11 @@ describe('spillway-fleet --once', () => {
     await hold(two, '10.0.1.1:8000');
     const answered = [one.sharedState?.syncAnswered ?? 0, two.sharedState?.syncAnswered ?? 0];
     let out = '';
-    const code = await runFleetCli(['--nats', nats.url, '--pool', 'llama', '--once'], { env: {}, out: (t) => (out += t), err: () => undefined });
+    const code = await runFleetCli(['--nats', nats.url, '--pool', 'llama', '--once'], {
+      env: {},
+      out: (t) => (out += t),
+      err: () => undefined,
+    });
     expect(code).toBe(0);
     expect(out).toContain('in flight 5 over 2 EPPs (their shared state)');
     expect(out).toMatch(/^zone-a\s+a0\s+10\.0\.1\.1:8000\s+ready\s+0\s+0\s+0\.0%\s+4\s/m);
@@ -91,7 +139,11 @@ describe('spillway-fleet --once', () => {
     expect([one.sharedState?.syncAnswered, two.sharedState?.syncAnswered]).toEqual(answered.map((n) => n + 1));
     // --in-flight false: the column says unknown.
     out = '';
-    await runFleetCli(['--nats', nats.url, '--pool', 'llama', '--once', '--in-flight', 'false'], { env: {}, out: (t) => (out += t), err: () => undefined });
+    await runFleetCli(['--nats', nats.url, '--pool', 'llama', '--once', '--in-flight', 'false'], {
+      env: {},
+      out: (t) => (out += t),
+      err: () => undefined,
+    });
     expect(out).toMatch(/^zone-a\s+a0\s+10\.0\.1\.1:8000\s+ready\s+0\s+0\s+0\.0%\s+-\s/m);
     expect(out).not.toContain('in flight');
   }, 30_000);

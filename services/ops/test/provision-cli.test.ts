@@ -31,7 +31,7 @@ async function run(argv: string[], env: Record<string, string> = {}): Promise<{ 
 }
 
 describe('spillway-provision', () => {
-  it("creates the zone stream and the local aggregate, then leaves them alone on a second run", async () => {
+  it('creates the zone stream and the local aggregate, then leaves them alone on a second run', async () => {
     const args = ['--nats', server.url, '--zone', 'zone-a', '--zones', 'zone-a,zone-b,zone-c'];
     const first = await run(args);
     expect(first).toMatchObject({ code: 0, err: '' });
@@ -47,16 +47,33 @@ describe('spillway-provision', () => {
   });
 
   it('takes its flags from SPILLWAY_* variables too', async () => {
-    const result = await run([], { SPILLWAY_NATS: server.url, SPILLWAY_ZONE: 'zone-b', SPILLWAY_ZONES: 'zone-a,zone-b', SPILLWAY_AGGREGATE_STREAM: 'AGG_B' });
+    const result = await run([], {
+      SPILLWAY_NATS: server.url,
+      SPILLWAY_ZONE: 'zone-b',
+      SPILLWAY_ZONES: 'zone-a,zone-b',
+      SPILLWAY_AGGREGATE_STREAM: 'AGG_B',
+    });
     expect(result).toMatchObject({ code: 0, out: 'zone-b: created [SPILLWAY_ZONE-B, AGG_B], existing []\n' });
   });
 
   it('rejects bad flags with exit 2, naming the flag', async () => {
     expect(await run(['--nats', server.url, '--zone', 'zone-a'])).toMatchObject({ code: 2, err: expect.stringMatching(/zones/) });
-    expect(await run(['--nats', server.url, '--zone', 'zone-d', '--zones', 'zone-a,zone-b'])).toMatchObject({ code: 2, err: expect.stringMatching(/^error: --zones: must include --zone zone-d/) });
-    expect(await run(['--nats', server.url, '--zone', 'zone.a', '--zones', 'zone.a'])).toMatchObject({ code: 2, err: expect.stringMatching(/^error: --zone: zone "zone.a"/) });
-    expect(await run(['--nats', server.url, '--zone', 'hub', '--zones', 'hub'])).toMatchObject({ code: 2, err: expect.stringMatching(/reserved/) });
-    expect(await run(['--zone', 'a', '--zones', 'a', '--timeout', 'soon'])).toMatchObject({ code: 2, err: expect.stringMatching(/--timeout/) });
+    expect(await run(['--nats', server.url, '--zone', 'zone-d', '--zones', 'zone-a,zone-b'])).toMatchObject({
+      code: 2,
+      err: expect.stringMatching(/^error: --zones: must include --zone zone-d/),
+    });
+    expect(await run(['--nats', server.url, '--zone', 'zone.a', '--zones', 'zone.a'])).toMatchObject({
+      code: 2,
+      err: expect.stringMatching(/^error: --zone: zone "zone.a"/),
+    });
+    expect(await run(['--nats', server.url, '--zone', 'hub', '--zones', 'hub'])).toMatchObject({
+      code: 2,
+      err: expect.stringMatching(/reserved/),
+    });
+    expect(await run(['--zone', 'a', '--zones', 'a', '--timeout', 'soon'])).toMatchObject({
+      code: 2,
+      err: expect.stringMatching(/--timeout/),
+    });
   });
 
   it('exits 1 when the server cannot be reached before --timeout', async () => {

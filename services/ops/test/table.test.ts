@@ -46,7 +46,18 @@ describe('fleet table', () => {
   it('renders aligned columns with a header, percentages, ages, dashes and STALE', () => {
     const text = renderFleetTable([
       row({ pod: 'vllm-a-0', kvCacheUsage: 0.431 }),
-      row({ zone: 'zone-b', pod: 'x', address: '[fd00::1]:8000', ready: 'not ready', waiting: undefined, running: undefined, kvCacheUsage: undefined, inFlight: undefined, metricsAgeMs: undefined, stale: true }),
+      row({
+        zone: 'zone-b',
+        pod: 'x',
+        address: '[fd00::1]:8000',
+        ready: 'not ready',
+        waiting: undefined,
+        running: undefined,
+        kvCacheUsage: undefined,
+        inFlight: undefined,
+        metricsAgeMs: undefined,
+        stale: true,
+      }),
     ]);
     const lines = text.split('\n');
     expect(lines).toHaveLength(3);
@@ -62,7 +73,14 @@ describe('fleet table', () => {
   });
 
   it('formats ages', () => {
-    expect([formatAge(undefined), formatAge(-5), formatAge(999), formatAge(1_500), formatAge(61_000), formatAge(7_200_000)]).toEqual(['-', '0ms', '999ms', '1.5s', '1m1s', '2.0h']);
+    expect([formatAge(undefined), formatAge(-5), formatAge(999), formatAge(1_500), formatAge(61_000), formatAge(7_200_000)]).toEqual([
+      '-',
+      '0ms',
+      '999ms',
+      '1.5s',
+      '1m1s',
+      '2.0h',
+    ]);
   });
 
   it('renders the status lines: connection, staleness, counters by reason', () => {
@@ -80,13 +98,27 @@ describe('fleet table', () => {
       rejected: 3,
       rejectedByReason: { 'not-json': 2, invalid: 1 },
     };
-    const text = renderFleetStatus({ pool: 'llama', stream: 'SPILLWAY', server: 'nats://x:1' }, status, { applied: 7, ignored: 0, rejected: 3, future: 0, overCapacity: 0 }, [row({}), row({ ready: 'not ready', stale: true })], 4_000);
+    const text = renderFleetStatus(
+      { pool: 'llama', stream: 'SPILLWAY', server: 'nats://x:1' },
+      status,
+      { applied: 7, ignored: 0, rejected: 3, future: 0, overCapacity: 0 },
+      [row({}), row({ ready: 'not ready', stale: true })],
+      4_000,
+    );
     expect(text).toContain('pool llama  stream SPILLWAY');
     expect(text).toContain('connection reconnecting  reconnects 2  caught up  seq 42  STALE for 3.0s');
     expect(text).toContain('pods 2  ready 1  stale metrics 1');
     expect(text).toContain('events applied 7  ignored 0  rejected 3 (not-json=2 invalid=1)');
     expect(text).not.toContain('in flight');
-    const shared = (epps: number, inFlight: number) => renderFleetStatus({ pool: 'llama', stream: 'SPILLWAY', server: 'x' }, status, { applied: 0, ignored: 0, rejected: 0, future: 0, overCapacity: 0 }, [], 0, { epps, inFlight });
+    const shared = (epps: number, inFlight: number) =>
+      renderFleetStatus(
+        { pool: 'llama', stream: 'SPILLWAY', server: 'x' },
+        status,
+        { applied: 0, ignored: 0, rejected: 0, future: 0, overCapacity: 0 },
+        [],
+        0,
+        { epps, inFlight },
+      );
     expect(shared(2, 5)).toContain('in flight 5 over 2 EPPs (their shared state)');
     expect(shared(0, 0)).toContain('in flight: no EPP shares its state');
   });

@@ -5,7 +5,18 @@ import type { ChatMessage, PromptTokenizer } from '@spillway/tokenizer';
 import type { Logger } from 'pino';
 import { readJson, sendError, sendJson } from './http.js';
 import type { SimMetrics } from './metrics.js';
-import { CHAT, COMPLETION, ChatRequest, CompletionRequest, apiError, chatPrompt, completionPrompt, describeIssue, outputToken, usage } from './openai.js';
+import {
+  CHAT,
+  COMPLETION,
+  ChatRequest,
+  CompletionRequest,
+  apiError,
+  chatPrompt,
+  completionPrompt,
+  describeIssue,
+  outputToken,
+  usage,
+} from './openai.js';
 import type { ApiError, Prompt, Shapes } from './openai.js';
 import type { LiveRequest, RealtimeEngine } from './runner.js';
 
@@ -46,14 +57,24 @@ function parse(kind: 'completion' | 'chat', body: unknown): Parsed | ApiError {
     const r = CompletionRequest.safeParse(body);
     if (!r.success) return apiError(400, describeIssue(r.error));
     const d = r.data;
-    return { model: d.model, prompt: completionPrompt(d), maxTokens: d.max_tokens ?? DEFAULT_MAX_TOKENS.completion, stream: d.stream ?? false, includeUsage: d.stream_options?.include_usage ?? false };
+    return {
+      model: d.model,
+      prompt: completionPrompt(d),
+      maxTokens: d.max_tokens ?? DEFAULT_MAX_TOKENS.completion,
+      stream: d.stream ?? false,
+      includeUsage: d.stream_options?.include_usage ?? false,
+    };
   }
   const r = ChatRequest.safeParse(body);
   if (!r.success) return apiError(400, describeIssue(r.error));
   const d = r.data;
   return {
-    model: d.model, prompt: chatPrompt(d), messages: d.messages, maxTokens: d.max_completion_tokens ?? d.max_tokens ?? DEFAULT_MAX_TOKENS.chat,
-    stream: d.stream ?? false, includeUsage: d.stream_options?.include_usage ?? false,
+    model: d.model,
+    prompt: chatPrompt(d),
+    messages: d.messages,
+    maxTokens: d.max_completion_tokens ?? d.max_tokens ?? DEFAULT_MAX_TOKENS.chat,
+    stream: d.stream ?? false,
+    includeUsage: d.stream_options?.include_usage ?? false,
   };
 }
 
@@ -72,7 +93,12 @@ function promptTokens(tokenizer: PromptTokenizer | undefined, p: Parsed): ArrayL
 }
 
 /** POST /v1/completions and /v1/chat/completions, streaming or not. */
-export async function handleCompletion(ctx: CompletionContext, kind: 'completion' | 'chat', req: IncomingMessage, res: ServerResponse): Promise<void> {
+export async function handleCompletion(
+  ctx: CompletionContext,
+  kind: 'completion' | 'chat',
+  req: IncomingMessage,
+  res: ServerResponse,
+): Promise<void> {
   const body = await readJson(req);
   if (!body.ok) return sendError(res, body.error);
   const p = parse(kind, body.value);

@@ -43,7 +43,16 @@ const MAX_OUTBOX_BYTES = 16 * 1024 * 1024;
  * `start_seq` on, then `[seq=-1, ""]`.
  */
 export class KvEventPublisher {
-  readonly counters: KvEventCounters = { batches: 0, events: 0, bytes: 0, replays: 0, replayedBatches: 0, badReplayRequests: 0, sendErrors: 0, droppedBatches: 0 };
+  readonly counters: KvEventCounters = {
+    batches: 0,
+    events: 0,
+    bytes: 0,
+    replays: 0,
+    replayedBatches: 0,
+    badReplayRequests: 0,
+    sendErrors: 0,
+    droppedBatches: 0,
+  };
   private readonly pub = new Publisher({ linger: 0 });
   private readonly router: Router | undefined;
   private readonly topic: Buffer;
@@ -79,7 +88,15 @@ export class KvEventPublisher {
   }
 
   /** Prompt blocks `[from, to)` of a request entered the cache. */
-  stored(tokens: ArrayLike<number>, hashes: ArrayLike<number>, from: number, to: number, blockSize: number, loraId: number | null, loraName: string | null): void {
+  stored(
+    tokens: ArrayLike<number>,
+    hashes: ArrayLike<number>,
+    from: number,
+    to: number,
+    blockSize: number,
+    loraId: number | null,
+    loraName: string | null,
+  ): void {
     const tokenIds = new Array<number>((to - from) * blockSize);
     for (let i = 0; i < tokenIds.length; i++) tokenIds[i] = tokens[from * blockSize + i] as number;
     const blockHashes = new Array<number>(to - from);
@@ -140,7 +157,10 @@ export class KvEventPublisher {
     if (!this.router) return;
     this.replay.push([seq, payload]);
     this.replayBytes += payload.byteLength;
-    while (this.replay.length > this.options.replayBuffer || (this.replayBytes > this.options.replayBufferBytes && this.replay.length > 1)) {
+    while (
+      this.replay.length > this.options.replayBuffer ||
+      (this.replayBytes > this.options.replayBufferBytes && this.replay.length > 1)
+    ) {
       const [, old] = this.replay.shift() as [number, Uint8Array];
       this.replayBytes -= old.byteLength;
     }

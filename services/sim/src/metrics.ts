@@ -125,23 +125,53 @@ export function createMetrics(flavor: MetricsFlavor, model: string, engine: Engi
   mirroredCounter(registry, n.promptTokens, 'Number of prefill tokens processed.', model, () => stats().promptTokens);
   mirroredCounter(registry, n.generationTokens, 'Number of generation tokens processed.', model, () => stats().generationTokens);
   if (n.prefix.kind === 'tokens') {
-    mirroredCounter(registry, n.prefix.hits, 'Prefix cache hits, in terms of number of cached tokens.', model, () => stats().prefixHitTokens);
-    if (n.prefix.queries) mirroredCounter(registry, n.prefix.queries, 'Prefix cache queries, in terms of number of queried tokens.', model, () => stats().prefixQueryTokens);
+    mirroredCounter(
+      registry,
+      n.prefix.hits,
+      'Prefix cache hits, in terms of number of cached tokens.',
+      model,
+      () => stats().prefixHitTokens,
+    );
+    if (n.prefix.queries)
+      mirroredCounter(
+        registry,
+        n.prefix.queries,
+        'Prefix cache queries, in terms of number of queried tokens.',
+        model,
+        () => stats().prefixQueryTokens,
+      );
   } else {
     // Whole blocks of the looked-up prompt tokens, as TensorRT-LLM counts reuse.
     const { blockSize: size } = engine.stats();
-    mirroredCounter(registry, n.prefix.hits, 'Cumulative number of KV cache blocks reused (cache hits)', model, () => Math.floor(stats().prefixHitTokens / size));
-    mirroredCounter(registry, n.prefix.misses, 'Cumulative number of KV cache blocks missed (cache misses)', model, () =>
-      Math.floor(stats().prefixQueryTokens / size) - Math.floor(stats().prefixHitTokens / size));
+    mirroredCounter(registry, n.prefix.hits, 'Cumulative number of KV cache blocks reused (cache hits)', model, () =>
+      Math.floor(stats().prefixHitTokens / size),
+    );
+    mirroredCounter(
+      registry,
+      n.prefix.misses,
+      'Cumulative number of KV cache blocks missed (cache misses)',
+      model,
+      () => Math.floor(stats().prefixQueryTokens / size) - Math.floor(stats().prefixHitTokens / size),
+    );
   }
   if (!n.success.finishedReason) mirroredCounter(registry, n.success.name, 'Number of requests processed.', model, () => stats().finished);
-  if (n.preemptions) mirroredCounter(registry, n.preemptions, 'Cumulative number of preemption from the engine.', model, () => stats().preemptions);
+  if (n.preemptions)
+    mirroredCounter(registry, n.preemptions, 'Cumulative number of preemption from the engine.', model, () => stats().preemptions);
 
   const { blockSize, numBlocks } = engine.stats();
   if (flavor === 'vllm') {
-    gauge(registry, 'vllm:cache_config_info', 'Information of the LLMEngine CacheConfig', {
-      model_name: model, block_size: String(blockSize), num_gpu_blocks: String(numBlocks), enable_prefix_caching: 'True',
-    }, () => 1);
+    gauge(
+      registry,
+      'vllm:cache_config_info',
+      'Information of the LLMEngine CacheConfig',
+      {
+        model_name: model,
+        block_size: String(blockSize),
+        num_gpu_blocks: String(numBlocks),
+        enable_prefix_caching: 'True',
+      },
+      () => 1,
+    );
     new Gauge({
       name: 'vllm:lora_requests_info',
       help: 'Running stats on lora requests.',
@@ -151,16 +181,29 @@ export function createMetrics(flavor: MetricsFlavor, model: string, engine: Engi
         // vLLM's value is the time of the last update; consumers pick the series with the largest value.
         const info = engine.loraInfo();
         this.reset();
-        this.set({
-          model_name: model, max_lora: String(info.max),
-          running_lora_adapters: info.running.join(','), waiting_lora_adapters: info.waiting.join(','),
-        }, Date.now() / 1000);
+        this.set(
+          {
+            model_name: model,
+            max_lora: String(info.max),
+            running_lora_adapters: info.running.join(','),
+            waiting_lora_adapters: info.waiting.join(','),
+          },
+          Date.now() / 1000,
+        );
       },
     });
   } else if (flavor === 'sglang') {
-    gauge(registry, 'sglang:cache_config_info', 'Cache configuration.', {
-      model_name: model, page_size: String(blockSize), num_pages: String(numBlocks),
-    }, () => 1);
+    gauge(
+      registry,
+      'sglang:cache_config_info',
+      'Cache configuration.',
+      {
+        model_name: model,
+        page_size: String(blockSize),
+        num_pages: String(numBlocks),
+      },
+      () => 1,
+    );
     gauge(registry, 'sglang:num_used_tokens', 'The number of used tokens.', { model_name: model }, () => stats().usedBlocks * blockSize);
   } else {
     gauge(registry, 'trtllm_kv_cache_tokens_per_block', 'Tokens per KV-cache block.', { model_name: model }, () => blockSize);
@@ -174,7 +217,12 @@ export function createMetrics(flavor: MetricsFlavor, model: string, engine: Engi
   const e2e = hist(n.e2e, 'Histogram of end to end request latency in seconds.', E2E_BUCKETS).labels(labels);
   const queue = hist(n.queue, 'Histogram of time spent in WAITING phase for request.', TTFT_BUCKETS).labels(labels);
   const success = n.success.finishedReason
-    ? new Counter({ name: n.success.name, help: 'Count of successfully processed requests.', labelNames: ['model_name', 'engine', 'finished_reason'], registers: [registry] })
+    ? new Counter({
+        name: n.success.name,
+        help: 'Count of successfully processed requests.',
+        labelNames: ['model_name', 'engine', 'finished_reason'],
+        registers: [registry],
+      })
     : undefined;
 
   return {

@@ -29,11 +29,7 @@ const common = {
 
 export const CompletionRequest = z.object({
   ...common,
-  prompt: z.union([
-    z.string().min(1),
-    z.array(z.string().min(1)).length(1),
-    z.array(z.number().int().nonnegative()).min(1),
-  ]),
+  prompt: z.union([z.string().min(1), z.array(z.string().min(1)).length(1), z.array(z.number().int().nonnegative()).min(1)]),
   max_tokens: z.number().int().min(1).nullish(),
 });
 
@@ -87,7 +83,12 @@ export interface Usage {
 }
 
 export function usage(prompt: number, completion: number, cached: number): Usage {
-  return { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion, prompt_tokens_details: { cached_tokens: cached } };
+  return {
+    prompt_tokens: prompt,
+    completion_tokens: completion,
+    total_tokens: prompt + completion,
+    prompt_tokens_details: { cached_tokens: cached },
+  };
 }
 
 /** Response shapes of the two endpoints, so the server code does not branch on each field. */
@@ -101,12 +102,19 @@ export interface Shapes {
 export const COMPLETION: Shapes = {
   idPrefix: 'cmpl-',
   chunk: (id, created, model, text, finish) => ({
-    id, object: 'text_completion', created, model,
+    id,
+    object: 'text_completion',
+    created,
+    model,
     choices: [{ index: 0, text, logprobs: null, finish_reason: finish, stop_reason: null }],
   }),
   full: (id, created, model, text, finish, u) => ({
-    id, object: 'text_completion', created, model,
-    choices: [{ index: 0, text, logprobs: null, finish_reason: finish, stop_reason: null }], usage: u,
+    id,
+    object: 'text_completion',
+    created,
+    model,
+    choices: [{ index: 0, text, logprobs: null, finish_reason: finish, stop_reason: null }],
+    usage: u,
   }),
   usageChunk: (id, created, model, u) => ({ id, object: 'text_completion', created, model, choices: [], usage: u }),
 };
@@ -114,12 +122,19 @@ export const COMPLETION: Shapes = {
 export const CHAT: Shapes = {
   idPrefix: 'chatcmpl-',
   chunk: (id, created, model, text, finish, first) => ({
-    id, object: 'chat.completion.chunk', created, model,
+    id,
+    object: 'chat.completion.chunk',
+    created,
+    model,
     choices: [{ index: 0, delta: first ? { role: 'assistant', content: text } : { content: text }, logprobs: null, finish_reason: finish }],
   }),
   full: (id, created, model, text, finish, u) => ({
-    id, object: 'chat.completion', created, model,
-    choices: [{ index: 0, message: { role: 'assistant', content: text }, logprobs: null, finish_reason: finish }], usage: u,
+    id,
+    object: 'chat.completion',
+    created,
+    model,
+    choices: [{ index: 0, message: { role: 'assistant', content: text }, logprobs: null, finish_reason: finish }],
+    usage: u,
   }),
   usageChunk: (id, created, model, u) => ({ id, object: 'chat.completion.chunk', created, model, choices: [], usage: u }),
 };

@@ -45,32 +45,109 @@ const zmqEndpoint = z.string().regex(/^(tcp|ipc|inproc):\/\/.+/, 'a ZeroMQ endpo
 
 /** spillway-sim's flags, each also `SPILLWAY_<FLAG>`; they map one to one onto SimOptions. */
 export const simFlags = {
-  port: { description: 'listen port; 0 picks a free one (the bound URL is logged as JSON: {"msg":"listening","url":...})', schema: port(8000), placeholder: 'N' },
+  port: {
+    description: 'listen port; 0 picks a free one (the bound URL is logged as JSON: {"msg":"listening","url":...})',
+    schema: port(8000),
+    placeholder: 'N',
+  },
   host: { description: 'listen address (default 127.0.0.1)', schema: z.string().min(1).default('127.0.0.1'), placeholder: 'ADDR' },
-  model: { description: 'served model name (default meta-llama/Llama-3.1-8B-Instruct)', schema: z.string().min(1).default('meta-llama/Llama-3.1-8B-Instruct'), placeholder: 'NAME' },
-  lora: { description: 'comma-separated LoRA adapter names served on top of the model', schema: commaList().default([]), placeholder: 'a,b' },
-  preset: { description: `engine calibration: ${PRESET_NAMES.join(' | ')} (default llama-8b-h100)`, schema: z.enum(PRESET_NAMES as [PresetName, ...PresetName[]]).default('llama-8b-h100'), placeholder: 'P' },
-  engineMode: { description: 'engine timing: step (vLLM-style steps under a token budget) | closed-form (per-request formulas) (default step)', schema: z.enum(ENGINE_MODES as [EngineMode, ...EngineMode[]]).default('step'), placeholder: 'MODE' },
-  timeScale: { description: 'run X times faster than real time: every latency is divided by X (default 1)', schema: z.coerce.number().positive().finite().default(1), placeholder: 'X' },
+  model: {
+    description: 'served model name (default meta-llama/Llama-3.1-8B-Instruct)',
+    schema: z.string().min(1).default('meta-llama/Llama-3.1-8B-Instruct'),
+    placeholder: 'NAME',
+  },
+  lora: {
+    description: 'comma-separated LoRA adapter names served on top of the model',
+    schema: commaList().default([]),
+    placeholder: 'a,b',
+  },
+  preset: {
+    description: `engine calibration: ${PRESET_NAMES.join(' | ')} (default llama-8b-h100)`,
+    schema: z.enum(PRESET_NAMES as [PresetName, ...PresetName[]]).default('llama-8b-h100'),
+    placeholder: 'P',
+  },
+  engineMode: {
+    description: 'engine timing: step (vLLM-style steps under a token budget) | closed-form (per-request formulas) (default step)',
+    schema: z.enum(ENGINE_MODES as [EngineMode, ...EngineMode[]]).default('step'),
+    placeholder: 'MODE',
+  },
+  timeScale: {
+    description: 'run X times faster than real time: every latency is divided by X (default 1)',
+    schema: z.coerce.number().positive().finite().default(1),
+    placeholder: 'X',
+  },
   maxNumSeqs: { description: 'maximum running requests (default from the preset)', schema: int(1).optional(), placeholder: 'N' },
   numBlocks: { description: 'KV-cache blocks of 16 tokens (default from the preset)', schema: int(1).optional(), placeholder: 'N' },
-  maxWaiting: { description: 'waiting requests beyond this get 429 (default from the preset)', schema: int(0).optional(), placeholder: 'N' },
+  maxWaiting: {
+    description: 'waiting requests beyond this get 429 (default from the preset)',
+    schema: int(0).optional(),
+    placeholder: 'N',
+  },
   maxLoras: { description: 'LoRA adapters that may run at once (default from the preset)', schema: int(0).optional(), placeholder: 'N' },
-  seed: { description: 'seed of latency jitter and error injection (default 1)', schema: z.coerce.number().int().default(1), placeholder: 'N' },
-  engineMetrics: { description: 'metric names to expose: vllm | sglang | trtllm (default vllm)', schema: z.enum(['vllm', 'sglang', 'trtllm']).default('vllm'), placeholder: 'NAME' },
-  errorRate: { description: 'fraction 0..1 of completion requests answered with 500', schema: z.coerce.number().min(0).max(1).default(0), placeholder: 'F' },
-  stall: { description: 'accept connections but never answer (completions, /health and /metrics hang)', schema: z.boolean().default(false), boolean: true },
+  seed: {
+    description: 'seed of latency jitter and error injection (default 1)',
+    schema: z.coerce.number().int().default(1),
+    placeholder: 'N',
+  },
+  engineMetrics: {
+    description: 'metric names to expose: vllm | sglang | trtllm (default vllm)',
+    schema: z.enum(['vllm', 'sglang', 'trtllm']).default('vllm'),
+    placeholder: 'NAME',
+  },
+  errorRate: {
+    description: 'fraction 0..1 of completion requests answered with 500',
+    schema: z.coerce.number().min(0).max(1).default(0),
+    placeholder: 'F',
+  },
+  stall: {
+    description: 'accept connections but never answer (completions, /health and /metrics hang)',
+    schema: z.boolean().default(false),
+    boolean: true,
+  },
   stallAfterMs: { description: 'start stalling this long after start', schema: int(0).optional(), placeholder: 'MS' },
   crashAfterMs: { description: 'exit the process this long after start', schema: int(0).optional(), placeholder: 'MS' },
-  admin: { description: 'serve GET|POST /admin/fault to change faults at runtime (default off: 404)', schema: z.boolean().default(false), boolean: true },
+  admin: {
+    description: 'serve GET|POST /admin/fault to change faults at runtime (default off: 404)',
+    schema: z.boolean().default(false),
+    boolean: true,
+  },
   logLevel: { description: 'pino level (default info)', schema: logLevel(), placeholder: 'LEVEL' },
-  kvEvents: { description: 'publish KV-cache events as vLLM does on this ZeroMQ PUB endpoint, bound (e.g. tcp://*:5557; tcp://127.0.0.1:* picks a port)', schema: zmqEndpoint.optional(), placeholder: 'ENDPOINT' },
-  kvReplay: { description: 'also answer replay requests on this ZeroMQ ROUTER endpoint, bound (e.g. tcp://*:5558)', schema: zmqEndpoint.optional(), placeholder: 'ENDPOINT' },
-  kvTopic: { description: 'first frame of every KV-event message (default empty, as vLLM)', schema: z.string().max(256).default(''), placeholder: 'TOPIC' },
-  kvBatchMaxEvents: { description: 'send a KV-event batch once it holds N events (default 256)', schema: int(1).max(4096).default(256), placeholder: 'N' },
-  kvBatchMs: { description: 'gather KV events for MS before sending a batch; 0 = one batch per engine step (default 0)', schema: int(0).max(10_000).default(0), placeholder: 'MS' },
-  kvReplayBuffer: { description: 'KV-event batches kept for replay (default 10000, as vLLM; also at most 64 MiB)', schema: int(1).max(1_000_000).default(10_000), placeholder: 'N' },
-  tokenizer: { description: `tokenize prompts with a real tokenizer: a preset (${TOKENIZER_PRESETS.join(', ')}) or a tokenizer.json path; chat through its template (default: a toy tokenizer)`, schema: z.string().min(1).optional(), placeholder: 'NAME|PATH' },
+  kvEvents: {
+    description:
+      'publish KV-cache events as vLLM does on this ZeroMQ PUB endpoint, bound (e.g. tcp://*:5557; tcp://127.0.0.1:* picks a port)',
+    schema: zmqEndpoint.optional(),
+    placeholder: 'ENDPOINT',
+  },
+  kvReplay: {
+    description: 'also answer replay requests on this ZeroMQ ROUTER endpoint, bound (e.g. tcp://*:5558)',
+    schema: zmqEndpoint.optional(),
+    placeholder: 'ENDPOINT',
+  },
+  kvTopic: {
+    description: 'first frame of every KV-event message (default empty, as vLLM)',
+    schema: z.string().max(256).default(''),
+    placeholder: 'TOPIC',
+  },
+  kvBatchMaxEvents: {
+    description: 'send a KV-event batch once it holds N events (default 256)',
+    schema: int(1).max(4096).default(256),
+    placeholder: 'N',
+  },
+  kvBatchMs: {
+    description: 'gather KV events for MS before sending a batch; 0 = one batch per engine step (default 0)',
+    schema: int(0).max(10_000).default(0),
+    placeholder: 'MS',
+  },
+  kvReplayBuffer: {
+    description: 'KV-event batches kept for replay (default 10000, as vLLM; also at most 64 MiB)',
+    schema: int(1).max(1_000_000).default(10_000),
+    placeholder: 'N',
+  },
+  tokenizer: {
+    description: `tokenize prompts with a real tokenizer: a preset (${TOKENIZER_PRESETS.join(', ')}) or a tokenizer.json path; chat through its template (default: a toy tokenizer)`,
+    schema: z.string().min(1).optional(),
+    placeholder: 'NAME|PATH',
+  },
 } satisfies FlagSpecs;
 
 export const HELP =
@@ -89,7 +166,8 @@ export type ParsedArgs = { help: true } | { help: false; options: SimOptions };
 export function parseSimArgs(argv: readonly string[], env: NodeJS.ProcessEnv = {}): ParsedArgs {
   const parsed = parseCommandLine(simFlags, argv, env);
   if (parsed.help) return { help: true };
-  if (parsed.values.kvReplay !== undefined && parsed.values.kvEvents === undefined) throw new CliError('a replay socket needs --kv-events', 'kv-replay');
+  if (parsed.values.kvReplay !== undefined && parsed.values.kvEvents === undefined)
+    throw new CliError('a replay socket needs --kv-events', 'kv-replay');
   return { help: false, options: parsed.values };
 }
 

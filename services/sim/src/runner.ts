@@ -35,7 +35,13 @@ export class RealtimeEngine {
     this.engine = new Engine<LiveRequest>(options, {
       onToken: (s, at) => s.request.onToken(s, at),
       onFinish: (s, at) => s.request.onFinish(s, at),
-      ...(kv ? { onBlocksStored: (s, from, to) => kv.stored(s, from, to), onBlockEvicted: (h) => kv.evicted(h), onCacheCleared: () => kv.cleared() } : {}),
+      ...(kv
+        ? {
+            onBlocksStored: (s, from, to) => kv.stored(s, from, to),
+            onBlockEvicted: (h) => kv.evicted(h),
+            onCacheCleared: () => kv.cleared(),
+          }
+        : {}),
     });
   }
 

@@ -60,7 +60,8 @@ export async function startSim(input: StartSimOptions = {}): Promise<SimServer> 
   const options = simOptions(rest);
   const logger = givenLogger ?? pino({ level: options.logLevel, base: { service: 'spillway-sim' } });
   // Loaded before anything binds: a bad --tokenizer fails the start, naming the file or field.
-  const tokenizer = options.tokenizer === undefined ? undefined : loadTokenizer(tokenizerSpecFromFlag(options.tokenizer, TOKENIZER_PRESETS));
+  const tokenizer =
+    options.tokenizer === undefined ? undefined : loadTokenizer(tokenizerSpecFromFlag(options.tokenizer, TOKENIZER_PRESETS));
   const kvEvents =
     options.kvEvents === undefined
       ? undefined
@@ -112,10 +113,14 @@ export async function startSim(input: StartSimOptions = {}): Promise<SimServer> 
     server.closeAllConnections();
     await done;
   };
-  const faults = new Faults(options, onCrash ?? (() => {
-    logger.warn('injected crash: closing the server');
-    void kill();
-  }));
+  const faults = new Faults(
+    options,
+    onCrash ??
+      (() => {
+        logger.warn('injected crash: closing the server');
+        void kill();
+      }),
+  );
 
   const ctx: CompletionContext = {
     model: options.model,
@@ -129,7 +134,14 @@ export async function startSim(input: StartSimOptions = {}): Promise<SimServer> 
 
   const models = (): object => {
     const created = Math.floor(Date.now() / 1000);
-    const card = (id: string, parent: string | null): object => ({ id, object: 'model', created, owned_by: 'spillway-sim', root: id, parent });
+    const card = (id: string, parent: string | null): object => ({
+      id,
+      object: 'model',
+      created,
+      owned_by: 'spillway-sim',
+      root: id,
+      parent,
+    });
     return { object: 'list', data: [card(options.model, null), ...options.lora.map((l) => card(l, options.model))] };
   };
 
@@ -160,7 +172,10 @@ export async function startSim(input: StartSimOptions = {}): Promise<SimServer> 
         return handleCompletion(ctx, 'chat', req, res);
     }
     const known = ['/health', '/metrics', '/v1/models', '/v1/completions', '/v1/chat/completions'];
-    sendError(res, known.includes(path ?? '') ? apiError(405, `method ${method} not allowed on ${path}`) : apiError(404, `no route for ${path}`));
+    sendError(
+      res,
+      known.includes(path ?? '') ? apiError(405, `method ${method} not allowed on ${path}`) : apiError(404, `no route for ${path}`),
+    );
   };
 
   const admin = async (req: IncomingMessage, res: ServerResponse, method: string): Promise<void> => {
@@ -196,8 +211,15 @@ export async function startSim(input: StartSimOptions = {}): Promise<SimServer> 
   const cfg = engine.config;
   logger.info(
     {
-      url, model: options.model, lora: options.lora, preset: options.preset, timeScale: options.timeScale, maxNumSeqs: cfg.maxNumSeqs, numBlocks: cfg.numBlocks,
-      engineMetrics: options.engineMetrics, tokenizer: tokenizer?.name,
+      url,
+      model: options.model,
+      lora: options.lora,
+      preset: options.preset,
+      timeScale: options.timeScale,
+      maxNumSeqs: cfg.maxNumSeqs,
+      numBlocks: cfg.numBlocks,
+      engineMetrics: options.engineMetrics,
+      tokenizer: tokenizer?.name,
       ...(kvEvents ? { kvEvents: kvEvents.endpoint, kvReplay: kvEvents.replayEndpoint, kvTopic: options.kvTopic } : {}),
     },
     'listening',

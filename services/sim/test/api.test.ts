@@ -21,18 +21,31 @@ describe('spillway-sim: OpenAI API', () => {
   it('answers a non-streaming completion with usage', async () => {
     const res = await post(`${sim.url}/v1/completions`, { model: MODEL, prompt: 'a'.repeat(400), max_tokens: 7, ignore_eos: true });
     expect(res.status).toBe(200);
-    const body = (await res.json()) as { object: string; model: string; choices: { text: string; finish_reason: string }[]; usage: unknown };
+    const body = (await res.json()) as {
+      object: string;
+      model: string;
+      choices: { text: string; finish_reason: string }[];
+      usage: unknown;
+    };
     expect(body.object).toBe('text_completion');
     expect(body.model).toBe(MODEL);
     expect(body.choices[0]?.finish_reason).toBe('length');
     expect(body.choices[0]?.text.length).toBeGreaterThan(0);
-    expect(body.usage).toEqual({ prompt_tokens: 100, completion_tokens: 7, total_tokens: 107, prompt_tokens_details: { cached_tokens: 0 } });
+    expect(body.usage).toEqual({
+      prompt_tokens: 100,
+      completion_tokens: 7,
+      total_tokens: 107,
+      prompt_tokens_details: { cached_tokens: 0 },
+    });
   });
 
   it('streams a chat completion as SSE ending with [DONE], with a usage chunk on request', async () => {
     const res = await post(`${sim.url}/v1/chat/completions`, {
       model: MODEL,
-      messages: [{ role: 'system', content: 'be brief' }, { role: 'user', content: [{ type: 'text', text: 'hello there' }] }],
+      messages: [
+        { role: 'system', content: 'be brief' },
+        { role: 'user', content: [{ type: 'text', text: 'hello there' }] },
+      ],
       max_completion_tokens: 5,
       max_tokens: 99,
       stream: true,
@@ -42,7 +55,16 @@ describe('spillway-sim: OpenAI API', () => {
     expect(res.headers.get('content-type')).toBe('text/event-stream');
     const events = sseData(await res.text());
     expect(events.at(-1)).toBe('[DONE]');
-    const chunks = events.slice(0, -1).map((e) => JSON.parse(e) as { object: string; choices: { delta: { role?: string; content: string }; finish_reason: string | null }[]; usage?: { completion_tokens: number } });
+    const chunks = events
+      .slice(0, -1)
+      .map(
+        (e) =>
+          JSON.parse(e) as {
+            object: string;
+            choices: { delta: { role?: string; content: string }; finish_reason: string | null }[];
+            usage?: { completion_tokens: number };
+          },
+      );
     const tokens = chunks.filter((c) => c.choices.length > 0);
     expect(tokens).toHaveLength(5);
     expect(tokens[0]?.choices[0]?.delta.role).toBe('assistant');
@@ -60,12 +82,19 @@ describe('spillway-sim: OpenAI API', () => {
 
   it('reports cached prompt tokens for a repeated prefix', async () => {
     const prompt = 'The same long system prompt. '.repeat(30);
-    const first = (await (await post(`${sim.url}/v1/completions`, { model: MODEL, prompt, max_tokens: 2 })).json()) as { usage: { prompt_tokens_details: { cached_tokens: number } } };
-    const second = (await (await post(`${sim.url}/v1/completions`, { model: MODEL, prompt: `${prompt} and more`, max_tokens: 2 })).json()) as { usage: { prompt_tokens_details: { cached_tokens: number } } };
+    const first = (await (await post(`${sim.url}/v1/completions`, { model: MODEL, prompt, max_tokens: 2 })).json()) as {
+      usage: { prompt_tokens_details: { cached_tokens: number } };
+    };
+    const second = (await (
+      await post(`${sim.url}/v1/completions`, { model: MODEL, prompt: `${prompt} and more`, max_tokens: 2 })
+    ).json()) as { usage: { prompt_tokens_details: { cached_tokens: number } } };
     expect(first.usage.prompt_tokens_details.cached_tokens).toBe(0);
     expect(second.usage.prompt_tokens_details.cached_tokens).toBeGreaterThanOrEqual(16 * 13);
     // A LoRA adapter does not share the base model's cache.
-    const lora = (await (await post(`${sim.url}/v1/completions`, { model: 'sql-lora', prompt, max_tokens: 2 })).json()) as { model: string; usage: { prompt_tokens_details: { cached_tokens: number } } };
+    const lora = (await (await post(`${sim.url}/v1/completions`, { model: 'sql-lora', prompt, max_tokens: 2 })).json()) as {
+      model: string;
+      usage: { prompt_tokens_details: { cached_tokens: number } };
+    };
     expect(lora.model).toBe('sql-lora');
     expect(lora.usage.prompt_tokens_details.cached_tokens).toBe(0);
     const m = await scrape(sim.url);
@@ -82,7 +111,11 @@ describe('spillway-sim: OpenAI API', () => {
     const res = await fetch(`${sim.url}/v1/models`);
     const body = (await res.json()) as { object: string; data: { id: string; parent: string | null }[] };
     expect(body.object).toBe('list');
-    expect(body.data.map((d) => [d.id, d.parent])).toEqual([[MODEL, null], ['sql-lora', MODEL], ['chat-lora', MODEL]]);
+    expect(body.data.map((d) => [d.id, d.parent])).toEqual([
+      [MODEL, null],
+      ['sql-lora', MODEL],
+      ['chat-lora', MODEL],
+    ]);
   });
 
   it('answers /health', async () => {

@@ -32,7 +32,12 @@ export interface Scrape {
 export async function scrape(url: string, signal?: AbortSignal): Promise<Scrape> {
   const res = await fetch(`${url}/metrics`, signal ? { signal } : {});
   if (res.status !== 200) throw new Error(`/metrics answered ${res.status}`);
-  const families = new Map(z.array(Family).parse(parsePrometheus(await res.text())).map((f) => [f.name, f]));
+  const families = new Map(
+    z
+      .array(Family)
+      .parse(parsePrometheus(await res.text()))
+      .map((f) => [f.name, f]),
+  );
   const series = (name: string, labels: Record<string, string> = {}) => {
     const f = families.get(name);
     if (!f) throw new Error(`metric ${name} not exposed`);

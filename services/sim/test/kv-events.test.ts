@@ -68,8 +68,18 @@ describe('spillway-sim --kv-events', () => {
 
   beforeAll(async () => {
     sim = await startSim({
-      port: 0, preset: 'test', numBlocks: 12, maxNumSeqs: 1, timeScale: 200, model: MODEL, lora: ['sql-lora'], logLevel: 'silent', admin: true,
-      kvEvents: 'tcp://127.0.0.1:*', kvReplay: 'tcp://127.0.0.1:*', kvTopic: 'kv@pod-a@m',
+      port: 0,
+      preset: 'test',
+      numBlocks: 12,
+      maxNumSeqs: 1,
+      timeScale: 200,
+      model: MODEL,
+      lora: ['sql-lora'],
+      logLevel: 'silent',
+      admin: true,
+      kvEvents: 'tcp://127.0.0.1:*',
+      kvReplay: 'tcp://127.0.0.1:*',
+      kvTopic: 'kv@pod-a@m',
     });
     ({ messages, stored: everStored, sub } = await subscribe(sim.kvEvents?.endpoint as string));
     // A SUB socket's subscription reaches the PUB socket asynchronously: publish until one arrives.
@@ -124,7 +134,8 @@ describe('spillway-sim --kv-events', () => {
   it('numbers batches consecutively and reports evictions as BlockRemoved', async () => {
     messages.length = 0;
     // 12 blocks in all: three different 4-block prompts cannot all stay cached.
-    for (const c of ['p', 'q', 'r', 's']) await post(`${sim.url}/v1/completions`, { model: MODEL, prompt: c.repeat(4 * 4 * BLOCK), max_tokens: 1 });
+    for (const c of ['p', 'q', 'r', 's'])
+      await post(`${sim.url}/v1/completions`, { model: MODEL, prompt: c.repeat(4 * 4 * BLOCK), max_tokens: 1 });
     const removed = await until(() => eventsOf(messages).find((e) => e[0] === 'BlockRemoved'), 'BlockRemoved');
     expect(removed).toHaveLength(3);
     expect(removed[2]).toBe('GPU');
@@ -169,15 +180,29 @@ describe('spillway-sim --kv-events', () => {
 
 describe('spillway-sim --tokenizer', () => {
   it('keys chat blocks by the real tokenizer ids through the chat template', async () => {
-    const sim = await startSim({ port: 0, preset: 'test', timeScale: 200, model: MODEL, logLevel: 'silent', kvEvents: 'tcp://127.0.0.1:*', tokenizer: 'qwen3' });
+    const sim = await startSim({
+      port: 0,
+      preset: 'test',
+      timeScale: 200,
+      model: MODEL,
+      logLevel: 'silent',
+      kvEvents: 'tcp://127.0.0.1:*',
+      tokenizer: 'qwen3',
+    });
     const { messages, sub } = await subscribe(sim.kvEvents?.endpoint as string);
     try {
-      const chat = [{ role: 'system', content: 'You answer questions about the shared context. '.repeat(20) }, { role: 'user', content: 'What is in it?' }];
+      const chat = [
+        { role: 'system', content: 'You answer questions about the shared context. '.repeat(20) },
+        { role: 'user', content: 'What is in it?' },
+      ];
       const expected = Array.from(loadTokenizer({ preset: 'qwen3' }).encodeChat(chat));
       // Until the subscription is live, earlier requests' events are lost; repeat with fresh prompts.
       const stored = await until(() => {
         const s = eventsOf(messages).find((e) => e[0] === 'BlockStored');
-        if (!s) void post(`${sim.url}/v1/chat/completions`, { model: MODEL, messages: chat, max_tokens: 1 }).then(() => sim.engine.resetPrefixCache());
+        if (!s)
+          void post(`${sim.url}/v1/chat/completions`, { model: MODEL, messages: chat, max_tokens: 1 }).then(() =>
+            sim.engine.resetPrefixCache(),
+          );
         return s;
       }, 'BlockStored from a chat request');
       const blocks = Math.floor(expected.length / BLOCK);
@@ -190,6 +215,8 @@ describe('spillway-sim --tokenizer', () => {
   });
 
   it('refuses to start with a bad tokenizer, naming it', async () => {
-    await expect(startSim({ port: 0, logLevel: 'silent', tokenizer: '/nonexistent/tokenizer.json' })).rejects.toThrow(/cannot read tokenizer.json \/nonexistent\/tokenizer.json/);
+    await expect(startSim({ port: 0, logLevel: 'silent', tokenizer: '/nonexistent/tokenizer.json' })).rejects.toThrow(
+      /cannot read tokenizer.json \/nonexistent\/tokenizer.json/,
+    );
   });
 });

@@ -19,7 +19,13 @@ afterEach(async () => {
 async function openStreams(url: string, n: number, body: object = {}): Promise<{ responses: Response[]; abort: () => void }> {
   const ctl = new AbortController();
   const responses = await Promise.all(
-    Array.from({ length: n }, () => post(`${url}/v1/completions`, { model: MODEL, prompt: 'p'.repeat(200), max_tokens: 2000, stream: true, ...body }, { signal: ctl.signal })),
+    Array.from({ length: n }, () =>
+      post(
+        `${url}/v1/completions`,
+        { model: MODEL, prompt: 'p'.repeat(200), max_tokens: 2000, stream: true, ...body },
+        { signal: ctl.signal },
+      ),
+    ),
   );
   expect(responses.map((r) => r.status)).toEqual(responses.map(() => 200));
   return { responses, abort: () => ctl.abort() };
@@ -61,7 +67,9 @@ describe('spillway-sim: metrics follow load', () => {
 
   it('records TTFT, inter-token latency and successes in model time', async () => {
     const s = await sim({ timeScale: 500 });
-    await Promise.all([1, 2, 3].map(() => post(`${s.url}/v1/completions`, { model: MODEL, prompt: 'q'.repeat(400), max_tokens: 4 }).then((r) => r.json())));
+    await Promise.all(
+      [1, 2, 3].map(() => post(`${s.url}/v1/completions`, { model: MODEL, prompt: 'q'.repeat(400), max_tokens: 4 }).then((r) => r.json())),
+    );
     const m = await scrape(s.url);
     expect(m.value('vllm:time_to_first_token_seconds')).toBe(3);
     expect(m.value('vllm:inter_token_latency_seconds')).toBe(9);
@@ -139,7 +147,11 @@ describe('spillway-sim: failure injection', () => {
 
     const patched = await post(`${s.url}/admin/fault`, { errorRate: 0.5 });
     expect(await patched.json()).toMatchObject({ errorRate: 0.5, stall: false });
-    const statuses = await Promise.all(Array.from({ length: 40 }, () => post(`${s.url}/v1/completions`, { model: MODEL, prompt: 'hi', max_tokens: 1 }).then(async (r) => (await r.arrayBuffer(), r.status))));
+    const statuses = await Promise.all(
+      Array.from({ length: 40 }, () =>
+        post(`${s.url}/v1/completions`, { model: MODEL, prompt: 'hi', max_tokens: 1 }).then(async (r) => (await r.arrayBuffer(), r.status)),
+      ),
+    );
     expect(statuses.filter((x) => x === 500).length).toBeGreaterThan(5);
     expect(statuses.filter((x) => x === 200).length).toBeGreaterThan(5);
 
@@ -149,7 +161,11 @@ describe('spillway-sim: failure injection', () => {
 
   it('stalls: completions, /health and /metrics hang until un-stalled', async () => {
     const s = await sim({ timeScale: 1000, stall: true, admin: true });
-    const outcome = (p: Promise<Response>): Promise<string> => p.then(() => 'answered', () => 'dropped');
+    const outcome = (p: Promise<Response>): Promise<string> =>
+      p.then(
+        () => 'answered',
+        () => 'dropped',
+      );
     const hung = outcome(fetch(`${s.url}/health`));
     const hungCompletion = outcome(post(`${s.url}/v1/completions`, { model: MODEL, prompt: 'hi' }));
     await expect(fetch(`${s.url}/metrics`, { signal: AbortSignal.timeout(300) })).rejects.toThrow(/abort|timeout/i);
@@ -165,7 +181,9 @@ describe('spillway-sim: failure injection', () => {
   it('starts stalling after --stall-after-ms', async () => {
     const s = await sim({ timeScale: 1000, stallAfterMs: 100, admin: true });
     expect((await fetch(`${s.url}/health`)).status).toBe(200);
-    await eventually(async () => expect((await fetch(`${s.url}/admin/fault`).then((r) => r.json())) as object).toMatchObject({ stall: true }));
+    await eventually(async () =>
+      expect((await fetch(`${s.url}/admin/fault`).then((r) => r.json())) as object).toMatchObject({ stall: true }),
+    );
     await expect(fetch(`${s.url}/health`, { signal: AbortSignal.timeout(200) })).rejects.toThrow();
   });
 

@@ -10,13 +10,63 @@ const opts = (argv: string[], env: NodeJS.ProcessEnv = {}) => {
 
 describe('spillway-sim flags', () => {
   it('has defaults', () => {
-    expect(opts([])).toMatchObject({ port: 8000, host: '127.0.0.1', preset: 'llama-8b-h100', engineMode: 'step', timeScale: 1, lora: [], engineMetrics: 'vllm', errorRate: 0, stall: false, admin: false });
+    expect(opts([])).toMatchObject({
+      port: 8000,
+      host: '127.0.0.1',
+      preset: 'llama-8b-h100',
+      engineMode: 'step',
+      timeScale: 1,
+      lora: [],
+      engineMetrics: 'vllm',
+      errorRate: 0,
+      stall: false,
+      admin: false,
+    });
   });
 
   it('parses every kind of flag', () => {
     expect(
-      opts(['--port', '0', '--lora', 'a, b,,c', '--time-scale', '100', '--max-num-seqs', '8', '--num-blocks', '100', '--max-waiting', '0', '--engine-metrics', 'sglang', '--stall', '--error-rate', '0.25', '--preset', 'test', '--crash-after-ms', '5', '--admin', '--engine-mode', 'closed-form']),
-    ).toMatchObject({ admin: true, port: 0, lora: ['a', 'b', 'c'], timeScale: 100, maxNumSeqs: 8, numBlocks: 100, maxWaiting: 0, engineMetrics: 'sglang', stall: true, errorRate: 0.25, preset: 'test', crashAfterMs: 5, engineMode: 'closed-form' });
+      opts([
+        '--port',
+        '0',
+        '--lora',
+        'a, b,,c',
+        '--time-scale',
+        '100',
+        '--max-num-seqs',
+        '8',
+        '--num-blocks',
+        '100',
+        '--max-waiting',
+        '0',
+        '--engine-metrics',
+        'sglang',
+        '--stall',
+        '--error-rate',
+        '0.25',
+        '--preset',
+        'test',
+        '--crash-after-ms',
+        '5',
+        '--admin',
+        '--engine-mode',
+        'closed-form',
+      ]),
+    ).toMatchObject({
+      admin: true,
+      port: 0,
+      lora: ['a', 'b', 'c'],
+      timeScale: 100,
+      maxNumSeqs: 8,
+      numBlocks: 100,
+      maxWaiting: 0,
+      engineMetrics: 'sglang',
+      stall: true,
+      errorRate: 0.25,
+      preset: 'test',
+      crashAfterMs: 5,
+      engineMode: 'closed-form',
+    });
   });
 
   it('reads SPILLWAY_* and lets flags win', () => {

@@ -38,20 +38,32 @@ export function measureCapacity(o: CalibrationOptions): Capacity {
   const seed = o.seed ?? 1;
   const end = warmupMs + measureMs;
   // The stream only supplies request shapes; its arrival times are ignored.
-  const stream = new ArrivalStream(o.workload, prefixGroupsOf(o.workload, seed), constantRate(1000), 0, 1, seed, Number.POSITIVE_INFINITY, o.groupLimit);
+  const stream = new ArrivalStream(
+    o.workload,
+    prefixGroupsOf(o.workload, seed),
+    constantRate(1000),
+    0,
+    1,
+    seed,
+    Number.POSITIVE_INFINITY,
+    o.groupLimit,
+  );
   let finished = 0;
   let tokens = 0;
   let hits = 0;
   let prompts = 0;
-  const engine = new Engine({ ...o.engine, maxWaiting: 1_000_000, seed }, {
-    onFinish: (seq, at) => {
-      if (at < warmupMs || at >= end) return;
-      finished++;
-      tokens += seq.request.outputTokens;
-      hits += seq.cachedTokens;
-      prompts += seq.request.promptTokens;
+  const engine = new Engine(
+    { ...o.engine, maxWaiting: 1_000_000, seed },
+    {
+      onFinish: (seq, at) => {
+        if (at < warmupMs || at >= end) return;
+        finished++;
+        tokens += seq.request.outputTokens;
+        hits += seq.cachedTokens;
+        prompts += seq.request.promptTokens;
+      },
     },
-  });
+  );
   const refill = (now: number): void => {
     while (engine.waitingCount < backlog) {
       const r = stream.next();
@@ -63,7 +75,7 @@ export function measureCapacity(o: CalibrationOptions): Capacity {
   let runningSamples = 0;
   // Sample the batch every 10 ms of virtual time; refill after every event so the queue never runs dry.
   let nextSample = warmupMs;
-  for (let now = 0; now < end; ) {
+  for (let now = 0; now < end;) {
     refill(now);
     const next = Math.min(engine.nextEventAt(), nextSample, end);
     engine.advance(next);

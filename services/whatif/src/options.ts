@@ -7,12 +7,35 @@ import { scenarioSchema, type ScenarioFile } from './scenario.js';
 export const whatifFlags = {
   scenario: { description: 'scenario file (YAML or JSON; see docs/whatif.md)', schema: z.string().min(1), placeholder: 'FILE' },
   json: { description: 'also write the results as JSON to FILE', schema: z.string().min(1).optional(), placeholder: 'FILE' },
-  load: { description: "offered cluster load, a fraction of calibrated capacity (overrides the file's load.clusterFraction)", schema: z.coerce.number().finite().positive().max(10).optional(), placeholder: 'X' },
+  load: {
+    description: "offered cluster load, a fraction of calibrated capacity (overrides the file's load.clusterFraction)",
+    schema: z.coerce.number().finite().positive().max(10).optional(),
+    placeholder: 'X',
+  },
   seed: { description: 'run this one seed (overrides the file)', schema: nonNegativeInt().optional(), placeholder: 'N' },
-  seeds: { description: 'run these seeds, e.g. 1,2,3 (overrides the file)', schema: commaList().transform((list) => list.map(Number)).pipe(z.array(z.number().int().nonnegative()).min(1)).optional(), placeholder: 'a,b' },
-  strategies: { description: "run only these of the file's strategies", schema: commaList().pipe(z.array(z.string()).min(1)).optional(), placeholder: 'a,b' },
-  duration: { description: "seconds of arrivals (overrides the file's durationS; faults keep their times)", schema: z.coerce.number().finite().positive().max(3600).optional(), placeholder: 'S' },
-  workers: { description: 'worker threads running strategies in parallel (0 = none; default: one per core, at most 4)', schema: nonNegativeInt().max(64).optional(), placeholder: 'N' },
+  seeds: {
+    description: 'run these seeds, e.g. 1,2,3 (overrides the file)',
+    schema: commaList()
+      .transform((list) => list.map(Number))
+      .pipe(z.array(z.number().int().nonnegative()).min(1))
+      .optional(),
+    placeholder: 'a,b',
+  },
+  strategies: {
+    description: "run only these of the file's strategies",
+    schema: commaList().pipe(z.array(z.string()).min(1)).optional(),
+    placeholder: 'a,b',
+  },
+  duration: {
+    description: "seconds of arrivals (overrides the file's durationS; faults keep their times)",
+    schema: z.coerce.number().finite().positive().max(3600).optional(),
+    placeholder: 'S',
+  },
+  workers: {
+    description: 'worker threads running strategies in parallel (0 = none; default: one per core, at most 4)',
+    schema: nonNegativeInt().max(64).optional(),
+    placeholder: 'N',
+  },
   quiet: { description: 'no progress line on stderr', schema: z.boolean().default(false), boolean: true },
 } satisfies FlagSpecs;
 
@@ -54,7 +77,8 @@ export function parseWhatifArgs(argv: readonly string[], env: NodeJS.ProcessEnv 
   if (v.strategies) {
     const names = scenario.strategies.map((s) => (typeof s === 'string' ? s : s.name));
     const unknown = v.strategies.filter((n) => !names.includes(n));
-    if (unknown.length > 0) throw new CliError(`--strategies: ${unknown.join(', ')} not in the scenario (it has ${names.join(', ')})`, 'strategies');
+    if (unknown.length > 0)
+      throw new CliError(`--strategies: ${unknown.join(', ')} not in the scenario (it has ${names.join(', ')})`, 'strategies');
     const keep = new Set(v.strategies);
     file = { ...scenario, strategies: scenario.strategies.filter((s) => keep.has(typeof s === 'string' ? s : s.name)) };
   }

@@ -74,18 +74,32 @@ export function summaryTable(report: ScenarioReport): Table {
     const growth = median(runs, (r) => r.queueGrowthPerS);
     return [
       name,
-      ranged(runs.map((r) => r.ttftMs.p50), ms),
-      ranged(runs.map((r) => r.ttftMs.p90), ms),
-      ranged(runs.map((r) => r.ttftMs.p99), ms),
+      ranged(
+        runs.map((r) => r.ttftMs.p50),
+        ms,
+      ),
+      ranged(
+        runs.map((r) => r.ttftMs.p90),
+        ms,
+      ),
+      ranged(
+        runs.map((r) => r.ttftMs.p99),
+        ms,
+      ),
       sec(median(runs, (r) => r.e2eMs.p90)),
       median(runs, (r) => r.outputTokensPerS).toFixed(0),
-      ranged(runs.map((r) => r.crossZoneShare), pc),
+      ranged(
+        runs.map((r) => r.crossZoneShare),
+        pc,
+      ),
       pc(median(runs, (r) => r.fallbackShare)),
       ...(prefix ? [pc(median(runs, (r) => r.prefixHitShare))] : []),
       pc(rate(runs, (r) => r.rejected429)),
       pc(rate(runs, (r) => r.rejected503)),
       ...(aborted ? [pc(rate(runs, (r) => r.aborted))] : []),
-      unbounded === 0 ? 'bounded' : `UNBOUNDED${unbounded < runs.length ? ` (${unbounded}/${runs.length} seeds)` : ''} +${growth.toFixed(0)}/s`,
+      unbounded === 0
+        ? 'bounded'
+        : `UNBOUNDED${unbounded < runs.length ? ` (${unbounded}/${runs.length} seeds)` : ''} +${growth.toFixed(0)}/s`,
     ];
   });
   return { header, rows };
@@ -120,7 +134,10 @@ export function windowTables(report: ScenarioReport, zones: readonly string[]): 
       };
       return [
         name,
-        ranged(ws.map((x) => x.ttftMs.p90), ms),
+        ranged(
+          ws.map((x) => x.ttftMs.p90),
+          ms,
+        ),
         before.length ? ms(median(before, (x) => x.ttftMs.p90)) : '–',
         ms(median(ws, (x) => x.ttftMs.p99)),
         pc(median(ws, (x) => (zone ? (x.crossZoneShareByZone[zone] ?? 0) : x.crossZoneShare))),
@@ -145,7 +162,8 @@ function zoneOf(windowName: string, zones: readonly string[]): string | undefine
 
 export function renderText(t: Table): string {
   const widths = t.header.map((h, i) => Math.max(h.length, ...t.rows.map((r) => (r[i] ?? '').length)));
-  const line = (cells: readonly string[]) => cells.map((c, i) => (i === 0 ? c.padEnd(widths[i] as number) : c.padStart(widths[i] as number))).join('  ');
+  const line = (cells: readonly string[]) =>
+    cells.map((c, i) => (i === 0 ? c.padEnd(widths[i] as number) : c.padStart(widths[i] as number))).join('  ');
   return [line(t.header), widths.map((w) => '-'.repeat(w)).join('  '), ...t.rows.map(line)].join('\n');
 }
 
@@ -164,9 +182,13 @@ export function describe(report: ScenarioReport): string {
     `load: ${report.load !== null ? `${(report.load * 100).toFixed(0)} % of calibrated capacity (${(report.load * c.clusterRps).toFixed(1)} of ${c.clusterRps.toFixed(1)} req/s)` : 'given in req/s'}; ` +
       `overflow share ${(report.overflowShare * 100).toFixed(1)} %; seeds ${report.seeds.join(', ')}; ${report.durationS} s of arrivals, the first ${report.warmupS} s not measured`,
     `capacity: ${perReplica} req/s per replica — ${c.method}` +
-      (c.cacheBlindPerReplicaRps ? `; a replica seeing every group manages ${[...new Set(Object.values(c.cacheBlindPerReplicaRps))].map((v) => v.toFixed(2)).join(' / ')} req/s` : ''),
+      (c.cacheBlindPerReplicaRps
+        ? `; a replica seeing every group manages ${[...new Set(Object.values(c.cacheBlindPerReplicaRps))].map((v) => v.toFixed(2)).join(' / ')} req/s`
+        : ''),
     'strategies:',
-    ...report.strategies.map((s) => `  ${s.name.padEnd(14)} ${s.description}${Object.keys(s.config).length ? ` — config ${JSON.stringify(s.config)}` : ''}`),
+    ...report.strategies.map(
+      (s) => `  ${s.name.padEnd(14)} ${s.description}${Object.keys(s.config).length ? ` — config ${JSON.stringify(s.config)}` : ''}`,
+    ),
   ];
   return lines.join('\n');
 }

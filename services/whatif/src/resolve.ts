@@ -27,7 +27,12 @@ export interface ResolvedScenario {
   readonly clusterFraction: number | undefined;
   readonly rates: readonly RateSchedule[];
   readonly signals: ScenarioFile['signals'];
-  readonly epps: { readonly perZone: number; readonly spread: 'round-robin' | 'random'; readonly sharing: boolean; readonly batchMs: number };
+  readonly epps: {
+    readonly perZone: number;
+    readonly spread: 'round-robin' | 'random';
+    readonly sharing: boolean;
+    readonly batchMs: number;
+  };
   readonly faults: readonly ResolvedFault[];
   readonly windows: readonly WindowSpec[];
   readonly strategies: readonly StrategySpec[];
@@ -75,8 +80,15 @@ export function toWorkloadSpec(input: WorkloadInput): WorkloadSpec {
   const one = (w: SingleWorkloadInput): SingleWorkload =>
     w.kind === 'sharegpt'
       ? { kind: 'sharegpt', inputMean: w.inputMean, outputMean: w.outputMean, sigma: w.sigma }
-      : { kind: 'shared-prefix', groups: w.groups, prefixTokens: w.prefixTokens, questionTokens: w.questionTokens, outputTokens: w.outputTokens };
-  if (input.kind === 'mixed') return { parts: input.parts.map((p) => ({ weight: p.weight, spec: one(p) })), sheddableShare: input.sheddableShare };
+      : {
+          kind: 'shared-prefix',
+          groups: w.groups,
+          prefixTokens: w.prefixTokens,
+          questionTokens: w.questionTokens,
+          outputTokens: w.outputTokens,
+        };
+  if (input.kind === 'mixed')
+    return { parts: input.parts.map((p) => ({ weight: p.weight, spec: one(p) })), sheddableShare: input.sheddableShare };
   return { parts: [{ weight: 1, spec: one(input) }], sheddableShare: input.sheddableShare };
 }
 
@@ -93,14 +105,18 @@ export function resolveScenario(file: ScenarioFile, options: ResolveOptions = {}
   const zoneCapacity = zones.map((z, i) => z.replicas * (capacity.perReplica[i] as number));
 
   const base = file.load;
-  const scale = options.load !== undefined && base.clusterFraction !== undefined && base.clusterFraction > 0 ? options.load / base.clusterFraction : 1;
+  const scale =
+    options.load !== undefined && base.clusterFraction !== undefined && base.clusterFraction > 0 ? options.load / base.clusterFraction : 1;
   const clusterFraction = options.load ?? base.clusterFraction;
   const segments = loadSegments(file, options.load, scale);
   const zoneRates = segments.map((seg, i) => ({
     fromMs: seg.atMs,
     rates: zoneRatesOf(seg, zones, zoneCapacity, capacity.clusterRps, i === 0 ? 'load' : `load.timeline[${i - 1}]`),
   }));
-  const rates: RateSchedule[] = zones.map((_, z) => ({ startsMs: zoneRates.map((s) => s.fromMs), rates: zoneRates.map((s) => s.rates[z] as number) }));
+  const rates: RateSchedule[] = zones.map((_, z) => ({
+    startsMs: zoneRates.map((s) => s.fromMs),
+    rates: zoneRates.map((s) => s.rates[z] as number),
+  }));
 
   // A shorter --duration drops the faults it no longer reaches.
   const inRun = file.faults.filter((f) => f.atS * 1000 < durationMs);
@@ -134,14 +150,24 @@ export function resolveScenario(file: ScenarioFile, options: ResolveOptions = {}
 }
 
 /** One replica's capacity per zone; for prefix workloads each replica holds its share of the groups. */
-function calibrate(workload: WorkloadSpec, engines: readonly EngineConfig[], zones: readonly ZoneSpec[], totalReplicas: number): CapacityReport {
+function calibrate(
+  workload: WorkloadSpec,
+  engines: readonly EngineConfig[],
+  zones: readonly ZoneSpec[],
+  totalReplicas: number,
+): CapacityReport {
   const prefixGroups = workload.parts.reduce((n, p) => Math.max(n, p.spec.kind === 'shared-prefix' ? p.spec.groups : 0), 0);
   const groupLimit = prefixGroups > 0 ? Math.max(1, Math.ceil(prefixGroups / totalReplicas)) : undefined;
   const detail = engines.map((engine) => capacityOf({ workload, engine, ...(groupLimit !== undefined ? { groupLimit } : {}) }));
   const perReplica = detail.map((c) => c.requestsPerSec);
   const clusterRps = zones.reduce((s, z, i) => s + z.replicas * (perReplica[i] as number), 0);
   if (groupLimit === undefined) {
-    return { perReplica, clusterRps, detail, method: 'one replica kept saturated (8 requests always waiting), completions over 120 s after 60 s of warm-up' };
+    return {
+      perReplica,
+      clusterRps,
+      detail,
+      method: 'one replica kept saturated (8 requests always waiting), completions over 120 s after 60 s of warm-up',
+    };
   }
   const blind = engines.map((engine) => capacityOf({ workload, engine }).requestsPerSec);
   return {
@@ -185,7 +211,13 @@ function loadSegments(file: ScenarioFile, loadOverride: number | undefined, scal
   return out;
 }
 
-function zoneRatesOf(seg: LoadState, zones: readonly ZoneSpec[], zoneCapacity: readonly number[], clusterRps: number, where: string): number[] {
+function zoneRatesOf(
+  seg: LoadState,
+  zones: readonly ZoneSpec[],
+  zoneCapacity: readonly number[],
+  clusterRps: number,
+  where: string,
+): number[] {
   const total = seg.rps ?? (seg.clusterFraction ?? 0) * clusterRps;
   if (seg.zoneShares) {
     const shares = seg.zoneShares;
@@ -196,9 +228,14 @@ function zoneRatesOf(seg: LoadState, zones: readonly ZoneSpec[], zoneCapacity: r
   const rates = zones.map((z, i) => (z.zone in fixed ? (fixed[z.zone] as number) * (zoneCapacity[i] as number) : Number.NaN));
   const taken = rates.reduce((a, r) => a + (Number.isNaN(r) ? 0 : r), 0);
   const rest = total - taken;
-  if (rest < -1e-9) throw new Error(`${where}.zoneFractions: the listed zones alone are offered ${taken.toFixed(1)} req/s, more than the cluster load of ${total.toFixed(1)} req/s`);
+  if (rest < -1e-9)
+    throw new Error(
+      `${where}.zoneFractions: the listed zones alone are offered ${taken.toFixed(1)} req/s, more than the cluster load of ${total.toFixed(1)} req/s`,
+    );
   const freeCapacity = zones.reduce((a, _z, i) => a + (Number.isNaN(rates[i] as number) ? (zoneCapacity[i] as number) : 0), 0);
-  return rates.map((r, i) => (Number.isNaN(r) ? (freeCapacity > 0 ? (Math.max(0, rest) * (zoneCapacity[i] as number)) / freeCapacity : 0) : r));
+  return rates.map((r, i) =>
+    Number.isNaN(r) ? (freeCapacity > 0 ? (Math.max(0, rest) * (zoneCapacity[i] as number)) / freeCapacity : 0) : r,
+  );
 }
 
 function replicasOf(f: { zone: string; count?: number | undefined; pods?: string[] | undefined }, zones: readonly ZoneSpec[]): number[] {
@@ -253,7 +290,12 @@ function windowsOf(faults: readonly FaultInput[], zones: readonly ZoneSpec[], du
         out.push({ name: 'nats-down', fromMs, toMs: endOf('nats-up', () => true), zone: undefined });
         break;
       case 'epp-restart':
-        out.push({ name: `epp-restart ${f.zone}${f.index !== undefined ? `#${f.index}` : ''}`, fromMs, toMs: Math.min(durationMs, fromMs + f.windowS * 1000), zone });
+        out.push({
+          name: `epp-restart ${f.zone}${f.index !== undefined ? `#${f.index}` : ''}`,
+          fromMs,
+          toMs: Math.min(durationMs, fromMs + f.windowS * 1000),
+          zone,
+        });
         break;
       default:
         break;

@@ -198,7 +198,15 @@ class SchedulerRouter implements EppRouter {
     /** Hand the scheduler the request's token ids (the EPP tokenizes: precise prefix routing). */
     private readonly tokenized = false,
   ) {
-    this.scheduler = new Scheduler({ fleet: ctx.fleet, pool: POOL, zone: ctx.zone, region: ctx.region, config: ctx.config, seed: ctx.seed, shared: ctx.shared });
+    this.scheduler = new Scheduler({
+      fleet: ctx.fleet,
+      pool: POOL,
+      zone: ctx.zone,
+      region: ctx.region,
+      config: ctx.config,
+      seed: ctx.seed,
+      shared: ctx.shared,
+    });
     for (const r of ctx.replicas) this.byAddress.set(r.address, r.index);
   }
 

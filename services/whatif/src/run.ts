@@ -20,7 +20,12 @@ export interface ScenarioReport {
     readonly method: string;
     readonly cacheBlindPerReplicaRps?: Readonly<Record<string, number>>;
   };
-  readonly strategies: readonly { readonly name: string; readonly kind: StrategyKind; readonly description: string; readonly config: Readonly<Record<string, unknown>> }[];
+  readonly strategies: readonly {
+    readonly name: string;
+    readonly kind: StrategyKind;
+    readonly description: string;
+    readonly config: Readonly<Record<string, unknown>>;
+  }[];
   readonly results: readonly RunResult[];
 }
 
@@ -69,7 +74,8 @@ export async function runScenario(scenario: ResolvedScenario, options: RunOption
 
 function reportOf(scenario: ResolvedScenario, results: RunResult[]): ScenarioReport {
   const zones = scenario.zones.map((z) => z.zone);
-  const perZone = (values: readonly number[]) => Object.fromEntries(zones.map((z, i) => [z, Math.round((values[i] as number) * 100) / 100]));
+  const perZone = (values: readonly number[]) =>
+    Object.fromEntries(zones.map((z, i) => [z, Math.round((values[i] as number) * 100) / 100]));
   return {
     scenario: scenario.name,
     title: scenario.title,
@@ -84,7 +90,12 @@ function reportOf(scenario: ResolvedScenario, results: RunResult[]): ScenarioRep
       method: scenario.capacity.method,
       ...(scenario.capacity.cacheBlindPerReplica ? { cacheBlindPerReplicaRps: perZone(scenario.capacity.cacheBlindPerReplica) } : {}),
     },
-    strategies: scenario.strategies.map((s) => ({ name: s.name, kind: s.kind, description: describeStrategy(s, scenario.epps.sharing), config: s.config })),
+    strategies: scenario.strategies.map((s) => ({
+      name: s.name,
+      kind: s.kind,
+      description: describeStrategy(s, scenario.epps.sharing),
+      config: s.config,
+    })),
     results,
   };
 }

@@ -9,7 +9,11 @@ import { STRATEGY_KINDS } from './strategies.js';
  * span fields (shares summing to 1, faults naming known zones, ...) report the path of the field
  * at fault. docs/whatif.md is the reference for users.
  */
-const name = z.string().min(1).max(63).regex(/^[A-Za-z0-9][A-Za-z0-9_.-]*$/, 'letters, digits, "-", "_" and "." only');
+const name = z
+  .string()
+  .min(1)
+  .max(63)
+  .regex(/^[A-Za-z0-9][A-Za-z0-9_.-]*$/, 'letters, digits, "-", "_" and "." only');
 const seconds = z.number().finite().min(0).max(86_400);
 const positiveInt = z.number().int().min(1);
 const fraction = z.number().finite().min(0).max(1);
@@ -73,7 +77,10 @@ const workloadSchema = z.discriminatedUnion('kind', [
   sharedPrefix.extend({ sheddableShare: fraction.default(0) }),
   z.strictObject({
     kind: z.literal('mixed'),
-    parts: z.array(z.discriminatedUnion('kind', [weighted(shareGpt), weighted(sharedPrefix)])).min(1).max(16),
+    parts: z
+      .array(z.discriminatedUnion('kind', [weighted(shareGpt), weighted(sharedPrefix)]))
+      .min(1)
+      .max(16),
     sheddableShare: fraction.default(0),
   }),
 ]);
@@ -146,8 +153,20 @@ const eppsSchema = z.strictObject({
 });
 
 const faultSchema = z.discriminatedUnion('kind', [
-  z.strictObject({ kind: z.literal('replica-down'), atS: seconds, zone: name, count: positiveInt.optional(), pods: z.array(name).min(1).optional() }),
-  z.strictObject({ kind: z.literal('replica-up'), atS: seconds, zone: name, count: positiveInt.optional(), pods: z.array(name).min(1).optional() }),
+  z.strictObject({
+    kind: z.literal('replica-down'),
+    atS: seconds,
+    zone: name,
+    count: positiveInt.optional(),
+    pods: z.array(name).min(1).optional(),
+  }),
+  z.strictObject({
+    kind: z.literal('replica-up'),
+    atS: seconds,
+    zone: name,
+    count: positiveInt.optional(),
+    pods: z.array(name).min(1).optional(),
+  }),
   z.strictObject({ kind: z.literal('collector-down'), atS: seconds, zone: name }),
   z.strictObject({ kind: z.literal('collector-up'), atS: seconds, zone: name }),
   z.strictObject({ kind: z.literal('nats-down'), atS: seconds }),
@@ -182,26 +201,45 @@ const strategyEntry = z.union([z.enum(STRATEGY_KINDS), strategyObject], {
 });
 
 const scenarioObject = z.strictObject({
-    name,
-    title: z.string().max(200).optional(),
-    description: z.string().max(2000).optional(),
-    seed: z.number().int().min(0).max(2 ** 31).optional(),
-    seeds: z.array(z.number().int().min(0).max(2 ** 31)).min(1).max(100).optional(),
-    durationS: z.number().finite().positive().max(3600),
-    warmupS: seconds.default(10),
-    zones: z.array(zoneSchema).min(1).max(64),
-    network: networkSchema.prefault({}),
-    engine: engineSchema.prefault({}),
-    workload: workloadSchema,
-    load: loadSchema,
-    /** Cluster loads the benchmark iterates (each overrides load.clusterFraction). */
-    ladder: z.array(z.number().finite().positive().max(10)).min(1).max(20).optional(),
-    signals: signalsSchema.prefault({}),
-    epps: eppsSchema.prefault({}),
-    faults: z.array(faultSchema).max(1000).default([]),
-    strategies: z.array(strategyEntry).min(1).max(32).default(['random', 'round-robin', 'least-queue', 'reference', 'zone-local', 'spillway']),
-    /** Scheduler config overrides per strategy name (merged over the strategy's own). */
-    config: z.record(name, configOverrides).default({}),
+  name,
+  title: z.string().max(200).optional(),
+  description: z.string().max(2000).optional(),
+  seed: z
+    .number()
+    .int()
+    .min(0)
+    .max(2 ** 31)
+    .optional(),
+  seeds: z
+    .array(
+      z
+        .number()
+        .int()
+        .min(0)
+        .max(2 ** 31),
+    )
+    .min(1)
+    .max(100)
+    .optional(),
+  durationS: z.number().finite().positive().max(3600),
+  warmupS: seconds.default(10),
+  zones: z.array(zoneSchema).min(1).max(64),
+  network: networkSchema.prefault({}),
+  engine: engineSchema.prefault({}),
+  workload: workloadSchema,
+  load: loadSchema,
+  /** Cluster loads the benchmark iterates (each overrides load.clusterFraction). */
+  ladder: z.array(z.number().finite().positive().max(10)).min(1).max(20).optional(),
+  signals: signalsSchema.prefault({}),
+  epps: eppsSchema.prefault({}),
+  faults: z.array(faultSchema).max(1000).default([]),
+  strategies: z
+    .array(strategyEntry)
+    .min(1)
+    .max(32)
+    .default(['random', 'round-robin', 'least-queue', 'reference', 'zone-local', 'spillway']),
+  /** Scheduler config overrides per strategy name (merged over the strategy's own). */
+  config: z.record(name, configOverrides).default({}),
 });
 
 export const scenarioSchema = scenarioObject.superRefine(checkScenario);
@@ -255,7 +293,12 @@ function checkScenario(s: z.output<typeof scenarioObject>, ctx: Ctx): void {
       if (f.count !== undefined && f.count > replicas) issue(ctx, ['faults', i, 'count'], `zone ${f.zone} has ${replicas} replicas`);
       f.pods?.forEach((pod, k) => {
         const m = /^vllm-(.+)-(\d+)$/.exec(pod);
-        if (!m || m[1] !== f.zone || Number(m[2]) >= replicas) issue(ctx, ['faults', i, 'pods', k], `unknown pod ${pod} in zone ${f.zone} (pods are vllm-${f.zone}-0 .. vllm-${f.zone}-${replicas - 1})`);
+        if (!m || m[1] !== f.zone || Number(m[2]) >= replicas)
+          issue(
+            ctx,
+            ['faults', i, 'pods', k],
+            `unknown pod ${pod} in zone ${f.zone} (pods are vllm-${f.zone}-0 .. vllm-${f.zone}-${replicas - 1})`,
+          );
       });
     }
     if (f.kind === 'epp-restart' && f.index !== undefined && f.index >= s.epps.perZone) {
@@ -296,12 +339,18 @@ function checkEngine(ctx: Ctx, path: string[] | (string | number)[], base: Engin
 function checkLoad(
   ctx: Ctx,
   path: (string | number)[],
-  load: { clusterFraction?: number | undefined; rps?: number | undefined; zoneShares?: Record<string, number> | undefined; zoneFractions?: Record<string, number> | undefined },
+  load: {
+    clusterFraction?: number | undefined;
+    rps?: number | undefined;
+    zoneShares?: Record<string, number> | undefined;
+    zoneFractions?: Record<string, number> | undefined;
+  },
   knownZone: (path: (string | number)[], zone: string) => boolean,
   base: boolean,
 ): void {
   if (load.clusterFraction !== undefined && load.rps !== undefined) issue(ctx, path, 'give either clusterFraction or rps, not both');
-  if (base && load.clusterFraction === undefined && load.rps === undefined) issue(ctx, path, 'needs clusterFraction (of the calibrated capacity) or rps');
+  if (base && load.clusterFraction === undefined && load.rps === undefined)
+    issue(ctx, path, 'needs clusterFraction (of the calibrated capacity) or rps');
   if (load.zoneShares && load.zoneFractions) issue(ctx, path, 'give either zoneShares or zoneFractions, not both');
   if (load.zoneShares) {
     for (const z of Object.keys(load.zoneShares)) knownZone([...path, 'zoneShares', z], z);

@@ -54,7 +54,16 @@ export class SharingChannel {
 
   /** Registers EPP `index` of `zone` under `id`; returns the outbox its scheduler writes to. */
   join(index: number, zone: string, id: string): SharedStateOutbox {
-    const peer: Peer = { index, zone, id, entries: [], flushPending: false, seq: 0, lastSentAt: Number.NEGATIVE_INFINITY, shared: undefined };
+    const peer: Peer = {
+      index,
+      zone,
+      id,
+      entries: [],
+      flushPending: false,
+      seq: 0,
+      lastSentAt: Number.NEGATIVE_INFINITY,
+      shared: undefined,
+    };
     this.peers[index] = peer;
     return this.outboxOf(peer);
   }
@@ -71,7 +80,16 @@ export class SharingChannel {
    */
   restart(index: number, id: string): SharedStateOutbox {
     const old = this.peers[index] as Peer;
-    const peer: Peer = { index, zone: old.zone, id, entries: [], flushPending: false, seq: 0, lastSentAt: Number.NEGATIVE_INFINITY, shared: undefined };
+    const peer: Peer = {
+      index,
+      zone: old.zone,
+      id,
+      entries: [],
+      flushPending: false,
+      seq: 0,
+      lastSentAt: Number.NEGATIVE_INFINITY,
+      shared: undefined,
+    };
     this.peers[index] = peer;
     return this.outboxOf(peer);
   }
@@ -82,7 +100,20 @@ export class SharingChannel {
     if (!peer?.shared || !this.options.up()) return;
     for (const other of this.peers) {
       if (!other?.shared || other === peer) continue;
-      peer.shared.apply({ v: 1, pool: POOL, zone: other.zone, epp: other.id, seq: other.seq, sentAt: now, entries: other.shared.snapshot(now), snapshot: { last: true } }, now, peer.id);
+      peer.shared.apply(
+        {
+          v: 1,
+          pool: POOL,
+          zone: other.zone,
+          epp: other.id,
+          seq: other.seq,
+          sentAt: now,
+          entries: other.shared.snapshot(now),
+          snapshot: { last: true },
+        },
+        now,
+        peer.id,
+      );
     }
   }
 

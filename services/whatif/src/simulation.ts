@@ -1,5 +1,12 @@
 import { Engine, Rng, type EngineRequest, type Sequence } from '@spillway/engine';
-import { RateWindow, type KvBatch, type KvSnapshotEvent, type MetricsEvent, type ReadinessEvent, type ServiceRates } from '@spillway/events';
+import {
+  RateWindow,
+  type KvBatch,
+  type KvSnapshotEvent,
+  type MetricsEvent,
+  type ReadinessEvent,
+  type ServiceRates,
+} from '@spillway/events';
 import { Fleet } from '@spillway/fleet';
 import type { StateBatch } from '@spillway/events';
 import { KvRelay } from './kv-relay.js';
@@ -154,7 +161,14 @@ class Simulation {
   private readonly zoneNames: string[];
   /** The measured window, then per fault window: [window, before]. */
   private readonly measured: Tally;
-  private readonly windows: { spec: WindowSpec; tally: Tally; before: Tally | undefined; stale: number[]; observed: number[]; delivered: number }[];
+  private readonly windows: {
+    spec: WindowSpec;
+    tally: Tally;
+    before: Tally | undefined;
+    stale: number[];
+    observed: number[];
+    delivered: number;
+  }[];
   private readonly ranges: Tally[];
   /** The stream: last event per (pod, kind), as JetStream keeps it (max_msgs_per_subject 1). */
   private readonly stream = new Map<string, Stored>();
@@ -204,7 +218,8 @@ class Simulation {
         delayMs: s.signals.sharingDelayMs,
         lossRate: s.signals.lossRate,
         rng: sharingRng,
-        schedule: (at: number, what: 'flush' | 'deliver', peer: number, batch?: StateBatch) => this.queue.push(at, what === 'flush' ? 'share-flush' : 'share-deliver', peer, batch),
+        schedule: (at: number, what: 'flush' | 'deliver', peer: number, batch?: StateBatch) =>
+          this.queue.push(at, what === 'flush' ? 'share-flush' : 'share-deliver', peer, batch),
         up: () => this.natsUp,
       });
     }
@@ -218,16 +233,21 @@ class Simulation {
       this.epps.push(this.newEpp(0, 0));
       this.gatewayEpps = s.zones.map(() => [this.epps[0] as Epp]);
     } else {
-      this.gatewayEpps = s.zones.map((_, zi) => Array.from({ length: s.epps.perZone }, () => {
-        const epp = this.newEpp(this.epps.length, zi);
-        this.epps.push(epp);
-        return epp;
-      }));
+      this.gatewayEpps = s.zones.map((_, zi) =>
+        Array.from({ length: s.epps.perZone }, () => {
+          const epp = this.newEpp(this.epps.length, zi);
+          this.epps.push(epp);
+          return epp;
+        }),
+      );
     }
     this.gatewayNext = s.zones.map(() => 0);
 
     const groups = prefixGroupsOf(s.workload, seed);
-    this.streams = s.zones.map((_, i) => new ArrivalStream(s.workload, groups, s.rates[i] as { startsMs: number[]; rates: number[] }, i, s.zones.length, seed, s.durationMs));
+    this.streams = s.zones.map(
+      (_, i) =>
+        new ArrivalStream(s.workload, groups, s.rates[i] as { startsMs: number[]; rates: number[] }, i, s.zones.length, seed, s.durationMs),
+    );
 
     const zones = s.zones.length;
     this.measured = new Tally(s.warmupMs, s.durationMs, zones);
@@ -235,7 +255,14 @@ class Simulation {
       const len = spec.toMs - spec.fromMs;
       const beforeFrom = Math.max(s.warmupMs, spec.fromMs - len);
       const before = spec.fromMs - beforeFrom >= 1000 ? new Tally(beforeFrom, spec.fromMs, zones) : undefined;
-      return { spec, tally: new Tally(spec.fromMs, spec.toMs, zones), before, stale: new Array<number>(zones).fill(0), observed: new Array<number>(zones).fill(0), delivered: 0 };
+      return {
+        spec,
+        tally: new Tally(spec.fromMs, spec.toMs, zones),
+        before,
+        stale: new Array<number>(zones).fill(0),
+        observed: new Array<number>(zones).fill(0),
+        delivered: 0,
+      };
     });
     this.ranges = [this.measured, ...this.windows.flatMap((w) => (w.before ? [w.tally, w.before] : [w.tally]))];
   }
@@ -347,7 +374,12 @@ class Simulation {
     const lateGrowth = slope(this.backlogTimes.slice(half), this.backlogValues.slice(half));
     const arrivalRate = figures.arrivals / ((s.durationMs - s.warmupMs) / 1000);
     const windows: WindowResult[] = this.windows.map((w) => {
-      const staleShareByZone = Object.fromEntries(zones.map((z, i) => [z, (w.observed[i] as number) > 0 ? Math.round(((w.stale[i] as number) / (w.observed[i] as number)) * 10_000) / 10_000 : 0]));
+      const staleShareByZone = Object.fromEntries(
+        zones.map((z, i) => [
+          z,
+          (w.observed[i] as number) > 0 ? Math.round(((w.stale[i] as number) / (w.observed[i] as number)) * 10_000) / 10_000 : 0,
+        ]),
+      );
       return {
         name: w.spec.name,
         fromS: w.spec.fromMs / 1000,
@@ -418,7 +450,16 @@ class Simulation {
   // ---- KV events ------------------------------------------------------------------------------
 
   private kvBatch(r: ReplicaState, taken: { seq: number; events: KvBatch['events'] }, now: number): KvBatch {
-    return { v: 1, pool: POOL, zone: r.info.zone, pod: r.info.pod, seq: taken.seq, observedAt: now, blockSize: KV_BLOCK_SIZE, events: taken.events };
+    return {
+      v: 1,
+      pool: POOL,
+      zone: r.info.zone,
+      pod: r.info.pod,
+      seq: taken.seq,
+      observedAt: now,
+      blockSize: KV_BLOCK_SIZE,
+      events: taken.events,
+    };
   }
 
   /** Oracle: every EPP learns the replica's events the instant they happen (no batching, delay or loss). */
@@ -447,7 +488,17 @@ class Simulation {
     if (now + every < this.s.durationMs) this.queue.push(now + every, 'kv-snapshot', index);
     const relay = r.kv as KvRelay;
     if (!r.engine || !this.natsUp || !this.collectorUp[r.info.zoneIndex]) return;
-    const event: KvSnapshotEvent = { v: 1, kind: 'kv', pool: POOL, zone: r.info.zone, pod: r.info.pod, observedAt: now, blockSize: KV_BLOCK_SIZE, seq: relay.seq, keys: relay.snapshotKeys() };
+    const event: KvSnapshotEvent = {
+      v: 1,
+      kind: 'kv',
+      pool: POOL,
+      zone: r.info.zone,
+      pod: r.info.pod,
+      observedAt: now,
+      blockSize: KV_BLOCK_SIZE,
+      seq: relay.seq,
+      keys: relay.snapshotKeys(),
+    };
     this.stream.set(`${r.info.pod}/kv`, { event, storedAt: now });
     this.kvSend(relay, event, now);
   }
@@ -517,7 +568,16 @@ class Simulation {
         continue;
       }
       const flight: Flight = { request, route, replica, attempt: i, networkMs: extraMs + rtt };
-      const seq = r.engine.submit({ promptTokens: request.promptTokens, outputTokens: request.outputTokens, blockHashes: request.blockHashes, networkDelayMs: flight.networkMs, flight }, now);
+      const seq = r.engine.submit(
+        {
+          promptTokens: request.promptTokens,
+          outputTokens: request.outputTokens,
+          blockHashes: request.blockHashes,
+          networkDelayMs: flight.networkMs,
+          flight,
+        },
+        now,
+      );
       if (seq.state === 'rejected') {
         extraMs += Math.max(rtt, 0.2);
         continue;
@@ -742,7 +802,20 @@ class Simulation {
     if (this.kvMode === 'oracle') {
       for (const r of this.replicas) {
         const relay = r.kv as KvRelay;
-        epp.router.applyKvSnapshot?.({ v: 1, kind: 'kv', pool: POOL, zone: r.info.zone, pod: r.info.pod, observedAt: now, blockSize: KV_BLOCK_SIZE, seq: relay.seq, keys: relay.snapshotKeys() }, now);
+        epp.router.applyKvSnapshot?.(
+          {
+            v: 1,
+            kind: 'kv',
+            pool: POOL,
+            zone: r.info.zone,
+            pod: r.info.pod,
+            observedAt: now,
+            blockSize: KV_BLOCK_SIZE,
+            seq: relay.seq,
+            keys: relay.snapshotKeys(),
+          },
+          now,
+        );
       }
     }
     // Then, as the EPP does before it reports ready, it asks its peers for their state.

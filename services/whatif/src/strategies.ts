@@ -4,7 +4,16 @@ import type { SchedulerConfigInput } from '@spillway/scheduler';
  * The routing strategies a scenario compares. Zone-unaware baselines see the whole pool; the
  * scheduler-based ones run the production `@spillway/scheduler`.
  */
-export const STRATEGY_KINDS = ['random', 'round-robin', 'least-queue', 'reference', 'zone-local', 'spillway', 'spillway-precise', 'oracle'] as const;
+export const STRATEGY_KINDS = [
+  'random',
+  'round-robin',
+  'least-queue',
+  'reference',
+  'zone-local',
+  'spillway',
+  'spillway-precise',
+  'oracle',
+] as const;
 export type StrategyKind = (typeof STRATEGY_KINDS)[number];
 
 /** The zone-unaware strategies (targets compare Spillway with the best of them). */
@@ -21,8 +30,9 @@ export const STRATEGY_DESCRIPTIONS: Readonly<Record<StrategyKind, string>> = {
   'zone-local': "Spillway's scheduler in strict mode with the gateway's zone-local subset: never leaves the zone",
   spillway: "Spillway's scheduler in locality mode with the gateway's zone-local subset: spills to other zones by its rules",
   'spillway-precise':
-    'spillway, with the precise block index: the requests\' token ids and every replica\'s KV events (relayed in batches with delay and loss, snapshots every kvSnapshotEveryS)',
-  oracle: 'spillway-precise with every KV event applied the instant the server emits it, to every EPP (a router that knows every cache exactly)',
+    "spillway, with the precise block index: the requests' token ids and every replica's KV events (relayed in batches with delay and loss, snapshots every kvSnapshotEveryS)",
+  oracle:
+    'spillway-precise with every KV event applied the instant the server emits it, to every EPP (a router that knows every cache exactly)',
 };
 
 /** The kinds that tokenize requests and fold KV events into the precise block index. */
@@ -109,11 +119,21 @@ function isObject(v: unknown): v is Record<string, unknown> {
 
 /** Resolves the file's strategy list into specs with their overrides. */
 export function strategySpecs(
-  entries: readonly (StrategyKind | { name: string; kind: StrategyKind; config?: Record<string, unknown> | undefined; sharing?: boolean | undefined })[],
+  entries: readonly (
+    StrategyKind | { name: string; kind: StrategyKind; config?: Record<string, unknown> | undefined; sharing?: boolean | undefined }
+  )[],
   overrides: Readonly<Record<string, Record<string, unknown>>>,
 ): StrategySpec[] {
   return entries.map((entry) => {
-    const base = typeof entry === 'string' ? { name: entry, kind: entry, config: {}, sharing: undefined } : { name: entry.name, kind: entry.kind, config: entry.config ?? {}, sharing: entry.sharing };
-    return { name: base.name, kind: base.kind, config: mergeLayers(base.config, overrides[base.name] ?? {}), ...(base.sharing === undefined ? {} : { sharing: base.sharing }) };
+    const base =
+      typeof entry === 'string'
+        ? { name: entry, kind: entry, config: {}, sharing: undefined }
+        : { name: entry.name, kind: entry.kind, config: entry.config ?? {}, sharing: entry.sharing };
+    return {
+      name: base.name,
+      kind: base.kind,
+      config: mergeLayers(base.config, overrides[base.name] ?? {}),
+      ...(base.sharing === undefined ? {} : { sharing: base.sharing }),
+    };
   });
 }

@@ -44,7 +44,9 @@ export function lineChart(o: ChartOptions): string {
   const px = (x: number) => M.left + (xMax > xMin ? ((x - xMin) / (xMax - xMin)) * pw : pw / 2);
   const py = (y: number) => M.top + ph - ((tf(y) - yMin) / (yMax - yMin)) * ph;
   const out: string[] = [];
-  out.push(`<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" font-family="sans-serif" font-size="12">`);
+  out.push(
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" font-family="sans-serif" font-size="12">`,
+  );
   out.push(`<rect width="${W}" height="${H}" fill="white"/>`);
   out.push(`<text x="${W / 2}" y="22" text-anchor="middle" font-size="14" font-weight="bold">${esc(o.title)}</text>`);
   // Y grid and ticks.

@@ -31,7 +31,10 @@ export class ResultSet {
   }
 
   loads(scenario: string): (number | null)[] {
-    return [...this.reports.values()].filter((r) => r.scenario === scenario).map((r) => r.load).sort((a, b) => (a ?? 0) - (b ?? 0));
+    return [...this.reports.values()]
+      .filter((r) => r.scenario === scenario)
+      .map((r) => r.load)
+      .sort((a, b) => (a ?? 0) - (b ?? 0));
   }
 }
 
@@ -70,7 +73,10 @@ const inLoads = (load: number | null, lo: number, hi: number) => load !== null &
 /** Balanced load at 40–95 %: cross-zone < 1 %; p90 ≤ 1.05× (same region) / 1.0× (mixed region) the best zone-unaware strategy. */
 export function balancedTargets(set: ResultSet, strategy = 'spillway'): Verdict[] {
   const out: Verdict[] = [];
-  for (const [scenario, bound] of [['balanced-same-region', 1.05], ['balanced-mixed-region', 1.0]] as const) {
+  for (const [scenario, bound] of [
+    ['balanced-same-region', 1.05],
+    ['balanced-mixed-region', 1.0],
+  ] as const) {
     for (const load of set.loads(scenario).filter((l) => inLoads(l, 0.4, 0.95))) {
       const target = `Balanced load, ${scenario.replace('balanced-', '')}`;
       const report = set.get(scenario, load);
@@ -94,7 +100,15 @@ export function balancedTargets(set: ResultSet, strategy = 'spillway'): Verdict[
   return out;
 }
 
-function hotBounds(target: string, scenario: string, load: number | null, s: RunResult[], balanced: RunResult[], overflow: number, tolerance: number): Verdict {
+function hotBounds(
+  target: string,
+  scenario: string,
+  load: number | null,
+  s: RunResult[],
+  balanced: RunResult[],
+  overflow: number,
+  tolerance: number,
+): Verdict {
   const ratio = p90(s) / p90(balanced);
   const cross = med(s, (r) => r.crossZoneShare);
   const e503 = s.reduce((n, r) => n + r.rejected503, 0);
@@ -157,7 +171,11 @@ export function zoneLossTargets(set: ResultSet, strategy = 'spillway'): Verdict[
         continue;
       }
       const r90 = p90(s) / p90(best.w);
-      const bestP99 = Math.min(...ZONE_UNAWARE.map((n) => during(runs(report, n))).filter((w) => w.length > 0).map((w) => p99(w)));
+      const bestP99 = Math.min(
+        ...ZONE_UNAWARE.map((n) => during(runs(report, n)))
+          .filter((w) => w.length > 0)
+          .map((w) => p99(w)),
+      );
       const r99 = p99(s) / bestP99;
       out.push({
         target,
@@ -249,7 +267,10 @@ export function preciseTargets(set: ResultSet): Verdict[] {
 export function llmdTargets(set: ResultSet): Verdict[] {
   const out: Verdict[] = [];
   // The default deployment (EPPs sharing state; the reference's one pool-wide picker), and EPPs that do not share state.
-  for (const [scenario, approximate] of [['llm-d-like', ['spillway', 'reference']], ['llm-d-like-4-epps', ['spillway']]] as const) {
+  for (const [scenario, approximate] of [
+    ['llm-d-like', ['spillway', 'reference']],
+    ['llm-d-like-4-epps', ['spillway']],
+  ] as const) {
     for (const load of set.loads(scenario)) {
       const target = `${scenario} order and ratios`;
       const report = set.get(scenario, load);
@@ -389,7 +410,10 @@ function compareFigures(two: readonly RunResult[], one: readonly RunResult[]): {
     const [a, b] = [med(two, f), med(one, f)];
     const r = a / b;
     const ok = higherIsBetter ? r >= 0.95 : r <= 1.05;
-    return { ok, text: `${name} ${name.includes('tok') ? a.toFixed(0) : ms(a)} vs ${name.includes('tok') ? b.toFixed(0) : ms(b)} (${x(r)}${ok ? '' : ', outside'})` };
+    return {
+      ok,
+      text: `${name} ${name.includes('tok') ? a.toFixed(0) : ms(a)} vs ${name.includes('tok') ? b.toFixed(0) : ms(b)} (${x(r)}${ok ? '' : ', outside'})`,
+    };
   };
   const share = (name: string, f: (r: Figures) => number) => {
     const [a, b] = [med(two, f), med(one, f)];
@@ -409,13 +433,44 @@ function compareFigures(two: readonly RunResult[], one: readonly RunResult[]): {
 /** Every target, in report order. */
 export function allTargets(set: ResultSet, strategy = 'spillway'): { title: string; verdicts: Verdict[] }[] {
   return [
-    { title: 'Balanced load at 40–95 %: cross-zone share < 1 %; p90 TTFT ≤ 1.05× the best zone-unaware strategy (same region), ≤ 1.0× (mixed region)', verdicts: balancedTargets(set, strategy) },
-    { title: 'One zone at 150 % of its capacity, cluster at 60–95 % (and the moving hot spot over the whole run): p90 TTFT ≤ 1.25× the balanced case at the same load; cross-zone share within ±25 % of the overflow share; 0 × 503', verdicts: hotZoneTargets(set, strategy) },
-    { title: 'Zone loss (half a zone down) at 60–95 %: p90 and p99 TTFT during the loss ≤ 1.1× the best zone-unaware strategy', verdicts: zoneLossTargets(set, strategy) },
-    { title: 'Prefix-heavy at 40–110 %: p90 TTFT ≤ 1.1× the best zone-unaware strategy (the reference included) and ≥ 5× lower than random and least-queue', verdicts: prefixTargets(set, strategy) },
-    { title: 'Precise prefix routing (`spillway-precise`), prefix-heavy at 40–110 %: p90 TTFT ≤ 0.8× `spillway` (approximate) and ≤ 0.8× the reference; prefix hit rate ≥ 90 % of the oracle\'s', verdicts: preciseTargets(set) },
-    { title: 'llm-d-like scenario: p90 TTFT order precise < approximate < random with the published ratios halved (approximate/precise ≥ 25×, random/approximate ≥ 1.5×)', verdicts: llmdTargets(set) },
-    { title: 'Collector outage in one zone (60 %, 15 s): that zone\'s cross-zone share < 5 %, no 429 caused by the gap, p90 TTFT ≤ 1.2× before; NATS outage (15 s): no 503, p90 TTFT ≤ 1.3× before', verdicts: outageTargets(set, strategy) },
-    { title: 'Two EPPs per zone, sharing state: every figure within 5 % of one EPP per zone (and how much worse without sharing); hot zone at 95 %: cross-zone within ±15 % of the overflow', verdicts: twoEppTargets(set, strategy) },
+    {
+      title:
+        'Balanced load at 40–95 %: cross-zone share < 1 %; p90 TTFT ≤ 1.05× the best zone-unaware strategy (same region), ≤ 1.0× (mixed region)',
+      verdicts: balancedTargets(set, strategy),
+    },
+    {
+      title:
+        'One zone at 150 % of its capacity, cluster at 60–95 % (and the moving hot spot over the whole run): p90 TTFT ≤ 1.25× the balanced case at the same load; cross-zone share within ±25 % of the overflow share; 0 × 503',
+      verdicts: hotZoneTargets(set, strategy),
+    },
+    {
+      title: 'Zone loss (half a zone down) at 60–95 %: p90 and p99 TTFT during the loss ≤ 1.1× the best zone-unaware strategy',
+      verdicts: zoneLossTargets(set, strategy),
+    },
+    {
+      title:
+        'Prefix-heavy at 40–110 %: p90 TTFT ≤ 1.1× the best zone-unaware strategy (the reference included) and ≥ 5× lower than random and least-queue',
+      verdicts: prefixTargets(set, strategy),
+    },
+    {
+      title:
+        "Precise prefix routing (`spillway-precise`), prefix-heavy at 40–110 %: p90 TTFT ≤ 0.8× `spillway` (approximate) and ≤ 0.8× the reference; prefix hit rate ≥ 90 % of the oracle's",
+      verdicts: preciseTargets(set),
+    },
+    {
+      title:
+        'llm-d-like scenario: p90 TTFT order precise < approximate < random with the published ratios halved (approximate/precise ≥ 25×, random/approximate ≥ 1.5×)',
+      verdicts: llmdTargets(set),
+    },
+    {
+      title:
+        "Collector outage in one zone (60 %, 15 s): that zone's cross-zone share < 5 %, no 429 caused by the gap, p90 TTFT ≤ 1.2× before; NATS outage (15 s): no 503, p90 TTFT ≤ 1.3× before",
+      verdicts: outageTargets(set, strategy),
+    },
+    {
+      title:
+        'Two EPPs per zone, sharing state: every figure within 5 % of one EPP per zone (and how much worse without sharing); hot zone at 95 %: cross-zone within ±15 % of the overflow',
+      verdicts: twoEppTargets(set, strategy),
+    },
   ];
 }

@@ -46,7 +46,11 @@ export class RoundTrips {
 
   constructor(
     zones: readonly ZoneSpec[],
-    network: { readonly sameRegionMs: number; readonly crossRegionMs: number; readonly rttMs?: Readonly<Record<string, Readonly<Record<string, number>>>> | undefined },
+    network: {
+      readonly sameRegionMs: number;
+      readonly crossRegionMs: number;
+      readonly rttMs?: Readonly<Record<string, Readonly<Record<string, number>>>> | undefined;
+    },
   ) {
     this.matrix = zones.map((from) =>
       zones.map((to) => {

@@ -58,7 +58,24 @@ export interface SimRequest {
 
 /** Deterministic filler text; slices of it make prompts of any length. */
 const FILLER = (() => {
-  const words = ['the', 'model', 'server', 'answers', 'each', 'question', 'about', 'books', 'with', 'care', 'and', 'cites', 'titles', 'never', 'prices', 'zone'];
+  const words = [
+    'the',
+    'model',
+    'server',
+    'answers',
+    'each',
+    'question',
+    'about',
+    'books',
+    'with',
+    'care',
+    'and',
+    'cites',
+    'titles',
+    'never',
+    'prices',
+    'zone',
+  ];
   const rng = new Rng(0x5eed);
   let s = '';
   while (s.length < 40_000) s += (words[rng.int(words.length)] as string) + ' ';
@@ -226,7 +243,19 @@ export class ArrivalStream {
       const promptTokens = clampInt(lognormal(rng, spec.inputMean, spec.sigma), 4, 2048);
       const outputTokens = clampInt(lognormal(rng, spec.outputMean, spec.sigma), 4, 1024);
       const prompt = text(`[user request ${id}] `, promptTokens * CHARS_PER_TOKEN, id * 131);
-      return { id, gateway: this.gateway, arrivalAt: at, promptTokens, outputTokens, prompt, blockHashes: undefined, tokenIds: undefined, contentKeys: undefined, group: -1, priority };
+      return {
+        id,
+        gateway: this.gateway,
+        arrivalAt: at,
+        promptTokens,
+        outputTokens,
+        prompt,
+        blockHashes: undefined,
+        tokenIds: undefined,
+        contentKeys: undefined,
+        group: -1,
+        priority,
+      };
     }
     const groups = this.groups[part] as PrefixGroups;
     const group = rng.int(Math.min(groups.count, this.groupLimit));
@@ -239,6 +268,18 @@ export class ArrivalStream {
     const questionIds = tokenize(question);
     const blockHashes = groups.blockHashes(group, question, questionIds);
     const { tokenIds, contentKeys } = groups.content(group, questionIds);
-    return { id, gateway: this.gateway, arrivalAt: at, promptTokens, outputTokens, prompt, blockHashes, tokenIds, contentKeys, group: part * 1_000_000 + group, priority };
+    return {
+      id,
+      gateway: this.gateway,
+      arrivalAt: at,
+      promptTokens,
+      outputTokens,
+      prompt,
+      blockHashes,
+      tokenIds,
+      contentKeys,
+      group: part * 1_000_000 + group,
+      priority,
+    };
   }
 }

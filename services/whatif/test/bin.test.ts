@@ -36,7 +36,14 @@ function file(name: string, content: unknown): string {
 
 describe('spillway-whatif binary', () => {
   it('prints the per-strategy table with a progress line, and writes the JSON', async () => {
-    const scenario = file('ok.json', smallScenario({ durationS: 8, strategies: ['random', 'zone-local', 'spillway'], faults: [{ atS: 4, kind: 'collector-down', zone: 'zone-b' }] }));
+    const scenario = file(
+      'ok.json',
+      smallScenario({
+        durationS: 8,
+        strategies: ['random', 'zone-local', 'spillway'],
+        faults: [{ atS: 4, kind: 'collector-down', zone: 'zone-b' }],
+      }),
+    );
     const json = join(dir, 'out.json');
     const r = await run(['--scenario', scenario, '--json', json, '--workers', '2']);
     expect(r.stderr).toMatch(/\[3\/3\] /);
@@ -45,7 +52,12 @@ describe('spillway-whatif binary', () => {
     for (const s of ['random', 'zone-local', 'spillway']) expect(r.stdout).toMatch(new RegExp(`^${s} `, 'm'));
     expect(r.stdout).toMatch(/uniform over every ready replica/);
     expect(r.stdout).toMatch(/collector-down zone-b, 4–8 s/);
-    const report = JSON.parse(readFileSync(json, 'utf8')) as { scenario: string; seeds: number[]; overflowShare: number; results: { strategy: string; seed: number; windows: unknown[] }[] };
+    const report = JSON.parse(readFileSync(json, 'utf8')) as {
+      scenario: string;
+      seeds: number[];
+      overflowShare: number;
+      results: { strategy: string; seed: number; windows: unknown[] }[];
+    };
     expect(report.scenario).toBe('small');
     expect(report.results.map((x) => x.strategy)).toEqual(['random', 'zone-local', 'spillway']);
     expect(report.results[0]?.windows).toHaveLength(1);
@@ -61,7 +73,11 @@ describe('spillway-whatif binary', () => {
     const json = join(dir, 'out2.json');
     const r = await run(['--scenario', scenario, '--load', '0.3', '--seeds', '1,2', '--strategies', 'spillway', '--json', json, '--quiet']);
     expect(r.code).toBe(0);
-    const report = JSON.parse(readFileSync(json, 'utf8')) as { load: number; seeds: number[]; results: { strategy: string; seed: number }[] };
+    const report = JSON.parse(readFileSync(json, 'utf8')) as {
+      load: number;
+      seeds: number[];
+      results: { strategy: string; seed: number }[];
+    };
     expect(report.load).toBe(0.3);
     expect(report.results.map((x) => `${x.strategy}/${x.seed}`)).toEqual(['spillway/1', 'spillway/2']);
   });
@@ -74,7 +90,10 @@ describe('spillway-whatif binary', () => {
     ['a bad --load', ['--scenario', 'OK', '--load', '-1'], /--load/],
   ];
   it.each(bad)('exits 2 with a clear message on %s', async (_title, args, pattern) => {
-    const badFile = file('bad.yaml', 'name: bad\ndurationS: 10\nzones:\n  - { zone: a, region: r, replicas: 0 }\nworkload: { kind: sharegpt }\nload: { clusterFraction: 0.5 }\n');
+    const badFile = file(
+      'bad.yaml',
+      'name: bad\ndurationS: 10\nzones:\n  - { zone: a, region: r, replicas: 0 }\nworkload: { kind: sharegpt }\nload: { clusterFraction: 0.5 }\n',
+    );
     const okFile = file('ok3.json', smallScenario());
     const r = await run(args.map((a) => (a === 'BAD' ? badFile : a === 'OK' ? okFile : a)));
     expect(r.code).toBe(2);

@@ -21,42 +21,98 @@ describe('scenario file: validation', () => {
     ['negative duration', { durationS: -1 }, /^durationS: /],
     ['warm-up not before the end', { warmupS: 20 }, /^warmupS: must be less than durationS/],
     ['zero replicas', { zones: [{ zone: 'zone-a', region: 'r1', replicas: 0 }] }, /^zones\.0\.replicas: /],
-    ['a zone listed twice', { zones: [{ zone: 'a', region: 'r', replicas: 1 }, { zone: 'a', region: 'r', replicas: 1 }] }, /^zones\.1\.zone: zone a is listed twice/],
+    [
+      'a zone listed twice',
+      {
+        zones: [
+          { zone: 'a', region: 'r', replicas: 1 },
+          { zone: 'a', region: 'r', replicas: 1 },
+        ],
+      },
+      /^zones\.1\.zone: zone a is listed twice/,
+    ],
     ['misspelt key', { duration: 10 }, /duration/],
     ['unknown preset', { engine: { preset: 'gpt-9' } }, /^engine\.preset: /],
-    ['engine value the engine refuses', { engine: { maxNumSeqs: 100_000, maxNumBatchedTokens: 8192 } }, /^engine\.maxNumBatchedTokens: .*maxNumSeqs/],
+    [
+      'engine value the engine refuses',
+      { engine: { maxNumSeqs: 100_000, maxNumBatchedTokens: 8192 } },
+      /^engine\.maxNumBatchedTokens: .*maxNumSeqs/,
+    ],
     ['jitter out of range', { engine: { jitter: 0.9 } }, /^engine\.jitter: /],
     ['unknown workload kind', { workload: { kind: 'chatbot' } }, /^workload\.kind: /],
-    ['prefix range reversed', { workload: { kind: 'shared-prefix', groups: 4, prefixTokens: [500, 100], questionTokens: [10, 20] } }, /^workload\.prefixTokens: /],
+    [
+      'prefix range reversed',
+      { workload: { kind: 'shared-prefix', groups: 4, prefixTokens: [500, 100], questionTokens: [10, 20] } },
+      /^workload\.prefixTokens: /,
+    ],
     ['load with neither fraction nor rps', { load: {} }, /^load: needs clusterFraction/],
     ['load with both', { load: { clusterFraction: 0.5, rps: 10 } }, /^load: give either clusterFraction or rps/],
-    ['zone shares not summing to 1', { load: { clusterFraction: 0.5, zoneShares: { 'zone-a': 0.5, 'zone-b': 0.2, 'zone-c': 0.2 } } }, /^load\.zoneShares: must sum to 1, got 0\.9/],
-    ['zone share of an unknown zone', { load: { clusterFraction: 0.5, zoneShares: { 'zone-a': 0.5, 'zone-x': 0.5 } } }, /^load\.zoneShares\.zone-x: unknown zone zone-x/],
+    [
+      'zone shares not summing to 1',
+      { load: { clusterFraction: 0.5, zoneShares: { 'zone-a': 0.5, 'zone-b': 0.2, 'zone-c': 0.2 } } },
+      /^load\.zoneShares: must sum to 1, got 0\.9/,
+    ],
+    [
+      'zone share of an unknown zone',
+      { load: { clusterFraction: 0.5, zoneShares: { 'zone-a': 0.5, 'zone-x': 0.5 } } },
+      /^load\.zoneShares\.zone-x: unknown zone zone-x/,
+    ],
     ['timeline out of order', { load: { clusterFraction: 0.5, timeline: [{ atS: 9 }, { atS: 5 }] } }, /^load\.timeline\.1\.atS: /],
     ['delay range reversed', { signals: { delayMs: [20, 5] } }, /^signals\.delayMs: /],
     ['loss rate of 1', { signals: { lossRate: 1 } }, /^signals\.lossRate: /],
     ['sharing delay range reversed', { signals: { sharingDelayMs: [5, 1] } }, /^signals\.sharingDelayMs: /],
     ['a batch interval out of range', { epps: { perZone: 2, batchMs: -1 } }, /^epps\.batchMs: /],
     ['sharing that is not a boolean', { strategies: [{ name: 's', kind: 'spillway', sharing: 'yes' }] }, /^strategies\.0/],
-    ['fault naming an unknown zone', { faults: [{ atS: 5, kind: 'collector-down', zone: 'zone-x' }] }, /^faults\.0\.zone: unknown zone zone-x/],
+    [
+      'fault naming an unknown zone',
+      { faults: [{ atS: 5, kind: 'collector-down', zone: 'zone-x' }] },
+      /^faults\.0\.zone: unknown zone zone-x/,
+    ],
     ['fault after the end', { faults: [{ atS: 99, kind: 'nats-down' }] }, /^faults\.0\.atS: must be before durationS/],
-    ['replica-down with too many replicas', { faults: [{ atS: 5, kind: 'replica-down', zone: 'zone-a', count: 3 }] }, /^faults\.0\.count: zone zone-a has 2 replicas/],
-    ['replica-down naming an unknown pod', { faults: [{ atS: 5, kind: 'replica-down', zone: 'zone-a', pods: ['vllm-zone-a-7'] }] }, /^faults\.0\.pods\.0: unknown pod vllm-zone-a-7/],
-    ['replica-down with neither count nor pods', { faults: [{ atS: 5, kind: 'replica-down', zone: 'zone-a' }] }, /^faults\.0: replica-down needs either count or pods/],
+    [
+      'replica-down with too many replicas',
+      { faults: [{ atS: 5, kind: 'replica-down', zone: 'zone-a', count: 3 }] },
+      /^faults\.0\.count: zone zone-a has 2 replicas/,
+    ],
+    [
+      'replica-down naming an unknown pod',
+      { faults: [{ atS: 5, kind: 'replica-down', zone: 'zone-a', pods: ['vllm-zone-a-7'] }] },
+      /^faults\.0\.pods\.0: unknown pod vllm-zone-a-7/,
+    ],
+    [
+      'replica-down with neither count nor pods',
+      { faults: [{ atS: 5, kind: 'replica-down', zone: 'zone-a' }] },
+      /^faults\.0: replica-down needs either count or pods/,
+    ],
     ['unknown fault kind', { faults: [{ atS: 5, kind: 'gpu-melt' }] }, /^faults\.0\.kind: /],
-    ['epp-restart of an EPP that does not exist', { faults: [{ atS: 5, kind: 'epp-restart', zone: 'zone-a', index: 1 }] }, /^faults\.0\.index: zone zone-a has 1 EPP/],
+    [
+      'epp-restart of an EPP that does not exist',
+      { faults: [{ atS: 5, kind: 'epp-restart', zone: 'zone-a', index: 1 }] },
+      /^faults\.0\.index: zone zone-a has 1 EPP/,
+    ],
     ['unknown strategy', { strategies: ['random', 'magic'] }, /^strategies\.1: a strategy is one of random, round-robin/],
     ['strategy listed twice', { strategies: ['random', 'random'] }, /^strategies\.1: strategy random is listed twice/],
-    ['config for a strategy not in the list', { strategies: ['random'], config: { spillway: { queueThreshold: 2 } } }, /^config\.spillway: no strategy named spillway/],
+    [
+      'config for a strategy not in the list',
+      { strategies: ['random'], config: { spillway: { queueThreshold: 2 } } },
+      /^config\.spillway: no strategy named spillway/,
+    ],
     ['bad scheduler config value', { config: { spillway: { queueThreshold: 0 } } }, /^config\.spillway\.queueThreshold: /],
     ['misspelt scheduler config key', { config: { spillway: { queueThreshhold: 2 } } }, /^config\.spillway: .*queueThreshhold/],
-    ['bad variant config', { strategies: [{ name: 'spillway-q0', kind: 'spillway', config: { kvThreshold: 2 } }] }, /^strategies\.0\.config\.kvThreshold: /],
+    [
+      'bad variant config',
+      { strategies: [{ name: 'spillway-q0', kind: 'spillway', config: { kvThreshold: 2 } }] },
+      /^strategies\.0\.config\.kvThreshold: /,
+    ],
     ['seed and seeds together', { seeds: [1, 2] }, /^seeds: give either seed or seeds/],
   ];
   it.each(cases)('rejects %s, naming the field', (_title, override, pattern) => {
     const found = problems(smallScenario(override));
     expect(found.length).toBeGreaterThan(0);
-    expect(found.some((m) => pattern.test(m)), `${found.join('\n')}\ndoes not match ${pattern}`).toBe(true);
+    expect(
+      found.some((m) => pattern.test(m)),
+      `${found.join('\n')}\ndoes not match ${pattern}`,
+    ).toBe(true);
   });
 
   it('resolves zone fractions: the hot zone at 150 % of its capacity, the others share the rest', () => {
@@ -71,16 +127,30 @@ describe('scenario file: validation', () => {
   });
 
   it('rejects zone fractions that ask for more than the cluster load', () => {
-    expect(() => resolveScenario(parse(smallScenario({ load: { clusterFraction: 0.3, zoneFractions: { 'zone-a': 1.5 } } })))).toThrow(/zoneFractions.*more than the cluster load/);
+    expect(() => resolveScenario(parse(smallScenario({ load: { clusterFraction: 0.3, zoneFractions: { 'zone-a': 1.5 } } })))).toThrow(
+      /zoneFractions.*more than the cluster load/,
+    );
   });
 
   it('one place builds each strategy scheduler config: kind settings, then the file overrides', () => {
-    const [spill, local, ref, variant] = strategySpecs(['spillway', 'zone-local', 'reference', { name: 'spillway-q2', kind: 'spillway', config: { queueThreshold: 2 } }], {
-      spillway: { weights: { prefixCache: 6 } },
-      'spillway-q2': { crossZoneFallbacks: 2 },
-    });
+    const [spill, local, ref, variant] = strategySpecs(
+      ['spillway', 'zone-local', 'reference', { name: 'spillway-q2', kind: 'spillway', config: { queueThreshold: 2 } }],
+      {
+        spillway: { weights: { prefixCache: 6 } },
+        'spillway-q2': { crossZoneFallbacks: 2 },
+      },
+    );
     // Spillway is handed the scenario's round trips as an operator would configure them.
-    const ctx = { zones: [{ zone: 'a', region: 'r1' }, { zone: 'b', region: 'r2' }], rttMs: [[0, 30], [30, 0]] };
+    const ctx = {
+      zones: [
+        { zone: 'a', region: 'r1' },
+        { zone: 'b', region: 'r2' },
+      ],
+      rttMs: [
+        [0, 30],
+        [30, 0],
+      ],
+    };
     const network = { rttMs: { a: { b: 30 }, b: { a: 30 } } };
     expect(schedulerConfigFor(spill!, ctx)).toEqual({ subsetMode: 'locality', network, weights: { prefixCache: 6 } });
     expect(schedulerConfigFor(local!, ctx)).toEqual({ subsetMode: 'strict', crossZoneFallbacks: 0 });
@@ -97,7 +167,16 @@ describe('scenario file: validation', () => {
 
 describe('scenario file: overrides', () => {
   it('--duration drops the faults the shorter run no longer reaches', () => {
-    const file = parse(smallScenario({ durationS: 30, faults: [{ atS: 5, kind: 'nats-down' }, { atS: 8, kind: 'nats-up' }, { atS: 20, kind: 'collector-down', zone: 'zone-a' }] }));
+    const file = parse(
+      smallScenario({
+        durationS: 30,
+        faults: [
+          { atS: 5, kind: 'nats-down' },
+          { atS: 8, kind: 'nats-up' },
+          { atS: 20, kind: 'collector-down', zone: 'zone-a' },
+        ],
+      }),
+    );
     const short = resolveScenario(file, { durationS: 10 });
     expect(short.faults.map((f) => f.kind)).toEqual(['nats-down', 'nats-up']);
     expect(short.windows.map((w) => [w.name, w.fromMs, w.toMs])).toEqual([['nats-down', 5000, 8000]]);

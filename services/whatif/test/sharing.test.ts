@@ -15,12 +15,16 @@ function setup(options: { lossRate?: number; delayMs?: [number, number] } = {}) 
     delayMs: options.delayMs ?? [1, 3],
     lossRate: options.lossRate ?? 0,
     rng: new Rng(1),
-    schedule: (at: number, what: 'flush' | 'deliver', peer: number, batch?: StateBatch) => void scheduled.push({ at, what, peer, ...(batch ? { batch } : {}) }),
+    schedule: (at: number, what: 'flush' | 'deliver', peer: number, batch?: StateBatch) =>
+      void scheduled.push({ at, what, peer, ...(batch ? { batch } : {}) }),
     up: () => up,
   });
   const fleets = [0, 1, 2].map(() => {
     const fleet = new Fleet();
-    fleet.apply({ v: 1, kind: 'readiness', pool: POOL, zone: 'zone-a', pod: 'p0', address: '10.0.0.1:8000', ready: true, observedAt: 0 }, 0);
+    fleet.apply(
+      { v: 1, kind: 'readiness', pool: POOL, zone: 'zone-a', pod: 'p0', address: '10.0.0.1:8000', ready: true, observedAt: 0 },
+      0,
+    );
     return fleet;
   });
   const schedulers = fleets.map((fleet, i) => {
@@ -77,7 +81,9 @@ describe('the modelled sharing channel', () => {
     old.release(d, 10);
     fresh.channel.flush(1, 15);
     // The new peer's batch (a heartbeat) carries nothing of the old process.
-    expect(fresh.scheduled.filter((e) => e.what === 'deliver').every((e) => e.batch?.entries.length === 0 && e.batch.epp === 'epp-1-1')).toBe(true);
+    expect(
+      fresh.scheduled.filter((e) => e.what === 'deliver').every((e) => e.batch?.entries.length === 0 && e.batch.epp === 'epp-1-1'),
+    ).toBe(true);
     expect(scheduled.length).toBeGreaterThan(0);
   });
 
@@ -90,7 +96,12 @@ describe('the modelled sharing channel', () => {
 
     pick(schedulers[2] as Scheduler, 2000);
     channel.restart(0, 'epp-0-1');
-    const restarted = new Scheduler({ fleet: fleets[0] as Fleet, pool: POOL, zone: 'zone-a', shared: { outbox: { push: () => undefined } } });
+    const restarted = new Scheduler({
+      fleet: fleets[0] as Fleet,
+      pool: POOL,
+      zone: 'zone-a',
+      shared: { outbox: { push: () => undefined } },
+    });
     channel.attach(0, restarted.shared);
     channel.warmStart(0, 2001);
     expect(restarted.shared.remoteInFlight).toBe(1);

@@ -7,7 +7,8 @@ import { POOL } from '../src/routers.js';
 import { ArrivalStream, constantRate, PrefixGroups, type WorkloadSpec } from '../src/workload.js';
 import { parse, smallScenario } from './helpers.js';
 
-const resolve = (overrides: Record<string, unknown> = {}, options = {}): ResolvedScenario => resolveScenario(parse(smallScenario(overrides)), options);
+const resolve = (overrides: Record<string, unknown> = {}, options = {}): ResolvedScenario =>
+  resolveScenario(parse(smallScenario(overrides)), options);
 const spec = (s: ResolvedScenario, name: string) => {
   const found = s.strategies.find((x) => x.name === name);
   if (!found) throw new Error(`no strategy ${name}`);
@@ -16,7 +17,9 @@ const spec = (s: ResolvedScenario, name: string) => {
 const run = (s: ResolvedScenario, name: string, seed = 7): RunResult => runStrategy(s, spec(s, name), seed);
 
 const SHARED_PREFIX: WorkloadSpec = {
-  parts: [{ weight: 1, spec: { kind: 'shared-prefix', groups: 8, prefixTokens: [400, 1200], questionTokens: [20, 200], outputTokens: 50 } }],
+  parts: [
+    { weight: 1, spec: { kind: 'shared-prefix', groups: 8, prefixTokens: [400, 1200], questionTokens: [20, 200], outputTokens: 50 } },
+  ],
   sheddableShare: 0,
 };
 
@@ -27,7 +30,16 @@ describe('building blocks', () => {
     times.forEach((t, i) => q.push(t, 'x', i));
     const out: [number, number][] = [];
     for (let e = q.pop(); e; e = q.pop()) out.push([e.at, e.target]);
-    expect(out).toEqual([[0, 4], [1, 1], [1, 6], [3, 2], [3, 3], [3, 7], [5, 0], [9, 5]]);
+    expect(out).toEqual([
+      [0, 4],
+      [1, 1],
+      [1, 6],
+      [3, 2],
+      [3, 3],
+      [3, 7],
+      [5, 0],
+      [9, 5],
+    ]);
   });
 
   it('shared-prefix block hashes equal the engine hashes of the whole prompt, and groups share a prefix', () => {
@@ -50,7 +62,10 @@ describe('building blocks', () => {
   });
 
   it('arrivals follow the rate schedule and depend on the seed only', () => {
-    const w: WorkloadSpec = { parts: [{ weight: 1, spec: { kind: 'sharegpt', inputMean: 250, outputMean: 225, sigma: 0.8 } }], sheddableShare: 0.25 };
+    const w: WorkloadSpec = {
+      parts: [{ weight: 1, spec: { kind: 'sharegpt', inputMean: 250, outputMean: 225, sigma: 0.8 } }],
+      sheddableShare: 0.25,
+    };
     const schedule = { startsMs: [0, 10_000, 20_000], rates: [50, 0, 200] };
     const a = new ArrivalStream(w, [undefined], schedule, 1, 3, 5, 30_000);
     const b = new ArrivalStream(w, [undefined], schedule, 1, 3, 5, 30_000);
@@ -222,7 +237,9 @@ describe('routing simulation: sanity', () => {
     runStrategy(s, spec(s, 'spillway'), 7, {
       onEppRestart: ({ after }) => void (empty = after.pool(POOL) === undefined),
       onNatsUp: ({ fleets }) =>
-        void (replayed = s.zones.flatMap((z) => Array.from({ length: z.replicas }, (_, k) => (fleets[0] as Fleet).get(POOL, z.zone, `vllm-${z.zone}-${k}`))).filter((e) => e?.ready).length),
+        void (replayed = s.zones
+          .flatMap((z) => Array.from({ length: z.replicas }, (_, k) => (fleets[0] as Fleet).get(POOL, z.zone, `vllm-${z.zone}-${k}`)))
+          .filter((e) => e?.ready).length),
     });
     expect(empty).toBe(true);
     expect(replayed).toBe(6);

@@ -1,8 +1,24 @@
 import { describe, expect, it } from 'vitest';
-import { allTargets, balancedTargets, hotZoneTargets, llmdTargets, outageTargets, preciseTargets, prefixTargets, ResultSet, twoEppTargets, type RunResult, type ScenarioReport, type WindowResult } from '../src/index.js';
+import {
+  allTargets,
+  balancedTargets,
+  hotZoneTargets,
+  llmdTargets,
+  outageTargets,
+  preciseTargets,
+  prefixTargets,
+  ResultSet,
+  twoEppTargets,
+  type RunResult,
+  type ScenarioReport,
+  type WindowResult,
+} from '../src/index.js';
 
 /** A run with the given figures (everything else neutral). */
-function result(strategy: string, f: { p90: number; p99?: number; cross?: number; e503?: number; e429?: number; hit?: number; seed?: number; windows?: WindowResult[] }): RunResult {
+function result(
+  strategy: string,
+  f: { p90: number; p99?: number; cross?: number; e503?: number; e429?: number; hit?: number; seed?: number; windows?: WindowResult[] },
+): RunResult {
   const figures = {
     arrivals: 1000,
     served: 1000 - (f.e503 ?? 0) - (f.e429 ?? 0),
@@ -32,7 +48,12 @@ function report(scenario: string, load: number, results: RunResult[], overflowSh
     durationS: 60,
     warmupS: 10,
     capacity: { perReplicaRps: {}, clusterRps: 100, method: '' },
-    strategies: [...new Set(results.map((r) => r.strategy))].map((name) => ({ name, kind: name as 'spillway', description: '', config: {} })),
+    strategies: [...new Set(results.map((r) => r.strategy))].map((name) => ({
+      name,
+      kind: name as 'spillway',
+      description: '',
+      config: {},
+    })),
     results,
   };
 }
@@ -40,14 +61,36 @@ function report(scenario: string, load: number, results: RunResult[], overflowSh
 function window(name: string, p90: number, before: number, extra: Partial<WindowResult> = {}): WindowResult {
   const base = result('x', { p90 });
   const { strategy: _s, seed: _seed, unbounded: _u, queueGrowthPerS: _q, windows: _w, ...figures } = base;
-  const { strategy: _s2, seed: _seed2, unbounded: _u2, queueGrowthPerS: _q2, windows: _w2, ...beforeFigures } = result('x', { p90: before });
-  return { name, fromS: 25, toS: 40, staleShareByZone: {}, eventsDelivered: 0, ...figures, before: { fromS: 10, toS: 25, ...beforeFigures }, ...extra };
+  const {
+    strategy: _s2,
+    seed: _seed2,
+    unbounded: _u2,
+    queueGrowthPerS: _q2,
+    windows: _w2,
+    ...beforeFigures
+  } = result('x', { p90: before });
+  return {
+    name,
+    fromS: 25,
+    toS: 40,
+    staleShareByZone: {},
+    eventsDelivered: 0,
+    ...figures,
+    before: { fromS: 10, toS: 25, ...beforeFigures },
+    ...extra,
+  };
 }
 
 describe('routing targets', () => {
   it('balanced: met within the bound and under 1 % cross-zone, not met beyond either', () => {
     const set = new ResultSet();
-    set.add(report('balanced-same-region', 0.6, [result('spillway', { p90: 104, cross: 0.002 }), result('least-queue', { p90: 100 }), result('random', { p90: 150 })]));
+    set.add(
+      report('balanced-same-region', 0.6, [
+        result('spillway', { p90: 104, cross: 0.002 }),
+        result('least-queue', { p90: 100 }),
+        result('random', { p90: 150 }),
+      ]),
+    );
     set.add(report('balanced-same-region', 0.95, [result('spillway', { p90: 110, cross: 0.002 }), result('reference', { p90: 100 })]));
     set.add(report('balanced-mixed-region', 0.6, [result('spillway', { p90: 99, cross: 0.02 }), result('reference', { p90: 100 })]));
     const v = balancedTargets(set);
@@ -77,8 +120,22 @@ describe('routing targets', () => {
 
   it('prefix-heavy: needs both the fair bound and the 5× gap', () => {
     const set = new ResultSet();
-    set.add(report('prefix-heavy-same-region', 0.4, [result('spillway', { p90: 100, hit: 0.8 }), result('reference', { p90: 95 }), result('random', { p90: 600 }), result('least-queue', { p90: 550 })]));
-    set.add(report('prefix-heavy-same-region', 0.8, [result('spillway', { p90: 100 }), result('reference', { p90: 80 }), result('random', { p90: 600 }), result('least-queue', { p90: 600 })]));
+    set.add(
+      report('prefix-heavy-same-region', 0.4, [
+        result('spillway', { p90: 100, hit: 0.8 }),
+        result('reference', { p90: 95 }),
+        result('random', { p90: 600 }),
+        result('least-queue', { p90: 550 }),
+      ]),
+    );
+    set.add(
+      report('prefix-heavy-same-region', 0.8, [
+        result('spillway', { p90: 100 }),
+        result('reference', { p90: 80 }),
+        result('random', { p90: 600 }),
+        result('least-queue', { p90: 600 }),
+      ]),
+    );
     const v = prefixTargets(set);
     expect(v.map((x) => x.met)).toEqual([true, false]);
   });
@@ -103,7 +160,14 @@ describe('routing targets', () => {
   it('two EPPs per zone, sharing: every figure within 5 % of one EPP per zone; the unshared variant reported beside it', () => {
     const set = new ResultSet();
     set.add(report('hot-zone-same-region', 0.95, [result('spillway', { p90: 200, cross: 0.18, hit: 0.3 })], 0.175));
-    set.add(report('two-epps-hot-zone', 0.95, [result('spillway', { p90: 206, cross: 0.184, hit: 0.3 }), result('spillway-unshared', { p90: 300, cross: 0.25 })], 0.175));
+    set.add(
+      report(
+        'two-epps-hot-zone',
+        0.95,
+        [result('spillway', { p90: 206, cross: 0.184, hit: 0.3 }), result('spillway-unshared', { p90: 300, cross: 0.25 })],
+        0.175,
+      ),
+    );
     let v = twoEppTargets(set);
     expect(v[0]?.met).toBe(true);
     expect(v[0]?.detail).toMatch(/p90 206 ms vs 200 ms \(1\.03×\)/);
@@ -120,7 +184,11 @@ describe('routing targets', () => {
     set.add(report('prefix-heavy-same-region', 0.8, [result('spillway', { p90: 100, cross: 0.001, hit: 0.85 })]));
     set.add(report('two-epps-prefix-heavy', 0.8, [result('spillway', { p90: 100, cross: 0.004, hit: 0.848 })]));
     expect(twoEppTargets(set).find((t) => t.scenario === 'two-epps-prefix-heavy')?.met).toBe(true);
-    expect(allTargets(set).map((g) => g.verdicts.length).reduce((a, b) => a + b, 0)).toBeGreaterThanOrEqual(3);
+    expect(
+      allTargets(set)
+        .map((g) => g.verdicts.length)
+        .reduce((a, b) => a + b, 0),
+    ).toBeGreaterThanOrEqual(3);
   });
 
   it('two EPPs per zone without the one-EPP runs at that load: not measured', () => {
@@ -129,9 +197,13 @@ describe('routing targets', () => {
     expect(twoEppTargets(set)[0]).toMatchObject({ met: undefined, detail: 'not measured: needs hot-zone-same-region at 95 %' });
   });
 
-  it('precise: ≤ 0.8× spillway and the reference, and ≥ 90 % of the oracle\'s hits; missing runs are not measured', () => {
+  it("precise: ≤ 0.8× spillway and the reference, and ≥ 90 % of the oracle's hits; missing runs are not measured", () => {
     const set = new ResultSet();
-    const base = [result('spillway', { p90: 1000, hit: 0.6 }), result('reference', { p90: 900 }), result('oracle', { p90: 500, hit: 0.85 })];
+    const base = [
+      result('spillway', { p90: 1000, hit: 0.6 }),
+      result('reference', { p90: 900 }),
+      result('oracle', { p90: 500, hit: 0.85 }),
+    ];
     set.add(report('prefix-heavy-same-region', 0.8, [...base, result('spillway-precise', { p90: 700, hit: 0.8 })]));
     set.add(report('prefix-heavy-same-region', 1.1, [...base, result('spillway-precise', { p90: 750, hit: 0.8 })]));
     set.add(report('prefix-heavy-mixed-region', 0.8, [...base, result('spillway-precise', { p90: 700, hit: 0.7 })]));
@@ -149,9 +221,28 @@ describe('routing targets', () => {
 
   it('llm-d-like: the order and the halved published ratios, approximate being the better of spillway and the reference', () => {
     const set = new ResultSet();
-    set.add(report('llm-d-like', 0.8, [result('spillway-precise', { p90: 100 }), result('spillway', { p90: 3000 }), result('reference', { p90: 2600 }), result('random', { p90: 5000 })]));
-    set.add(report('llm-d-like', 0.95, [result('spillway-precise', { p90: 100 }), result('spillway', { p90: 200 }), result('random', { p90: 5000 })]));
-    set.add(report('llm-d-like-4-epps', 0.8, [result('spillway-precise', { p90: 100 }), result('spillway', { p90: 3000 }), result('random', { p90: 4000 })]));
+    set.add(
+      report('llm-d-like', 0.8, [
+        result('spillway-precise', { p90: 100 }),
+        result('spillway', { p90: 3000 }),
+        result('reference', { p90: 2600 }),
+        result('random', { p90: 5000 }),
+      ]),
+    );
+    set.add(
+      report('llm-d-like', 0.95, [
+        result('spillway-precise', { p90: 100 }),
+        result('spillway', { p90: 200 }),
+        result('random', { p90: 5000 }),
+      ]),
+    );
+    set.add(
+      report('llm-d-like-4-epps', 0.8, [
+        result('spillway-precise', { p90: 100 }),
+        result('spillway', { p90: 3000 }),
+        result('random', { p90: 4000 }),
+      ]),
+    );
     const v = llmdTargets(set);
     expect(v.map((x) => [x.scenario, x.load, x.met])).toEqual([
       ['llm-d-like', 0.8, true],

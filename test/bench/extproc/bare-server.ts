@@ -12,7 +12,13 @@
  * Prints the bound port on stdout as one line of JSON: {"port":N}.
  */
 import { Server, ServerCredentials, type ServerDuplexStream } from '@grpc/grpc-js';
-import { extProcService, responseHeadersResponse, routedResponses, type ProcessingRequest, type ProcessingResponse } from '@spillway/protocol';
+import {
+  extProcService,
+  responseHeadersResponse,
+  routedResponses,
+  type ProcessingRequest,
+  type ProcessingResponse,
+} from '@spillway/protocol';
 
 const DESTINATION = '10.0.0.1:8000';
 

@@ -4,7 +4,8 @@ import { EXT_PROC_PATH } from '@spillway/protocol';
 import { percentile } from '../part.js';
 
 /** h2load (Debian package nghttp2-client) drives ext_proc in the bench (BENCHMARKS.md says how). */
-export const H2LOAD_INSTALL = 'h2load is not on PATH. Install it with `apt-get install nghttp2-client` (Debian/Ubuntu; `brew install nghttp2` on macOS) and run the bench again.';
+export const H2LOAD_INSTALL =
+  'h2load is not on PATH. Install it with `apt-get install nghttp2-client` (Debian/Ubuntu; `brew install nghttp2` on macOS) and run the bench again.';
 
 export function h2loadVersion(): string | undefined {
   const probe = spawnSync('h2load', ['--version'], { encoding: 'utf8' });
@@ -48,15 +49,24 @@ export interface LoadResult {
 export function h2loadArgs(spec: LoadSpec): string[] {
   const args = [
     `http://127.0.0.1:${spec.port}${EXT_PROC_PATH}`,
-    '-d', spec.file,
-    '-H', 'content-type: application/grpc',
-    '-H', 'te: trailers',
-    '-t', '1',
-    '-c', String(spec.clients),
-    '-m', String(spec.streamsPerClient),
-    '-D', String(spec.seconds),
-    '--warm-up-time', String(spec.warmupSeconds),
-    '--log-file', spec.logFile,
+    '-d',
+    spec.file,
+    '-H',
+    'content-type: application/grpc',
+    '-H',
+    'te: trailers',
+    '-t',
+    '1',
+    '-c',
+    String(spec.clients),
+    '-m',
+    String(spec.streamsPerClient),
+    '-D',
+    String(spec.seconds),
+    '--warm-up-time',
+    String(spec.warmupSeconds),
+    '--log-file',
+    spec.logFile,
   ];
   if (spec.rate !== undefined) args.push('--rps', String(spec.rate / spec.clients));
   return args;
@@ -104,7 +114,9 @@ export async function runH2load(spec: LoadSpec, serverPid: number | undefined): 
   clearTimeout(warm);
   const cpuAfter = processCpuMicros(serverPid);
   const done = count(output, /requests: \d+ total, \d+ started, (\d+) done/);
-  const rows = readFileSync(spec.logFile, 'utf8').split('\n').filter((line) => line.length > 0);
+  const rows = readFileSync(spec.logFile, 'utf8')
+    .split('\n')
+    .filter((line) => line.length > 0);
   const latencies = new Float64Array(rows.length);
   rows.forEach((row, i) => (latencies[i] = Number(row.split('\t')[2]) / 1000));
   latencies.sort();

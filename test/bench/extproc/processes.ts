@@ -82,23 +82,35 @@ export async function startEppChild(natsUrl: string, zone: string, extraArgs: st
   const args = [
     ...nodeFlags(),
     bin,
-    '--pool', POOL,
-    '--zone', zone,
-    '--nats', natsUrl,
-    '--host', '127.0.0.1',
-    '--grpc-port', String(grpcPort),
-    '--health-port', String(healthPort),
-    '--metrics-port', String(metricsPort),
-    '--log-level', 'warn',
+    '--pool',
+    POOL,
+    '--zone',
+    zone,
+    '--nats',
+    natsUrl,
+    '--host',
+    '127.0.0.1',
+    '--grpc-port',
+    String(grpcPort),
+    '--health-port',
+    String(healthPort),
+    '--metrics-port',
+    String(metricsPort),
+    '--log-level',
+    'warn',
     ...extraArgs,
   ];
   const child = track('spillway-epp', spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe'] }));
   try {
-    await eventually(async () => {
-      if (child.process.exitCode !== null) throw new Error(`spillway-epp exited with ${child.process.exitCode}: ${child.output()}`);
-      const status = await healthStatus(healthPort, 'readiness');
-      if (status !== ServingStatus.SERVING) throw new Error(`spillway-epp readiness is ${String(status)} after 30 s: ${child.output()}`);
-    }, 30_000, 100);
+    await eventually(
+      async () => {
+        if (child.process.exitCode !== null) throw new Error(`spillway-epp exited with ${child.process.exitCode}: ${child.output()}`);
+        const status = await healthStatus(healthPort, 'readiness');
+        if (status !== ServingStatus.SERVING) throw new Error(`spillway-epp readiness is ${String(status)} after 30 s: ${child.output()}`);
+      },
+      30_000,
+      100,
+    );
   } catch (error) {
     await child.stop();
     throw error;

@@ -52,7 +52,8 @@ export interface EncodedRequest {
 export function encodedRequest(model: string, subset: string[], response?: { served: string; destination: string }): EncodedRequest {
   const body = completionsBody(model);
   const messages = envoyRequestMessages({ body, subset, mode: 'full-duplex' });
-  if (response !== undefined) messages.push(envoyResponseHeadersMessage({ status: 200, served: response.served, destination: response.destination, subset }));
+  if (response !== undefined)
+    messages.push(envoyResponseHeadersMessage({ status: 200, served: response.served, destination: response.destination, subset }));
   return {
     bytes: Buffer.concat(messages.map((m) => grpcFrame(ProcessingRequest.encode(m).finish()))),
     messages: messages.length,

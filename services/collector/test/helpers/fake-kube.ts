@@ -57,7 +57,14 @@ export async function startFakeKube(namespace: string): Promise<FakeKube> {
       return;
     }
     res.writeHead(200, { 'content-type': 'application/json' });
-    res.end(JSON.stringify({ kind: 'EndpointSliceList', apiVersion: 'discovery.k8s.io/v1', metadata: { resourceVersion: state.resourceVersion }, items: state.items }));
+    res.end(
+      JSON.stringify({
+        kind: 'EndpointSliceList',
+        apiVersion: 'discovery.k8s.io/v1',
+        metadata: { resourceVersion: state.resourceVersion },
+        items: state.items,
+      }),
+    );
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
@@ -110,7 +117,13 @@ interface SliceEndpoint {
 }
 
 /** An EndpointSlice as the API serves it (`discovery.k8s.io/v1`). */
-export function endpointSlice(name: string, resourceVersion: string, endpoints: SliceEndpoint[], ports = [{ name: 'http', port: 8000, protocol: 'TCP' }], addressType = 'IPv4'): unknown {
+export function endpointSlice(
+  name: string,
+  resourceVersion: string,
+  endpoints: SliceEndpoint[],
+  ports = [{ name: 'http', port: 8000, protocol: 'TCP' }],
+  addressType = 'IPv4',
+): unknown {
   return {
     kind: 'EndpointSlice',
     apiVersion: 'discovery.k8s.io/v1',

@@ -59,7 +59,12 @@ export async function spawnSim(args: string[]): Promise<SimChild> {
     };
     check();
   });
-  return Object.assign(child, { url: listening.url, address: new URL(listening.url).host, kvEvents: listening.kvEvents, kvReplay: listening.kvReplay });
+  return Object.assign(child, {
+    url: listening.url,
+    address: new URL(listening.url).host,
+    kvEvents: listening.kvEvents,
+    kvReplay: listening.kvReplay,
+  });
 }
 
 /** Starts the built `spillway-collector` binary. */

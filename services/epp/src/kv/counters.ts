@@ -16,7 +16,13 @@ export class KvCounters {
   keysApplied = 0;
   /** Snapshots (stream kind `kv`) handed to the block index, replayed or live. */
   snapshotsApplied = 0;
-  readonly rejected: Record<KvRejectReason, number> = { oversized: 0, 'not-msgpack': 0, invalid: 0, 'too-many-keys': 0, 'subject-mismatch': 0 };
+  readonly rejected: Record<KvRejectReason, number> = {
+    oversized: 0,
+    'not-msgpack': 0,
+    invalid: 0,
+    'too-many-keys': 0,
+    'subject-mismatch': 0,
+  };
   /** Requests tokenized, by where their token ids came from: a cached prefix and the tail, or the whole prompt. */
   tokenizedPartly = 0;
   tokenizedFresh = 0;

@@ -52,7 +52,11 @@ export class EppKv {
       options.enabled && options.tokenizers.size > 0
         ? new PromptTokens(options.tokenizers, { cacheBytes: options.cacheBytes, maxChars: options.maxChars }, this.counters)
         : undefined;
-    this.observe = registerKvMetrics(registry, { counters: this.counters, stats: () => index.kvIndexStats, cache: this.tokens?.cache }).tokenized;
+    this.observe = registerKvMetrics(registry, {
+      counters: this.counters,
+      stats: () => index.kvIndexStats,
+      cache: this.tokens?.cache,
+    }).tokenized;
   }
 
   /** Where the stream's events go: snapshots reach the block index only with KV events on. */

@@ -19,7 +19,10 @@ const TOKENIZE_BUCKETS = [0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0
  * subscription, and the request path's tokenization. Counters and gauges read their sources when
  * scraped; the histogram is observed per tokenized request. Returns the histogram's children.
  */
-export function registerKvMetrics(registry: Registry, sources: KvMetricSources): { tokenized(outcome: 'prefix-cached' | 'full', seconds: number): void } {
+export function registerKvMetrics(
+  registry: Registry,
+  sources: KvMetricSources,
+): { tokenized(outcome: 'prefix-cached' | 'full', seconds: number): void } {
   const registers = [registry];
   const { counters } = sources;
   new Gauge({
@@ -32,7 +35,7 @@ export function registerKvMetrics(registry: Registry, sources: KvMetricSources):
   });
   new Gauge({
     name: 'spillway_kv_index_blocks',
-    help: "KV-cache blocks the precise block index holds, over every pod (a block two pods hold counts twice).",
+    help: 'KV-cache blocks the precise block index holds, over every pod (a block two pods hold counts twice).',
     registers,
     collect() {
       this.set(sources.stats().blocks);

@@ -91,7 +91,14 @@ export class PromptTokens {
   }
 
   /** The rule each tokenizer follows (for the log at start). */
-  describe(): { tokenizer: string; fastPath: boolean; fastPathUnsupported?: string; chatPrefixCache: boolean; textPrefixCache: boolean; userTurnShortcut: boolean }[] {
+  describe(): {
+    tokenizer: string;
+    fastPath: boolean;
+    fastPathUnsupported?: string;
+    chatPrefixCache: boolean;
+    textPrefixCache: boolean;
+    userTurnShortcut: boolean;
+  }[] {
     return [...this.compositions].map(([t, c]) => ({
       tokenizer: t.name,
       // false: the tokenizer.json uses a component the fast encoder does not handle (named), so encoding costs the library's ~3 µs/token.
@@ -122,7 +129,11 @@ export class PromptTokens {
     }
   }
 
-  private chat(tokenizer: PromptTokenizer, composition: Composition, raw: readonly unknown[]): { ids: Uint32Array; outcome: TokenizeOutcome } | undefined {
+  private chat(
+    tokenizer: PromptTokenizer,
+    composition: Composition,
+    raw: readonly unknown[],
+  ): { ids: Uint32Array; outcome: TokenizeOutcome } | undefined {
     const messages = chatMessages(raw, this.options.maxChars);
     if (messages === undefined) {
       this.counters.tokenizeSkipped++;
@@ -139,7 +150,10 @@ export class PromptTokens {
       const cached = this.cache.get(parts, 1 + 2 * split);
       if (cached === undefined) continue;
       this.counters.tokenizedPartly++;
-      return { ids: concat(cached, cached.length - rule.gen, this.encodeTail(tokenizer, composition, messages, split), rule.lead), outcome: 'prefix-cached' };
+      return {
+        ids: concat(cached, cached.length - rule.gen, this.encodeTail(tokenizer, composition, messages, split), rule.lead),
+        outcome: 'prefix-cached',
+      };
     }
     // A miss: the longest cacheable prefix (kept for the next request with it) and the tail, joined
     // by the rule. The first miss and every VERIFY_EVERY-th one also tokenize the whole conversation
@@ -147,7 +161,10 @@ export class PromptTokens {
     const split = splits[0] as number;
     const head = toIds(tokenizer.encodeChat(messages.slice(0, split)));
     this.counters.tokenizedFresh++;
-    const composed = head.length >= rule.gen ? concat(head, head.length - rule.gen, this.encodeTail(tokenizer, composition, messages, split), rule.lead) : undefined;
+    const composed =
+      head.length >= rule.gen
+        ? concat(head, head.length - rule.gen, this.encodeTail(tokenizer, composition, messages, split), rule.lead)
+        : undefined;
     if (composed !== undefined && this.chatMisses++ % VERIFY_EVERY !== 0) {
       this.cache.set(parts, 1 + 2 * split, head);
       return { ids: composed, outcome: 'full' };
@@ -164,7 +181,12 @@ export class PromptTokens {
   }
 
   /** `encodeChat(messages.slice(split))`, by the user-turn shortcut when it applies. */
-  private encodeTail(tokenizer: PromptTokenizer, composition: Composition, messages: readonly ChatMessage[], split: number): ArrayLike<number> {
+  private encodeTail(
+    tokenizer: PromptTokenizer,
+    composition: Composition,
+    messages: readonly ChatMessage[],
+    split: number,
+  ): ArrayLike<number> {
     const turn = composition.userTurn;
     const last = messages[split] as ChatMessage;
     if (turn !== undefined && split === messages.length - 1 && last.role === 'user' && typeof last.content === 'string') {
@@ -175,7 +197,11 @@ export class PromptTokens {
     return tokenizer.encodeChat(messages.slice(split));
   }
 
-  private text(tokenizer: PromptTokenizer, composition: Composition, prompt: string): { ids: Uint32Array; outcome: TokenizeOutcome } | undefined {
+  private text(
+    tokenizer: PromptTokenizer,
+    composition: Composition,
+    prompt: string,
+  ): { ids: Uint32Array; outcome: TokenizeOutcome } | undefined {
     if (prompt.length > this.options.maxChars) {
       this.counters.tokenizeSkipped++;
       return undefined;
@@ -232,7 +258,8 @@ const MAX_CHAT_SPLITS = 4;
  */
 function chatSplits(messages: readonly ChatMessage[]): number[] {
   const splits: number[] = [];
-  for (let k = messages.length - 1; k >= 1 && splits.length < MAX_CHAT_SPLITS; k--) if ((messages[k - 1] as ChatMessage).role !== 'assistant') splits.push(k);
+  for (let k = messages.length - 1; k >= 1 && splits.length < MAX_CHAT_SPLITS; k--)
+    if ((messages[k - 1] as ChatMessage).role !== 'assistant') splits.push(k);
   return splits;
 }
 
@@ -308,13 +335,18 @@ function probeChat(tokenizer: PromptTokenizer): Composition['chat'] {
   try {
     const cases = PROBE_CHATS.map((chat) => {
       const split = chatSplits(chat)[0] as number;
-      return { full: toIds(tokenizer.encodeChat(chat)), head: toIds(tokenizer.encodeChat(chat.slice(0, split))), tail: toIds(tokenizer.encodeChat(chat.slice(split))) };
+      return {
+        full: toIds(tokenizer.encodeChat(chat)),
+        head: toIds(tokenizer.encodeChat(chat.slice(0, split))),
+        tail: toIds(tokenizer.encodeChat(chat.slice(split))),
+      };
     });
     const first = cases[0] as (typeof cases)[number];
     for (let lead = 0; lead <= 64; lead++) {
       const gen = first.head.length + first.tail.length - lead - first.full.length;
       if (gen < 0) continue;
-      if (cases.every((c) => c.head.length >= gen && equal(c.full, concat(c.head, c.head.length - gen, c.tail, lead)))) return { lead, gen };
+      if (cases.every((c) => c.head.length >= gen && equal(c.full, concat(c.head, c.head.length - gen, c.tail, lead))))
+        return { lead, gen };
     }
   } catch {
     // A template that fails on the probes: no prefix cache for chat.
@@ -345,7 +377,11 @@ function probeUserTurn(tokenizer: PromptTokenizer, textLead: number): Compositio
 
 function probeText(tokenizer: PromptTokenizer): number | undefined {
   try {
-    const cases = PROBE_TEXTS.map(([a, b]) => ({ full: toIds(tokenizer.encodeText(a + b)), head: toIds(tokenizer.encodeText(a)), tail: toIds(tokenizer.encodeText(b)) }));
+    const cases = PROBE_TEXTS.map(([a, b]) => ({
+      full: toIds(tokenizer.encodeText(a + b)),
+      head: toIds(tokenizer.encodeText(a)),
+      tail: toIds(tokenizer.encodeText(b)),
+    }));
     for (let lead = 0; lead <= 4; lead++) {
       if (cases.every((c) => equal(c.full, concat(c.head, c.head.length, c.tail, lead)))) return lead;
     }

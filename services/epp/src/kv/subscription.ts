@@ -32,7 +32,9 @@ export class KvSubscription {
   ) {}
 
   start(): void {
-    this.subscription = this.nc.subscribe(kvPoolFilter(this.pool), { callback: (error, msg) => (error ? undefined : this.onMessage(msg.subject, msg.data)) });
+    this.subscription = this.nc.subscribe(kvPoolFilter(this.pool), {
+      callback: (error, msg) => (error ? undefined : this.onMessage(msg.subject, msg.data)),
+    });
   }
 
   /** One message as it came off the wire; exposed so tests can feed the exact bytes. */
@@ -58,6 +60,9 @@ export class KvSubscription {
     if (last !== undefined && now - last < LOG_EVERY_MS) return;
     this.lastLogged.set(reason, now);
     // The subject is attacker-chosen: cut, like the detail.
-    this.logger.warn({ subject: subject.slice(0, 300), reason, detail: detail.slice(0, 300), rejected: this.counters.rejected[reason] }, 'dropped a KV block batch');
+    this.logger.warn(
+      { subject: subject.slice(0, 300), reason, detail: detail.slice(0, 300), rejected: this.counters.rejected[reason] },
+      'dropped a KV block batch',
+    );
   }
 }

@@ -37,9 +37,24 @@ export function startChannel(
   receiver.start();
   const publisher = new StatePublisher(nc, self, outbox, counters, config.heartbeatMs, now);
   publisher.start();
-  const responder = new SyncResponder(nc, self, shared, () => publisher.seq, counters, { maxBytes: config.maxSnapshotBytes, maxPerS: config.maxSyncPerS }, logger, now);
+  const responder = new SyncResponder(
+    nc,
+    self,
+    shared,
+    () => publisher.seq,
+    counters,
+    { maxBytes: config.maxSnapshotBytes, maxPerS: config.maxSyncPerS },
+    logger,
+    now,
+  );
   let closed = false;
-  const warm = warmStart(nc, self, receiver, { deadlineMs: config.warmStartMs, quietMs: config.warmStartQuietMs, maxBytesPerPeer: config.maxSnapshotBytes }, now).then((result) => {
+  const warm = warmStart(
+    nc,
+    self,
+    receiver,
+    { deadlineMs: config.warmStartMs, quietMs: config.warmStartQuietMs, maxBytesPerPeer: config.maxSnapshotBytes },
+    now,
+  ).then((result) => {
     counters.warmStartPeers = result.peers;
     counters.warmStartEntries = result.entries;
     logger.info({ epp: self.epp, ...result }, result.outcome === 'lone' ? 'warm start: no peers, starting empty' : 'warm start over');
@@ -53,7 +68,8 @@ export function startChannel(
       counters.expiredTtl += expiry.expired;
       counters.expiredPeer += expiry.peerEntriesForgotten;
       counters.peersForgotten += expiry.peersForgotten;
-      if (expiry.peersForgotten > 0) logger.info({ peersForgotten: expiry.peersForgotten, entries: expiry.peerEntriesForgotten }, 'forgot silent peers');
+      if (expiry.peersForgotten > 0)
+        logger.info({ peersForgotten: expiry.peersForgotten, entries: expiry.peerEntriesForgotten }, 'forgot silent peers');
     },
     Math.max(50, Math.min(config.peerTimeoutMs, config.remoteEntryTtlMs) / 5),
   );

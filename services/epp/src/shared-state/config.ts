@@ -17,7 +17,12 @@ export const sharedStateConfigSchema = z
     batchEntries: z.number().int().min(1).max(MAX_STATE_ENTRIES).default(256),
     /** Entries waiting to be sent, at most (and their estimated bytes); beyond, new entries are dropped and counted. */
     maxBufferedEntries: z.number().int().min(1).max(1_000_000).default(16_384),
-    maxBufferedBytes: z.number().int().min(1024).max(256 * 1024 * 1024).default(8 * 1024 * 1024),
+    maxBufferedBytes: z
+      .number()
+      .int()
+      .min(1024)
+      .max(256 * 1024 * 1024)
+      .default(8 * 1024 * 1024),
     /** An EPP with nothing to say sends an empty batch this often, so its peers know it lives. */
     heartbeatMs: ms(10, 60_000).default(1000),
     /** A peer with no batch for this long is forgotten with its in-flight entries. */
@@ -31,13 +36,22 @@ export const sharedStateConfigSchema = z
     /** ...and how long after the last reply it stops waiting for more. */
     warmStartQuietMs: ms(1, 10_000).default(100),
     /** Bytes of snapshot this EPP sends per warm-start request, and takes in per warm start from each peer. */
-    maxSnapshotBytes: z.number().int().min(64 * 1024).max(256 * 1024 * 1024).default(16 * 1024 * 1024),
+    maxSnapshotBytes: z
+      .number()
+      .int()
+      .min(64 * 1024)
+      .max(256 * 1024 * 1024)
+      .default(16 * 1024 * 1024),
     /** Warm-start requests this EPP answers per second at most (a snapshot costs a scan of its index). */
     maxSyncPerS: ms(0.01, 1000).default(5),
   })
   .superRefine((value, ctx) => {
     if (value.heartbeatMs * 2 > value.peerTimeoutMs) {
-      ctx.addIssue({ code: 'custom', path: ['peerTimeoutMs'], message: `must be at least twice heartbeatMs (${value.heartbeatMs}), or live peers are forgotten` });
+      ctx.addIssue({
+        code: 'custom',
+        path: ['peerTimeoutMs'],
+        message: `must be at least twice heartbeatMs (${value.heartbeatMs}), or live peers are forgotten`,
+      });
     }
   });
 

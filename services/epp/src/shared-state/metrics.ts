@@ -99,7 +99,17 @@ export function registerSharedStateMetrics(registry: Registry, sources: SharedSt
     [{ reason: 'publish-failed' }, () => counters.dropped['publish-failed']],
     [{ reason: 'oversized' }, () => counters.dropped.oversized],
   ]);
-  const reasons = ['oversized', 'not-msgpack', 'invalid', 'too-many-hashes', 'subject-mismatch', 'replayed', 'too-many-peers', 'misplaced-snapshot', 'wrong-pool'] as const;
+  const reasons = [
+    'oversized',
+    'not-msgpack',
+    'invalid',
+    'too-many-hashes',
+    'subject-mismatch',
+    'replayed',
+    'too-many-peers',
+    'misplaced-snapshot',
+    'wrong-pool',
+  ] as const;
   const rejected: Counter<'reason'> = new Counter({
     name: 'spillway_shared_state_rejected_total',
     help: 'Received batches refused whole, by reason: malformed (not-msgpack, invalid), too large (oversized, too-many-hashes), forged origin (subject-mismatch), replayed, past the peer bound, a snapshot outside warm start, another pool.',
@@ -113,7 +123,7 @@ export function registerSharedStateMetrics(registry: Registry, sources: SharedSt
   );
   const ignored: Counter = new Counter({
     name: 'spillway_shared_state_entries_ignored_total',
-    help: 'Received entries ignored: an endpoint this EPP does not know, a release of a request it does not hold, or past a peer\'s bound.',
+    help: "Received entries ignored: an endpoint this EPP does not know, a release of a request it does not hold, or past a peer's bound.",
     registers,
     collect: () => collectIgnored(),
   });

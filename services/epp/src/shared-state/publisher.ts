@@ -1,5 +1,12 @@
 import type { NatsConnection } from '@nats-io/nats-core';
-import { encodeStateBatch, MAX_STATE_BATCH_BYTES, stateSubjectFor, type StateBatch, type StateEntry, type StateSubjectParts } from '@spillway/events';
+import {
+  encodeStateBatch,
+  MAX_STATE_BATCH_BYTES,
+  stateSubjectFor,
+  type StateBatch,
+  type StateEntry,
+  type StateSubjectParts,
+} from '@spillway/events';
 import type { SharedStateCounters } from './counters.js';
 import { entryBytes, type StateOutbox } from './outbox.js';
 
@@ -33,9 +40,12 @@ export class StatePublisher {
 
   start(): void {
     this.outbox.onDue = () => this.flush();
-    this.heartbeat = setInterval(() => {
-      if (this.now() - this.lastSentAt >= this.heartbeatMs * 0.9) this.flush();
-    }, Math.max(10, this.heartbeatMs / 2));
+    this.heartbeat = setInterval(
+      () => {
+        if (this.now() - this.lastSentAt >= this.heartbeatMs * 0.9) this.flush();
+      },
+      Math.max(10, this.heartbeatMs / 2),
+    );
     this.heartbeat.unref();
     void this.followStatus();
   }
@@ -72,7 +82,15 @@ export class StatePublisher {
   }
 
   private publish(entries: StateEntry[], maxBytes: number): void {
-    const batch: StateBatch = { v: 1, pool: this.origin.pool, zone: this.origin.zone, epp: this.origin.epp, seq: this.seq + 1, sentAt: this.now(), entries };
+    const batch: StateBatch = {
+      v: 1,
+      pool: this.origin.pool,
+      zone: this.origin.zone,
+      epp: this.origin.epp,
+      seq: this.seq + 1,
+      sentAt: this.now(),
+      entries,
+    };
     const data = encodeStateBatch(batch);
     if (data.byteLength > maxBytes) {
       // One entry alone past the bound (a prompt of tens of thousands of blocks): not sent, and

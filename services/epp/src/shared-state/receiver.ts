@@ -38,7 +38,9 @@ export class StateReceiver {
   ) {}
 
   start(): void {
-    this.subscription = this.nc.subscribe(statePoolFilter(this.self.pool), { callback: (error, msg) => (error ? undefined : this.onBatch(msg)) });
+    this.subscription = this.nc.subscribe(statePoolFilter(this.self.pool), {
+      callback: (error, msg) => (error ? undefined : this.onBatch(msg)),
+    });
   }
 
   /** Applies one batch; exposed for warm start, whose snapshot parts arrive on an inbox. */
@@ -64,7 +66,8 @@ export class StateReceiver {
     const decoded = decodeStateBatch(msg.data, parts);
     if (!decoded.ok) return this.reject(msg.subject, decoded.reason, decoded.detail);
     // Snapshots answer a warm-start request on its inbox; on a batch subject one would be a replay of state.
-    if (decoded.batch.snapshot !== undefined) return this.reject(msg.subject, 'misplaced-snapshot', `snapshot part from ${decoded.batch.epp}`);
+    if (decoded.batch.snapshot !== undefined)
+      return this.reject(msg.subject, 'misplaced-snapshot', `snapshot part from ${decoded.batch.epp}`);
     this.apply(decoded.batch, msg.subject);
   }
 
@@ -74,7 +77,10 @@ export class StateReceiver {
     const last = this.lastLogged.get(reason);
     if (last !== undefined && now - last < LOG_EVERY_MS) return;
     this.lastLogged.set(reason, now);
-    this.logger.warn({ subject, reason, detail: detail.slice(0, 300), rejected: this.counters.rejected[reason] }, 'dropped a shared-state batch');
+    this.logger.warn(
+      { subject, reason, detail: detail.slice(0, 300), rejected: this.counters.rejected[reason] },
+      'dropped a shared-state batch',
+    );
   }
 }
 
@@ -104,7 +110,9 @@ export class SyncResponder {
   }
 
   start(): void {
-    this.subscription = this.nc.subscribe(stateSyncFilter(this.self.pool), { callback: (error, msg) => (error ? undefined : this.onRequest(msg)) });
+    this.subscription = this.nc.subscribe(stateSyncFilter(this.self.pool), {
+      callback: (error, msg) => (error ? undefined : this.onRequest(msg)),
+    });
   }
 
   async close(): Promise<void> {
@@ -144,7 +152,10 @@ export class SyncResponder {
         msg.respond(encodeStateBatch(batch));
       });
       this.counters.syncAnswered++;
-      this.logger.info({ peer: from.epp, zone: from.zone, parts: parts.length, entries: parts.reduce((n, p) => n + p.length, 0) }, 'answered a warm-start request');
+      this.logger.info(
+        { peer: from.epp, zone: from.zone, parts: parts.length, entries: parts.reduce((n, p) => n + p.length, 0) },
+        'answered a warm-start request',
+      );
     } catch (error) {
       this.logger.warn({ err: error, peer: from.epp }, 'could not answer a warm-start request');
     }

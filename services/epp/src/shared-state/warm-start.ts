@@ -26,7 +26,13 @@ export interface WarmStartResult {
  * has sent its last part and nothing came for `quietMs`, or at the deadline. A lone EPP learns at
  * once that no one listens (NATS's no-responders status) and starts empty.
  */
-export function warmStart(nc: NatsConnection, self: StateSubjectParts, receiver: StateReceiver, limits: WarmStartLimits, now: () => number = Date.now): Promise<WarmStartResult> {
+export function warmStart(
+  nc: NatsConnection,
+  self: StateSubjectParts,
+  receiver: StateReceiver,
+  limits: WarmStartLimits,
+  now: () => number = Date.now,
+): Promise<WarmStartResult> {
   const started = now();
   const inbox = createInbox();
   const open = new Set<string>();
@@ -45,7 +51,8 @@ export function warmStart(nc: NatsConnection, self: StateSubjectParts, receiver:
     };
     const deadline = setTimeout(() => finish('deadline'), limits.deadlineMs);
     const onReply = (msg: Msg): void => {
-      if (msg.data.length === 0 && (msg.headers?.code === 503 || msg.headers?.status === '503')) return finish(bytes.size === 0 ? 'lone' : 'complete');
+      if (msg.data.length === 0 && (msg.headers?.code === 503 || msg.headers?.status === '503'))
+        return finish(bytes.size === 0 ? 'lone' : 'complete');
       const decoded = decodeStateBatch(msg.data);
       if (!decoded.ok) receiver.reject(inbox, decoded.reason, decoded.detail);
       else if (decoded.batch.snapshot === undefined) receiver.reject(inbox, 'invalid', 'a warm-start reply that is not a snapshot');

@@ -37,10 +37,16 @@ const FILES: Record<string, { readonly contentType: string; read(): string | Buf
   '/': { contentType: 'text/html; charset=utf-8', read: () => PAGE_HTML },
   '/ui/style.css': { contentType: 'text/css; charset=utf-8', read: () => STYLE_CSS },
   '/ui/icon.svg': { contentType: 'image/svg+xml', read: () => ICON_SVG },
-  '/ui/uplot.js': { contentType: 'text/javascript; charset=utf-8', read: () => readFileSync(require.resolve('uplot/dist/uPlot.iife.min.js')) },
+  '/ui/uplot.js': {
+    contentType: 'text/javascript; charset=utf-8',
+    read: () => readFileSync(require.resolve('uplot/dist/uPlot.iife.min.js')),
+  },
   '/ui/uplot.css': { contentType: 'text/css; charset=utf-8', read: () => readFileSync(require.resolve('uplot/dist/uPlot.min.css')) },
   ...Object.fromEntries(
-    SCRIPT_MODULES.map((name) => [`/ui/${name}.js`, { contentType: 'text/javascript; charset=utf-8', read: () => readFileSync(fileURLToPath(new URL(`${name}.js`, SCRIPT_DIR))) }]),
+    SCRIPT_MODULES.map((name) => [
+      `/ui/${name}.js`,
+      { contentType: 'text/javascript; charset=utf-8', read: () => readFileSync(fileURLToPath(new URL(`${name}.js`, SCRIPT_DIR))) },
+    ]),
   ),
 };
 
@@ -52,9 +58,16 @@ export function loadViewAssets(): ViewAssets {
     try {
       const content = file.read();
       const body = typeof content === 'string' ? Buffer.from(content, 'utf8') : content;
-      files.set(path, { body, contentType: file.contentType, etag: `"${createHash('sha256').update(body).digest('base64url').slice(0, 27)}"` });
+      files.set(path, {
+        body,
+        contentType: file.contentType,
+        etag: `"${createHash('sha256').update(body).digest('base64url').slice(0, 27)}"`,
+      });
     } catch (error) {
-      missing.set(path, `${path} cannot be read (${(error as Error).message}); the EPP package is incomplete: build it (npm run build) or reinstall it`);
+      missing.set(
+        path,
+        `${path} cannot be read (${(error as Error).message}); the EPP package is incomplete: build it (npm run build) or reinstall it`,
+      );
     }
   }
   return { files, missing };

@@ -34,7 +34,10 @@ export function viewRoutes(sources: StateSources, assets: ViewAssets, now: () =>
     const url = parseUrl(req.url);
     if (!paths.has(url.pathname)) return false;
     if (req.method !== 'GET' && req.method !== 'HEAD') {
-      send(res, 405, 'text/plain; charset=utf-8', `${req.method ?? 'this method'} is not allowed: the view is read-only\n`, { allow: 'GET, HEAD', 'cache-control': 'no-store' });
+      send(res, 405, 'text/plain; charset=utf-8', `${req.method ?? 'this method'} is not allowed: the view is read-only\n`, {
+        allow: 'GET, HEAD',
+        'cache-control': 'no-store',
+      });
       return true;
     }
     if (url.pathname === STATE_PATH) {
@@ -43,12 +46,16 @@ export function viewRoutes(sources: StateSources, assets: ViewAssets, now: () =>
         send(res, 400, 'application/json; charset=utf-8', JSON.stringify({ error: query.error }), { 'cache-control': 'no-store' });
         return true;
       }
-      send(res, 200, 'application/json; charset=utf-8', JSON.stringify(buildState(sources, query.query, now())), { 'cache-control': 'no-store' });
+      send(res, 200, 'application/json; charset=utf-8', JSON.stringify(buildState(sources, query.query, now())), {
+        'cache-control': 'no-store',
+      });
       return true;
     }
     const asset = assets.files.get(url.pathname);
     if (asset === undefined) {
-      send(res, 500, 'text/plain; charset=utf-8', `${assets.missing.get(url.pathname) ?? 'not available'}\n`, { 'cache-control': 'no-store' });
+      send(res, 500, 'text/plain; charset=utf-8', `${assets.missing.get(url.pathname) ?? 'not available'}\n`, {
+        'cache-control': 'no-store',
+      });
       return true;
     }
     // Paths carry no version, so browsers revalidate every time; an unchanged file costs a 304.
@@ -63,10 +70,18 @@ export function viewRoutes(sources: StateSources, assets: ViewAssets, now: () =>
 function parseUrl(raw: string | undefined): { pathname: string; searchParams: URLSearchParams } {
   const target = raw ?? '/';
   const mark = target.indexOf('?');
-  return mark < 0 ? { pathname: target, searchParams: new URLSearchParams() } : { pathname: target.slice(0, mark), searchParams: new URLSearchParams(target.slice(mark + 1)) };
+  return mark < 0
+    ? { pathname: target, searchParams: new URLSearchParams() }
+    : { pathname: target.slice(0, mark), searchParams: new URLSearchParams(target.slice(mark + 1)) };
 }
 
-function send(res: ServerResponse, status: number, contentType: string | undefined, body: string | Buffer | undefined, headers: Record<string, string>): void {
+function send(
+  res: ServerResponse,
+  status: number,
+  contentType: string | undefined,
+  body: string | Buffer | undefined,
+  headers: Record<string, string>,
+): void {
   res.writeHead(status, { ...SECURITY_HEADERS, ...headers, ...(contentType === undefined ? {} : { 'content-type': contentType }) });
   res.end(body);
 }

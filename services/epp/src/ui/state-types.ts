@@ -82,7 +82,20 @@ export interface UiPod {
 }
 
 /** Pod columns `?sort=` accepts. */
-export type UiPodSortKey = 'zone' | 'pod' | 'address' | 'ready' | 'waiting' | 'running' | 'kvCacheUsage' | 'metricsAgeMs' | 'inFlight' | 'penaltyLeftMs' | 'expectedWaitMs' | 'costMs' | 'state';
+export type UiPodSortKey =
+  | 'zone'
+  | 'pod'
+  | 'address'
+  | 'ready'
+  | 'waiting'
+  | 'running'
+  | 'kvCacheUsage'
+  | 'metricsAgeMs'
+  | 'inFlight'
+  | 'penaltyLeftMs'
+  | 'expectedWaitMs'
+  | 'costMs'
+  | 'state';
 
 export interface UiPodPage {
   /** Pods of the pool not deleted; `items` is the page `offset .. offset + limit` of them in `sort` order. */

@@ -27,7 +27,21 @@ export const DEFAULT_DECISIONS = 20;
 /** The seconds `pickedPerS` averages over. */
 const RECENT_S = 10;
 
-const SORT_KEYS = ['zone', 'pod', 'address', 'ready', 'waiting', 'running', 'kvCacheUsage', 'metricsAgeMs', 'inFlight', 'penaltyLeftMs', 'expectedWaitMs', 'costMs', 'state'] as const satisfies readonly UiPodSortKey[];
+const SORT_KEYS = [
+  'zone',
+  'pod',
+  'address',
+  'ready',
+  'waiting',
+  'running',
+  'kvCacheUsage',
+  'metricsAgeMs',
+  'inFlight',
+  'penaltyLeftMs',
+  'expectedWaitMs',
+  'costMs',
+  'state',
+] as const satisfies readonly UiPodSortKey[];
 
 /** The query of `GET /api/state`; unknown parameters are ignored, bad values are a 400. */
 export function stateQuerySchema(maxDecisions: number) {
@@ -43,7 +57,10 @@ export function stateQuerySchema(maxDecisions: number) {
 export type StateQuery = z.output<ReturnType<typeof stateQuerySchema>>;
 
 /** Parses a query string with a schema from stateQuerySchema; an error names the parameter at fault. */
-export function parseStateQuery(params: URLSearchParams, schema: ReturnType<typeof stateQuerySchema>): { ok: true; query: StateQuery } | { ok: false; error: string } {
+export function parseStateQuery(
+  params: URLSearchParams,
+  schema: ReturnType<typeof stateQuerySchema>,
+): { ok: true; query: StateQuery } | { ok: false; error: string } {
   const parsed = schema.safeParse(Object.fromEntries(params));
   if (parsed.success) return { ok: true, query: parsed.data };
   const issue = parsed.error.issues[0];
@@ -76,7 +93,9 @@ export function buildState(sources: StateSources, query: StateQuery, now: number
     policy: scheduler.config.policy,
     ready: sources.isReady(),
     staleAfterMs: fleet.staleAfterMs,
-    zones: zoneNames.slice(0, MAX_ZONES).map((name) => zoneView(name, zones.get(name) as ZoneTotals, pool, scheduler.zone, spill, sources.spill.window)),
+    zones: zoneNames
+      .slice(0, MAX_ZONES)
+      .map((name) => zoneView(name, zones.get(name) as ZoneTotals, pool, scheduler.zone, spill, sources.spill.window)),
     zonesTruncated: zoneNames.length > MAX_ZONES,
     pods: {
       total: pods.length,
@@ -135,7 +154,19 @@ interface ZoneTotals {
 function addToZone(zones: Map<string, ZoneTotals>, pod: UiPod): void {
   let totals = zones.get(pod.zone);
   if (totals === undefined) {
-    totals = { ready: 0, total: 0, waiting: 0, running: 0, kvSum: 0, withMetrics: 0, expectedWaitMs: null, costMs: null, stale: 0, penalised: 0, full: 0 };
+    totals = {
+      ready: 0,
+      total: 0,
+      waiting: 0,
+      running: 0,
+      kvSum: 0,
+      withMetrics: 0,
+      expectedWaitMs: null,
+      costMs: null,
+      stale: 0,
+      penalised: 0,
+      full: 0,
+    };
     zones.set(pod.zone, totals);
   }
   totals.total++;
@@ -158,7 +189,14 @@ function addToZone(zones: Map<string, ZoneTotals>, pod: UiPod): void {
   }
 }
 
-function zoneView(name: string, totals: ZoneTotals, pool: PoolView | undefined, localZone: string, spill: SpillSnapshot, window: number): UiZone {
+function zoneView(
+  name: string,
+  totals: ZoneTotals,
+  pool: PoolView | undefined,
+  localZone: string,
+  spill: SpillSnapshot,
+  window: number,
+): UiZone {
   const picked = spill.series[spill.zones.indexOf(name)];
   const series = picked === undefined ? new Array<number>(window).fill(0) : [...picked];
   const recent = series.slice(-RECENT_S).reduce((sum, count) => sum + count, 0);

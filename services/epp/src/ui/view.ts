@@ -15,7 +15,12 @@ export function createView(sources: StateSources, logger: Logger): ViewRoutes {
  * The view on a port of its own (`--ui-port`): its paths, and 404 for every other. Idle sockets
  * are closed after `silentMs`, as on the metrics port.
  */
-export function startViewServer(routes: ViewRoutes, host: string, port: number, silentMs: number): Promise<{ server: Server; port: number }> {
+export function startViewServer(
+  routes: ViewRoutes,
+  host: string,
+  port: number,
+  silentMs: number,
+): Promise<{ server: Server; port: number }> {
   const server = createServer((req, res) => {
     if (routes(req, res)) return;
     res.writeHead(404, { ...SECURITY_HEADERS, 'content-type': 'text/plain; charset=utf-8' });
