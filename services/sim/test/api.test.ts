@@ -55,16 +55,14 @@ describe('spillway-sim: OpenAI API', () => {
     expect(res.headers.get('content-type')).toBe('text/event-stream');
     const events = sseData(await res.text());
     expect(events.at(-1)).toBe('[DONE]');
-    const chunks = events
-      .slice(0, -1)
-      .map(
-        (e) =>
-          JSON.parse(e) as {
-            object: string;
-            choices: { delta: { role?: string; content: string }; finish_reason: string | null }[];
-            usage?: { completion_tokens: number };
-          },
-      );
+    const chunks = events.slice(0, -1).map(
+      (e) =>
+        JSON.parse(e) as {
+          object: string;
+          choices: { delta: { role?: string; content: string }; finish_reason: string | null }[];
+          usage?: { completion_tokens: number };
+        },
+    );
     const tokens = chunks.filter((c) => c.choices.length > 0);
     expect(tokens).toHaveLength(5);
     expect(tokens[0]?.choices[0]?.delta.role).toBe('assistant');
