@@ -329,7 +329,7 @@ async function play(
       job = Promise.all(sims.map((s) => s.process.kill())).then(() => undefined);
     } else {
       out(`>> ${action.zone}: restarting its ${sims.length} model servers`);
-      job = Promise.all(sims.map((s) => (s.process.running ? undefined : s.process.start()))).then(() =>
+      job = Promise.all(sims.filter((s) => !s.process.running).map((s) => s.process.start())).then(() =>
         out(`>> ${action.zone}: model servers listening again after ${((performance.now() - t0) / 1000).toFixed(1)} s`),
       );
     }

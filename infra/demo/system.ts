@@ -113,7 +113,8 @@ export class LocalSystem {
     const partial = new LocalSystem(options, nats, sims, zones);
     let stopping: Promise<void> | undefined;
     const abandon = () => (stopping ??= partial.stop());
-    options.signal?.addEventListener('abort', abandon, { once: true });
+    const onAbort = () => void abandon();
+    options.signal?.addEventListener('abort', onAbort, { once: true });
     try {
       await startAll(options, logs, nats, sims, zones, say, () => options.signal?.throwIfAborted());
       options.signal?.throwIfAborted();
@@ -122,7 +123,7 @@ export class LocalSystem {
       await abandon();
       throw options.signal?.aborted ? (options.signal.reason ?? error) : error;
     } finally {
-      options.signal?.removeEventListener('abort', abandon);
+      options.signal?.removeEventListener('abort', onAbort);
     }
   }
 

@@ -84,7 +84,7 @@ export class EnvoyStream {
       this.call.on('error', (error: ServiceError) => resolve(error));
       this.call.on('end', () => resolve(undefined));
     });
-    this.ended.then(() => {
+    void this.ended.then(() => {
       for (const wake of this.waiters.splice(0)) wake();
     });
   }
