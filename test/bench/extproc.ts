@@ -396,7 +396,7 @@ const REQUEST_PATH_NOTES = [
     ['change', 'before', 'after', 'per request'],
     [
       [
-        'per-request histograms (pick time, list length, request size, duration) counted in a typed array, handed to prom-client on scrape (`services/epp/src/pending-histogram.ts`)',
+        'per-request histograms (pick time, list length, request size, duration) counted in a typed array, handed to prom-client on scrape (`services/epp/src/telemetry/pending-histogram.ts`)',
         'prom-client labelled observe 0.55–1.1 µs',
         '0.04–0.05 µs',
         '4 observations: about 2–4 µs',

@@ -62,7 +62,9 @@ describe('docs/operations.md', () => {
   });
 
   it('quotes log lines the code really writes', () => {
-    const sources = ['services/epp/src', 'services/epp/src/shared-state', 'services/epp/src/kv', 'packages/bus/src']
+    const sources = ['app', 'request', 'telemetry', 'config', 'shared-state', 'kv', 'ui']
+      .map((room) => `services/epp/src/${room}`)
+      .concat(['packages/bus/src'])
       .flatMap((dir) =>
         readdirSync(join(root, dir))
           .filter((f) => f.endsWith('.ts'))

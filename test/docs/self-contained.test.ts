@@ -6,8 +6,9 @@ import { describe, expect, it } from 'vitest';
 // The repository carries its own contracts (docs/): no tracked file may point at design or
 // reference files outside it. The patterns are assembled so this file does not match itself.
 const root = join(import.meta.dirname, '..', '..');
+// With its trailing slash: the EPP's own shared-state folder is not the outside one.
 const FORBIDDEN = [
-  ['..', '/shared'].join(''),
+  ['..', '/shared/'].join(''),
   ['shared', '/reference'].join(''),
   ['DESIGN', '.md'].join(''),
   ['DESIGN', ' §'].join(''),

@@ -1,6 +1,6 @@
 import { runMain } from '@spillway/cli';
-import { EPP_HELP, loadEppConfig } from './config.js';
-import { startEpp } from './epp.js';
+import { EPP_HELP, loadEppConfig } from './config/config.js';
+import { startEpp } from './app/epp.js';
 
 /** close() stops every part promptly; this only guards against a part that hangs anyway. */
 const SHUTDOWN_LIMIT_MS = 10_000;

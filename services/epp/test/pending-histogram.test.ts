@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 import { Histogram, Registry } from 'prom-client';
 import { describe, expect, it } from 'vitest';
-import { PendingHistogram } from '../src/pending-histogram.js';
+import { PendingHistogram } from '../src/telemetry/pending-histogram.js';
 
 const BUCKETS = [0.001, 0.01, 0.1, 1, 10];
 

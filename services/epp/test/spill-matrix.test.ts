@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { OTHER_ZONE, SpillMatrix } from '../src/ui/spill-matrix.js';
+import { OTHER_ZONE, SpillMatrix } from '../src/telemetry/spill-matrix.js';
 
 const T0 = 1_764_420_000_000;
 

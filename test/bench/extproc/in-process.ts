@@ -3,13 +3,13 @@ import pino from 'pino';
 import { decodeProcessingRequest, type ProcessingRequest, type ProcessingResponse } from '@spillway/protocol';
 import { readiness, metrics } from '@spillway/testkit';
 import { EppMetrics, loadEppConfig } from '@spillway/epp';
-import { EppCore } from '../../../services/epp/src/core.js';
-import { handleStream } from '../../../services/epp/src/stream.js';
+import { EppCore } from '../../../services/epp/src/app/core.js';
+import { handleStream } from '../../../services/epp/src/request/stream.js';
 import { grpcMessages, type EncodedRequest } from './request.js';
 
 /**
- * The EPP's own work per request, without the transport: the ext_proc stream handler (stream.ts,
- * core.ts, the scheduler, metrics) driven in-process with the bench's decoded messages over a
+ * The EPP's own work per request, without the transport: the ext_proc stream handler (request/stream.ts,
+ * app/core.ts, the scheduler, metrics) driven in-process with the bench's decoded messages over a
  * stand-in for grpc-js's call object, on a view of `pods` pods. CPU µs per request from
  * process.cpuUsage. What this leaves out of the h2load figures is grpc-js, HTTP/2 and the codec,
  * which the bare server pays as well.

@@ -6,7 +6,7 @@ export const KV_REJECT_REASONS: readonly KvRejectReason[] = ['oversized', 'not-m
 
 /**
  * The KV subscription's and the request path's KV figures as plain numbers, bumped where things
- * happen; Prometheus reads them when it scrapes (kv/metrics.ts), so the hot paths never touch
+ * happen; Prometheus reads them when it scrapes (telemetry/kv-metrics.ts), so the hot paths never touch
  * prom-client.
  */
 export class KvCounters {

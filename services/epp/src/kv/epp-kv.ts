@@ -7,7 +7,7 @@ import type { Registry } from 'prom-client';
 import type { PromptTokenizer } from '@spillway/tokenizer';
 import { KvCounters } from './counters.js';
 import type { KvIndex } from './index-api.js';
-import { registerKvMetrics } from './metrics.js';
+import { registerKvMetrics } from '../telemetry/kv-metrics.js';
 import { PromptTokens } from './prompt-tokens.js';
 import { EppReaderSink } from './reader-sink.js';
 import { KvSubscription } from './subscription.js';

@@ -7,7 +7,7 @@ export type StateDropReason = 'buffer-full' | 'not-connected' | 'publish-failed'
 
 /**
  * The channel's figures as plain numbers, bumped where things happen; Prometheus reads them when it
- * scrapes (shared-state/metrics.ts), so nothing on the request path touches prom-client.
+ * scrapes (telemetry/shared-state-metrics.ts), so nothing on the request path touches prom-client.
  */
 export class SharedStateCounters {
   batchesOut = 0;

@@ -2,8 +2,8 @@ import { z } from 'zod';
 import type { ReaderStatus } from '@spillway/bus';
 import type { Endpoint, Fleet, PoolView } from '@spillway/fleet';
 import type { EndpointExplanation, Scheduler } from '@spillway/scheduler';
-import type { DecisionLog } from '../decision-log.js';
-import type { SpillMatrix, SpillSnapshot } from './spill-matrix.js';
+import type { DecisionLog } from '../telemetry/decision-log.js';
+import type { SpillMatrix, SpillSnapshot } from '../telemetry/spill-matrix.js';
 import type { UiPod, UiPodSortKey, UiSpill, UiState, UiStream, UiZone } from './state-types.js';
 
 /** What the state is read from: the EPP's view, its scheduler, and its own records. */

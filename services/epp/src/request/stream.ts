@@ -22,9 +22,9 @@ import {
   type RoutedMode,
 } from '@spillway/protocol';
 import type { Decision } from '@spillway/scheduler';
-import type { EppCore } from './core.js';
+import type { EppCore } from '../app/core.js';
 import type { Deadline } from './deadlines.js';
-import type { TrackedRequest } from './request-metrics.js';
+import type { TrackedRequest } from '../telemetry/request-metrics.js';
 
 type Call = ServerDuplexStream<ProcessingRequest, ProcessingResponse>;
 

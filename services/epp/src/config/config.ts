@@ -26,15 +26,15 @@ import {
 import { DEFAULT_MAX_CLOCK_SKEW_MS, DEFAULT_MAX_PODS_PER_ZONE } from '@spillway/fleet';
 import { schedulerConfigSchema, type SchedulerConfig } from '@spillway/scheduler';
 import type { ModelRewriteRule } from '@spillway/protocol';
-import { sharedStateConfigSchema, type SharedStateConfig } from './shared-state/config.js';
+import { sharedStateConfigSchema, type SharedStateConfig } from '../shared-state/config.js';
 import type { PromptTokenizer } from '@spillway/tokenizer';
-import { kvFlags, loadTokenizers, tokenizersFileSchema } from './kv/config.js';
+import { kvFlags, loadTokenizers, tokenizersFileSchema } from '../kv/config.js';
 
 /**
  * spillway-epp's configuration: flags over `SPILLWAY_<FLAG>` environment variables over the config
  * file over defaults (docs/flags.md). The config file holds everything the flags hold plus the
  * scheduler's tunables, objectives and model rewrites; it is re-read when it changes
- * (config-reload.ts), and flags and environment still win over it.
+ * (config/reload.ts), and flags and environment still win over it.
  */
 const optionalString = z.string().min(1).optional();
 const booleanValue = (fallback: boolean) =>
@@ -184,7 +184,7 @@ export const eppConfigFileSchema = schedulerConfigSchema
 export type EppFlagValues = z.output<z.ZodObject<{ [K in keyof typeof eppFlags]: (typeof eppFlags)[K]['schema'] }>>;
 export type EppConfigFile = z.output<typeof eppConfigFileSchema>;
 
-/** Where the config came from, so it can be read again when the file changes (config-reload.ts). */
+/** Where the config came from, so it can be read again when the file changes (config/reload.ts). */
 export interface EppConfigSource {
   readonly path: string;
   /** SHA-256 of the file's bytes as loaded. */

@@ -5,22 +5,22 @@ import { jetstreamManager } from '@nats-io/jetstream';
 import { connectNatsWithRetry, ensureStream, describeDifferences, startReader, type EventReader } from '@spillway/bus';
 import { extProcService, HealthService } from '@spillway/protocol';
 import { ServerCredentials } from '@grpc/grpc-js';
-import { BUILD } from './build-info.js';
-import type { EppConfig } from './config.js';
-import { watchEppConfig } from './config-watch.js';
+import { BUILD } from '../config/build-info.js';
+import type { EppConfig } from '../config/config.js';
+import { watchEppConfig } from '../config/watch.js';
 import { EppCore } from './core.js';
 import { HealthState } from './health.js';
-import { EppMetrics } from './metrics.js';
+import { EppMetrics } from '../telemetry/metrics.js';
 import { bindGrpc, grpcCredentials, isLoopback, newGrpcServer, shutdownGrpc, startMetricsServer } from './servers.js';
-import { handleStream } from './stream.js';
-import { startChannel, type RunningChannel } from './shared-state/channel.js';
-import { SharedStateCounters } from './shared-state/counters.js';
-import { newEppId } from './shared-state/identity.js';
-import { registerSharedStateMetrics } from './shared-state/metrics.js';
-import { createView, startViewServer } from './ui/view.js';
-import { refreshViewGauges } from './view-gauges.js';
-import { StaleViewLog } from './view-staleness.js';
-import { startSummaryLog } from './summary-log.js';
+import { handleStream } from '../request/stream.js';
+import { startChannel, type RunningChannel } from '../shared-state/channel.js';
+import { SharedStateCounters } from '../shared-state/counters.js';
+import { newEppId } from '../shared-state/identity.js';
+import { registerSharedStateMetrics } from '../telemetry/shared-state-metrics.js';
+import { createView, startViewServer } from '../ui/view.js';
+import { refreshViewGauges } from '../telemetry/view-gauges.js';
+import { StaleViewLog } from '../telemetry/view-staleness.js';
+import { startSummaryLog } from '../telemetry/summary-log.js';
 
 export interface RunningEpp {
   readonly grpcPort: number;
@@ -44,9 +44,9 @@ export interface StartOptions {
   logger?: Logger;
   /** How often readiness and staleness are re-evaluated. */
   tickMs?: number;
-  /** How often the config file is re-read besides on change events (config-watch.ts). */
+  /** How often the config file is re-read besides on change events (config/watch.ts). */
   configPollMs?: number;
-  /** Period of the info-level activity summary (summary-log.ts). */
+  /** Period of the info-level activity summary (telemetry/summary-log.ts). */
   summaryMs?: number;
 }
 

@@ -2,19 +2,19 @@ import type { Logger } from 'pino';
 import { Fleet } from '@spillway/fleet';
 import { compileModelRewrites, type ErrorStatus, type ModelRewriter, type PreparedRequest } from '@spillway/protocol';
 import { Scheduler, type Decision, type PickRequest } from '@spillway/scheduler';
-import type { PendingCount, EppMetrics, Outcome } from './metrics.js';
-import type { PendingHistogram } from './pending-histogram.js';
-import type { EppConfig } from './config.js';
-import type { LiveSettings } from './config-reload.js';
-import { BodyBudget } from './body-budget.js';
-import { DeadlineSweeper } from './deadlines.js';
-import { DecisionLog } from './decision-log.js';
-import { LabelCache } from './label-cache.js';
-import { capLabel, ModelLabels } from './model-labels.js';
-import { RequestMetrics, type TrackedRequest } from './request-metrics.js';
-import { StateOutbox } from './shared-state/outbox.js';
-import { SpillMatrix } from './ui/spill-matrix.js';
-import { EppKv } from './kv/epp-kv.js';
+import type { PendingCount, EppMetrics, Outcome } from '../telemetry/metrics.js';
+import type { PendingHistogram } from '../telemetry/pending-histogram.js';
+import type { EppConfig } from '../config/config.js';
+import type { LiveSettings } from '../config/reload.js';
+import { BodyBudget } from '../request/body-budget.js';
+import { DeadlineSweeper } from '../request/deadlines.js';
+import { DecisionLog } from '../telemetry/decision-log.js';
+import { LabelCache } from '../telemetry/label-cache.js';
+import { capLabel, ModelLabels } from '../telemetry/model-labels.js';
+import { RequestMetrics, type TrackedRequest } from '../telemetry/request-metrics.js';
+import { StateOutbox } from '../shared-state/outbox.js';
+import { SpillMatrix } from '../telemetry/spill-matrix.js';
+import { EppKv } from '../kv/epp-kv.js';
 
 export interface EppLimits {
   maxBodyBytes: number;
@@ -175,7 +175,7 @@ export class EppCore {
     const outcome = this.scheduler.reportServed(decision, served, this.now());
     if (outcome === 'fallback') {
       this.metrics.servedElsewhere.inc();
-      // Per request, so debug; the periodic summary (summary-log.ts) counts them at info.
+      // Per request, so debug; the periodic summary (telemetry/summary-log.ts) counts them at info.
       this.logger.debug({ primary: decision.entries[0]?.address, served }, 'served by a fallback; primary penalised');
     }
   }

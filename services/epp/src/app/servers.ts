@@ -2,7 +2,7 @@ import { createServer as createHttpServer, type IncomingMessage, type Server as 
 import { isIP } from 'node:net';
 import { Server, ServerCredentials } from '@grpc/grpc-js';
 import type { Registry } from 'prom-client';
-import type { ServerTls } from './config.js';
+import type { ServerTls } from '../config/config.js';
 
 /** Plaintext without TLS material; with a client CA, client certificates are mandatory (mTLS). */
 export function grpcCredentials(tls: ServerTls | undefined): ServerCredentials {

@@ -1,6 +1,6 @@
 import { Counter, Gauge, type Registry } from 'prom-client';
-import { mirrorCounter } from '../counter-mirror.js';
-import type { SharedStateCounters } from './counters.js';
+import { mirrorCounter } from './counter-mirror.js';
+import type { SharedStateCounters } from '../shared-state/counters.js';
 
 /** What the metrics read when scraped: the channel's counters, and the scheduler's and outbox's figures. */
 export interface SharedStateSources {

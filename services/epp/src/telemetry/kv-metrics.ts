@@ -1,8 +1,8 @@
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
-import { mirrorCounter } from '../counter-mirror.js';
-import { KV_REJECT_REASONS, type KvCounters } from './counters.js';
+import { mirrorCounter } from './counter-mirror.js';
+import { KV_REJECT_REASONS, type KvCounters } from '../kv/counters.js';
 import type { KvIndexStats } from '@spillway/scheduler';
-import type { TokenCache } from './token-cache.js';
+import type { TokenCache } from '../kv/token-cache.js';
 
 export interface KvMetricSources {
   readonly counters: KvCounters;

@@ -4,7 +4,7 @@ import { CliError, flagName, parseConfigText, type LogLevel } from '@spillway/cl
 import type { SchedulerConfig } from '@spillway/scheduler';
 import type { ModelRewriteRule } from '@spillway/protocol';
 import { eppConfigFileSchema, eppFlags, resolveFlags, schedulerConfigOf, type EppConfigSource, type EppFlagValues } from './config.js';
-import type { EppMetrics } from './metrics.js';
+import type { EppMetrics } from '../telemetry/metrics.js';
 
 /**
  * Live config: what a changed config file can change in a running EPP, and how a new version is

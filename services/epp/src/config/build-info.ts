@@ -6,7 +6,7 @@ import { z } from 'zod';
  * EPP's package.json (next to both src/ and dist/, and shipped in the image), and the source
  * commit when the build recorded one in SPILLWAY_BUILD_COMMIT (e.g. an image build argument).
  */
-const packageJson = z.object({ name: z.string(), version: z.string() }).parse(createRequire(import.meta.url)('../package.json'));
+const packageJson = z.object({ name: z.string(), version: z.string() }).parse(createRequire(import.meta.url)('../../package.json'));
 
 export const BUILD = {
   name: packageJson.name,

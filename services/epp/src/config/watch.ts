@@ -4,8 +4,8 @@ import { basename, dirname } from 'node:path';
 import type { Logger } from 'pino';
 import { configHash } from '@spillway/cli';
 import type { EppConfig } from './config.js';
-import { LiveConfig, type ConfigVersion, type Reconfigurable } from './config-reload.js';
-import type { EppMetrics } from './metrics.js';
+import { LiveConfig, type ConfigVersion, type Reconfigurable } from './reload.js';
+import type { EppMetrics } from '../telemetry/metrics.js';
 
 /** How often the file is re-read whatever the watcher reports: events can be lost (network file systems, inotify limits). */
 export const DEFAULT_CONFIG_POLL_MS = 5000;
