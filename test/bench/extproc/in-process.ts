@@ -53,7 +53,7 @@ export function eppInProcess(request: EncodedRequest, pods: number, zone: string
   const messages: ProcessingRequest[] = grpcMessages(request.bytes).map((m) => decodeProcessingRequest(m));
   const one = (): void => {
     const call = new FakeCall();
-    handleStream(core, call as never);
+    handleStream(core.control, call as never);
     for (const message of messages) call.emit('data', message);
     call.emit('end');
     // Routed: the headers reply with the destination, the body, the response headers' continue.

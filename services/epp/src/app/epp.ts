@@ -5,7 +5,7 @@ import { jetstreamManager } from '@nats-io/jetstream';
 import { connectNatsWithRetry, ensureStream, describeDifferences, startReader, type EventReader } from '@spillway/bus';
 import { extProcService, HealthService } from '@spillway/protocol';
 import { ServerCredentials } from '@grpc/grpc-js';
-import { BUILD } from '../config/build-info.js';
+import { BUILD } from '../telemetry/build-info.js';
 import type { EppConfig } from '../config/config.js';
 import { watchEppConfig } from '../config/watch.js';
 import { EppCore } from './core.js';
@@ -86,7 +86,7 @@ export async function startEpp(config: EppConfig, options: StartOptions = {}): P
 
   const credentials = grpcCredentials(config.tls);
   const grpc = newGrpcServer(flags.connectionTimeoutMs);
-  grpc.addService(extProcService, { process: (call: Parameters<typeof handleStream>[1]) => handleStream(core, call) });
+  grpc.addService(extProcService, { process: (call: Parameters<typeof handleStream>[1]) => handleStream(core.control, call) });
   grpc.addService(HealthService, health.implementation());
   const healthServer = newGrpcServer(flags.connectionTimeoutMs);
   healthServer.addService(HealthService, health.implementation());
@@ -107,8 +107,8 @@ export async function startEpp(config: EppConfig, options: StartOptions = {}): P
         {
           fleet: core.fleet,
           scheduler: core.scheduler,
-          decisions: core.decisions,
-          spill: core.spill,
+          decisions: core.telemetry.decisions,
+          spill: core.telemetry.spill,
           isReady: () => health.isReady,
           readerStatus: () => reader?.status,
         },
@@ -123,7 +123,7 @@ export async function startEpp(config: EppConfig, options: StartOptions = {}): P
     {
       isReady: () => health.isReady,
       beforeScrape: () => refreshViewGauges(metrics, core.fleet, core.scheduler, flags.pool, Date.now()),
-      recentDecisions: (limit) => core.decisions.recent(limit),
+      recentDecisions: (limit) => core.telemetry.decisions.recent(limit),
       routes: flags.uiPort === undefined ? view : undefined,
     },
     flags.connectionTimeoutMs,
@@ -252,7 +252,7 @@ export async function startEpp(config: EppConfig, options: StartOptions = {}): P
       clearInterval(housekeeping);
       configWatch?.close();
       summary.close();
-      core.deadlines.close();
+      core.control.close();
       health.setReady(false);
       health.closeWatchers();
       await Promise.all([

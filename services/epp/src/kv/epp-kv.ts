@@ -3,12 +3,10 @@ import type { ReaderSink } from '@spillway/bus';
 import type { Fleet } from '@spillway/fleet';
 import type { PreparedRequest } from '@spillway/protocol';
 import type { Logger } from 'pino';
-import type { Registry } from 'prom-client';
 import type { PromptTokenizer } from '@spillway/tokenizer';
 import { KvCounters } from './counters.js';
 import type { KvIndex } from './index-api.js';
-import { registerKvMetrics } from '../telemetry/kv-metrics.js';
-import { PromptTokens } from './prompt-tokens.js';
+import { PromptTokens, type TokenizeOutcome } from './prompt-tokens.js';
 import { EppReaderSink } from './reader-sink.js';
 import { KvSubscription } from './subscription.js';
 
@@ -23,6 +21,13 @@ export interface EppKvOptions {
   maxChars: number;
 }
 
+/** A prompt's token ids, where they came from, and how long they took (telemetry observes it). */
+export interface PromptTokenIds {
+  readonly ids: Uint32Array;
+  readonly outcome: TokenizeOutcome;
+  readonly seconds: number;
+}
+
 /**
  * Precise prefix-cache routing in the EPP (docs/kv-events.md, "In the EPP"): the pool's KV batches
  * and snapshots into the scheduler's block index, and each request's prompt tokenized for it.
@@ -32,7 +37,6 @@ export interface EppKvOptions {
 export class EppKv {
   readonly counters = new KvCounters();
   readonly tokens: PromptTokens | undefined;
-  private readonly observe: (outcome: 'prefix-cached' | 'full', seconds: number) => void;
   /** The pool's KV batches, once following. */
   subscription: KvSubscription | undefined;
   /**
@@ -46,17 +50,11 @@ export class EppKv {
   constructor(
     private readonly options: EppKvOptions,
     private readonly index: KvIndex,
-    registry: Registry,
   ) {
     this.tokens =
       options.enabled && options.tokenizers.size > 0
         ? new PromptTokens(options.tokenizers, { cacheBytes: options.cacheBytes, maxChars: options.maxChars }, this.counters)
         : undefined;
-    this.observe = registerKvMetrics(registry, {
-      counters: this.counters,
-      stats: () => index.kvIndexStats,
-      cache: this.tokens?.cache,
-    }).tokenized;
   }
 
   /** Where the stream's events go: snapshots reach the block index only with KV events on. */
@@ -74,7 +72,7 @@ export class EppKv {
   }
 
   /** The request's prompt token ids for the block index, or undefined (see the class comment). */
-  promptTokenIds(request: PreparedRequest): Uint32Array | undefined {
+  promptTokenIds(request: PreparedRequest): PromptTokenIds | undefined {
     const tokens = this.tokens;
     if (tokens === undefined || tokens.tokenizerFor(request.model) === undefined) return undefined;
     const now = performance.now();
@@ -91,8 +89,7 @@ export class EppKv {
     const started = now;
     const result = tokens.tokenize(request.model, request);
     if (result === undefined) return undefined;
-    this.observe(result.outcome, (performance.now() - started) / 1e3);
-    return result.ids;
+    return { ids: result.ids, outcome: result.outcome, seconds: (performance.now() - started) / 1e3 };
   }
 
   async close(): Promise<void> {

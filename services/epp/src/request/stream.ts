@@ -22,9 +22,9 @@ import {
   type RoutedMode,
 } from '@spillway/protocol';
 import type { Decision } from '@spillway/scheduler';
-import type { EppCore } from '../app/core.js';
+import type { RequestControl } from './control.js';
 import type { Deadline } from './deadlines.js';
-import type { TrackedRequest } from '../telemetry/request-metrics.js';
+import type { RequestRecord } from './observer.js';
 
 type Call = ServerDuplexStream<ProcessingRequest, ProcessingResponse>;
 
@@ -40,8 +40,8 @@ type Call = ServerDuplexStream<ProcessingRequest, ProcessingResponse>;
  */
 type State = 'awaiting-headers' | 'awaiting-body' | 'picked' | 'done';
 
-export function handleStream(core: EppCore, call: Call): void {
-  new ExtProcStream(core, call);
+export function handleStream(control: RequestControl, call: Call): void {
+  new ExtProcStream(control, call);
 }
 
 // The stream is its own request deadline (at + expire), which saves an object and a closure per stream.
@@ -58,8 +58,8 @@ class ExtProcStream implements Deadline {
   private request: PreparedRequest | undefined;
   /** Bytes of the request body as the client sent it. */
   private requestBytes = 0;
-  /** The routed request's metrics, until the stream ends. */
-  private tracked: TrackedRequest | undefined;
+  /** The routed request's record, until the stream ends. */
+  private tracked: RequestRecord | undefined;
   /** When the stream began (ms): a request's duration runs from here to the end of the stream. */
   private readonly startedAt = Date.now();
   /** The served endpoint the gateway reported (canonical), once seen. */
@@ -70,7 +70,7 @@ class ExtProcStream implements Deadline {
   private deadline: Deadline | undefined;
 
   constructor(
-    private readonly core: EppCore,
+    private readonly control: RequestControl,
     private readonly call: Call,
   ) {
     call.on('data', (message: ProcessingRequest) => this.onMessage(message));
@@ -80,9 +80,9 @@ class ExtProcStream implements Deadline {
     call.on('cancelled', gone);
     call.on('error', gone);
     call.on('close', gone);
-    this.at = this.startedAt + core.limits.requestTimeoutMs;
+    this.at = this.startedAt + control.limits.requestTimeoutMs;
     this.deadline = this;
-    core.deadlines.add(this);
+    control.deadlines.add(this);
   }
 
   /** Deadline: the sweeper found the request phase still open at `at`. */
@@ -141,7 +141,7 @@ class ExtProcStream implements Deadline {
       );
     }
     this.state = 'awaiting-body';
-    this.body = new BodyAccumulator(this.core.limits.maxBodyBytes);
+    this.body = new BodyAccumulator(this.control.limits.maxBodyBytes);
     // BUFFERED: Envoy waits for this reply before it sends the body; the decision rides on the body reply.
     if (mode === 'buffered') this.write(requestHeadersResponse({ removeHeaders: headers.destinationHeaders }));
   }
@@ -151,7 +151,7 @@ class ExtProcStream implements Deadline {
     if (!body.push(chunk)) {
       return this.reject(413, `request body exceeds ${body.limit} bytes`, 'request_too_large');
     }
-    if (!this.core.bodies.reserve(chunk.length)) {
+    if (!this.control.bodies.reserve(chunk.length)) {
       return this.reject(503, 'the endpoint picker holds too many request bodies at once; retry', 'body_budget_exceeded');
     }
     this.reservedBytes += chunk.length;
@@ -161,7 +161,7 @@ class ExtProcStream implements Deadline {
   /** Gives this request's body bytes back to the EPP-wide budget (the body was taken or dropped). */
   private releaseBody(): void {
     this.body = undefined;
-    this.core.bodies.release(this.reservedBytes);
+    this.control.bodies.release(this.reservedBytes);
     this.reservedBytes = 0;
   }
 
@@ -172,7 +172,7 @@ class ExtProcStream implements Deadline {
     // The stream lives as long as the response (minutes for a long generation): drop the request
     // body's chunks now rather than hold up to --max-body-bytes per open stream.
     this.releaseBody();
-    const prepared = prepareRequest(body, headers, this.core.rewriter, Math.random);
+    const prepared = prepareRequest(body, headers, this.control.rewriter, Math.random);
     if (!prepared.ok) return this.reject(prepared.error.status as ErrorStatus, prepared.error.message, prepared.error.code);
     this.route(this.modes?.request === 'buffered' ? 'buffered' : 'full-duplex', prepared.request, endedWithTrailers);
   }
@@ -181,7 +181,7 @@ class ExtProcStream implements Deadline {
   private route(mode: RoutedMode, request: PreparedRequest | undefined, endedWithTrailers = false): void {
     const headers = this.headers as RequestHeaders;
     this.request = request;
-    const decision = this.core.pick(
+    const decision = this.control.pick(
       { model: request?.model ?? '', prompt: request?.prompt, objective: headers.objective, subset: this.subset },
       request,
     );
@@ -196,7 +196,7 @@ class ExtProcStream implements Deadline {
     this.state = 'picked';
     this.subset = undefined;
     this.clearTimer();
-    this.tracked = this.core.commit(decision, request, this.requestBytes, this.startedAt);
+    this.tracked = this.control.commit(decision, request, this.requestBytes, this.startedAt);
     for (const response of routedResponses({
       mode,
       destination: decision.destination,
@@ -214,7 +214,7 @@ class ExtProcStream implements Deadline {
     const served = readServedEndpoint(message.metadataContext, this.decision.entries[0]?.address);
     if (served === undefined) return;
     this.served = served;
-    this.core.reportServed(this.decision, served);
+    this.control.reportServed(this.decision, served);
   }
 
   /**
@@ -228,18 +228,18 @@ class ExtProcStream implements Deadline {
     if (status === undefined || status < 500 || status > 599 || this.failureSeen || this.decision === undefined) return;
     this.failureSeen = true;
     if (this.served !== undefined && this.served !== this.decision.entries[0]?.address) return;
-    this.core.reportFailed(this.decision, status);
+    this.control.reportFailed(this.decision, status);
   }
 
   private reject(status: ErrorStatus, message: string, code: string): void {
-    this.core.countRejection(status, code, this.request);
+    this.control.reject(status, code, this.request);
     this.write(immediateResponse(status, message, { code }));
     this.endStream();
   }
 
   /** The client broke the ext_proc conversation itself: end the stream with a gRPC error, not an HTTP one. */
   private protocolError(message: string): void {
-    this.core.logger.warn({ reason: message }, 'ext_proc protocol violation');
+    this.control.observer.protocolViolation(message);
     this.state = 'done';
     this.clearTimer();
     this.call.emit('error', { code: GrpcStatus.INVALID_ARGUMENT, details: message });
@@ -248,11 +248,11 @@ class ExtProcStream implements Deadline {
 
   private onRequestTimeout(): void {
     if (this.state !== 'awaiting-headers' && this.state !== 'awaiting-body') return;
-    this.core.logger.warn({ timeoutMs: this.core.limits.requestTimeoutMs }, 'request not complete in time; ending the stream');
+    this.control.observer.requestTimedOut(this.control.limits.requestTimeoutMs);
     this.state = 'done';
     this.call.emit('error', {
       code: GrpcStatus.DEADLINE_EXCEEDED,
-      details: `request not complete within ${this.core.limits.requestTimeoutMs} ms`,
+      details: `request not complete within ${this.control.limits.requestTimeoutMs} ms`,
     });
     this.finish(false);
   }
@@ -277,7 +277,7 @@ class ExtProcStream implements Deadline {
   }
 
   private clearTimer(): void {
-    if (this.deadline !== undefined) this.core.deadlines.remove(this.deadline);
+    if (this.deadline !== undefined) this.control.deadlines.remove(this.deadline);
     this.deadline = undefined;
   }
 
@@ -286,7 +286,7 @@ class ExtProcStream implements Deadline {
     this.clearTimer();
     this.releaseBody();
     if (this.decision !== undefined) {
-      this.core.release(this.decision, this.tracked);
+      this.control.release(this.decision, this.tracked);
       this.decision = undefined;
       this.tracked = undefined;
     }

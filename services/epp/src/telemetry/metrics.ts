@@ -1,5 +1,5 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
-import { BUILD } from '../config/build-info.js';
+import { BUILD } from './build-info.js';
 import { PendingHistogram } from './pending-histogram.js';
 
 /**

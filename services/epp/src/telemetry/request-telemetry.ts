@@ -1,0 +1,146 @@
+import type { Logger } from 'pino';
+import type { ErrorStatus, PreparedRequest } from '@spillway/protocol';
+import type { Decision, PickRequest } from '@spillway/scheduler';
+import type { RequestObserver, RequestRecord, TokenizeOutcome } from '../request/observer.js';
+import { DecisionLog } from './decision-log.js';
+import { LabelCache } from './label-cache.js';
+import type { EppMetrics, Outcome, PendingCount } from './metrics.js';
+import { capLabel, type ModelLabels } from './model-labels.js';
+import type { PendingHistogram } from './pending-histogram.js';
+import { RequestMetrics } from './request-metrics.js';
+import { SpillMatrix } from './spill-matrix.js';
+
+export interface RequestTelemetryParts {
+  readonly metrics: EppMetrics;
+  readonly logger: Logger;
+  /** This EPP's zone: where the spill matrix counts its picks from. */
+  readonly zone: string;
+  readonly modelLabels: ModelLabels;
+  /** Observes one prompt's tokenization (telemetry/kv-metrics.ts). */
+  readonly tokenized: (outcome: TokenizeOutcome, seconds: number) => void;
+  readonly now?: () => number;
+}
+
+/**
+ * The request path's observer: what the request control reports becomes Prometheus metrics (read
+ * by the periodic summary too), the decision log behind `GET /debug/decisions`, the spill matrix
+ * of the operators' view, and debug lines.
+ */
+export class RequestTelemetry implements RequestObserver {
+  /** The last decisions, for `GET /debug/decisions`. */
+  readonly decisions = new DecisionLog();
+  /** Requests per second from this EPP's zone into each zone, for the operators' view. */
+  readonly spill: SpillMatrix;
+  /** Client-chosen model names to label values: configured models, everything else `other`. Replaced by a config reload. */
+  modelLabels: ModelLabels;
+  readonly tokenized: (outcome: TokenizeOutcome, seconds: number) => void;
+  private readonly metrics: EppMetrics;
+  private readonly logger: Logger;
+  private readonly zone: string;
+  // Prometheus children per label set, so the request path does not build label objects.
+  // Batched (see PendingCount): the per-request counters with fixed labels.
+  private readonly routed: PendingCount;
+  private readonly attemptSucceeded: PendingCount;
+  private readonly attemptFailed: PendingCount;
+  private readonly spills: PendingCount;
+  private readonly entryReasons: LabelCache<PendingCount>;
+  private readonly pickSeconds: PendingHistogram;
+  private readonly listLength: PendingHistogram;
+  /** Per-model request metrics, keyed by label values: at most the configured models plus `other`. */
+  private readonly requestMetrics: RequestMetrics;
+
+  constructor(parts: RequestTelemetryParts) {
+    const metrics = parts.metrics;
+    this.metrics = metrics;
+    this.logger = parts.logger;
+    this.zone = parts.zone;
+    this.modelLabels = parts.modelLabels;
+    this.tokenized = parts.tokenized;
+    this.spill = new SpillMatrix((parts.now ?? Date.now)());
+    this.routed = metrics.batched(metrics.requests.labels({ outcome: 'routed' }));
+    this.attemptSucceeded = metrics.batched(metrics.schedulerAttempts.labels({ status: 'success' }));
+    this.attemptFailed = metrics.batched(metrics.schedulerAttempts.labels({ status: 'failure' }));
+    this.spills = metrics.batched(metrics.spills);
+    this.pickSeconds = metrics.batchedHistogram(metrics.schedulerDuration);
+    this.listLength = metrics.batchedHistogram(metrics.listLength);
+    this.requestMetrics = new RequestMetrics(metrics);
+    // Reasons are the scheduler's fixed EntryReason set, far below the cache limit: the cache never resets.
+    this.entryReasons = new LabelCache((reason) => metrics.batched(metrics.listEntries.labels({ reason })));
+  }
+
+  picked(decision: Decision, request: PickRequest, prepared: PreparedRequest | undefined, seconds: number): void {
+    this.pickSeconds.observe(seconds);
+    this.decisions.record(decision);
+    (decision.status === 'routed' ? this.attemptSucceeded : this.attemptFailed).inc();
+    if (decision.counts.subsetIgnored > 0) this.metrics.subsetEntriesIgnored.inc(decision.counts.subsetIgnored);
+    if (decision.status === 'routed') {
+      this.listLength.observe(decision.entries.length);
+      for (const entry of decision.entries) this.entryReasons.get(entry.reason).inc();
+      if (decision.rule === 'spill') this.spills.inc();
+    }
+    if (this.logger.isLevelEnabled('debug')) {
+      this.logger.debug(
+        {
+          // Client-chosen: cut like a label value, so one request cannot write a megabyte line.
+          model: prepared === undefined ? undefined : capLabel(prepared.requestedModel),
+          targetModel: capLabel(request.model),
+          status: decision.status,
+          rule: decision.rule,
+          destination: decision.destination,
+          entries: decision.entries.map((e) => ({ address: e.address, zone: e.zone, reason: e.reason, full: e.full, cost: e.cost })),
+          localOverloaded: decision.localOverloaded,
+          counts: decision.counts,
+          priority: decision.priority,
+          pickMicros: Math.round(seconds * 1e6),
+        },
+        'decision',
+      );
+    }
+  }
+
+  committed(
+    decision: Decision,
+    prepared: PreparedRequest | undefined,
+    requestBytes: number,
+    startedAt: number,
+    now: number,
+  ): RequestRecord {
+    this.spill.record(this.zone, decision.entries[0]?.zone ?? '', now);
+    this.routed.inc();
+    const labels = this.modelLabels;
+    const target = prepared?.model ?? '';
+    return this.requestMetrics.track(
+      labels.of(prepared?.requestedModel ?? target),
+      labels.of(target),
+      decision.priority,
+      requestBytes,
+      startedAt,
+    );
+  }
+
+  servedByFallback(decision: Decision, served: string): void {
+    this.metrics.servedElsewhere.inc();
+    // Per request, so debug; the periodic summary (telemetry/summary-log.ts) counts them at info.
+    this.logger.debug({ primary: decision.entries[0]?.address, served }, 'served by a fallback; primary penalised');
+  }
+
+  primaryFailed(decision: Decision, status: number): void {
+    this.metrics.primaryFailed.inc();
+    this.logger.debug({ primary: decision.entries[0]?.address, status }, 'primary failed; penalised');
+  }
+
+  rejected(status: ErrorStatus, code: string, prepared: PreparedRequest | undefined): void {
+    this.metrics.requests.inc({ outcome: String(status) as Outcome });
+    const target = prepared?.model ?? '';
+    this.requestMetrics.rejected(this.modelLabels.of(prepared?.requestedModel ?? target), this.modelLabels.of(target), status);
+    if (status >= 500 && status !== 503) this.logger.error({ status, code }, 'request failed');
+  }
+
+  protocolViolation(reason: string): void {
+    this.logger.warn({ reason }, 'ext_proc protocol violation');
+  }
+
+  requestTimedOut(timeoutMs: number): void {
+    this.logger.warn({ timeoutMs }, 'request not complete in time; ending the stream');
+  }
+}
