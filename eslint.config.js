@@ -31,9 +31,45 @@ const PURE = {
   tokenizer: { packages: [], modules: ['zod', '@huggingface/tokenizers', '@huggingface/jinja'] },
 };
 
+/**
+ * The EPP's rooms (services/epp/src/<room>/), top floor first (docs/architecture.md). A room may
+ * import the rooms on the floors below it, never one above it or beside it; nothing imports the
+ * entry points (src/index.ts, src/main.ts), which stand above app.
+ */
+const EPP_FLOORS = [
+  // Assembly and lifecycle: makes the parts, serves them, follows NATS, shuts down.
+  ['app'],
+  // The operators' view: reads telemetry's decision log and spill matrix.
+  ['ui'],
+  // Flags, config file, reload and watch; a reload is counted in telemetry's metrics.
+  ['config'],
+  // Every metric and log; implements the request path's observer.
+  ['telemetry'],
+  // One ext_proc stream end to end, and the request control behind narrow interfaces.
+  ['request'],
+  // Features the app wires in; each owns its config schema.
+  ['kv', 'shared-state'],
+];
+/** Element types of the EPP's source files; with `service`, they make up services/*. */
+const EPP_SRC = ['epp-room', 'epp-entry'];
+const SERVICE_SRC = ['service', ...EPP_SRC];
+
 const pkg = (name) => ({ element: { type: 'package', captured: { name } } });
+const eppRoom = (room) => ({ element: { type: 'epp-room', captured: { room } } });
 const testsOf = (kind, name) => ({ element: { type: `${kind}-tests`, captured: { name } } });
-const NON_TEST = { element: { types: ['package', 'service', 'infra'] } };
+const NON_TEST = { element: { types: ['package', ...SERVICE_SRC, 'infra'] } };
+
+const eppFloorPolicies = EPP_FLOORS.flatMap((floor, i) => {
+  const below = EPP_FLOORS.slice(i + 1).flat();
+  return floor.flatMap((room) => [
+    {
+      from: eppRoom(room),
+      disallow: { to: { element: { types: EPP_SRC } } },
+      message: `the EPP's ${room} room may import only ${below.length > 0 ? `the rooms below it (${below.join(', ')})` : 'its own files'}: no import runs back up`,
+    },
+    { from: eppRoom(room), allow: { to: eppRoom([room, ...below]) } },
+  ]);
+});
 
 const purePolicies = Object.entries(PURE).flatMap(([name, allowed]) => [
   {
@@ -72,13 +108,13 @@ const policies = [
   // Packages never import services.
   {
     from: { element: { types: ['package', 'package-tests'] } },
-    disallow: { to: { element: { types: ['service', 'service-tests'] } } },
+    disallow: { to: { element: { types: [...SERVICE_SRC, 'service-tests'] } } },
     message: 'packages never import services',
   },
   // Services import each other only through packages (a service's own files are internal, not checked).
   {
-    from: { element: { type: 'service' } },
-    disallow: { to: { element: { type: 'service' } } },
+    from: { element: { types: SERVICE_SRC } },
+    disallow: { to: { element: { types: SERVICE_SRC } } },
     message: 'services import each other only through packages',
   },
   // A service's own directories are one service (the EPP's page in web/ reads the types of src/).
@@ -86,6 +122,11 @@ const policies = [
     from: { element: { type: 'service', captured: { name } } },
     allow: { to: { element: { type: 'service', captured: { name } } } },
   })),
+  { from: { element: { type: 'service', captured: { name: 'epp' } } }, allow: { to: { element: { types: EPP_SRC } } } },
+  { from: { element: { types: EPP_SRC } }, allow: { to: { element: { type: 'service', captured: { name: 'epp' } } } } },
+  // The entry points assemble the EPP from its rooms; the rooms keep to their floors.
+  { from: { element: { type: 'epp-entry' } }, allow: { to: { element: { types: EPP_SRC } } } },
+  ...eppFloorPolicies,
   // No workspace imports another's test/ (nor the repository's test/): only its own tests may.
   {
     disallow: { to: { element: { types: ['package-tests', 'service-tests', 'repo-tests'] } } },
@@ -94,6 +135,18 @@ const policies = [
   ...PACKAGES.map((name) => ({ from: testsOf('package', name), allow: { to: testsOf('package', name) } })),
   ...SERVICES.map((name) => ({ from: testsOf('service', name), allow: { to: testsOf('service', name) } })),
   { from: { element: { type: 'repo-tests' } }, allow: { to: { element: { type: 'repo-tests' } } } },
+  // The simulators model servers and routing in their own time: they never touch NATS.
+  ...['whatif', 'sim'].map((name) => ({
+    from: { element: { type: 'service', captured: { name } } },
+    disallow: { to: pkg('bus') },
+    message: `${name} never imports @spillway/bus: it simulates, it does not follow or publish the event stream`,
+  })),
+  // Infra describes deployments and starts the services as processes; it never imports their code.
+  {
+    from: { element: { type: 'infra' } },
+    disallow: { to: { element: { types: [...SERVICE_SRC, 'service-tests'] } } },
+    message: 'infra never imports services: it starts them as processes',
+  },
   // The test kit is for tests; the demo and the binaries use @spillway/proc.
   { from: NON_TEST, disallow: { to: pkg('testkit') }, message: 'only tests import @spillway/testkit' },
   { from: pkg('testkit'), allow: { to: pkg('testkit') } },
@@ -142,6 +195,8 @@ export default tseslint.config(
         { type: 'package-tests', pattern: 'packages/*/test/**', capture: ['name'], partialMatch: false },
         { type: 'service-tests', pattern: 'services/*/test/**', capture: ['name'], partialMatch: false },
         { type: 'package', pattern: 'packages/*/**', capture: ['name'], partialMatch: false },
+        { type: 'epp-room', pattern: 'services/epp/src/*', capture: ['room'], partialMatch: false },
+        { type: 'epp-entry', pattern: 'services/epp/src', partialMatch: false },
         { type: 'service', pattern: 'services/*/**', capture: ['name'], partialMatch: false },
         { type: 'infra', pattern: 'infra/**', partialMatch: false },
         { type: 'repo-tests', pattern: 'test/**', partialMatch: false },
