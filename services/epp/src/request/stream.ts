@@ -20,6 +20,7 @@ import {
   type ProcessingResponse,
   type RequestHeaders,
   type RoutedMode,
+  type SubsetHint,
 } from '@spillway/protocol';
 import type { Decision } from '@spillway/scheduler';
 import type { RequestControl } from './control.js';
@@ -37,37 +38,63 @@ type Call = ServerDuplexStream<ProcessingRequest, ProcessingResponse>;
  * (or the headers say there is no body); then the body is parsed, the scheduler picks, and the
  * destination goes back with the body. The response phases pass through, reporting the endpoint
  * the gateway actually served. However the stream ends, the request's in-flight charge is released.
+ *
+ * Each state carries what exists in it and nothing else: the body only while it is collected, the
+ * decision only once there is one. The subset hint lives until the pick (the latest one before it
+ * wins); after the pick it is neither read nor kept (a hint can be megabytes, a response minutes).
  */
-type State = 'awaiting-headers' | 'awaiting-body' | 'picked' | 'done';
+type State = AwaitingHeaders | AwaitingBody | Picked | Done;
+
+interface AwaitingHeaders {
+  readonly kind: 'awaiting-headers';
+  subset: SubsetHint | undefined;
+}
+
+/** What the request headers settled: all a pick needs besides the body. */
+interface RequestHead {
+  readonly headers: RequestHeaders;
+  readonly modes: BodyModes;
+  subset: SubsetHint | undefined;
+}
+
+interface AwaitingBody extends RequestHead {
+  readonly kind: 'awaiting-body';
+  readonly mode: 'full-duplex' | 'buffered';
+  readonly body: BodyAccumulator;
+  /** Bytes of this body taken from the EPP-wide body budget. */
+  reservedBytes: number;
+}
+
+interface Picked {
+  readonly kind: 'picked';
+  readonly decision: Decision;
+  /** The routed request's record, until the stream ends. */
+  readonly record: RequestRecord;
+  /** Response body chunks come back in FULL_DUPLEX_STREAMED mode. */
+  readonly responseFullDuplex: boolean;
+  /** The served endpoint the gateway reported (canonical), once seen. */
+  served: string | undefined;
+  failureSeen: boolean;
+}
+
+interface Done {
+  readonly kind: 'done';
+}
+
+const DONE: Done = { kind: 'done' };
 
 export function handleStream(control: RequestControl, call: Call): void {
   new ExtProcStream(control, call);
 }
 
-// The stream is its own request deadline (at + expire), which saves an object and a closure per stream.
+// The stream is its own request deadline (at + expire), which saves an object and a closure per
+// stream. The deadline is registered exactly while the state is awaiting-headers or awaiting-body.
 class ExtProcStream implements Deadline {
   /** Deadline: when the request phase must be complete. */
   readonly at: number;
-  private state: State = 'awaiting-headers';
-  private modes: BodyModes | undefined;
-  private headers: RequestHeaders | undefined;
-  private subset: readonly unknown[] | string | undefined;
-  private body: BodyAccumulator | undefined;
-  private decision: Decision | undefined;
-  /** The parsed request, once its body is complete. */
-  private request: PreparedRequest | undefined;
-  /** Bytes of the request body as the client sent it. */
-  private requestBytes = 0;
-  /** The routed request's record, until the stream ends. */
-  private tracked: RequestRecord | undefined;
+  private state: State = { kind: 'awaiting-headers', subset: undefined };
   /** When the stream began (ms): a request's duration runs from here to the end of the stream. */
   private readonly startedAt = Date.now();
-  /** The served endpoint the gateway reported (canonical), once seen. */
-  private served: string | undefined;
-  private failureSeen = false;
-  /** Bytes of this request's body taken from the EPP-wide body budget. */
-  private reservedBytes = 0;
-  private deadline: Deadline | undefined;
 
   constructor(
     private readonly control: RequestControl,
@@ -81,58 +108,58 @@ class ExtProcStream implements Deadline {
     call.on('error', gone);
     call.on('close', gone);
     this.at = this.startedAt + control.limits.requestTimeoutMs;
-    this.deadline = this;
     control.deadlines.add(this);
   }
 
   /** Deadline: the sweeper found the request phase still open at `at`. */
   expire(): void {
-    this.onRequestTimeout();
+    if (this.state.kind !== 'awaiting-headers' && this.state.kind !== 'awaiting-body') return;
+    const timeoutMs = this.control.limits.requestTimeoutMs;
+    this.control.observer.requestTimedOut(timeoutMs);
+    this.fail(GrpcStatus.DEADLINE_EXCEEDED, `request not complete within ${timeoutMs} ms`);
   }
 
   private onMessage(message: ProcessingRequest): void {
-    if (this.state === 'done') return;
-    // Envoy attaches the forwarded namespaces to every message; the latest hint before the pick
-    // wins. After the pick it is not read (nor kept: a hint can be megabytes, a response minutes).
-    if (this.state !== 'picked') {
+    const state = this.state;
+    if (state.kind === 'done') return;
+    // Envoy attaches the forwarded namespaces to every message; the latest hint before the pick wins.
+    if (state.kind !== 'picked') {
       const hint = readSubsetHint(message.metadataContext);
-      if (hint !== undefined) this.subset = hint;
+      if (hint !== undefined) state.subset = hint;
     }
     const phase = decodePhase(message);
     switch (phase.kind) {
       case 'requestHeaders':
-        if (this.state !== 'awaiting-headers') return this.protocolError('a second request_headers message');
-        this.modes = readBodyModes(message.protocolConfig);
-        return this.onRequestHeaders(phase.headers);
+        if (state.kind !== 'awaiting-headers') return this.protocolError('a second request_headers message');
+        return this.onRequestHeaders(state, phase.headers, readBodyModes(message.protocolConfig));
       case 'requestBody':
-        if (this.state !== 'awaiting-body') return this.protocolError('request_body outside the request body phase');
-        return this.onRequestBody(phase.chunk, phase.endOfStream);
+        if (state.kind !== 'awaiting-body') return this.protocolError('request_body outside the request body phase');
+        return this.onRequestBody(state, phase.chunk, phase.endOfStream);
       case 'requestTrailers':
-        if (this.state === 'awaiting-body') return this.completeRequest(true);
-        if (this.state === 'picked') return this.write(requestTrailersResponse());
+        if (state.kind === 'awaiting-body') return this.completeRequest(state, true);
+        if (state.kind === 'picked') return this.write(requestTrailersResponse());
         return this.protocolError('request_trailers before request_headers');
       case 'responseHeaders':
       case 'responseBody':
       case 'responseTrailers':
-        if (this.state !== 'picked') return this.protocolError(`${phase.kind} before the request was routed`);
-        this.noteServed(message);
+        if (state.kind !== 'picked') return this.protocolError(`${phase.kind} before the request was routed`);
+        this.noteServed(state, message);
         if (phase.kind === 'responseHeaders') {
-          this.noteStatus(phase.headers.status);
+          this.noteStatus(state, phase.headers.status);
           return this.write(responseHeadersResponse());
         }
         if (phase.kind === 'responseTrailers') return this.write(responseTrailersResponse());
-        this.tracked?.responseBody(phase.chunk);
-        this.write(responseBodyResponse(phase.chunk, phase.endOfStream, this.modes?.response === 'full-duplex'));
+        state.record.responseBody(phase.chunk);
+        this.write(responseBodyResponse(phase.chunk, phase.endOfStream, state.responseFullDuplex));
         return;
       case 'empty':
         return this.protocolError('a ProcessingRequest with no phase set');
     }
   }
 
-  private onRequestHeaders(headers: RequestHeaders): void {
-    this.headers = headers;
-    const mode = this.modes?.request;
-    if (headers.endOfStream || mode === 'none') return this.route('header-only', undefined);
+  private onRequestHeaders(state: AwaitingHeaders, headers: RequestHeaders, modes: BodyModes): void {
+    const mode = modes.request;
+    if (headers.endOfStream || mode === 'none') return this.route({ headers, modes, subset: state.subset }, 'header-only', undefined, 0);
     if (mode !== 'full-duplex' && mode !== 'buffered') {
       return this.reject(
         500,
@@ -140,49 +167,48 @@ class ExtProcStream implements Deadline {
         'unsupported_body_mode',
       );
     }
-    this.state = 'awaiting-body';
-    this.body = new BodyAccumulator(this.control.limits.maxBodyBytes);
+    const body = new BodyAccumulator(this.control.limits.maxBodyBytes);
+    this.state = { kind: 'awaiting-body', headers, modes, subset: state.subset, mode, body, reservedBytes: 0 };
     // BUFFERED: Envoy waits for this reply before it sends the body; the decision rides on the body reply.
     if (mode === 'buffered') this.write(requestHeadersResponse({ removeHeaders: headers.destinationHeaders }));
   }
 
-  private onRequestBody(chunk: Uint8Array, endOfStream: boolean): void {
-    const body = this.body as BodyAccumulator;
-    if (!body.push(chunk)) {
-      return this.reject(413, `request body exceeds ${body.limit} bytes`, 'request_too_large');
+  private onRequestBody(state: AwaitingBody, chunk: Uint8Array, endOfStream: boolean): void {
+    if (!state.body.push(chunk)) {
+      return this.reject(413, `request body exceeds ${state.body.limit} bytes`, 'request_too_large');
     }
     if (!this.control.bodies.reserve(chunk.length)) {
       return this.reject(503, 'the endpoint picker holds too many request bodies at once; retry', 'body_budget_exceeded');
     }
-    this.reservedBytes += chunk.length;
-    if (endOfStream) this.completeRequest(false);
+    state.reservedBytes += chunk.length;
+    if (endOfStream) this.completeRequest(state, false);
   }
 
-  /** Gives this request's body bytes back to the EPP-wide budget (the body was taken or dropped). */
-  private releaseBody(): void {
-    this.body = undefined;
-    this.control.bodies.release(this.reservedBytes);
-    this.reservedBytes = 0;
+  private completeRequest(state: AwaitingBody, endedWithTrailers: boolean): void {
+    const body = state.body.take();
+    // The stream lives as long as the response (minutes for a long generation): the body's chunks
+    // go with this state, and its bytes back to the EPP-wide budget now rather than at the end.
+    this.control.bodies.release(state.reservedBytes);
+    state.reservedBytes = 0;
+    const prepared = prepareRequest(body, state.headers, this.control.rewriter, Math.random);
+    if (!prepared.ok) return this.reject(prepared.error.status, prepared.error.message, prepared.error.code);
+    this.route(state, state.mode, prepared.request, body.length, endedWithTrailers);
   }
 
-  private completeRequest(endedWithTrailers: boolean): void {
-    const headers = this.headers as RequestHeaders;
-    const body = (this.body as BodyAccumulator).take();
-    this.requestBytes = body.length;
-    // The stream lives as long as the response (minutes for a long generation): drop the request
-    // body's chunks now rather than hold up to --max-body-bytes per open stream.
-    this.releaseBody();
-    const prepared = prepareRequest(body, headers, this.control.rewriter, Math.random);
-    if (!prepared.ok) return this.reject(prepared.error.status as ErrorStatus, prepared.error.message, prepared.error.code);
-    this.route(this.modes?.request === 'buffered' ? 'buffered' : 'full-duplex', prepared.request, endedWithTrailers);
-  }
-
-  /** Pick, then answer with the destination (or the error the decision calls for). */
-  private route(mode: RoutedMode, request: PreparedRequest | undefined, endedWithTrailers = false): void {
-    const headers = this.headers as RequestHeaders;
-    this.request = request;
+  /**
+   * Pick, then answer with the destination (or the error the decision calls for). `requestBytes`
+   * is the body as the client sent it.
+   */
+  private route(
+    head: RequestHead,
+    mode: RoutedMode,
+    request: PreparedRequest | undefined,
+    requestBytes: number,
+    endedWithTrailers = false,
+  ): void {
+    const headers = head.headers;
     const decision = this.control.pick(
-      { model: request?.model ?? '', prompt: request?.prompt, objective: headers.objective, subset: this.subset },
+      { model: request?.model ?? '', prompt: request?.prompt, objective: headers.objective, subset: head.subset },
       request,
     );
     if (decision.status !== 'routed') {
@@ -190,13 +216,18 @@ class ExtProcStream implements Deadline {
         decision.status === 429
           ? 'every eligible endpoint is saturated and the request is sheddable'
           : `no endpoint available (${decision.rule})`;
-      return this.reject(decision.status, message, decision.status === 429 ? 'system_saturated' : decision.rule);
+      return this.reject(decision.status, message, decision.status === 429 ? 'system_saturated' : decision.rule, request);
     }
-    this.decision = decision;
-    this.state = 'picked';
-    this.subset = undefined;
-    this.clearTimer();
-    this.tracked = this.control.commit(decision, request, this.requestBytes, this.startedAt);
+    this.control.deadlines.remove(this);
+    const record = this.control.commit(decision, request, requestBytes, this.startedAt);
+    this.state = {
+      kind: 'picked',
+      decision,
+      record,
+      responseFullDuplex: head.modes.response === 'full-duplex',
+      served: undefined,
+      failureSeen: false,
+    };
     for (const response of routedResponses({
       mode,
       destination: decision.destination,
@@ -209,12 +240,12 @@ class ExtProcStream implements Deadline {
     }
   }
 
-  private noteServed(message: ProcessingRequest): void {
-    if (this.served !== undefined || this.decision === undefined) return;
-    const served = readServedEndpoint(message.metadataContext, this.decision.entries[0]?.address);
+  private noteServed(state: Picked, message: ProcessingRequest): void {
+    if (state.served !== undefined) return;
+    const served = readServedEndpoint(message.metadataContext, state.decision.entries[0]?.address);
     if (served === undefined) return;
-    this.served = served;
-    this.control.reportServed(this.decision, served);
+    state.served = served;
+    this.control.reportServed(state.decision, served);
   }
 
   /**
@@ -223,16 +254,17 @@ class ExtProcStream implements Deadline {
    * headers for its own local reply when it could not connect (503, served = the last host tried),
    * so a connection failure lands here too. A served fallback already penalised the primary.
    */
-  private noteStatus(status: number | undefined): void {
-    if (status !== undefined && status >= 400 && !this.failureSeen) this.tracked?.modelServerError();
-    if (status === undefined || status < 500 || status > 599 || this.failureSeen || this.decision === undefined) return;
-    this.failureSeen = true;
-    if (this.served !== undefined && this.served !== this.decision.entries[0]?.address) return;
-    this.control.reportFailed(this.decision, status);
+  private noteStatus(state: Picked, status: number | undefined): void {
+    if (status !== undefined && status >= 400 && !state.failureSeen) state.record.modelServerError();
+    if (status === undefined || status < 500 || status > 599 || state.failureSeen) return;
+    state.failureSeen = true;
+    if (state.served !== undefined && state.served !== state.decision.entries[0]?.address) return;
+    this.control.reportFailed(state.decision, status);
   }
 
-  private reject(status: ErrorStatus, message: string, code: string): void {
-    this.control.reject(status, code, this.request);
+  /** An HTTP error answer; `request` when the body was understood. */
+  private reject(status: ErrorStatus, message: string, code: string, request?: PreparedRequest): void {
+    this.control.reject(status, code, request);
     this.write(immediateResponse(status, message, { code }));
     this.endStream();
   }
@@ -240,21 +272,15 @@ class ExtProcStream implements Deadline {
   /** The client broke the ext_proc conversation itself: end the stream with a gRPC error, not an HTTP one. */
   private protocolError(message: string): void {
     this.control.observer.protocolViolation(message);
-    this.state = 'done';
-    this.clearTimer();
-    this.call.emit('error', { code: GrpcStatus.INVALID_ARGUMENT, details: message });
-    this.finish(false);
+    this.fail(GrpcStatus.INVALID_ARGUMENT, message);
   }
 
-  private onRequestTimeout(): void {
-    if (this.state !== 'awaiting-headers' && this.state !== 'awaiting-body') return;
-    this.control.observer.requestTimedOut(this.control.limits.requestTimeoutMs);
-    this.state = 'done';
-    this.call.emit('error', {
-      code: GrpcStatus.DEADLINE_EXCEEDED,
-      details: `request not complete within ${this.control.limits.requestTimeoutMs} ms`,
-    });
-    this.finish(false);
+  /** Ends the stream with a gRPC error status. */
+  private fail(code: GrpcStatus, details: string): void {
+    const state = this.state;
+    this.state = DONE;
+    this.call.emit('error', { code, details });
+    this.leave(state);
   }
 
   /**
@@ -270,30 +296,36 @@ class ExtProcStream implements Deadline {
   }
 
   private endStream(): void {
-    this.state = 'done';
-    this.clearTimer();
+    const state = this.state;
+    this.state = DONE;
+    this.leave(state);
     if (!this.call.destroyed && this.call.writable) this.call.end();
-    this.finish(false);
-  }
-
-  private clearTimer(): void {
-    if (this.deadline !== undefined) this.control.deadlines.remove(this.deadline);
-    this.deadline = undefined;
   }
 
   /** However the stream ends, release what the request holds; idempotent. */
   private finish(clientEnded: boolean): void {
-    this.clearTimer();
-    this.releaseBody();
-    if (this.decision !== undefined) {
-      this.control.release(this.decision, this.tracked);
-      this.decision = undefined;
-      this.tracked = undefined;
+    const state = this.state;
+    if (state.kind === 'done') return;
+    this.state = DONE;
+    this.leave(state);
+    if (clientEnded && !this.call.destroyed && this.call.writable) this.call.end();
+  }
+
+  /** Gives back what `state`, which the stream has just left for done, holds. */
+  private leave(state: State): void {
+    switch (state.kind) {
+      case 'awaiting-headers':
+        this.control.deadlines.remove(this);
+        return;
+      case 'awaiting-body':
+        this.control.deadlines.remove(this);
+        this.control.bodies.release(state.reservedBytes);
+        return;
+      case 'picked':
+        this.control.release(state.decision, state.record);
+        return;
+      case 'done':
+        return;
     }
-    if (clientEnded && this.state !== 'done') {
-      this.state = 'done';
-      if (!this.call.destroyed && this.call.writable) this.call.end();
-    }
-    this.state = 'done';
   }
 }
