@@ -1,4 +1,3 @@
-import type { Server as HttpServer } from 'node:http';
 import pino, { type Logger } from 'pino';
 import type { NatsConnection } from '@nats-io/nats-core';
 import { jetstreamManager } from '@nats-io/jetstream';
@@ -11,7 +10,8 @@ import { watchEppConfig } from '../config/watch.js';
 import { EppCore } from './core.js';
 import { HealthState } from './health.js';
 import { EppMetrics } from '../telemetry/metrics.js';
-import { bindGrpc, grpcCredentials, isLoopback, newGrpcServer, shutdownGrpc, startMetricsServer } from './servers.js';
+import { bindGrpc, grpcCredentials, isLoopback, newGrpcServer, shutdownGrpc } from './grpc.js';
+import { closeHttp, startMetricsServer } from './http.js';
 import { handleStream } from '../request/stream.js';
 import { startChannel, type RunningChannel } from '../shared-state/channel.js';
 import { SharedStateCounters } from '../shared-state/counters.js';
@@ -290,11 +290,4 @@ async function ensureStreamWithRetry(ensure: () => Promise<void>, logger: Logger
       await Promise.race([new Promise((r) => setTimeout(r, Math.min(5000, 250 * 2 ** Math.min(attempt, 5)))), aborted]);
     }
   }
-}
-
-function closeHttp(server: HttpServer): Promise<void> {
-  return new Promise((resolve) => {
-    server.closeAllConnections();
-    server.close(() => resolve());
-  });
 }
