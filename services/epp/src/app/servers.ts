@@ -1,0 +1,123 @@
+import type { Logger } from 'pino';
+import { ServerCredentials } from '@grpc/grpc-js';
+import type { ReaderStatus } from '@spillway/bus';
+import { extProcService, HealthService } from '@spillway/protocol';
+import type { EppConfig } from '../config/config.js';
+import { handleStream } from '../request/stream.js';
+import type { EppMetrics } from '../telemetry/metrics.js';
+import { refreshViewGauges } from '../telemetry/view-gauges.js';
+import { createView, startViewServer } from '../ui/view.js';
+import type { EppCore } from './core.js';
+import { bindGrpc, grpcCredentials, isLoopback, newGrpcServer, shutdownGrpc } from './grpc.js';
+import type { HealthState } from './health.js';
+import { closeHttp, startMetricsServer } from './http.js';
+
+export interface ServerParts {
+  readonly config: EppConfig;
+  readonly core: EppCore;
+  readonly metrics: EppMetrics;
+  readonly health: HealthState;
+  readonly logger: Logger;
+  /** The event reader's status, for the operators' view; undefined until NATS was first reached. */
+  readonly readerStatus: () => ReaderStatus | undefined;
+}
+
+export interface RunningServers {
+  readonly grpcPort: number;
+  readonly healthPort: number;
+  readonly metricsPort: number;
+  /** Where the operators' view is served (the metrics port unless --ui-port); undefined with --ui false. */
+  readonly uiPort: number | undefined;
+  close(): Promise<void>;
+}
+
+/**
+ * The EPP's listening side: ext_proc and gRPC health on the gRPC port, gRPC health alone on the
+ * health port, Prometheus, probes and the debug decisions on the metrics port, and the operators'
+ * view there or on a port of its own. Everything served besides ext_proc is computed when asked,
+ * off the request path.
+ */
+export async function startServers(parts: ServerParts): Promise<RunningServers> {
+  const { config, core, metrics, health, logger } = parts;
+  const { flags } = config;
+  const credentials = grpcCredentials(config.tls);
+  const grpc = newGrpcServer(flags.connectionTimeoutMs);
+  grpc.addService(extProcService, { process: (call: Parameters<typeof handleStream>[1]) => handleStream(core.control, call) });
+  grpc.addService(HealthService, health.implementation());
+  const healthServer = newGrpcServer(flags.connectionTimeoutMs);
+  healthServer.addService(HealthService, health.implementation());
+  const grpcPort = await bindGrpc(grpc, flags.host, flags.grpcPort, credentials);
+  // Kubelet gRPC probes cannot present client certificates: plaintext unless asked otherwise.
+  const healthTls = flags.healthTls && config.tls !== undefined;
+  const healthPort = await bindGrpc(
+    healthServer,
+    flags.host,
+    flags.healthPort,
+    healthTls ? credentials : ServerCredentials.createInsecure(),
+  );
+  // The operators' view (docs/ui.md).
+  const view = flags.ui
+    ? createView(
+        {
+          fleet: core.fleet,
+          scheduler: core.scheduler,
+          decisions: core.telemetry.decisions,
+          spill: core.telemetry.spill,
+          isReady: () => health.isReady,
+          readerStatus: parts.readerStatus,
+        },
+        logger,
+      )
+    : undefined;
+  // The view's gauges are computed when Prometheus asks.
+  const metricsServer = await startMetricsServer(
+    metrics.registry,
+    flags.host,
+    flags.metricsPort,
+    {
+      isReady: () => health.isReady,
+      beforeScrape: () => refreshViewGauges(metrics, core.fleet, core.scheduler, flags.pool, Date.now()),
+      recentDecisions: (limit) => core.telemetry.decisions.recent(limit),
+      routes: flags.uiPort === undefined ? view : undefined,
+    },
+    flags.connectionTimeoutMs,
+  );
+  const viewServer =
+    view !== undefined && flags.uiPort !== undefined
+      ? await startViewServer(view, flags.host, flags.uiPort, flags.connectionTimeoutMs)
+      : undefined;
+  const uiPort = view === undefined ? undefined : (viewServer?.port ?? metricsServer.port);
+  logger.info(
+    {
+      host: flags.host,
+      grpcPort,
+      healthPort,
+      metricsPort: metricsServer.port,
+      uiPort,
+      tls: config.tls !== undefined,
+      mtls: config.tls?.clientCa !== undefined,
+      healthTls,
+    },
+    'listening',
+  );
+  if (config.tls === undefined && !isLoopback(flags.host)) {
+    logger.warn(
+      { host: flags.host, grpcPort },
+      'ext_proc is served in plaintext on a non-loopback address: any client that reaches this port can have requests picked and can report served endpoints that penalise pods. Use --tls-cert, --tls-key and --tls-client-ca (mTLS) with the gateway, or a network policy (see docs/security.md)',
+    );
+  }
+  return {
+    grpcPort,
+    healthPort,
+    metricsPort: metricsServer.port,
+    uiPort,
+    close: async () => {
+      await Promise.all([
+        shutdownGrpc(grpc, 2000),
+        shutdownGrpc(healthServer, 2000),
+        closeHttp(metricsServer.server),
+        viewServer && closeHttp(viewServer.server),
+      ]);
+    },
+  };
+}
