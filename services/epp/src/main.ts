@@ -1,5 +1,6 @@
 import { runMain } from '@spillway/cli';
-import { EPP_HELP, loadEppConfig } from './config/config.js';
+import { loadEppConfig } from './config/config.js';
+import { EPP_HELP } from './config/flags.js';
 import { startEpp } from './app/epp.js';
 
 /** close() stops every part promptly; this only guards against a part that hangs anyway. */

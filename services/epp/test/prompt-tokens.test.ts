@@ -8,7 +8,9 @@ import { describe, expect, it } from 'vitest';
 import fc from 'fast-check';
 import { loadTokenizer } from '@spillway/tokenizer';
 import { KvCounters } from '../src/kv/counters.js';
-import { PromptTokens, TEXT_CHUNK_CHARS, textSplit, type PromptTokenizer } from '../src/kv/prompt-tokens.js';
+import { PromptTokens } from '../src/kv/prompt-tokens.js';
+import type { PromptTokenizer } from '../src/kv/composition.js';
+import { TEXT_CHUNK_CHARS, textSplit } from '../src/kv/prompt-split.js';
 import { TokenCache } from '../src/kv/token-cache.js';
 
 const qwen3 = loadTokenizer({ preset: 'qwen3' });

@@ -3,7 +3,8 @@ import type { Logger } from 'pino';
 import { CliError, flagName, parseConfigText, type LogLevel } from '@spillway/cli';
 import type { SchedulerConfig } from '@spillway/scheduler';
 import type { ModelRewriteRule } from '@spillway/protocol';
-import { eppConfigFileSchema, eppFlags, resolveFlags, schedulerConfigOf, type EppConfigSource, type EppFlagValues } from './config.js';
+import { resolveFlags, schedulerConfigOf, type EppConfigSource } from './config.js';
+import { eppConfigFileSchema, eppFlags, type EppFlagValues } from './flags.js';
 import type { EppMetrics } from '../telemetry/metrics.js';
 
 /**

@@ -1,18 +1,8 @@
 import type { ApiKind } from '@spillway/protocol';
 import type { KvCounters } from './counters.js';
 import { TokenCache } from './token-cache.js';
-
-/** What the request path needs of a tokenizer (`@spillway/tokenizer`'s PromptTokenizer has this shape). */
-export interface PromptTokenizer {
-  readonly name: string;
-  encodeText(text: string): ArrayLike<number>;
-  encodeChat(messages: ReadonlyArray<{ role: string; content: unknown }>): ArrayLike<number>;
-  /** The text `encodeChat` tokenizes (optional: it lets a user turn skip the template engine). */
-  renderChat?(messages: ReadonlyArray<{ role: string; content: unknown }>): string;
-  /** Whether it encodes on its fast path; when not, which tokenizer.json component prevents it (logged at start). */
-  readonly fastPath?: boolean;
-  readonly fastPathUnsupported?: string | undefined;
-}
+import { concat, equal, probe, startsWith, toIds, type Composition, type PromptTokenizer } from './composition.js';
+import { chatMessages, chatParts, chatSplits, textSplit, type ChatMessage } from './prompt-split.js';
 
 /** The parts of a parsed request a tokenizer reads. */
 export interface PromptInput {
@@ -22,28 +12,8 @@ export interface PromptInput {
   readonly messages?: readonly unknown[] | undefined;
 }
 
-/**
- * How token ids compose for one tokenizer, found by probing it: for chat,
- * `encodeChat(P ++ [m]) = encodeChat(P)[..-gen] ++ encodeChat([m])[lead..]` (`gen`: the generation
- * prompt appended to P; `lead`: what a conversation starts with, BOS or a default system turn); for
- * text, `encodeText(a + b) = encodeText(a) ++ encodeText(b)[lead..]` when `a` ends at a newline.
- */
-interface Composition {
-  chat: { lead: number; gen: number } | undefined;
-  textLead: number | undefined;
-  /**
-   * A lone user turn as the template renders it, `before + content + after`, when that holds and
-   * `encodeText` of it (past `textLead`) is `encodeChat` of it: the tail of a cached conversation is
-   * then tokenized without running the template engine (which costs more than tokenizing a question).
-   */
-  userTurn: { before: string; after: string } | undefined;
-}
-
 /** Every this many chat misses, the joined ids are checked against tokenizing the whole conversation. */
 const VERIFY_EVERY = 16;
-
-/** Completions prompts are split for caching at the first newline after each multiple of this many characters. */
-export const TEXT_CHUNK_CHARS = 2048;
 
 export interface PromptTokensOptions {
   /** Token ids of prompt prefixes kept, in bytes. */
@@ -224,175 +194,4 @@ export class PromptTokens {
     this.counters.tokenizedFresh++;
     return { ids: full, outcome: 'full' };
   }
-}
-
-export interface ChatMessage {
-  role: string;
-  content: unknown;
-}
-
-/** The messages as the template takes them; undefined when one is not a message or they are too long. */
-function chatMessages(raw: readonly unknown[], maxChars: number): ChatMessage[] | undefined {
-  const messages: ChatMessage[] = [];
-  let chars = 0;
-  for (const item of raw) {
-    if (typeof item !== 'object' || item === null || Array.isArray(item)) return undefined;
-    const record = item as Record<string, unknown>;
-    const role = record['role'];
-    if (typeof role !== 'string') return undefined;
-    const content = record['content'];
-    chars += typeof content === 'string' ? content.length : JSON.stringify(content ?? null).length;
-    if (chars > maxChars) return undefined;
-    messages.push({ role, content });
-  }
-  return messages;
-}
-
-/** At most this many prefixes of a conversation are looked up (each lookup hashes its key). */
-const MAX_CHAT_SPLITS = 4;
-
-/**
- * Where a conversation may be split for the cache, longest prefix first: after a message that is not
- * the assistant's (templates render an assistant turn differently when it is the last one, e.g.
- * Qwen3's empty thinking block), before the last message.
- */
-function chatSplits(messages: readonly ChatMessage[]): number[] {
-  const splits: number[] = [];
-  for (let k = messages.length - 1; k >= 1 && splits.length < MAX_CHAT_SPLITS; k--)
-    if ((messages[k - 1] as ChatMessage).role !== 'assistant') splits.push(k);
-  return splits;
-}
-
-/**
- * The cache key parts of a conversation's prefixes: the tokenizer (with a marker of chat), then each
- * message's role and content; the first k messages are `parts[0 .. 1 + 2k)`.
- */
-function chatParts(tokenizer: string, messages: readonly ChatMessage[], upTo: number): string[] {
-  const parts: string[] = [`${tokenizer}\u0002c`];
-  for (let k = 0; k < upTo; k++) {
-    const m = messages[k] as ChatMessage;
-    parts.push(m.role, typeof m.content === 'string' ? m.content : JSON.stringify(m.content ?? null));
-  }
-  return parts;
-}
-
-/** Where a completions prompt is split for caching: after the first newline past the last whole chunk; -1 for none. */
-export function textSplit(prompt: string): number {
-  for (let chunk = Math.floor(prompt.length / TEXT_CHUNK_CHARS); chunk >= 1; chunk--) {
-    const newline = prompt.indexOf('\n', chunk * TEXT_CHUNK_CHARS);
-    // Not the prompt's last character (nothing to compose), and a piece after it that starts with no whitespace (it would join the newline's pre-token).
-    if (newline >= 0 && newline < prompt.length - 1 && !/\s/.test(prompt[newline + 1] as string)) return newline + 1;
-  }
-  return -1;
-}
-
-function toIds(ids: ArrayLike<number>): Uint32Array {
-  return ids instanceof Uint32Array ? ids : Uint32Array.from(ids);
-}
-
-function startsWith(full: Uint32Array, head: Uint32Array, length: number): boolean {
-  if (full.length < length) return false;
-  for (let i = 0; i < length; i++) if (full[i] !== head[i]) return false;
-  return true;
-}
-
-function concat(head: Uint32Array, headLength: number, tail: ArrayLike<number>, skip: number): Uint32Array {
-  const out = new Uint32Array(headLength + Math.max(0, tail.length - skip));
-  out.set(head.subarray(0, headLength));
-  for (let i = skip; i < tail.length; i++) out[headLength + i - skip] = tail[i] as number;
-  return out;
-}
-
-const PROBE_CHATS: ChatMessage[][] = [
-  [
-    { role: 'system', content: 'You are a terse assistant for a bookshop.' },
-    { role: 'user', content: 'Which novels by Tolstoy do you stock?' },
-  ],
-  [
-    { role: 'user', content: 'Tell me a story about a river.' },
-    { role: 'assistant', content: 'Once a river ran past a mill.' },
-    { role: 'user', content: 'And then what happened?' },
-  ],
-  [
-    { role: 'system', content: 'Answer in French.\nBe brief.' },
-    { role: 'user', content: 'Hello!' },
-    { role: 'assistant', content: 'Bonjour !' },
-    { role: 'user', content: '2 + 2 = ?' },
-  ],
-];
-const PROBE_TEXTS: [string, string][] = [
-  ['The shared context of many requests.\n', 'Question: what is a spillway?'],
-  ['Line one, with punctuation!\nLine two: numbers 12345.\n', 'Final words here.'],
-];
-
-/** Finds the composition rule of a tokenizer from a few probe prompts; a rule that does not hold for all of them is not used. */
-function probe(tokenizer: PromptTokenizer): Composition {
-  const textLead = probeText(tokenizer);
-  return { chat: probeChat(tokenizer), textLead, userTurn: textLead === undefined ? undefined : probeUserTurn(tokenizer, textLead) };
-}
-
-function probeChat(tokenizer: PromptTokenizer): Composition['chat'] {
-  try {
-    const cases = PROBE_CHATS.map((chat) => {
-      const split = chatSplits(chat)[0] as number;
-      return {
-        full: toIds(tokenizer.encodeChat(chat)),
-        head: toIds(tokenizer.encodeChat(chat.slice(0, split))),
-        tail: toIds(tokenizer.encodeChat(chat.slice(split))),
-      };
-    });
-    const first = cases[0] as (typeof cases)[number];
-    for (let lead = 0; lead <= 64; lead++) {
-      const gen = first.head.length + first.tail.length - lead - first.full.length;
-      if (gen < 0) continue;
-      if (cases.every((c) => c.head.length >= gen && equal(c.full, concat(c.head, c.head.length - gen, c.tail, lead))))
-        return { lead, gen };
-    }
-  } catch {
-    // A template that fails on the probes: no prefix cache for chat.
-  }
-  return undefined;
-}
-
-function probeUserTurn(tokenizer: PromptTokenizer, textLead: number): Composition['userTurn'] {
-  if (tokenizer.renderChat === undefined) return undefined;
-  try {
-    const marker = '\u0000SPILLWAY\u0000';
-    const rendered = tokenizer.renderChat([{ role: 'user', content: marker }]);
-    const at = rendered.indexOf(marker);
-    if (at < 0 || rendered.indexOf(marker, at + 1) >= 0) return undefined;
-    const turn = { before: rendered.slice(0, at), after: rendered.slice(at + marker.length) };
-    const contents = [' Padded question?  ', 'Hello, world!\nSecond line.', '42 + 1 = ?', 'é 漢字 \t tab'];
-    for (const content of contents) {
-      const text = turn.before + content + turn.after;
-      if (tokenizer.renderChat([{ role: 'user', content }]) !== text) return undefined;
-      const viaText = Array.from(tokenizer.encodeText(text)).slice(textLead);
-      if (!equal(toIds(viaText), toIds(tokenizer.encodeChat([{ role: 'user', content }])))) return undefined;
-    }
-    return turn;
-  } catch {
-    return undefined;
-  }
-}
-
-function probeText(tokenizer: PromptTokenizer): number | undefined {
-  try {
-    const cases = PROBE_TEXTS.map(([a, b]) => ({
-      full: toIds(tokenizer.encodeText(a + b)),
-      head: toIds(tokenizer.encodeText(a)),
-      tail: toIds(tokenizer.encodeText(b)),
-    }));
-    for (let lead = 0; lead <= 4; lead++) {
-      if (cases.every((c) => equal(c.full, concat(c.head, c.head.length, c.tail, lead)))) return lead;
-    }
-  } catch {
-    // no prefix cache for text
-  }
-  return undefined;
-}
-
-function equal(a: Uint32Array, b: Uint32Array): boolean {
-  if (a.length !== b.length) return false;
-  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
-  return true;
 }

@@ -1,6 +1,7 @@
 import type { Histogram } from 'prom-client';
 import { UsageTail } from '@spillway/protocol';
-import { PendingCount, type EppMetrics } from './metrics.js';
+import type { EppMetrics } from './metrics.js';
+import { PendingCount } from './pending-count.js';
 import type { PendingHistogram } from './pending-histogram.js';
 
 type HistogramChild = ReturnType<Histogram<'model_name' | 'target_model_name'>['labels']>;

@@ -1,10 +1,11 @@
 import { z } from 'zod';
 import type { ReaderStatus } from '@spillway/bus';
-import type { Endpoint, Fleet, PoolView } from '@spillway/fleet';
-import type { EndpointExplanation, Scheduler } from '@spillway/scheduler';
+import type { Fleet, PoolView } from '@spillway/fleet';
+import type { Scheduler } from '@spillway/scheduler';
 import type { DecisionLog } from '../telemetry/decision-log.js';
 import type { SpillMatrix, SpillSnapshot } from '../telemetry/spill-matrix.js';
 import type { UiPod, UiPodSortKey, UiSpill, UiState, UiStream, UiZone } from './state-types.js';
+import { podOrder, podView } from './pods.js';
 
 /** What the state is read from: the EPP's view, its scheduler, and its own records. */
 export interface StateSources {
@@ -112,31 +113,6 @@ export function buildState(sources: StateSources, query: StateQuery, now: number
   };
 }
 
-function podView(endpoint: Endpoint, explained: EndpointExplanation | undefined, now: number): UiPod {
-  const metrics = endpoint.metrics;
-  const routable = endpoint.ready && endpoint.address !== undefined;
-  const cost = explained?.cost;
-  return {
-    pod: endpoint.pod,
-    zone: endpoint.zone,
-    region: endpoint.region ?? null,
-    address: endpoint.address ?? null,
-    ready: routable,
-    waiting: metrics?.waitingRequests ?? null,
-    running: metrics?.runningRequests ?? null,
-    kvCacheUsage: metrics?.kvCacheUsage ?? null,
-    metricsAgeMs: metrics === undefined ? null : Math.max(0, now - metrics.receivedAt),
-    inFlight: endpoint.inFlight,
-    penaltyLeftMs: explained?.penaltyLeftMs ?? 0,
-    silent: explained?.silent ?? false,
-    stale: cost?.stale ?? metrics === undefined,
-    suspect: cost?.suspect ?? false,
-    full: cost?.full ?? false,
-    expectedWaitMs: routable && cost ? cost.waitMs : null,
-    costMs: routable && cost ? cost.totalMs : null,
-  };
-}
-
 interface ZoneTotals {
   ready: number;
   total: number;
@@ -235,42 +211,6 @@ function streamView(status: ReaderStatus | undefined, fleet: Fleet, now: number)
     rejectedByReason: { ...(status?.rejectedByReason ?? {}) },
     applied: counters.applied,
     ignored: counters.ignored,
-  };
-}
-
-/** How much attention a pod needs, for `?sort=state`: not ready, excluded, suspect, full, stale, fine. */
-function severity(pod: UiPod): number {
-  if (!pod.ready) return 5;
-  if (pod.penaltyLeftMs > 0 || pod.silent) return 4;
-  if (pod.suspect) return 3;
-  if (pod.full) return 2;
-  return pod.stale ? 1 : 0;
-}
-
-type Key = string | number | null;
-
-function sortValue(pod: UiPod, key: UiPodSortKey): Key {
-  if (key === 'state') return severity(pod);
-  const value = pod[key];
-  return typeof value === 'boolean' ? Number(value) : value;
-}
-
-function compareNames(a: string, b: string): number {
-  return a < b ? -1 : a > b ? 1 : 0;
-}
-
-/** The order of `sort`; empty values (null) last either way, then zone and pod name ascending. */
-function podOrder(key: UiPodSortKey, order: 'asc' | 'desc'): (a: UiPod, b: UiPod) => number {
-  const sign = order === 'asc' ? 1 : -1;
-  return (a, b) => {
-    const x = sortValue(a, key);
-    const y = sortValue(b, key);
-    if (x !== y) {
-      if (x === null) return 1;
-      if (y === null) return -1;
-      return (typeof x === 'number' && typeof y === 'number' ? x - y : compareNames(String(x), String(y))) * sign;
-    }
-    return compareNames(a.zone, b.zone) || compareNames(a.pod, b.pod);
   };
 }
 

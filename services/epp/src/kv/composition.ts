@@ -1,0 +1,141 @@
+import { chatSplits, type ChatMessage } from './prompt-split.js';
+
+/** What the request path needs of a tokenizer (`@spillway/tokenizer`'s PromptTokenizer has this shape). */
+export interface PromptTokenizer {
+  readonly name: string;
+  encodeText(text: string): ArrayLike<number>;
+  encodeChat(messages: ReadonlyArray<{ role: string; content: unknown }>): ArrayLike<number>;
+  /** The text `encodeChat` tokenizes (optional: it lets a user turn skip the template engine). */
+  renderChat?(messages: ReadonlyArray<{ role: string; content: unknown }>): string;
+  /** Whether it encodes on its fast path; when not, which tokenizer.json component prevents it (logged at start). */
+  readonly fastPath?: boolean;
+  readonly fastPathUnsupported?: string | undefined;
+}
+
+/**
+ * How token ids compose for one tokenizer, found by probing it: for chat,
+ * `encodeChat(P ++ [m]) = encodeChat(P)[..-gen] ++ encodeChat([m])[lead..]` (`gen`: the generation
+ * prompt appended to P; `lead`: what a conversation starts with, BOS or a default system turn); for
+ * text, `encodeText(a + b) = encodeText(a) ++ encodeText(b)[lead..]` when `a` ends at a newline.
+ */
+export interface Composition {
+  chat: { lead: number; gen: number } | undefined;
+  textLead: number | undefined;
+  /**
+   * A lone user turn as the template renders it, `before + content + after`, when that holds and
+   * `encodeText` of it (past `textLead`) is `encodeChat` of it: the tail of a cached conversation is
+   * then tokenized without running the template engine (which costs more than tokenizing a question).
+   */
+  userTurn: { before: string; after: string } | undefined;
+}
+
+export function toIds(ids: ArrayLike<number>): Uint32Array {
+  return ids instanceof Uint32Array ? ids : Uint32Array.from(ids);
+}
+
+export function startsWith(full: Uint32Array, head: Uint32Array, length: number): boolean {
+  if (full.length < length) return false;
+  for (let i = 0; i < length; i++) if (full[i] !== head[i]) return false;
+  return true;
+}
+
+export function concat(head: Uint32Array, headLength: number, tail: ArrayLike<number>, skip: number): Uint32Array {
+  const out = new Uint32Array(headLength + Math.max(0, tail.length - skip));
+  out.set(head.subarray(0, headLength));
+  for (let i = skip; i < tail.length; i++) out[headLength + i - skip] = tail[i] as number;
+  return out;
+}
+
+const PROBE_CHATS: ChatMessage[][] = [
+  [
+    { role: 'system', content: 'You are a terse assistant for a bookshop.' },
+    { role: 'user', content: 'Which novels by Tolstoy do you stock?' },
+  ],
+  [
+    { role: 'user', content: 'Tell me a story about a river.' },
+    { role: 'assistant', content: 'Once a river ran past a mill.' },
+    { role: 'user', content: 'And then what happened?' },
+  ],
+  [
+    { role: 'system', content: 'Answer in French.\nBe brief.' },
+    { role: 'user', content: 'Hello!' },
+    { role: 'assistant', content: 'Bonjour !' },
+    { role: 'user', content: '2 + 2 = ?' },
+  ],
+];
+const PROBE_TEXTS: [string, string][] = [
+  ['The shared context of many requests.\n', 'Question: what is a spillway?'],
+  ['Line one, with punctuation!\nLine two: numbers 12345.\n', 'Final words here.'],
+];
+
+/** Finds the composition rule of a tokenizer from a few probe prompts; a rule that does not hold for all of them is not used. */
+export function probe(tokenizer: PromptTokenizer): Composition {
+  const textLead = probeText(tokenizer);
+  return { chat: probeChat(tokenizer), textLead, userTurn: textLead === undefined ? undefined : probeUserTurn(tokenizer, textLead) };
+}
+
+function probeChat(tokenizer: PromptTokenizer): Composition['chat'] {
+  try {
+    const cases = PROBE_CHATS.map((chat) => {
+      const split = chatSplits(chat)[0] as number;
+      return {
+        full: toIds(tokenizer.encodeChat(chat)),
+        head: toIds(tokenizer.encodeChat(chat.slice(0, split))),
+        tail: toIds(tokenizer.encodeChat(chat.slice(split))),
+      };
+    });
+    const first = cases[0] as (typeof cases)[number];
+    for (let lead = 0; lead <= 64; lead++) {
+      const gen = first.head.length + first.tail.length - lead - first.full.length;
+      if (gen < 0) continue;
+      if (cases.every((c) => c.head.length >= gen && equal(c.full, concat(c.head, c.head.length - gen, c.tail, lead))))
+        return { lead, gen };
+    }
+  } catch {
+    // A template that fails on the probes: no prefix cache for chat.
+  }
+  return undefined;
+}
+
+function probeUserTurn(tokenizer: PromptTokenizer, textLead: number): Composition['userTurn'] {
+  if (tokenizer.renderChat === undefined) return undefined;
+  try {
+    const marker = '\u0000SPILLWAY\u0000';
+    const rendered = tokenizer.renderChat([{ role: 'user', content: marker }]);
+    const at = rendered.indexOf(marker);
+    if (at < 0 || rendered.indexOf(marker, at + 1) >= 0) return undefined;
+    const turn = { before: rendered.slice(0, at), after: rendered.slice(at + marker.length) };
+    const contents = [' Padded question?  ', 'Hello, world!\nSecond line.', '42 + 1 = ?', 'é 漢字 \t tab'];
+    for (const content of contents) {
+      const text = turn.before + content + turn.after;
+      if (tokenizer.renderChat([{ role: 'user', content }]) !== text) return undefined;
+      const viaText = Array.from(tokenizer.encodeText(text)).slice(textLead);
+      if (!equal(toIds(viaText), toIds(tokenizer.encodeChat([{ role: 'user', content }])))) return undefined;
+    }
+    return turn;
+  } catch {
+    return undefined;
+  }
+}
+
+function probeText(tokenizer: PromptTokenizer): number | undefined {
+  try {
+    const cases = PROBE_TEXTS.map(([a, b]) => ({
+      full: toIds(tokenizer.encodeText(a + b)),
+      head: toIds(tokenizer.encodeText(a)),
+      tail: toIds(tokenizer.encodeText(b)),
+    }));
+    for (let lead = 0; lead <= 4; lead++) {
+      if (cases.every((c) => equal(c.full, concat(c.head, c.head.length, c.tail, lead)))) return lead;
+    }
+  } catch {
+    // no prefix cache for text
+  }
+  return undefined;
+}
+
+export function equal(a: Uint32Array, b: Uint32Array): boolean {
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+  return true;
+}
