@@ -89,3 +89,10 @@ export function parseAddressPattern(text: string): AddressPattern | undefined {
   const ip = canonicalIp(bare);
   return ip === undefined ? undefined : { ip, port: undefined, key: ip };
 }
+
+/**
+ * The gateway's subset hint as sent (docs/protocol.md): a list of `ip:port` / bare-IP entries, or one
+ * comma-separated string. The protocol layer finds it; the scheduler resolves its entries with
+ * parseAddressPattern and counts the malformed ones.
+ */
+export type SubsetHint = readonly unknown[] | string;

@@ -1,5 +1,5 @@
 export { parseEndpointAddress, parseAddressPattern } from './address.js';
-export type { EndpointAddress, AddressPattern } from './address.js';
+export type { EndpointAddress, AddressPattern, SubsetHint } from './address.js';
 export { escapeToken, unescapeToken } from './token.js';
 export {
   readinessEventSchema,

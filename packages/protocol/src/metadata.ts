@@ -1,14 +1,7 @@
 // Reads the protocol's values out of ProcessingRequest.metadata_context.
-import { parseEndpointAddress } from '@spillway/events';
+import { parseEndpointAddress, type SubsetHint } from '@spillway/events';
 import { LB_NAMESPACE, SERVED_KEY, SUBSET_KEY, SUBSET_NAMESPACE } from './constants.js';
 import type { Metadata } from './gen/envoy/config/core/v3/base.js';
-
-/**
- * The gateway's subset hint as sent: a list of `ip:port` / bare-IP strings (the protocol's form),
- * or one comma-separated string. Entries are resolved and counted by the scheduler, which caches
- * their parsing; the protocol layer only finds the value.
- */
-export type SubsetHint = readonly unknown[] | string;
 
 /**
  * Reads `filter_metadata["envoy.lb.subset_hint"]["x-gateway-destination-endpoint-subset"]`.

@@ -4,7 +4,8 @@ import { isSilent } from './load.js';
 import { TIER_LOCAL, type Tier, type ZoneNetwork } from './network.js';
 import type { PenaltyBox } from './penalties.js';
 import type { RemoteShortlist } from './shortlist.js';
-import { SubsetResolver, type SubsetCounts, type SubsetHint } from './subset.js';
+import type { SubsetHint } from '@spillway/events';
+import { SubsetResolver, type SubsetCounts } from './subset.js';
 import { SubsetMemo } from './subset-memo.js';
 
 /** What collecting candidates needs besides the pool and the subset. */

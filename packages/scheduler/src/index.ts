@@ -21,7 +21,6 @@ export type { Scorer, ScoringContext, WeightedScorer } from './scorers.js';
 export { seededRng } from './rng.js';
 export type { Rng } from './rng.js';
 export { hashPromptBlocks, prefixSeed } from './hash.js';
-export type { SubsetHint } from './subset.js';
 export { SharedState } from './shared-state.js';
 export type { SharedStateOptions, SharedStateOutbox, SharedApplyResult, SharedExpiry, SharedPeer } from './shared-state.js';
 export { KvBlockIndex, KvPod, KV_ENTRY_BYTES } from './kv-index.js';

@@ -18,7 +18,7 @@ import { seededRng, type Rng } from './rng.js';
 import { defaultScorers, type WeightedScorer } from './scorers.js';
 import { SharedState, type SharedStateOptions } from './shared-state.js';
 import { RemoteShortlist, type BaseKey } from './shortlist.js';
-import type { SubsetHint } from './subset.js';
+import type { SubsetHint } from '@spillway/events';
 import { WeightedPolicy } from './weighted.js';
 
 export interface SchedulerOptions {

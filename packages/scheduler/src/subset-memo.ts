@@ -1,6 +1,7 @@
 import type { Endpoint, PoolView } from '@spillway/fleet';
 import type { Tier } from './network.js';
-import { detached, MAX_SUBSET_ENTRY_CHARS, type SubsetCounts, type SubsetHint, type SubsetResolver } from './subset.js';
+import type { SubsetHint } from '@spillway/events';
+import { detached, MAX_SUBSET_ENTRY_CHARS, type SubsetCounts, type SubsetResolver } from './subset.js';
 
 /** One hint resolved against one topology: its routable endpoints, each once in first-match order, with their tiers. */
 export interface ResolvedSubset {

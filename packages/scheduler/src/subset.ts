@@ -1,4 +1,4 @@
-import { parseAddressPattern, type AddressPattern } from '@spillway/events';
+import { parseAddressPattern, type AddressPattern, type SubsetHint } from '@spillway/events';
 import type { Endpoint, PoolView } from '@spillway/fleet';
 
 /** What the gateway's subset hint said: entries read, malformed ones, and well-formed ones matching nothing routable. */
@@ -7,9 +7,6 @@ export interface SubsetCounts {
   ignored: number;
   unmatched: number;
 }
-
-/** A subset hint as the protocol layer hands it over: a list, or one comma-separated string. */
-export type SubsetHint = readonly unknown[] | string;
 
 /**
  * Longest subset entry read, in characters. The longest valid entry, an IPv6 address written with

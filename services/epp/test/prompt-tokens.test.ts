@@ -9,14 +9,14 @@ import fc from 'fast-check';
 import { loadTokenizer } from '@spillway/tokenizer';
 import { KvCounters } from '../src/kv/counters.js';
 import { PromptTokens } from '../src/kv/prompt-tokens.js';
-import type { PromptTokenizer } from '../src/kv/composition.js';
+import type { RequestTokenizer } from '../src/kv/composition.js';
 import { TEXT_CHUNK_CHARS, textSplit } from '../src/kv/prompt-split.js';
 import { TokenCache } from '../src/kv/token-cache.js';
 
 const qwen3 = loadTokenizer({ preset: 'qwen3' });
 const CONTEXT = 'Spillways pass flood water safely around a dam; the crest, chute and stilling basin each matter. '.repeat(40);
 
-function tokens(cacheBytes = 16 * 1024 * 1024, maxChars = 1024 * 1024, tokenizer: PromptTokenizer = qwen3) {
+function tokens(cacheBytes = 16 * 1024 * 1024, maxChars = 1024 * 1024, tokenizer: RequestTokenizer = qwen3) {
   const counters = new KvCounters();
   return { counters, tokens: new PromptTokens(new Map([['*', tokenizer]]), { cacheBytes, maxChars }, counters) };
 }
@@ -91,7 +91,7 @@ describe('PromptTokens with the Qwen3 tokenizer', () => {
     expect(t.tokenize('m', { api: 'embeddings', prompt: 'hello' })).toBeUndefined();
     expect(t.tokenize('m', { api: 'chat', prompt: '', messages: ['not a message'] })).toBeUndefined();
     expect(counters.tokenizeSkipped).toBe(3);
-    const broken: PromptTokenizer = {
+    const broken: RequestTokenizer = {
       name: 'broken',
       encodeText: () => {
         throw new Error('no');
@@ -110,7 +110,7 @@ describe('PromptTokens with the Qwen3 tokenizer', () => {
 
   it("turns a tokenizer's chat prefix cache off when joined ids ever disagree with the whole conversation", () => {
     // A template quirk the probes do not meet: a conversation ending with a QUIRK system turn starts with an extra token.
-    const quirky: PromptTokenizer = {
+    const quirky: RequestTokenizer = {
       name: 'quirky',
       encodeText: (text) => qwen3.encodeText(text),
       encodeChat: (messages) => {

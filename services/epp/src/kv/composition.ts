@@ -1,16 +1,12 @@
+import type { PromptTokenizer } from '@spillway/tokenizer';
 import { chatSplits, type ChatMessage } from './prompt-split.js';
 
-/** What the request path needs of a tokenizer (`@spillway/tokenizer`'s PromptTokenizer has this shape). */
-export interface PromptTokenizer {
-  readonly name: string;
-  encodeText(text: string): ArrayLike<number>;
-  encodeChat(messages: ReadonlyArray<{ role: string; content: unknown }>): ArrayLike<number>;
-  /** The text `encodeChat` tokenizes (optional: it lets a user turn skip the template engine). */
-  renderChat?(messages: ReadonlyArray<{ role: string; content: unknown }>): string;
-  /** Whether it encodes on its fast path; when not, which tokenizer.json component prevents it (logged at start). */
-  readonly fastPath?: boolean;
-  readonly fastPathUnsupported?: string | undefined;
-}
+/**
+ * What the request path calls of a model's tokenizer: its encoders, and, when it has them, the chat
+ * rendering (lets a user turn skip the template engine) and the fast-path report (logged at start).
+ */
+export type RequestTokenizer = Pick<PromptTokenizer, 'name' | 'encodeText' | 'encodeChat'> &
+  Partial<Pick<PromptTokenizer, 'renderChat' | 'fastPath' | 'fastPathUnsupported'>>;
 
 /**
  * How token ids compose for one tokenizer, found by probing it: for chat,
@@ -69,12 +65,12 @@ const PROBE_TEXTS: [string, string][] = [
 ];
 
 /** Finds the composition rule of a tokenizer from a few probe prompts; a rule that does not hold for all of them is not used. */
-export function probe(tokenizer: PromptTokenizer): Composition {
+export function probe(tokenizer: RequestTokenizer): Composition {
   const textLead = probeText(tokenizer);
   return { chat: probeChat(tokenizer), textLead, userTurn: textLead === undefined ? undefined : probeUserTurn(tokenizer, textLead) };
 }
 
-function probeChat(tokenizer: PromptTokenizer): Composition['chat'] {
+function probeChat(tokenizer: RequestTokenizer): Composition['chat'] {
   try {
     const cases = PROBE_CHATS.map((chat) => {
       const split = chatSplits(chat)[0] as number;
@@ -97,7 +93,7 @@ function probeChat(tokenizer: PromptTokenizer): Composition['chat'] {
   return undefined;
 }
 
-function probeUserTurn(tokenizer: PromptTokenizer, textLead: number): Composition['userTurn'] {
+function probeUserTurn(tokenizer: RequestTokenizer, textLead: number): Composition['userTurn'] {
   if (tokenizer.renderChat === undefined) return undefined;
   try {
     const marker = '\u0000SPILLWAY\u0000';
@@ -118,7 +114,7 @@ function probeUserTurn(tokenizer: PromptTokenizer, textLead: number): Compositio
   }
 }
 
-function probeText(tokenizer: PromptTokenizer): number | undefined {
+function probeText(tokenizer: RequestTokenizer): number | undefined {
   try {
     const cases = PROBE_TEXTS.map(([a, b]) => ({
       full: toIds(tokenizer.encodeText(a + b)),

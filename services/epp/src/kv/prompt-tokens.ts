@@ -1,7 +1,7 @@
 import type { ApiKind } from '@spillway/protocol';
 import type { KvCounters } from './counters.js';
 import { TokenCache } from './token-cache.js';
-import { concat, equal, probe, startsWith, toIds, type Composition, type PromptTokenizer } from './composition.js';
+import { concat, equal, probe, startsWith, toIds, type Composition, type RequestTokenizer } from './composition.js';
 import { chatMessages, chatParts, chatSplits, textSplit, type ChatMessage } from './prompt-split.js';
 
 /** The parts of a parsed request a tokenizer reads. */
@@ -43,12 +43,12 @@ export type TokenizeOutcome = 'prefix-cached' | 'full';
  */
 export class PromptTokens {
   readonly cache: TokenCache;
-  private readonly compositions = new Map<PromptTokenizer, Composition>();
+  private readonly compositions = new Map<RequestTokenizer, Composition>();
   private chatMisses = 0;
 
   constructor(
     /** By model name (after rewrites); `*` serves every other model. */
-    private readonly tokenizers: ReadonlyMap<string, PromptTokenizer>,
+    private readonly tokenizers: ReadonlyMap<string, RequestTokenizer>,
     private readonly options: PromptTokensOptions,
     private readonly counters: KvCounters,
   ) {
@@ -56,7 +56,7 @@ export class PromptTokens {
     for (const tokenizer of new Set(tokenizers.values())) this.compositions.set(tokenizer, probe(tokenizer));
   }
 
-  tokenizerFor(model: string): PromptTokenizer | undefined {
+  tokenizerFor(model: string): RequestTokenizer | undefined {
     return this.tokenizers.get(model) ?? this.tokenizers.get('*');
   }
 
@@ -100,7 +100,7 @@ export class PromptTokens {
   }
 
   private chat(
-    tokenizer: PromptTokenizer,
+    tokenizer: RequestTokenizer,
     composition: Composition,
     raw: readonly unknown[],
   ): { ids: Uint32Array; outcome: TokenizeOutcome } | undefined {
@@ -152,7 +152,7 @@ export class PromptTokens {
 
   /** `encodeChat(messages.slice(split))`, by the user-turn shortcut when it applies. */
   private encodeTail(
-    tokenizer: PromptTokenizer,
+    tokenizer: RequestTokenizer,
     composition: Composition,
     messages: readonly ChatMessage[],
     split: number,
@@ -168,7 +168,7 @@ export class PromptTokens {
   }
 
   private text(
-    tokenizer: PromptTokenizer,
+    tokenizer: RequestTokenizer,
     composition: Composition,
     prompt: string,
   ): { ids: Uint32Array; outcome: TokenizeOutcome } | undefined {

@@ -20,8 +20,8 @@ import {
   type ProcessingResponse,
   type RequestHeaders,
   type RoutedMode,
-  type SubsetHint,
 } from '@spillway/protocol';
+import type { SubsetHint } from '@spillway/events';
 import type { Decision } from '@spillway/scheduler';
 import type { RequestControl } from './control.js';
 import type { Deadline } from './deadlines.js';
