@@ -42,3 +42,5 @@ export {
   zoneSubjects,
 } from './zones.js';
 export type { ProvisionResult, StreamDefinition } from './zones.js';
+export { requestStateSync } from './state-sync.js';
+export type { StateSyncEnd, StateSyncRequest, StateSyncResult } from './state-sync.js';

@@ -1,14 +1,14 @@
 import { randomBytes } from 'node:crypto';
-import { createInbox, type NatsConnection, type Subscription } from '@nats-io/nats-core';
+import type { NatsConnection, Subscription } from '@nats-io/nats-core';
+import { requestStateSync } from '@spillway/bus';
 import {
   decodeStateBatch,
-  encodeStateBatch,
   parseStateSubject,
   STATE_PICK,
   STATE_RELEASE,
   statePoolFilter,
-  stateSyncSubjectFor,
   type StateBatch,
+  type StateDecodeResult,
 } from '@spillway/events';
 
 /** An EPP not heard from for this long (they send heartbeats every second) has left the view. */
@@ -84,52 +84,28 @@ export interface InFlightFollower {
 }
 
 /**
- * Follows the pool's shared state: subscribes to every EPP's batches, then asks every EPP (one
- * request on a `.sync` subject of the operator's own, `want: in-flight`) for its open requests.
- * Needs a NATS user that may publish a `spillway.state` subject (an admin user in the zone topology).
+ * Follows the pool's shared state: subscribes to every EPP's batches, then asks every EPP (the
+ * shared-state sync request of @spillway/bus, on a `.sync` subject of the operator's own, `want:
+ * in-flight`) for its open requests. Needs a NATS user that may publish a `spillway.state` subject
+ * (an admin user in the zone topology).
  */
 export function followInFlight(nc: NatsConnection, pool: string, now: () => number, waitMs = 2_000, quietMs = 200): InFlightFollower {
   const view = new PoolInFlight();
-  const onBatch = (data: Uint8Array, subject: string | undefined): void => {
-    const parts = subject === undefined ? undefined : parseStateSubject(subject);
-    const decoded = decodeStateBatch(data, parts);
+  const onBatch = (decoded: StateDecodeResult): void => {
     if (decoded.ok && decoded.batch.pool === pool) view.apply(decoded.batch, now());
     else view.rejected++;
   };
   const live: Subscription = nc.subscribe(statePoolFilter(pool), {
-    callback: (error, msg) => (error ? undefined : onBatch(msg.data, msg.subject)),
+    callback: (error, msg) => (error ? undefined : onBatch(decodeStateBatch(msg.data, parseStateSubject(msg.subject)))),
   });
   const self = { pool, zone: 'ops', epp: `spillway-fleet-${randomBytes(4).toString('hex')}` };
-  const inbox = createInbox();
-  let finish!: () => void;
-  const answered = new Promise<void>((resolve) => (finish = resolve));
-  let quiet: NodeJS.Timeout | undefined;
-  const deadline = setTimeout(() => finish(), waitMs);
-  const replies = nc.subscribe(inbox, {
-    callback: (error, msg) => {
-      if (error || (msg.data.length === 0 && msg.headers?.code === 503)) return finish();
-      onBatch(msg.data, undefined);
-      if (quiet !== undefined) clearTimeout(quiet);
-      quiet = setTimeout(() => finish(), quietMs);
-    },
-  });
-  void answered.then(() => {
-    clearTimeout(deadline);
-    if (quiet !== undefined) clearTimeout(quiet);
-    if (!nc.isClosed()) replies.unsubscribe();
-  });
-  try {
-    nc.publish(stateSyncSubjectFor(self), encodeStateBatch({ v: 1, ...self, seq: 0, sentAt: now(), entries: [], want: 'in-flight' }), {
-      reply: inbox,
-    });
-  } catch {
-    finish();
-  }
+  const answered = requestStateSync(nc, { self, want: 'in-flight', deadlineMs: waitMs, quietMs, now, onReply: onBatch }).then(
+    () => undefined,
+  );
   return {
     view,
     answered,
     close: () => {
-      finish();
       if (!nc.isClosed()) live.unsubscribe();
     },
   };
