@@ -3,6 +3,7 @@ import type { Endpoint, Fleet } from '@spillway/fleet';
 import type { DecisionRecord } from './decision.js';
 import type { PenaltyBox } from './penalties.js';
 import type { PrefixIndex } from './prefix-index.js';
+import { SHARED_STATE_DEFAULTS } from './sharing-config.js';
 
 /**
  * State shared between the EPPs of a pool (active-active picking): each EPP tells the others what
@@ -27,11 +28,11 @@ import type { PrefixIndex } from './prefix-index.js';
 export interface SharedStateOptions {
   /** Where this EPP's own entries go; none: it shares nothing (it may still apply others'). */
   readonly outbox?: SharedStateOutbox | undefined;
-  /** A remote in-flight entry is forgotten this long after it arrived (default 30 s). */
+  /** A remote in-flight entry is forgotten this long after it arrived (default: SHARED_STATE_DEFAULTS). */
   readonly remoteEntryTtlMs?: number;
-  /** A peer with no batch for this long is forgotten with its entries (default 5 s; peers send heartbeats). */
+  /** A peer with no batch for this long is forgotten with its entries (default: SHARED_STATE_DEFAULTS; peers send heartbeats). */
   readonly peerTimeoutMs?: number;
-  /** Most peers tracked at once (default 256); batches from further ones are refused. */
+  /** Most peers tracked at once (default: SHARED_STATE_DEFAULTS); batches from further ones are refused. */
   readonly maxPeers?: number;
   /** Most in-flight entries tracked per peer (default 65,536); further picks are ignored. */
   readonly maxEntriesPerPeer?: number;
@@ -125,9 +126,9 @@ export class SharedState {
     options: SharedStateOptions = {},
   ) {
     this.outbox = options.outbox;
-    this.remoteEntryTtlMs = options.remoteEntryTtlMs ?? 30_000;
-    this.peerTimeoutMs = options.peerTimeoutMs ?? 5_000;
-    this.maxPeers = options.maxPeers ?? 256;
+    this.remoteEntryTtlMs = options.remoteEntryTtlMs ?? SHARED_STATE_DEFAULTS.remoteEntryTtlMs;
+    this.peerTimeoutMs = options.peerTimeoutMs ?? SHARED_STATE_DEFAULTS.peerTimeoutMs;
+    this.maxPeers = options.maxPeers ?? SHARED_STATE_DEFAULTS.maxPeers;
     this.maxEntriesPerPeer = options.maxEntriesPerPeer ?? 65_536;
     this.maxRemoteEntries = options.maxRemoteEntries ?? 262_144;
     this.maxPenaltyMs = options.maxPenaltyMs ?? 60_000;

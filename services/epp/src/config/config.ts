@@ -3,10 +3,10 @@ import { readFileSync } from 'node:fs';
 import { createSecureContext } from 'node:tls';
 import { CliError, parseCommandLine, readConfigFile } from '@spillway/cli';
 import { connectionOptions, NatsOptionsError, natsSettingsFromValues, type NatsSettings } from '@spillway/bus';
-import { schedulerConfigSchema, type SchedulerConfig } from '@spillway/scheduler';
+import { schedulerConfigSchema, type SchedulerConfig, type SharedStateConfig } from '@spillway/scheduler';
 import type { ModelRewriteRule } from '@spillway/protocol';
 import type { PromptTokenizer } from '@spillway/tokenizer';
-import type { SharedStateConfig } from '../shared-state/config.js';
+
 import { loadTokenizers } from '../kv/config.js';
 import { eppConfigFileSchema, eppFlags, flagKeys, type EppConfigFile, type EppFlagValues } from './flags.js';
 

@@ -2,8 +2,8 @@ import { z } from 'zod';
 import { commaList, durationMs, logLevel, port, positiveInt, renderHelp, type FlagSpecs } from '@spillway/cli';
 import { DEFAULT_STREAM, natsFlags, streamNameSchema } from '@spillway/bus';
 import { DEFAULT_MAX_CLOCK_SKEW_MS, DEFAULT_MAX_PODS_PER_ZONE } from '@spillway/fleet';
-import { schedulerConfigSchema } from '@spillway/scheduler';
-import { sharedStateConfigSchema } from '../shared-state/config.js';
+import { schedulerConfigSchema, sharedStateConfigSchema } from '@spillway/scheduler';
+
 import { kvFlags, tokenizersFileSchema } from '../kv/config.js';
 
 /**

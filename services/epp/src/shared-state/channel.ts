@@ -1,8 +1,8 @@
 import type { NatsConnection } from '@nats-io/nats-core';
 import type { StateSubjectParts } from '@spillway/events';
-import type { SharedState } from '@spillway/scheduler';
+import type { SharedState, SharedStateConfig } from '@spillway/scheduler';
 import type { Logger } from 'pino';
-import type { SharedStateConfig } from './config.js';
+
 import type { SharedStateCounters } from './counters.js';
 import type { StateOutbox } from './outbox.js';
 import { StatePublisher } from './publisher.js';

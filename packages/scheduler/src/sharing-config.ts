@@ -56,3 +56,6 @@ export const sharedStateConfigSchema = z
   });
 
 export type SharedStateConfig = z.output<typeof sharedStateConfigSchema>;
+
+/** Every sharing setting at its default: the EPP's, and the routing simulation's EPPs'. */
+export const SHARED_STATE_DEFAULTS: SharedStateConfig = sharedStateConfigSchema.parse({});
