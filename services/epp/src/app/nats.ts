@@ -97,15 +97,15 @@ export class NatsFollower {
     const counters = this.parts.sharedCounters;
     if (core.outbox === undefined || counters === undefined) return;
     // After the replay: peers' entries name endpoints, which the view must know. Ready after the warm start.
-    this.channel = startChannel(
-      connection,
-      { pool: flags.pool, zone: flags.zone, epp: this.parts.eppId },
-      core.scheduler.shared,
-      core.outbox,
-      config.sharedState,
+    this.channel = startChannel({
+      nc: connection,
+      self: { pool: flags.pool, zone: flags.zone, epp: this.parts.eppId },
+      shared: core.scheduler.shared,
+      outbox: core.outbox,
+      config: config.sharedState,
       counters,
       logger,
-    );
+    });
     await Promise.race([this.channel.warm, this.stopped]);
     if (!this.closed) readiness.warmStartOver(reader.status);
   }

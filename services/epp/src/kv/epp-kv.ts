@@ -65,7 +65,7 @@ export class EppKv {
   /** Subscribes to the pool's KV batches (before the replay starts, so nothing falls between it and the live batches). */
   follow(nc: NatsConnection, logger: Logger): void {
     if (!this.options.enabled || this.subscription !== undefined) return;
-    this.subscription = new KvSubscription(nc, this.options.pool, this.index, this.counters, logger);
+    this.subscription = new KvSubscription({ nc, pool: this.options.pool, sink: this.index, counters: this.counters, logger });
     this.subscription.start();
     // The pool is in the 'starting' line; this one says what is followed and how prompts are tokenized.
     logger.info({ tokenizers: this.tokens?.describe() ?? [] }, 'following KV block events');

@@ -10,6 +10,16 @@ export interface KvBatchSink {
   applyKvBatch(batch: KvBatch, receivedAtMs: number): void;
 }
 
+export interface KvSubscriptionParts {
+  readonly nc: NatsConnection;
+  readonly pool: string;
+  /** Where decoded batches go: the scheduler's block index. */
+  readonly sink: KvBatchSink;
+  readonly counters: KvCounters;
+  readonly logger: Logger;
+  readonly now?: () => number;
+}
+
 /**
  * Takes in the pool's KV-cache block events (`spillway.kv.<pool>.<zone>.<pod>`, core NATS, from
  * every zone's collector): each batch is decoded within its bounds, checked against the subject it
@@ -22,14 +32,21 @@ export class KvSubscription {
   private subscription: Subscription | undefined;
   private readonly lastLogged = new Map<KvRejectReason, number>();
 
-  constructor(
-    private readonly nc: NatsConnection,
-    private readonly pool: string,
-    private readonly sink: KvBatchSink,
-    private readonly counters: KvCounters,
-    private readonly logger: Logger,
-    private readonly now: () => number = Date.now,
-  ) {}
+  private readonly nc: NatsConnection;
+  private readonly pool: string;
+  private readonly sink: KvBatchSink;
+  private readonly counters: KvCounters;
+  private readonly logger: Logger;
+  private readonly now: () => number;
+
+  constructor(parts: KvSubscriptionParts) {
+    this.nc = parts.nc;
+    this.pool = parts.pool;
+    this.sink = parts.sink;
+    this.counters = parts.counters;
+    this.logger = parts.logger;
+    this.now = parts.now ?? Date.now;
+  }
 
   start(): void {
     this.subscription = this.nc.subscribe(kvPoolFilter(this.pool), {

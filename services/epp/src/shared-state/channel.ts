@@ -2,7 +2,6 @@ import type { NatsConnection } from '@nats-io/nats-core';
 import type { StateSubjectParts } from '@spillway/events';
 import type { SharedState, SharedStateConfig } from '@spillway/scheduler';
 import type { Logger } from 'pino';
-
 import type { SharedStateCounters } from './counters.js';
 import type { StateOutbox } from './outbox.js';
 import { StatePublisher } from './publisher.js';
@@ -16,6 +15,20 @@ export interface RunningChannel {
   close(): Promise<void>;
 }
 
+export interface ChannelParts {
+  readonly nc: NatsConnection;
+  /** This EPP: its pool, zone and id. */
+  readonly self: StateSubjectParts;
+  /** The scheduler's shared state: peers' entries go in, snapshots come out. */
+  readonly shared: SharedState;
+  /** This EPP's entries waiting to be published. */
+  readonly outbox: StateOutbox;
+  readonly config: SharedStateConfig;
+  readonly counters: SharedStateCounters;
+  readonly logger: Logger;
+  readonly now?: () => number;
+}
+
 /**
  * The shared-state channel of one EPP, on an open NATS connection, once its view has caught up
  * (peers' entries name endpoints, so the view must know them): it starts taking in peers' batches,
@@ -23,30 +36,18 @@ export interface RunningChannel {
  * warm-start requests once its own is over, and every so often forgets expired entries and silent
  * peers. Everything it does is counted in `counters`.
  */
-export function startChannel(
-  nc: NatsConnection,
-  self: StateSubjectParts,
-  shared: SharedState,
-  outbox: StateOutbox,
-  config: SharedStateConfig,
-  counters: SharedStateCounters,
-  logger: Logger,
-  now: () => number = Date.now,
-): RunningChannel {
-  const receiver = new StateReceiver(nc, self, shared, counters, logger, now);
+export function startChannel(parts: ChannelParts): RunningChannel {
+  const { nc, self, shared, outbox, config, counters, logger } = parts;
+  const now = parts.now ?? Date.now;
+  const context = { nc, self, counters, logger, now };
+  const receiver = new StateReceiver(context, shared);
   receiver.start();
-  const publisher = new StatePublisher(nc, self, outbox, counters, config.heartbeatMs, now);
+  const publisher = new StatePublisher(context, outbox, config.heartbeatMs);
   publisher.start();
-  const responder = new SyncResponder(
-    nc,
-    self,
-    shared,
-    () => publisher.seq,
-    counters,
-    { maxBytes: config.maxSnapshotBytes, maxPerS: config.maxSyncPerS },
-    logger,
-    now,
-  );
+  const responder = new SyncResponder(context, shared, () => publisher.seq, {
+    maxBytes: config.maxSnapshotBytes,
+    maxPerS: config.maxSyncPerS,
+  });
   let closed = false;
   const warm = warmStart(
     nc,

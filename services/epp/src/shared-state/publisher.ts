@@ -8,6 +8,7 @@ import {
   type StateSubjectParts,
 } from '@spillway/events';
 import type { SharedStateCounters } from './counters.js';
+import type { ChannelContext } from './context.js';
 import { entryBytes, type StateOutbox } from './outbox.js';
 
 /** A batch aims at this size, well below the 1 MiB bound, so one large pick never pushes it over. */
@@ -27,15 +28,21 @@ export class StatePublisher {
   private heartbeat: NodeJS.Timeout | undefined;
   private connected = true;
 
+  private readonly nc: NatsConnection;
+  private readonly origin: StateSubjectParts;
+  private readonly counters: SharedStateCounters;
+  private readonly now: () => number;
+
   constructor(
-    private readonly nc: NatsConnection,
-    private readonly origin: StateSubjectParts,
+    context: ChannelContext,
     private readonly outbox: StateOutbox,
-    private readonly counters: SharedStateCounters,
     private readonly heartbeatMs: number,
-    private readonly now: () => number = Date.now,
   ) {
-    this.subject = stateSubjectFor(origin);
+    this.nc = context.nc;
+    this.origin = context.self;
+    this.counters = context.counters;
+    this.now = context.now;
+    this.subject = stateSubjectFor(this.origin);
   }
 
   start(): void {

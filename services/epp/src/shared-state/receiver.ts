@@ -12,6 +12,7 @@ import {
 import type { SharedState } from '@spillway/scheduler';
 import type { Logger } from 'pino';
 import type { SharedStateCounters, StateRejectReason } from './counters.js';
+import type { ChannelContext } from './context.js';
 import { entryBytes } from './outbox.js';
 
 /** A snapshot part aims at this size (several parts per warm-start answer; NATS's default max payload is 1 MiB). */
@@ -27,15 +28,22 @@ const LOG_EVERY_MS = 60_000;
 export class StateReceiver {
   private subscription: Subscription | undefined;
   private readonly lastLogged = new Map<string, number>();
+  private readonly nc: NatsConnection;
+  private readonly self: StateSubjectParts;
+  private readonly counters: SharedStateCounters;
+  private readonly logger: Logger;
+  private readonly now: () => number;
 
   constructor(
-    private readonly nc: NatsConnection,
-    private readonly self: StateSubjectParts,
+    context: ChannelContext,
     private readonly shared: SharedState,
-    private readonly counters: SharedStateCounters,
-    private readonly logger: Logger,
-    private readonly now: () => number = Date.now,
-  ) {}
+  ) {
+    this.nc = context.nc;
+    this.self = context.self;
+    this.counters = context.counters;
+    this.logger = context.logger;
+    this.now = context.now;
+  }
 
   start(): void {
     this.subscription = this.nc.subscribe(statePoolFilter(this.self.pool), {
@@ -95,18 +103,26 @@ export class SyncResponder {
   private tokens: number;
   private refilledAt: number;
 
+  private readonly nc: NatsConnection;
+  private readonly self: StateSubjectParts;
+  private readonly counters: SharedStateCounters;
+  private readonly logger: Logger;
+  private readonly now: () => number;
+
   constructor(
-    private readonly nc: NatsConnection,
-    private readonly self: StateSubjectParts,
+    context: ChannelContext,
     private readonly shared: SharedState,
+    /** The last sequence number this EPP published: snapshots carry it. */
     private readonly lastSeq: () => number,
-    private readonly counters: SharedStateCounters,
     private readonly limits: { maxBytes: number; maxPerS: number },
-    private readonly logger: Logger,
-    private readonly now: () => number = Date.now,
   ) {
+    this.nc = context.nc;
+    this.self = context.self;
+    this.counters = context.counters;
+    this.logger = context.logger;
+    this.now = context.now;
     this.tokens = Math.max(1, limits.maxPerS);
-    this.refilledAt = now();
+    this.refilledAt = this.now();
   }
 
   start(): void {

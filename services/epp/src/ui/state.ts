@@ -96,7 +96,9 @@ export function buildState(sources: StateSources, query: StateQuery, now: number
     staleAfterMs: fleet.staleAfterMs,
     zones: zoneNames
       .slice(0, MAX_ZONES)
-      .map((name) => zoneView(name, zones.get(name) as ZoneTotals, pool, scheduler.zone, spill, sources.spill.window)),
+      .map((name) =>
+        zoneView(name, zones.get(name) as ZoneTotals, { pool, localZone: scheduler.zone, spill, window: sources.spill.window }),
+      ),
     zonesTruncated: zoneNames.length > MAX_ZONES,
     pods: {
       total: pods.length,
@@ -165,14 +167,16 @@ function addToZone(zones: Map<string, ZoneTotals>, pod: UiPod): void {
   }
 }
 
-function zoneView(
-  name: string,
-  totals: ZoneTotals,
-  pool: PoolView | undefined,
-  localZone: string,
-  spill: SpillSnapshot,
-  window: number,
-): UiZone {
+/** What every zone's row is read against: the pool, this EPP's zone, and the picks by zone. */
+interface ZoneContext {
+  readonly pool: PoolView | undefined;
+  readonly localZone: string;
+  readonly spill: SpillSnapshot;
+  /** Seconds in the spill matrix's window. */
+  readonly window: number;
+}
+
+function zoneView(name: string, totals: ZoneTotals, { pool, localZone, spill, window }: ZoneContext): UiZone {
   const picked = spill.series[spill.zones.indexOf(name)];
   const series = picked === undefined ? new Array<number>(window).fill(0) : [...picked];
   const recent = series.slice(-RECENT_S).reduce((sum, count) => sum + count, 0);
