@@ -155,7 +155,7 @@ function naivePicker(fleet: Fleet, mode: SubsetMode) {
     }
     const scores = new Float64Array(eligible.length);
     const context: ScoringContext = { model: request.model, now, prefixBlocks: 0, prefixMatch: () => 0 };
-    scoreGroup(scorers, context, eligible, eligible.length, new Float64Array(eligible.length), scores);
+    scoreGroup(scorers, context, eligible, eligible.length, { scorer: new Float64Array(eligible.length), scores });
     const ranked = eligible.map((ep, i) => {
       const m = ep.metrics;
       const saturated =

@@ -85,6 +85,36 @@ export interface Decision {
   readonly at: number;
 }
 
+/** What one pick found, whatever it decides. */
+export interface PickFacts {
+  readonly priority: number;
+  readonly sheddable: boolean;
+  /** Penalties (and readiness silences) were ignored because they alone would have left nothing eligible. */
+  readonly penaltiesIgnored: boolean;
+  readonly subsetGiven: boolean;
+  readonly counts: DecisionCounts;
+  /** Prompt blocks hashed. */
+  readonly prefixBlocks: number;
+  readonly policy: 'cost' | 'weighted';
+  readonly at: number;
+}
+
+/** What the pick decided. */
+export interface DecisionVerdict {
+  readonly status: DecisionStatus;
+  readonly rule: DecisionRule;
+  readonly entries: readonly DecisionEntry[];
+  readonly destination: string;
+  readonly localOverloaded: boolean;
+  /** How many of the prompt's blocks the primary was believed to cache. */
+  readonly prefixMatched: number;
+  /**
+   * The prompt's block hashes, kept for commit to index. A plain array: a Float64Array of more
+   * than 8 hashes would get an off-heap backing store, which V8 allocates and frees slowly.
+   */
+  readonly prefixHashes: readonly number[] | undefined;
+}
+
 /** The scheduler's own bookkeeping on a decision: what commit charged, for release and the reports. */
 export class DecisionRecord implements Decision {
   /** The endpoint whose in-flight accounting carries this request, and since when. */
@@ -97,28 +127,39 @@ export class DecisionRecord implements Decision {
   shareId = 0;
   prefixSource: CacheIndexSource = 'approximate';
   kvMatchedTokens = 0;
+  readonly status: DecisionStatus;
+  readonly rule: DecisionRule;
+  readonly entries: readonly DecisionEntry[];
+  readonly destination: string;
+  readonly priority: number;
+  readonly sheddable: boolean;
+  readonly localOverloaded: boolean;
+  readonly penaltiesIgnored: boolean;
+  readonly subsetGiven: boolean;
+  readonly counts: DecisionCounts;
+  readonly prefixBlocks: number;
+  readonly prefixMatched: number;
+  readonly policy: 'cost' | 'weighted';
+  readonly at: number;
+  readonly prefixHashes: readonly number[] | undefined;
 
-  constructor(
-    readonly status: DecisionStatus,
-    readonly rule: DecisionRule,
-    readonly entries: readonly DecisionEntry[],
-    readonly destination: string,
-    readonly priority: number,
-    readonly sheddable: boolean,
-    readonly localOverloaded: boolean,
-    readonly penaltiesIgnored: boolean,
-    readonly subsetGiven: boolean,
-    readonly counts: DecisionCounts,
-    readonly prefixBlocks: number,
-    readonly prefixMatched: number,
-    readonly policy: 'cost' | 'weighted',
-    readonly at: number,
-    /**
-     * The prompt's block hashes, kept for commit to index. A plain array: a Float64Array of more
-     * than 8 hashes would get an off-heap backing store, which V8 allocates and frees slowly.
-     */
-    readonly prefixHashes: readonly number[] | undefined,
-  ) {}
+  constructor(facts: PickFacts, verdict: DecisionVerdict) {
+    this.status = verdict.status;
+    this.rule = verdict.rule;
+    this.entries = verdict.entries;
+    this.destination = verdict.destination;
+    this.priority = facts.priority;
+    this.sheddable = facts.sheddable;
+    this.localOverloaded = verdict.localOverloaded;
+    this.penaltiesIgnored = facts.penaltiesIgnored;
+    this.subsetGiven = facts.subsetGiven;
+    this.counts = facts.counts;
+    this.prefixBlocks = facts.prefixBlocks;
+    this.prefixMatched = verdict.prefixMatched;
+    this.policy = facts.policy;
+    this.at = facts.at;
+    this.prefixHashes = verdict.prefixHashes;
+  }
 
   get primary(): Endpoint | undefined {
     return this.entries[0]?.endpoint;

@@ -17,7 +17,7 @@ export {
 export type { SchedulerConfig, SchedulerConfigInput, ScorerWeights, SubsetMode, Policy, ServiceRates, NetworkConfig } from './config.js';
 export type { Decision, DecisionEntry, DecisionCounts, DecisionRule, DecisionStatus, EntryReason } from './decision.js';
 export { queueScorer, kvCacheScorer, loraScorer, prefixCacheScorer, defaultScorers, scoreGroup, effectiveQueue } from './scorers.js';
-export type { Scorer, ScoringContext, WeightedScorer } from './scorers.js';
+export type { Scorer, ScoreArrays, ScoringContext, WeightedScorer } from './scorers.js';
 export { seededRng } from './rng.js';
 export type { Rng } from './rng.js';
 export { hashPromptBlocks, prefixSeed } from './hash.js';

@@ -3,7 +3,14 @@ import type { Endpoint, Fleet, PoolView } from '@spillway/fleet';
 import { CandidateSet, type CollectOptions } from './candidates.js';
 import { schedulerConfigSchema, type SchedulerConfig, type SchedulerConfigInput } from './config.js';
 import { CostPolicy } from './cost.js';
-import { DecisionRecord, type Decision, type DecisionCounts, type DecisionEntry, type DecisionRule, type EntryReason } from './decision.js';
+import {
+  DecisionRecord,
+  type Decision,
+  type DecisionEntry,
+  type DecisionRule,
+  type EntryReason,
+  type PickFacts,
+} from './decision.js';
 import { hashPromptBlocks, prefixSeed } from './hash.js';
 import { chooseList } from './list.js';
 import { KvBlockIndex, type KvIndexOptions, type KvIndexStats } from './kv-index.js';
@@ -112,7 +119,7 @@ export class Scheduler {
   private readonly index = new PrefixIndex();
   private readonly kv: KvBlockIndex;
   private readonly lookup: PrefixLookup;
-  private readonly shortlist = new RemoteShortlist();
+  private readonly shortlist: RemoteShortlist;
   private readonly ranking = new Ranking();
   /** Picks, releases, placements and penalties shared with the pool's other EPPs: `shared.apply(batch, now)` folds theirs in. */
   readonly shared: SharedState;
@@ -160,13 +167,21 @@ export class Scheduler {
       isExcluded: this.excludedNow,
     };
     this.baseKey = (endpoint, tier) => this.policy.baseKey(this.ctx, endpoint, tier);
+    this.shortlist = new RemoteShortlist({
+      baseKey: this.baseKey,
+      isPenalised: this.penalisedNow,
+      isSilent: this.silentNow,
+      rng: this.rng,
+    });
     this.shared = new SharedState(
-      this.fleet,
-      this.pool,
-      this.index,
-      this.penalties,
-      (endpoint, hashes) => this.learnBlocks(endpoint, hashes),
-      () => this.shortlist.invalidate(),
+      {
+        fleet: this.fleet,
+        pool: this.pool,
+        index: this.index,
+        penalties: this.penalties,
+        learn: (endpoint, hashes) => this.learnBlocks(endpoint, hashes),
+        onPenalty: () => this.shortlist.invalidate(),
+      },
       options.shared,
     );
     this.configure(schedulerConfigSchema.parse(options.config ?? {}));
@@ -229,7 +244,7 @@ export class Scheduler {
   isFull(endpoint: Endpoint, now: number): boolean {
     const pool = this.fleet.pool(this.pool);
     if (!pool) return false;
-    this.setContext(pool, now, '', 0, 0, false);
+    this.setContext(pool, now, '', 0, 0);
     const tier = this.network.tierOf(pool, endpoint.zone, this.fleet.topologyVersion);
     return this.policy.baseKey(this.ctx, endpoint, tier) >= this.policy.limitBand;
   }
@@ -242,7 +257,7 @@ export class Scheduler {
   explain(endpoint: Endpoint, now: number): EndpointExplanation | undefined {
     const pool = this.fleet.pool(this.pool);
     if (!pool) return undefined;
-    this.setContext(pool, now, '', 0, 0, false);
+    this.setContext(pool, now, '', 0, 0);
     const tier = this.network.tierOf(pool, endpoint.zone, this.fleet.topologyVersion);
     const until = this.penalties.penalisedUntil(endpoint, now);
     return {
@@ -289,7 +304,7 @@ export class Scheduler {
 
     let failOpen = false;
     if (pool) {
-      this.setContext(pool, now, request.model, promptTokens, blocks, false);
+      this.setContext(pool, now, request.model, promptTokens, blocks);
       this.ctx.bestCachedTokens = this.lookup.begin(
         this.usesPrefix ? tokenIds : undefined,
         request.model,
@@ -317,6 +332,16 @@ export class Scheduler {
       subsetUnmatched: candidates.subsetCounts.unmatched,
       penalised: candidates.excluded,
     };
+    const facts: PickFacts = {
+      priority,
+      sheddable,
+      penaltiesIgnored: failOpen,
+      subsetGiven,
+      counts,
+      prefixBlocks: blocks,
+      policy: this.config.policy,
+      at: now,
+    };
 
     if (candidates.count === 0) {
       const rule: DecisionRule = !pool
@@ -326,7 +351,7 @@ export class Scheduler {
             ? 'empty-subset'
             : 'subset-unmatched'
           : 'no-ready-endpoints';
-      return this.decide(503, rule, [], priority, sheddable, false, failOpen, subsetGiven, counts, blocks, now);
+      return this.decide(facts, 503, rule, [], false);
     }
 
     const n = candidates.count;
@@ -338,7 +363,7 @@ export class Scheduler {
     this.ranking.rank(this.keys, candidates.tiers, n, this.listSizes, this.rng);
     const bestKey = this.keys[this.ranking.overall.index[0] as number] as number;
     if (sheddable && this.policy.shouldShed(bestKey, this.waits, n)) {
-      return this.decide(429, 'shed', [], priority, sheddable, true, failOpen, subsetGiven, counts, blocks, now);
+      return this.decide(facts, 429, 'shed', [], true);
     }
 
     chooseList(
@@ -356,7 +381,7 @@ export class Scheduler {
     const primary = entries[0] as DecisionEntry;
     const rule: DecisionRule = primary.full ? 'last-resort' : primary.zone === this.zone ? 'local' : 'spill';
     const overloaded = rule !== 'local';
-    return this.decide('routed', rule, entries, priority, sheddable, overloaded, failOpen, subsetGiven, counts, blocks, now);
+    return this.decide(facts, 'routed', rule, entries, overloaded);
   }
 
   /**
@@ -478,7 +503,8 @@ export class Scheduler {
     this.shortlist.invalidate();
   }
 
-  private setContext(pool: PoolView, now: number, model: string, promptTokens: number, blocks: number, includeExcluded: boolean): void {
+  /** Starts a pick's context (excluded endpoints left out; a fail-open pick turns them back in). */
+  private setContext(pool: PoolView, now: number, model: string, promptTokens: number, blocks: number): void {
     const ctx = this.ctx;
     ctx.now = now;
     ctx.pool = pool;
@@ -488,7 +514,7 @@ export class Scheduler {
     ctx.promptTokens = promptTokens;
     ctx.bestCachedTokens = 0;
     ctx.prefixBlocks = blocks;
-    ctx.includeExcluded = includeExcluded;
+    ctx.includeExcluded = false;
   }
 
   /** Step 1: the candidates, with the remote shortlist refreshed when it is due. */
@@ -496,8 +522,7 @@ export class Scheduler {
     const ctx = this.ctx;
     const useShortlist = (subset === undefined || this.config.subsetMode === 'locality') && this.config.remote.refreshMs > 0;
     const version = ctx.topologyVersion;
-    if (useShortlist && this.shortlist.stale(ctx.now, this.config.remote.refreshMs, this.baseKey, this.network, pool, version))
-      this.scan(pool);
+    if (useShortlist && this.shortlist.stale(ctx.now, this.config.remote.refreshMs, this.network, pool, version)) this.scan(pool);
     const options: CollectOptions = {
       subsetMode: this.config.subsetMode,
       now: ctx.now,
@@ -519,17 +544,7 @@ export class Scheduler {
 
   private scan(pool: PoolView): void {
     const ctx = this.ctx;
-    this.shortlist.scan(
-      pool,
-      this.network,
-      ctx.topologyVersion,
-      ctx.now,
-      this.config.remote.shortlist,
-      this.penalisedNow,
-      this.silentNow,
-      this.baseKey,
-      this.rng,
-    );
+    this.shortlist.scan(pool, this.network, ctx.topologyVersion, ctx.now, this.config.remote.shortlist);
   }
 
   private entriesOf(chosen: readonly number[]): DecisionEntry[] {
@@ -597,39 +612,26 @@ export class Scheduler {
   }
 
   private decide(
+    facts: PickFacts,
     status: Decision['status'],
     rule: DecisionRule,
     entries: readonly DecisionEntry[],
-    priority: number,
-    sheddable: boolean,
     localOverloaded: boolean,
-    penaltiesIgnored: boolean,
-    subsetGiven: boolean,
-    counts: DecisionCounts,
-    blocks: number,
-    now: number,
   ): Decision {
     let destination = '';
     for (let i = 0; i < entries.length; i++) destination += (i === 0 ? '' : ',') + (entries[i]?.address as string);
     const primary = entries[0]?.endpoint;
     const routed = status === 'routed';
-    const record = new DecisionRecord(
+    const blocks = facts.prefixBlocks;
+    const record = new DecisionRecord(facts, {
       status,
       rule,
       entries,
       destination,
-      priority,
-      sheddable,
       localOverloaded,
-      penaltiesIgnored,
-      subsetGiven,
-      counts,
-      blocks,
-      primary ? this.index.matchOf(primary) : 0,
-      this.config.policy,
-      now,
-      routed && blocks > 0 ? copyHashes(this.hashes, blocks) : undefined,
-    );
+      prefixMatched: primary ? this.index.matchOf(primary) : 0,
+      prefixHashes: routed && blocks > 0 ? copyHashes(this.hashes, blocks) : undefined,
+    });
     if (primary !== undefined && this.lookup.precise) {
       record.prefixSource = this.lookup.sourceOf(primary);
       if (record.prefixSource === 'precise') record.kvMatchedTokens = this.lookup.cachedTokens(primary);

@@ -30,11 +30,6 @@ export interface ScoringContext {
  */
 export interface Scorer {
   readonly name: string;
-  /**
-   * True when the score depends only on the endpoints, not the request: such scorers rank the
-   * cached remote shortlists.
-   */
-  readonly requestIndependent: boolean;
   score(context: ScoringContext, candidates: readonly Endpoint[], count: number, out: Float64Array): void;
 }
 
@@ -49,7 +44,6 @@ export interface WeightedScorer {
  */
 export const queueScorer: Scorer = {
   name: 'queue',
-  requestIndependent: true,
   score(_context, candidates, count, out) {
     let min = Infinity;
     let max = -Infinity;
@@ -72,7 +66,6 @@ export const queueScorer: Scorer = {
 /** KV-cache use: 1 − usage. An endpoint without metrics scores 0. */
 export const kvCacheScorer: Scorer = {
   name: 'kv-cache',
-  requestIndependent: true,
   score(_context, candidates, count, out) {
     for (let i = 0; i < count; i++) {
       const metrics = (candidates[i] as Endpoint).metrics;
@@ -87,7 +80,6 @@ export const kvCacheScorer: Scorer = {
  */
 export const loraScorer: Scorer = {
   name: 'lora',
-  requestIndependent: false,
   score(context, candidates, count, out) {
     const model = context.model;
     for (let i = 0; i < count; i++) {
@@ -104,7 +96,6 @@ export const loraScorer: Scorer = {
 /** Approximate prefix-cache affinity: matched leading blocks / prompt blocks; 0 without blocks. */
 export const prefixCacheScorer: Scorer = {
   name: 'prefix-cache',
-  requestIndependent: false,
   score(context, candidates, count, out) {
     const total = context.prefixBlocks;
     if (total === 0) {
@@ -125,22 +116,28 @@ export function defaultScorers(weights: ScorerWeights): WeightedScorer[] {
   ].filter((entry) => entry.weight > 0);
 }
 
+/** The reused arrays of a scoring pass, each at least as long as the group. */
+export interface ScoreArrays {
+  /** One scorer's scores (scratch). */
+  readonly scorer: Float64Array;
+  /** The weighted sums. */
+  readonly scores: Float64Array;
+}
+
 /**
  * Weighted sum of scorers over a group, each score clamped to [0, 1] (as the reference does), into
- * `total`. `scratch` must be at least `count` long. Pure arithmetic over reused arrays.
+ * `arrays.scores`. Pure arithmetic over reused arrays.
  */
 export function scoreGroup(
   scorers: readonly WeightedScorer[],
   context: ScoringContext,
   candidates: readonly Endpoint[],
   count: number,
-  scratch: Float64Array,
-  total: Float64Array,
-  onlyRequestIndependent = false,
+  arrays: ScoreArrays,
 ): void {
+  const { scorer: scratch, scores: total } = arrays;
   total.fill(0, 0, count);
   for (const { scorer, weight } of scorers) {
-    if (onlyRequestIndependent && !scorer.requestIndependent) continue;
     scorer.score(context, candidates, count, scratch);
     for (let i = 0; i < count; i++) {
       const s = scratch[i] as number;

@@ -25,6 +25,18 @@ import { SHARED_STATE_DEFAULTS } from './sharing-config.js';
  * before the batch was received, on this EPP's clock. Clock skew between EPPs therefore never
  * matters; the channel's transit time (milliseconds) makes remote entries look that much younger.
  */
+/** The scheduler's parts shared state reads and writes. */
+export interface SharedStateLinks {
+  readonly fleet: Fleet;
+  readonly pool: string;
+  readonly index: PrefixIndex;
+  readonly penalties: PenaltyBox;
+  /** Inserts blocks into the prefix index for an endpoint, sized as the scheduler sizes it. */
+  readonly learn: (endpoint: Endpoint, hashes: readonly number[]) => void;
+  /** Penalties change eligibility: the scheduler drops its cached remote shortlist. */
+  readonly onPenalty: () => void;
+}
+
 export interface SharedStateOptions {
   /** Where this EPP's own entries go; none: it shares nothing (it may still apply others'). */
   readonly outbox?: SharedStateOutbox | undefined;
@@ -114,17 +126,20 @@ export class SharedState {
   private readonly own = new Map<number, DecisionRecord>();
   private nextId = 1;
 
-  constructor(
-    private readonly fleet: Fleet,
-    private readonly pool: string,
-    private readonly index: PrefixIndex,
-    private readonly penalties: PenaltyBox,
-    /** Inserts blocks into the prefix index for an endpoint, sized as the scheduler sizes it. */
-    private readonly learn: (endpoint: Endpoint, hashes: readonly number[]) => void,
-    /** Penalties change eligibility: the scheduler drops its cached remote shortlist. */
-    private readonly onPenalty: () => void,
-    options: SharedStateOptions = {},
-  ) {
+  private readonly fleet: Fleet;
+  private readonly pool: string;
+  private readonly index: PrefixIndex;
+  private readonly penalties: PenaltyBox;
+  private readonly learn: SharedStateLinks['learn'];
+  private readonly onPenalty: () => void;
+
+  constructor(links: SharedStateLinks, options: SharedStateOptions = {}) {
+    this.fleet = links.fleet;
+    this.pool = links.pool;
+    this.index = links.index;
+    this.penalties = links.penalties;
+    this.learn = links.learn;
+    this.onPenalty = links.onPenalty;
     this.outbox = options.outbox;
     this.remoteEntryTtlMs = options.remoteEntryTtlMs ?? SHARED_STATE_DEFAULTS.remoteEntryTtlMs;
     this.peerTimeoutMs = options.peerTimeoutMs ?? SHARED_STATE_DEFAULTS.peerTimeoutMs;

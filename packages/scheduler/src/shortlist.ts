@@ -18,6 +18,15 @@ export type BaseKey = (endpoint: Endpoint, tier: Tier) => number;
  * that was not listed is invisible even if its load dropped, and new remote pods appear at the
  * next scan. `refreshMs: 0` makes every pick exact and O(pool).
  */
+/** What a scan ranks and leaves out by, fixed for the scheduler's life. */
+export interface ShortlistRanking {
+  readonly baseKey: BaseKey;
+  readonly isPenalised: (endpoint: Endpoint) => boolean;
+  readonly isSilent: (endpoint: Endpoint) => boolean;
+  /** Breaks ties between equal keys. */
+  readonly rng: Rng;
+}
+
 export class RemoteShortlist {
   endpoints: Endpoint[] = [];
   /** Remote endpoints the last scan found silent (readiness not re-published), for exact counts. */
@@ -29,13 +38,16 @@ export class RemoteShortlist {
   private candidates: (Endpoint | undefined)[] = [];
   private readonly best = new TopK();
 
+  constructor(private readonly ranking: ShortlistRanking) {}
+
   /** Drops the cached ranking (config change, tests). */
   invalidate(): void {
     this.scannedAt = Number.NEGATIVE_INFINITY;
   }
 
   /** True when the list must be rebuilt before this pick. */
-  stale(now: number, refreshMs: number, baseKey: BaseKey, network: ZoneNetwork, pool: PoolView, topologyVersion: number): boolean {
+  stale(now: number, refreshMs: number, network: ZoneNetwork, pool: PoolView, topologyVersion: number): boolean {
+    const baseKey = this.ranking.baseKey;
     if (now - this.scannedAt >= refreshMs || now < this.scannedAt) return true;
     if (this.cutoff === Number.POSITIVE_INFINITY) return false;
     for (const endpoint of this.endpoints) {
@@ -44,17 +56,9 @@ export class RemoteShortlist {
     return true;
   }
 
-  scan(
-    pool: PoolView,
-    network: ZoneNetwork,
-    topologyVersion: number,
-    now: number,
-    size: number,
-    isPenalised: (endpoint: Endpoint) => boolean,
-    isSilent: (endpoint: Endpoint) => boolean,
-    baseKey: BaseKey,
-    rng: Rng,
-  ): void {
+  /** Keeps the `size` remote endpoints of `pool` with the lowest base key, as of `now`. */
+  scan(pool: PoolView, network: ZoneNetwork, topologyVersion: number, now: number, size: number): void {
+    const { baseKey, isPenalised, isSilent, rng } = this.ranking;
     // One pass over every remote pod, allocation-free: excluded pods (penalised or silent) are
     // skipped, the rest offered to the top-k by their base key as they come.
     let scratch = this.candidates;

@@ -25,8 +25,7 @@ export class WeightedPolicy implements PricingPolicy {
   private readonly span: number;
   private readonly scratch = new Scratch();
   private readonly single: Endpoint[] = [];
-  private readonly singleScore = new Float64Array(1);
-  private readonly singleScratch = new Float64Array(1);
+  private readonly singleArrays = { scorer: new Float64Array(1), scores: new Float64Array(1) };
 
   constructor(
     private readonly config: SchedulerConfig,
@@ -40,7 +39,7 @@ export class WeightedPolicy implements PricingPolicy {
     const n = candidates.count;
     const s = this.scratch;
     s.ensure(n);
-    scoreGroup(this.scorers, this.scoring(ctx), candidates.endpoints, n, s.scorer, s.scores);
+    scoreGroup(this.scorers, this.scoring(ctx), candidates.endpoints, n, s);
     for (let i = 0; i < n; i++) {
       keys[i] = this.key(ctx, candidates.endpoints[i] as Endpoint, candidates.tiers[i] as Tier, s.scores[i] as number);
     }
@@ -62,11 +61,11 @@ export class WeightedPolicy implements PricingPolicy {
 
   explain(ctx: PricingContext, endpoint: Endpoint, _tier: Tier): EntryScore {
     this.single[0] = endpoint;
-    scoreGroup(this.scorers, this.scoring(ctx), this.single, 1, this.singleScratch, this.singleScore);
+    scoreGroup(this.scorers, this.scoring(ctx), this.single, 1, this.singleArrays);
     this.single.length = 0;
     const ageMs = endpoint.metrics ? ctx.now - endpoint.metrics.receivedAt : Number.POSITIVE_INFINITY;
     return {
-      score: Math.round((this.singleScore[0] as number) * 1000) / 1000,
+      score: Math.round((this.singleArrays.scores[0] as number) * 1000) / 1000,
       saturated: this.saturated(endpoint),
       stale: ageMs > this.staleAfterMs,
       suspect: isSuspect(endpoint, ctx.pool, ctx.now, this.staleAfterMs, ageMs),
