@@ -116,7 +116,7 @@ export class LocalSystem {
     const onAbort = () => void abandon();
     options.signal?.addEventListener('abort', onAbort, { once: true });
     try {
-      await startAll(options, logs, nats, sims, zones, say, () => options.signal?.throwIfAborted());
+      await startAll(partial, { logs, say, checkpoint: () => options.signal?.throwIfAborted() });
       options.signal?.throwIfAborted();
       return partial;
     } catch (error) {
@@ -157,15 +157,17 @@ export class LocalSystem {
   }
 }
 
-async function startAll(
-  options: SystemOptions,
-  logs: string,
-  nats: NatsProcesses,
-  sims: SimProcess[],
-  zones: Map<string, ZoneProcesses>,
-  say: (line: string) => void,
-  checkpoint: () => void,
-): Promise<void> {
+/** How one start runs: where the logs go, what it says, and the check for an abort between steps. */
+interface StartRun {
+  readonly logs: string;
+  say(line: string): void;
+  checkpoint(): void;
+}
+
+/** Starts `system`'s processes into its (empty) process lists. */
+async function startAll(system: LocalSystem, run: StartRun): Promise<void> {
+  const { options, nats, sims, zones } = system;
+  const { logs, say, checkpoint } = run;
   const logLevel = options.logLevel ?? 'warn';
   const topologyKind = options.natsTopology ?? 'single';
   await startNats(options, logs, topologyKind, nats, checkpoint);

@@ -212,8 +212,22 @@ export function childPublisher(url: string, pool: string, pods: number, total: n
   });
 }
 
-/** Follows the pool live (through the bus reader, or raw) while the child publishes; rate of messages handled. */
-async function liveRate(nc: NatsConnection, jsm: JetStreamManager, url: string, pool: string, pods: number, total: number, raw: boolean) {
+/** The bench's nats-server and its connection. */
+interface BenchNats {
+  readonly nc: NatsConnection;
+  readonly jsm: JetStreamManager;
+  readonly url: string;
+}
+
+/** One live run: the pool a child process publishes, its pods, and whether the pool is read raw (no bus reader). */
+interface LiveRun {
+  readonly pool: string;
+  readonly pods: number;
+  readonly raw: boolean;
+}
+
+/** Follows the pool live (through the bus reader, or raw) while the child publishes `total` events; rate of messages handled. */
+async function liveRate({ nc, jsm, url }: BenchNats, { pool, pods, raw }: LiveRun, total: number) {
   const before = (await jsm.streams.info(STREAM)).state.last_seq;
   let handled = 0;
   let lastSeq = 0;
@@ -257,15 +271,7 @@ async function liveRate(nc: NatsConnection, jsm: JetStreamManager, url: string, 
 }
 
 /** Event-to-visible lag: child publishes at `rate`/s with observedAt = publish time; lag at apply. */
-async function lag(
-  nc: NatsConnection,
-  url: string,
-  pool: string,
-  pods: number,
-  rate: number,
-  seconds: number,
-  raw: boolean,
-): Promise<number[]> {
+async function lag({ nc, url }: BenchNats, { pool, pods, raw }: LiveRun, rate: number, seconds: number): Promise<number[]> {
   const lags: number[] = [];
   const total = rate * seconds;
   let stop: () => Promise<void>;
@@ -437,8 +443,9 @@ async function run(context: BenchContext): Promise<string> {
       `${median(replays.map((x) => x.ms)).toFixed(0)} ms; ${median(replays.map((x) => x.cpuUs / x.count)).toFixed(1)} µs CPU/msg`;
 
     context.log(`live: ${liveTotal} metrics from a child process, flat out`);
-    const liveRaw = await liveRate(nc, jsm, server.url, 'live-raw', 1_000, liveTotal, true);
-    const liveBus = await liveRate(nc, jsm, server.url, 'live-bus', 1_000, liveTotal, false);
+    const benchNats: BenchNats = { nc, jsm, url: server.url };
+    const liveRaw = await liveRate(benchNats, { pool: 'live-raw', pods: 1_000, raw: true }, liveTotal);
+    const liveBus = await liveRate(benchNats, { pool: 'live-bus', pods: 1_000, raw: false }, liveTotal);
 
     context.log(`lag: 1,000 pods x 10 samples/s for ${lagSeconds} s, ${lagRounds} round(s) each, alternating`);
     const lagRawAll: number[] = [];
@@ -448,7 +455,7 @@ async function run(context: BenchContext): Promise<string> {
     for (let r = 0; r < lagRounds; r++) {
       for (const isRaw of r % 2 === 0 ? [true, false] : [false, true]) {
         const cpu = process.cpuUsage();
-        const lags = await lag(nc, server.url, `lag-${isRaw ? 'raw' : 'bus'}-${r}`, 1_000, 10_000, lagSeconds, isRaw);
+        const lags = await lag(benchNats, { pool: `lag-${isRaw ? 'raw' : 'bus'}-${r}`, pods: 1_000, raw: isRaw }, 10_000, lagSeconds);
         const used = cpuSince(cpu);
         (isRaw ? lagRawAll : lagBusAll).push(...lags);
         if (isRaw) lagRawCpu += used;

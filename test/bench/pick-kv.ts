@@ -95,14 +95,18 @@ interface Stats {
   cpuUsPerPick: number;
 }
 
+/** What a measurement picks with: the scheduler, its pool, and the prompts' token-id families. */
+interface KvPickSetup {
+  readonly scheduler: Scheduler;
+  readonly fleet: Fleet;
+  readonly families: Uint32Array[];
+}
+
+/** `withIds`: requests carry their prompt's token ids (the precise index), or not (the approximate one). */
 function measure(
-  scheduler: Scheduler,
-  fleet: Fleet,
-  families: Uint32Array[],
-  picks: number,
-  warmup: number,
+  { scheduler, fleet, families }: KvPickSetup,
+  { picks, warmup, startAt }: { picks: number; warmup: number; startAt: number },
   withIds: boolean,
-  startAt: number,
 ): Stats {
   const rng = seededRng(7);
   const latencies = new Float64Array(picks);
@@ -174,8 +178,9 @@ export function preciseCase(context: BenchContext): { lines: string[]; met: bool
   }
   lookups.sort();
 
-  const precise = measure(scheduler, fleet, families, picks, warmup, true, t0);
-  const approximate = measure(scheduler, fleet, families, picks, warmup, false, t0 + 3_600_000);
+  const setup: KvPickSetup = { scheduler, fleet, families };
+  const precise = measure(setup, { picks, warmup, startAt: t0 }, true);
+  const approximate = measure(setup, { picks, warmup, startAt: t0 + 3_600_000 }, false);
   const met = precise.p99 < PRECISE_P99_TARGET_US;
   context.log(
     `precise pick at ${SIZE} endpoints: p50 ${us(precise.p50)} µs, p99 ${us(precise.p99)} µs (approximate p99 ${us(approximate.p99)} µs)`,

@@ -170,16 +170,27 @@ function naivePicker(fleet: Fleet, mode: SubsetMode) {
   };
 }
 
-function measure(
-  fleet: Fleet,
-  size: number,
-  picks: number,
-  warmup: number,
-  pick: (request: PickRequest, now: number) => Decision | string,
-  after: (result: Decision | string, now: number) => void,
-  subset: string[] | undefined,
-  startAt: number,
-): Stats {
+/** The pool a measurement picks from, and the subset hint its requests carry. */
+interface PickPool {
+  readonly fleet: Fleet;
+  readonly size: number;
+  readonly subset: string[] | undefined;
+}
+
+/** How many picks are timed, after how many untimed ones, from when on the clock (ms). */
+interface PickRun {
+  readonly picks: number;
+  readonly warmup: number;
+  readonly startAt: number;
+}
+
+/** The picker timed, and what follows each pick, untimed (commit and release). */
+interface Picker {
+  pick(request: PickRequest, now: number): Decision | string;
+  after(result: Decision | string, now: number): void;
+}
+
+function measure({ fleet, size, subset }: PickPool, { picks, warmup, startAt }: PickRun, picker: Picker): Stats {
   const rng = seededRng(size);
   const latencies = new Float64Array(picks);
   const hint = hintDecoder(subset);
@@ -195,14 +206,14 @@ function measure(
     const request: PickRequest = { model: 'llama', prompt: PROMPTS[(i + warmup) % PROMPTS.length], subset: hint() };
     const cpuStarted = process.cpuUsage();
     const started = process.hrtime.bigint();
-    const result = pick(request, now);
+    const result = picker.pick(request, now);
     const elapsed = Number(process.hrtime.bigint() - started);
     const used = process.cpuUsage(cpuStarted);
     if (i >= 0) {
       latencies[i] = elapsed;
       cpu += used.user + used.system;
     }
-    after(result, now);
+    picker.after(result, now);
   }
   const total = latencies.reduce((a, b) => a + b, 0);
   latencies.sort();
@@ -246,31 +257,25 @@ export const pick: BenchPart = {
         config: { subsetMode: row.mode, policy: row.policy },
       });
       const outstanding: Decision[] = [];
+      const pool: PickPool = { fleet, size: row.size, subset };
       const ours = measure(
-        fleet,
-        row.size,
-        picks,
-        warmup,
-        (request, now) => scheduler.pick(request, now),
-        (result, now) => {
-          const decision = result as Decision;
-          scheduler.commit(decision, now);
-          outstanding.push(decision);
-          if (outstanding.length > IN_FLIGHT) scheduler.release(outstanding.shift() as Decision);
+        pool,
+        { picks, warmup, startAt: t0 },
+        {
+          pick: (request, now) => scheduler.pick(request, now),
+          after: (result, now) => {
+            const decision = result as Decision;
+            scheduler.commit(decision, now);
+            outstanding.push(decision);
+            if (outstanding.length > IN_FLIGHT) scheduler.release(outstanding.shift() as Decision);
+          },
         },
-        subset,
-        t0,
       );
       const naivePicks = Math.max(300, Math.min(picks, Math.floor((context.quick ? 3e5 : 3e6) / row.size)));
       const naive = measure(
-        fleet,
-        row.size,
-        naivePicks,
-        Math.min(warmup, naivePicks),
-        naivePicker(fleet, row.mode),
-        () => undefined,
-        subset,
-        t0 + 3_600_000,
+        pool,
+        { picks: naivePicks, warmup: Math.min(warmup, naivePicks), startAt: t0 + 3_600_000 },
+        { pick: naivePicker(fleet, row.mode), after: () => undefined },
       );
       const label = row.subset === undefined ? 'none' : `${row.subset} ${row.mode}`;
       context.log(

@@ -102,20 +102,20 @@ export async function startCollector(config: CollectorConfig, options: StartOpti
   if (config.endpointsFile !== undefined && initial) {
     collector.setEndpoints('file', initial);
     logger.info({ file: config.endpointsFile, endpoints: initial.length }, 'endpoints file loaded');
-    watcher = watchEndpointsFile(
-      config.endpointsFile,
+    watcher = watchEndpointsFile({
+      path: config.endpointsFile,
       defaults,
-      config.endpointsPollMs,
-      (endpoints) => {
+      pollMs: config.endpointsPollMs,
+      onChange: (endpoints) => {
         logger.info({ file: config.endpointsFile, endpoints: endpoints.length }, 'endpoints file changed');
         collector.setEndpoints('file', endpoints);
       },
-      (error) => {
+      onError: (error) => {
         metrics.sourceErrors.inc({ source: 'file' });
         logger.error({ file: config.endpointsFile, error: error.message }, 'endpoints file rejected; keeping the last good list');
       },
       initialText,
-    );
+    });
   }
 
   let kube: KubeSource | undefined;

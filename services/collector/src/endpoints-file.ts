@@ -94,21 +94,27 @@ export interface EndpointsFileWatcher {
   stop(): void;
 }
 
+export interface EndpointsFileWatch {
+  readonly path: string;
+  readonly defaults: FileDefaults;
+  readonly pollMs: number;
+  /** The file's entries, each time its text changed. */
+  onChange(endpoints: EndpointSpec[]): void;
+  /** The file could not be read or is invalid; the last good list stays. */
+  onError(error: Error): void;
+  /** The text already loaded: unchanged, it is not reported again. */
+  readonly initialText?: string | undefined;
+}
+
 /**
  * Re-reads the file every `pollMs` and reports its entries when the text changed. Polling the
  * content (not fs.watch) also catches editors' rename-over saves and bind-mounted ConfigMaps,
  * whose symlink swaps fs.watch misses. A file that turns invalid is reported as an error and the
  * last good list stays in force: a typo must not tombstone the whole pool.
  */
-export function watchEndpointsFile(
-  path: string,
-  defaults: FileDefaults,
-  pollMs: number,
-  onChange: (endpoints: EndpointSpec[]) => void,
-  onError: (error: Error) => void,
-  initialText?: string,
-): EndpointsFileWatcher {
-  let last = initialText;
+export function watchEndpointsFile(watch: EndpointsFileWatch): EndpointsFileWatcher {
+  const { path, defaults, pollMs, onChange, onError } = watch;
+  let last = watch.initialText;
   let stopped = false;
   let running = false;
   const timer = setInterval(() => {

@@ -24,6 +24,14 @@ export function createAgent(): Agent {
 /** Bodies beyond this are refused (callers pass their own, smaller limit where they have one). */
 export const MAX_BODY_BYTES = 16 * 1024 * 1024;
 
+/** One GET: where to, and its bounds. */
+export interface GetRequest {
+  readonly origin: string;
+  readonly path: string;
+  readonly timeoutMs: number;
+  readonly maxBytes: number;
+}
+
 /**
  * GETs `origin` + `path` and hands the body to `onChunk` piece by piece as it arrives, so nothing
  * is buffered here; throws GetError. The timeout covers the whole exchange (connect, headers,
@@ -31,14 +39,8 @@ export const MAX_BODY_BYTES = 16 * 1024 * 1024;
  * `timeoutMs`. Reading stops (and the connection is dropped) once `maxBytes` have arrived, or when
  * `onChunk` throws: that error is rethrown as is.
  */
-export async function getStreamed(
-  dispatcher: Dispatcher,
-  origin: string,
-  path: string,
-  timeoutMs: number,
-  maxBytes: number,
-  onChunk: (chunk: Buffer) => void,
-): Promise<void> {
+export async function getStreamed(dispatcher: Dispatcher, request: GetRequest, onChunk: (chunk: Buffer) => void): Promise<void> {
+  const { origin, path, timeoutMs, maxBytes } = request;
   const controller = new AbortController();
   const timer = setTimeout(() => controller.abort(), timeoutMs);
   let consumerError: { error: unknown } | undefined;
@@ -88,7 +90,7 @@ export async function getText(
 ): Promise<string> {
   const chunks: Buffer[] = [];
   let size = 0;
-  await getStreamed(dispatcher, origin, path, timeoutMs, maxBytes, (chunk) => {
+  await getStreamed(dispatcher, { origin, path, timeoutMs, maxBytes }, (chunk) => {
     chunks.push(chunk);
     size += chunk.length;
   });

@@ -86,7 +86,9 @@ export class Scraper {
     try {
       const reader = new ScrapeReader(this.engine(), this.options.limits);
       const { timeoutMs, limits, path } = this.options;
-      await getStreamed(this.dispatcher, originOf(this.address), path, timeoutMs, limits.maxBytes, (chunk) => reader.push(chunk));
+      await getStreamed(this.dispatcher, { origin: originOf(this.address), path, timeoutMs, maxBytes: limits.maxBytes }, (chunk) =>
+        reader.push(chunk),
+      );
       if (this.stopped) return;
       const extracted = reader.finish();
       const failures = this.failures;

@@ -87,15 +87,19 @@ export function renderFleetTable(rows: readonly FleetRow[]): string {
   return lines.join('\n');
 }
 
+/** What the summary lines say. */
+export interface FleetStatus {
+  readonly header: { pool: string; stream: string; server: string };
+  readonly status: ReaderStatus;
+  readonly counters: FleetCounters;
+  readonly rows: readonly FleetRow[];
+  readonly now: number;
+  /** The EPPs' shared state, when it was asked for. */
+  readonly shared?: { epps: number; inFlight: number } | undefined;
+}
+
 /** The summary lines above the table: connection, replay, counters. */
-export function renderFleetStatus(
-  header: { pool: string; stream: string; server: string },
-  status: ReaderStatus,
-  counters: FleetCounters,
-  rows: readonly FleetRow[],
-  now: number,
-  shared?: { epps: number; inFlight: number },
-): string {
+export function renderFleetStatus({ header, status, counters, rows, now, shared }: FleetStatus): string {
   const ready = rows.filter((r) => r.ready === 'ready').length;
   const stale = rows.filter((r) => r.stale).length;
   const staleness = status.staleSince === undefined ? '' : `  STALE for ${formatAge(now - status.staleSince)}`;

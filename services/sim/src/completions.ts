@@ -112,7 +112,7 @@ export async function handleCompletion(
   if ('status' in tokens) return sendError(res, tokens);
   const n = ++requestCounter;
   const id = `${shapes.idPrefix}${n.toString(16)}`;
-  const created = Math.floor(Date.now() / 1000);
+  const head = { id, created: Math.floor(Date.now() / 1000), model: p.model };
   const { metrics } = ctx;
   let text = '';
 
@@ -131,17 +131,17 @@ export async function handleCompletion(
       else metrics.token(seq.lastItlMs / 1000);
       const tok = outputToken(n, seq.generated - 1);
       const last = seq.generated === seq.request.outputTokens;
-      if (p.stream) write(shapes.chunk(id, created, p.model, tok, last ? 'length' : null, seq.generated === 1));
+      if (p.stream) write(shapes.chunk(head, tok, last ? 'length' : null, seq.generated === 1));
       else text += tok;
     },
     onFinish(seq, _at) {
       metrics.finish((seq.finishedAt - seq.submittedAt) / 1000, 'length');
       const u = usage(seq.request.promptTokens, seq.generated, seq.cachedTokens);
       if (p.stream) {
-        if (p.includeUsage) write(shapes.usageChunk(id, created, p.model, u));
+        if (p.includeUsage) write(shapes.usageChunk(head, u));
         if (!res.destroyed && !res.writableEnded) res.end('data: [DONE]\n\n');
       } else if (!res.destroyed && !res.writableEnded) {
-        sendJson(res, 200, shapes.full(id, created, p.model, text, 'length', u));
+        sendJson(res, 200, shapes.full(head, text, 'length', u));
       }
     },
   };

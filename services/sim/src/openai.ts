@@ -91,24 +91,32 @@ export function usage(prompt: number, completion: number, cached: number): Usage
   };
 }
 
+/** What every response object of one request starts with. */
+export interface ResponseHead {
+  readonly id: string;
+  /** Unix seconds. */
+  readonly created: number;
+  readonly model: string;
+}
+
 /** Response shapes of the two endpoints, so the server code does not branch on each field. */
 export interface Shapes {
   idPrefix: string;
-  chunk(id: string, created: number, model: string, text: string, finish: string | null, first: boolean): object;
-  full(id: string, created: number, model: string, text: string, finish: string, u: Usage): object;
-  usageChunk(id: string, created: number, model: string, u: Usage): object;
+  chunk(head: ResponseHead, text: string, finish: string | null, first: boolean): object;
+  full(head: ResponseHead, text: string, finish: string, u: Usage): object;
+  usageChunk(head: ResponseHead, u: Usage): object;
 }
 
 export const COMPLETION: Shapes = {
   idPrefix: 'cmpl-',
-  chunk: (id, created, model, text, finish) => ({
+  chunk: ({ id, created, model }, text, finish) => ({
     id,
     object: 'text_completion',
     created,
     model,
     choices: [{ index: 0, text, logprobs: null, finish_reason: finish, stop_reason: null }],
   }),
-  full: (id, created, model, text, finish, u) => ({
+  full: ({ id, created, model }, text, finish, u) => ({
     id,
     object: 'text_completion',
     created,
@@ -116,19 +124,19 @@ export const COMPLETION: Shapes = {
     choices: [{ index: 0, text, logprobs: null, finish_reason: finish, stop_reason: null }],
     usage: u,
   }),
-  usageChunk: (id, created, model, u) => ({ id, object: 'text_completion', created, model, choices: [], usage: u }),
+  usageChunk: ({ id, created, model }, u) => ({ id, object: 'text_completion', created, model, choices: [], usage: u }),
 };
 
 export const CHAT: Shapes = {
   idPrefix: 'chatcmpl-',
-  chunk: (id, created, model, text, finish, first) => ({
+  chunk: ({ id, created, model }, text, finish, first) => ({
     id,
     object: 'chat.completion.chunk',
     created,
     model,
     choices: [{ index: 0, delta: first ? { role: 'assistant', content: text } : { content: text }, logprobs: null, finish_reason: finish }],
   }),
-  full: (id, created, model, text, finish, u) => ({
+  full: ({ id, created, model }, text, finish, u) => ({
     id,
     object: 'chat.completion',
     created,
@@ -136,7 +144,7 @@ export const CHAT: Shapes = {
     choices: [{ index: 0, message: { role: 'assistant', content: text }, logprobs: null, finish_reason: finish }],
     usage: u,
   }),
-  usageChunk: (id, created, model, u) => ({ id, object: 'chat.completion.chunk', created, model, choices: [], usage: u }),
+  usageChunk: ({ id, created, model }, u) => ({ id, object: 'chat.completion.chunk', created, model, choices: [], usage: u }),
 };
 
 const WORDS = [' the', ' of', ' and', ' to', ' in', ' is', ' it', ' for', ' on', ' as', ' at', ' by', ' we', ' an', ' be', ' or'];
