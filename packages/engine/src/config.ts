@@ -143,10 +143,6 @@ export type PresetName = keyof typeof PRESETS;
 
 export const PRESET_NAMES = Object.keys(PRESETS) as PresetName[];
 
-export function isPresetName(name: string): name is PresetName {
-  return Object.hasOwn(PRESETS, name);
-}
-
 /** A preset with some fields replaced; throws on values the engine cannot run with. */
 export function engineConfig(preset: PresetName = 'llama-8b-h100', overrides: Partial<EngineConfig> = {}): EngineConfig {
   const cfg: EngineConfig = { ...PRESETS[preset], ...stripUndefined(overrides) };

@@ -17,7 +17,6 @@ export {
   routedResponses,
   responseHeadersResponse,
   responseBodyResponse,
-  requestBodyContinue,
   requestTrailersResponse,
   responseTrailersResponse,
 } from './responses.js';

@@ -33,12 +33,11 @@ function common(headerMutation: HeaderMutation | undefined, clearRouteCache: boo
 function frozen(response: ProcessingResponse): ProcessingResponse {
   return Object.freeze(response);
 }
-function frozenContinue(kind: 'requestHeaders' | 'responseHeaders' | 'requestBody' | 'responseBody'): ProcessingResponse {
+function frozenContinue(kind: 'requestHeaders' | 'responseHeaders' | 'responseBody'): ProcessingResponse {
   return frozen({ response: { $case: kind, value: { response: common(undefined, false) } }, requestDrain: false });
 }
 const CONTINUE_REQUEST_HEADERS = frozenContinue('requestHeaders');
 const CONTINUE_RESPONSE_HEADERS = frozenContinue('responseHeaders');
-const CONTINUE_REQUEST_BODY = frozenContinue('requestBody');
 const CONTINUE_RESPONSE_BODY = frozenContinue('responseBody');
 const REQUEST_TRAILERS_RESPONSE = frozen({ response: { $case: 'requestTrailers', value: {} }, requestDrain: false });
 const RESPONSE_TRAILERS_RESPONSE = frozen({ response: { $case: 'responseTrailers', value: {} }, requestDrain: false });
@@ -205,11 +204,6 @@ export function responseHeadersResponse(): ProcessingResponse {
  */
 export function responseBodyResponse(chunk: Uint8Array, endOfStream: boolean, fullDuplex: boolean): ProcessingResponse {
   return fullDuplex ? streamedChunk('responseBody', chunk, endOfStream) : CONTINUE_RESPONSE_BODY;
-}
-
-/** Plain continue for a request body message (buffered modes that need no decision, e.g. after an error was ruled out). */
-export function requestBodyContinue(): ProcessingResponse {
-  return CONTINUE_REQUEST_BODY;
 }
 
 export function requestTrailersResponse(): ProcessingResponse {
