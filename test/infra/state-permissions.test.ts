@@ -9,9 +9,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { decodeStateBatch, encodeStateBatch, stateSubjectFor, type StateBatch } from '@spillway/events';
 import { EventPublisher } from '@spillway/bus';
 import { loadEppConfig, startEpp, type RunningEpp } from '@spillway/epp';
-import { eventually, envoyRequestMessages } from '@spillway/testkit';
+import { eventually, envoyRequestMessages, ExternalProcessorClient } from '@spillway/testkit';
 import { credentials as grpcCredentials } from '@grpc/grpc-js';
-import { ExternalProcessorClient, type ProcessingResponse } from '@spillway/protocol';
+import type { ProcessingResponse } from '@spillway/protocol';
 import pino from 'pino';
 import { permissionErrors, startSettledTopology, topologyClients, type RunningTopology } from './nats-topology-helper.js';
 

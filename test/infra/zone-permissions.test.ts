@@ -9,9 +9,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { credentials as grpcCredentials } from '@grpc/grpc-js';
 import { jetstream } from '@nats-io/jetstream';
 import { encodeEvent, subjectFor, type MetricsEvent, type ReadinessEvent } from '@spillway/events';
-import { ExternalProcessorClient, type ProcessingRequest, type ProcessingResponse } from '@spillway/protocol';
+import type { ProcessingRequest, ProcessingResponse } from '@spillway/protocol';
 import { loadEppConfig, startEpp, type RunningEpp } from '@spillway/epp';
-import { eventually } from '@spillway/testkit';
+import { eventually, ExternalProcessorClient } from '@spillway/testkit';
 import pino from 'pino';
 import { startSettledTopology, topologyClients, type RunningTopology } from './nats-topology-helper.js';
 

@@ -10,7 +10,6 @@ export {
   BodyResponse,
   CommonResponse,
   CommonResponse_ResponseStatus as ResponseStatus,
-  ExternalProcessorClient,
   ExternalProcessorService,
   HeaderMutation,
   HeadersResponse,
@@ -36,7 +35,6 @@ export {
   HealthCheckRequest,
   HealthCheckResponse,
   HealthCheckResponse_ServingStatus as ServingStatus,
-  HealthClient,
   HealthService,
 } from './gen/grpc/health/v1/health.js';
 export type { HealthServer } from './gen/grpc/health/v1/health.js';

@@ -1,5 +1,6 @@
 import { credentials as grpcCredentials, type ChannelCredentials } from '@grpc/grpc-js';
-import { HealthClient, type ServingStatus } from '@spillway/protocol';
+import type { ServingStatus } from '@spillway/protocol';
+import { HealthClient } from './grpc-clients.js';
 
 /** One grpc.health.v1 Check on loopback: the status, or NOT_FOUND for an unknown service. */
 export function healthStatus(

@@ -13,3 +13,4 @@ export {
   type ResponseHeadersOptions,
 } from './envoy-messages.js';
 export { healthStatus } from './health.js';
+export { ExternalProcessorClient, HealthClient } from './grpc-clients.js';

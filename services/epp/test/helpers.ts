@@ -1,6 +1,6 @@
 import { credentials as grpcCredentials, type ChannelCredentials, type ClientDuplexStream, type ServiceError } from '@grpc/grpc-js';
-import { ExternalProcessorClient, type ProcessingRequest, type ProcessingResponse } from '@spillway/protocol';
-import { POOL } from '@spillway/testkit';
+import type { ProcessingRequest, ProcessingResponse } from '@spillway/protocol';
+import { ExternalProcessorClient, POOL } from '@spillway/testkit';
 import pino, { type Logger } from 'pino';
 import { loadEppConfig, startEpp, type RunningEpp } from '@spillway/epp';
 

@@ -1,6 +1,5 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { startNatsServer, eventually, type NatsServerHandle } from '@spillway/testkit';
-import type { ExternalProcessorClient } from '@spillway/protocol';
+import { startNatsServer, eventually, type ExternalProcessorClient, type NatsServerHandle } from '@spillway/testkit';
 import type { RunningEpp } from '@spillway/epp';
 import {
   EnvoyStream,

@@ -6,8 +6,16 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { credentials as grpcCredentials } from '@grpc/grpc-js';
 import type { StateBatch } from '@spillway/events';
 import { loadEppConfig, startEpp, type RunningEpp } from '@spillway/epp';
-import { ExternalProcessorClient, type ProcessingResponse } from '@spillway/protocol';
-import { envoyRequestMessages, eventually, startNatsServer, TestPublisher, type NatsServerHandle, type PodSpec } from '@spillway/testkit';
+import type { ProcessingResponse } from '@spillway/protocol';
+import {
+  envoyRequestMessages,
+  eventually,
+  ExternalProcessorClient,
+  startNatsServer,
+  TestPublisher,
+  type NatsServerHandle,
+  type PodSpec,
+} from '@spillway/testkit';
 import pino from 'pino';
 import { PoolInFlight, runFleetCli } from '../src/index.js';
 

@@ -3,20 +3,7 @@
 
 /* eslint-disable */
 import { BinaryReader, BinaryWriter } from "@bufbuild/protobuf/wire";
-import {
-  type CallOptions,
-  type ChannelCredentials,
-  Client,
-  type ClientOptions,
-  type ClientReadableStream,
-  type ClientUnaryCall,
-  type handleServerStreamingCall,
-  type handleUnaryCall,
-  makeGenericClientConstructor,
-  type Metadata,
-  type ServiceError,
-  type UntypedServiceImplementation,
-} from "@grpc/grpc-js";
+import type { handleServerStreamingCall, handleUnaryCall, UntypedServiceImplementation } from "@grpc/grpc-js";
 
 export const protobufPackage = "grpc.health.v1";
 
@@ -241,36 +228,6 @@ export interface HealthServer extends UntypedServiceImplementation {
   check: handleUnaryCall<HealthCheckRequest, HealthCheckResponse>;
   watch: handleServerStreamingCall<HealthCheckRequest, HealthCheckResponse>;
 }
-
-export interface HealthClient extends Client {
-  check(
-    request: HealthCheckRequest,
-    callback: (error: ServiceError | null, response: HealthCheckResponse) => void,
-  ): ClientUnaryCall;
-  check(
-    request: HealthCheckRequest,
-    metadata: Metadata,
-    callback: (error: ServiceError | null, response: HealthCheckResponse) => void,
-  ): ClientUnaryCall;
-  check(
-    request: HealthCheckRequest,
-    metadata: Metadata,
-    options: Partial<CallOptions>,
-    callback: (error: ServiceError | null, response: HealthCheckResponse) => void,
-  ): ClientUnaryCall;
-  watch(request: HealthCheckRequest, options?: Partial<CallOptions>): ClientReadableStream<HealthCheckResponse>;
-  watch(
-    request: HealthCheckRequest,
-    metadata?: Metadata,
-    options?: Partial<CallOptions>,
-  ): ClientReadableStream<HealthCheckResponse>;
-}
-
-export const HealthClient = makeGenericClientConstructor(HealthService, "grpc.health.v1.Health") as unknown as {
-  new (address: string, credentials: ChannelCredentials, options?: Partial<ClientOptions>): HealthClient;
-  service: typeof HealthService;
-  serviceName: string;
-};
 
 type Builtin = Date | Function | Uint8Array | string | number | boolean | undefined;
 

@@ -3,20 +3,10 @@
 
 /* eslint-disable */
 import { BinaryReader, BinaryWriter } from "@bufbuild/protobuf/wire";
-import {
-  type CallOptions,
-  type ChannelCredentials,
-  Client,
-  type ClientDuplexStream,
-  type ClientOptions,
-  type handleBidiStreamingCall,
-  makeGenericClientConstructor,
-  type Metadata,
-  type UntypedServiceImplementation,
-} from "@grpc/grpc-js";
+import type { handleBidiStreamingCall, UntypedServiceImplementation } from "@grpc/grpc-js";
 import { Duration } from "../../../../google/protobuf/duration.js";
 import { Struct } from "../../../../google/protobuf/struct.js";
-import { HeaderMap, HeaderValueOption, Metadata as Metadata1 } from "../../../config/core/v3/base.js";
+import { HeaderMap, HeaderValueOption, Metadata } from "../../../config/core/v3/base.js";
 import {
   ProcessingMode,
   ProcessingMode_BodySendMode,
@@ -54,7 +44,7 @@ export interface ProcessingRequest {
     | { $case: "responseTrailers"; value: HttpTrailers }
     | undefined;
   metadataContext?:
-    | Metadata1
+    | Metadata
     | undefined;
   /** Keyed by filter name ("envoy.filters.http.ext_proc"); sent once per direction. */
   attributes: { [key: string]: { [key: string]: unknown } | undefined };
@@ -347,7 +337,7 @@ export const ProcessingRequest: MessageFns<ProcessingRequest> = {
         break;
     }
     if (message.metadataContext !== undefined) {
-      Metadata1.encode(message.metadataContext, writer.uint32(66).fork()).join();
+      Metadata.encode(message.metadataContext, writer.uint32(66).fork()).join();
     }
     globalThis.Object.entries(message.attributes).forEach(
       ([key, value]: [string, { [key: string]: unknown } | undefined]) => {
@@ -431,7 +421,7 @@ export const ProcessingRequest: MessageFns<ProcessingRequest> = {
               break;
             }
 
-            message.metadataContext = Metadata1.decode(reader, reader.uint32());
+            message.metadataContext = Metadata.decode(reader, reader.uint32());
             continue;
           }
           case 9: {
@@ -501,9 +491,9 @@ export const ProcessingRequest: MessageFns<ProcessingRequest> = {
         ? { $case: "responseTrailers", value: HttpTrailers.fromJSON(object.response_trailers) }
         : undefined,
       metadataContext: isSet(object.metadataContext)
-        ? Metadata1.fromJSON(object.metadataContext)
+        ? Metadata.fromJSON(object.metadataContext)
         : isSet(object.metadata_context)
-        ? Metadata1.fromJSON(object.metadata_context)
+        ? Metadata.fromJSON(object.metadata_context)
         : undefined,
       attributes: isObject(object.attributes)
         ? (globalThis.Object.entries(object.attributes) as [string, any][]).reduce(
@@ -548,7 +538,7 @@ export const ProcessingRequest: MessageFns<ProcessingRequest> = {
       obj.responseTrailers = HttpTrailers.toJSON(message.request.value);
     }
     if (message.metadataContext !== undefined) {
-      obj.metadataContext = Metadata1.toJSON(message.metadataContext);
+      obj.metadataContext = Metadata.toJSON(message.metadataContext);
     }
     if (message.attributes) {
       const entries = globalThis.Object.entries(message.attributes) as [
@@ -615,7 +605,7 @@ export const ProcessingRequest: MessageFns<ProcessingRequest> = {
       }
     }
     message.metadataContext = (object.metadataContext !== undefined && object.metadataContext !== null)
-      ? Metadata1.fromPartial(object.metadataContext)
+      ? Metadata.fromPartial(object.metadataContext)
       : undefined;
     message.attributes =
       (globalThis.Object.entries(object.attributes ?? {}) as [string, { [key: string]: unknown } | undefined][]).reduce(
@@ -2586,24 +2576,6 @@ export const ExternalProcessorService = {
 export interface ExternalProcessorServer extends UntypedServiceImplementation {
   process: handleBidiStreamingCall<ProcessingRequest, ProcessingResponse>;
 }
-
-export interface ExternalProcessorClient extends Client {
-  process(): ClientDuplexStream<ProcessingRequest, ProcessingResponse>;
-  process(options: Partial<CallOptions>): ClientDuplexStream<ProcessingRequest, ProcessingResponse>;
-  process(
-    metadata: Metadata,
-    options?: Partial<CallOptions>,
-  ): ClientDuplexStream<ProcessingRequest, ProcessingResponse>;
-}
-
-export const ExternalProcessorClient = makeGenericClientConstructor(
-  ExternalProcessorService,
-  "envoy.service.ext_proc.v3.ExternalProcessor",
-) as unknown as {
-  new (address: string, credentials: ChannelCredentials, options?: Partial<ClientOptions>): ExternalProcessorClient;
-  service: typeof ExternalProcessorService;
-  serviceName: string;
-};
 
 function bytesFromBase64(b64: string): Uint8Array {
   if ((globalThis as any).Buffer) {
