@@ -21,7 +21,7 @@ import { pino } from 'pino';
 import { markdownTable, percentile, type BenchContext, type BenchPart } from './part.js';
 
 /**
- * Collector throughput (issue 5): endpoints scraped per second and event lag (scrape start to the
+ * Collector throughput: endpoints scraped per second and event lag (scrape start to the
  * event handed to NATS) for 100 and 500 endpoints at the default 100 ms sample interval, next to a
  * baseline measured in the same run: plain keep-alive undici GETs of the same endpoints on the same
  * schedule, without parsing, mapping, validating or publishing.
@@ -279,7 +279,7 @@ async function run(context: BenchContext): Promise<string> {
     '',
     `Parse step alone (the fixture's ${ENGINE_FAMILIES.vllm.size} vLLM families kept, same run): the general parser ${parse.general.toFixed(1)} µs, \`parseKept\` ${parse.fast.toFixed(1)} µs per scrape.`,
     '',
-    `Targets (issue 16) at ${TARGET_ENDPOINTS} endpoints × 10 samples/s.${provisional}`,
+    `Targets at ${TARGET_ENDPOINTS} endpoints × 10 samples/s.${provisional}`,
     '',
     ...verdicts,
   ].join('\n');

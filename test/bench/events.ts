@@ -525,7 +525,7 @@ async function run(context: BenchContext): Promise<string> {
     );
     const quiet = context.quiet.quiet;
     const targets = markdownTable(
-      ['target (issue 16)', 'measured', 'result'],
+      ['target', 'measured', 'result'],
       [
         [
           `replay ingestion ≥ ${REPLAY_TARGET}× the raw ordered consumer's rate`,

@@ -10,7 +10,7 @@ import { assertRouted, encodedRequest, sendOnce } from './extproc/request.js';
 import { CLIENTS, LOCAL_ZONE, MODEL, PODS, REFRESH_MS, STREAMS, SUBSET, ZONES } from './extproc/setup.js';
 
 /**
- * ext_proc throughput, CPU and latency (issues 4, 7 and 16): h2load drives the built spillway-epp
+ * ext_proc throughput, CPU and latency against the transport's limit: h2load drives the built spillway-epp
  * and, in the same run, a bare grpc-js ext_proc server doing the minimum valid exchange with a fixed
  * destination (the transport's limit). One h2load request = one ext_proc stream carrying what Envoy
  * sends for one `/v1/completions` request in the shipped config's mode: request_headers, the 1 KB
@@ -308,7 +308,7 @@ function report(input: ReportInput): string {
     addedRows.push([rate, ms(added.p50), ms(added.p99), ms(added.p999), (stats.epp.p99 / stats.bare.p99).toFixed(2), kept]);
   }
 
-  // A verdict needs a quiet machine (issue 16); on a busy one it is given, marked provisional.
+  // A verdict needs a quiet machine (load average under 1); on a busy one it is given, marked provisional.
   const provisional = input.quiet ? '' : ' (provisional: the machine was not quiet, see above)';
   const p99Ratio = atTarget === undefined ? Number.NaN : atTarget.eppP99 / atTarget.bareP99;
   const p99Line =
@@ -367,7 +367,7 @@ function report(input: ReportInput): string {
     '',
     markdownTable(['req/s', 'added p50 ms', 'added p99 ms', 'added p99.9 ms', 'p99 EPP / bare', 'both kept the rate'], addedRows),
     '',
-    '### Targets (issue 16)',
+    '### Targets',
     '',
     `- Server CPU per request ≤ ${TARGET_CPU_RATIO}× the bare server's (saturation, medians): ${eppCpu.toFixed(0)} µs against ${bareCpu.toFixed(0)} µs, **${ratioText(cpuRatio)}**${atTarget === undefined ? '' : ` (at ${TARGET_RATE} req/s: ${atTarget.eppCpu.toFixed(0)} against ${atTarget.bareCpu.toFixed(0)} µs, ${ratioText(atTarget.eppCpu / atTarget.bareCpu)})`} — ${verdict(cpuRatio <= TARGET_CPU_RATIO)}${provisional}.`,
     `- Saturation throughput ≥ ${TARGET_SATURATION_RATIO}× the bare server's: ${eppRps.toFixed(0)} against ${bareRps.toFixed(0)} req/s, **${ratioText(ratio)}** (per repeat ${spread(pairRatios)}) — ${verdict(ratio >= TARGET_SATURATION_RATIO)}${provisional}.`,
@@ -382,7 +382,7 @@ function report(input: ReportInput): string {
 }
 
 /**
- * What the request path's optimisations (issue 16) bought, measured while they were made on a
+ * What the request path's optimisations bought, measured while they were made on a
  * shared 2-core machine (load average 5–15): figures from one session each, before → after in the
  * same run. Static text: the part itself measures the current code only (see
  * SPILLWAY_BENCH_EPP_BEFORE for a before → after of two builds).

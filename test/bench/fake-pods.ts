@@ -1,5 +1,5 @@
 /**
- * One zone's publisher names N fake pods (docs/hardening.md, finding 10): how long a restarting
+ * One zone's publisher names N fake pods (docs/hardening.md: fake pods within one zone's rights): how long a restarting
  * EPP's replay takes, what the view costs in heap, and how long a pick without a subset takes.
  * A standalone measurement, not a bench part (it needs a quiet machine to mean much):
  *

@@ -23,7 +23,7 @@ import { Subscriber } from 'zeromq';
 import { markdownTable, type BenchContext, type BenchPart } from './part.js';
 
 /**
- * The KV relay (issue 15, the model-server side): CPU per event of the collector's relay from a
+ * The KV relay (precise prefix routing, the model-server side): CPU per event of the collector's relay from a
  * server's vLLM-layout ZeroMQ batches to content-keyed NATS batches, and the cost of the periodic
  * per-pod `kv` snapshot, each beside a baseline measured in the same run:
  * - relay core (decode + validate + map hashes to content keys + split + encode), against a bare
@@ -39,7 +39,7 @@ export const kvRelay: BenchPart = { name: 'kv-relay', title: 'KV relay: CPU per 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const BS = 16;
 /**
- * Derived targets (the issue sets none for this side): a server publishes about one batch per
+ * Derived targets (precise prefix routing sets none for this side): a server publishes about one batch per
  * engine step, ~100 a second when busy, so ≤ 100 µs per step batch keeps one server's relay under
  * 1% of a core; a 2,000-token prefill batch ≤ 1 ms; a full snapshot ≤ 10 ms per pod per interval.
  */
@@ -371,7 +371,7 @@ async function run(ctx: BenchContext): Promise<string> {
     "The end-to-end figure includes what the core does not: the ZeroMQ receive loop, the relay's counters and the NATS",
     "publish; its idle wake-ups are in both rows, so the difference is the relay's own work.",
     '',
-    'Targets (the issue sets none for this side; these are derived so that relaying stays negligible beside scraping):',
+    'Targets (precise prefix routing sets none for this side; these are derived so that relaying stays negligible beside scraping):',
     '',
     markdownTable(
       ['target', 'measured', 'verdict'],

@@ -21,7 +21,7 @@ import { preciseCase } from './pick-kv.js';
  * `pick`: the scheduler's cost per request, over pools of 10 to 10,000 endpoints in 3 zones, with
  * and without a subset, against a naive picker measured in the same run (filter the whole pool,
  * score every eligible endpoint with the same scorers, sort them all). The default policy (`cost`)
- * everywhere, and `weighted` too at 1,000 endpoints, where issue 16's target applies: pick p99 under
+ * everywhere, and `weighted` too at 1,000 endpoints, where the performance target applies: pick p99 under
  * 100 µs with no subset and with 16- and 256-entry subsets, strict and locality.
  *
  * Virtual time runs at 5,000 picks per second per EPP; every 100 ms of it every endpoint gets a
@@ -349,7 +349,7 @@ export const pick: BenchPart = {
       '',
       hashLine,
       '',
-      `Target (issue 16): pick p99 < ${TARGET_P99_US} µs at ${TARGET_SIZE.toLocaleString('en-US')} endpoints, without a subset and with 16- and 256-entry subsets, strict and locality.${provisional}`,
+      `Target: pick p99 < ${TARGET_P99_US} µs at ${TARGET_SIZE.toLocaleString('en-US')} endpoints, without a subset and with 16- and 256-entry subsets, strict and locality.${provisional}`,
       '',
       ...verdicts,
       '',

@@ -9,7 +9,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
  * machine that never quiets down must still get a bench, one that says it was not quiet.
  */
 
-/** Load average under which the machine counts as quiet (issue 16: "load average < 1"). */
+/** Load average under which the machine counts as quiet (the performance targets ask for "load average < 1"). */
 export const QUIET_LOAD = 1;
 /** How long a full run waits for quiet before measuring anyway (the 1-minute average decays slowly). */
 export const QUIET_WAIT_MS = 180_000;

@@ -229,7 +229,7 @@ async function run(ctx: BenchContext): Promise<string> {
   }
   out.push(
     '- **Baselines**: `random`, `round-robin`, `least-queue` (zone-unaware, every ready replica); `reference` = ONE pool-wide picker shared by all gateways ' +
-      "(the reference EPP's deployment) with its default scoring and saturation rule; `zone-local` = strict zone-local subsets; `spillway` = Spillway with its default config " +
+      "(how the Gateway API Inference Extension's EPP, now in llm-d, is deployed) with its default scoring and saturation rule; `zone-local` = strict zone-local subsets; `spillway` = Spillway with its default config " +
       "(the approximate prefix index); `spillway-precise` = the same with the precise block index fed by every replica's KV events (batched, delayed, snapshots every 10 s); " +
       '`oracle` = the same with every KV event applied the instant it happens.',
   );
@@ -238,7 +238,7 @@ async function run(ctx: BenchContext): Promise<string> {
       "second half of the measured window — its TTFT then depends on the run's length, so compare it by that growth, not by a ratio.",
   );
   out.push('');
-  out.push(`### Targets (issues 11, 13 and 15): \`spillway\` and \`spillway-precise\`, default config`, '');
+  out.push(`### Routing targets: \`spillway\` and \`spillway-precise\`, default config`, '');
   out.push(
     `${count(true)} MET, ${count(false)} NOT MET, ${count(undefined)} not measured${ctx.quick ? ' (a quick run measures one load per file, so many comparisons are missing)' : ''}.`,
     '',

@@ -229,7 +229,7 @@ async function run(context: BenchContext): Promise<string> {
     const verdict = (met: boolean) => `${met ? 'MET' : 'NOT MET'}${quiet ? '' : ' (machine not quiet: provisional)'}`;
 
     const targets = markdownTable(
-      ['target (issue 16)', 'measured', 'result'],
+      ['target', 'measured', 'result'],
       [
         [
           `10,000-pod start to SERVING < ${START_TARGET_MS / 1000} s`,

@@ -20,7 +20,7 @@ import { assertRouted, completionsBody, encodedRequest, sendOnce } from './extpr
 import { CLIENTS, LOCAL_ZONE, MODEL, PODS, REFRESH_MS, STREAMS, SUBSET, ZONES } from './extproc/setup.js';
 
 /**
- * `sharing`: what sharing state between EPPs costs (issue 13, "bounded cost").
+ * `sharing`: what sharing state between EPPs costs (its target: a bounded cost).
  *
  * 1. Per entry, in process: this EPP's picks and releases as the scheduler makes them, batched,
  *    encoded (msgpack, and JSON for comparison), then decoded, validated and applied by another
@@ -314,7 +314,7 @@ async function perRequest(context: BenchContext, plan: Plan, loadBefore: number)
       '',
       `Median saturation throughput: off ${rps('off').toFixed(0)} req/s, on ${rps('on').toFixed(0)} req/s: **${(ratio * 100).toFixed(1)} %**; CPU per request at saturation off ${cpu('off', undefined).toFixed(0)} µs, on ${cpu('on', undefined).toFixed(0)} µs (CPU-based ratio ${(cpuRatio * 100).toFixed(1)} %); at ${FIXED_RATE} req/s off ${cpu('off', FIXED_RATE).toFixed(0)} µs, on ${cpu('on', FIXED_RATE).toFixed(0)} µs.`,
       '',
-      `- Target (issue 13): ext_proc throughput with sharing on within 5 % of sharing off — ${met ? '**MET**' : '**NOT MET**'} (${(ratio * 100).toFixed(1)} %; CPU-based ${(cpuRatio * 100).toFixed(1)} %).`,
+      `- Target (sharing's cost): ext_proc throughput with sharing on within 5 % of sharing off — ${met ? '**MET**' : '**NOT MET**'} (${(ratio * 100).toFixed(1)} %; CPU-based ${(cpuRatio * 100).toFixed(1)} %).`,
     ];
   } finally {
     stopRefresh?.();

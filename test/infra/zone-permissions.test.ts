@@ -1,6 +1,7 @@
 /**
  * A pod is identified by (pool, zone, pod), so per-zone publish permissions bound what a zone's
- * collector can change (docs/hardening.md, finding 1). On the zone topology of infra/nats (real
+ * collector can change (docs/hardening.md, forged tombstones of another zone's pod). On the zone
+ * topology of infra/nats (real
  * nats-server processes, the users and permissions it renders), zone-a's collector forges a
  * tombstone for zone-b's pod on a subject it may publish: a running EPP, and one restarted after
  * it, keep routing to zone-b's pod. Publishing on zone-b's subjects is refused by the server.

@@ -2,7 +2,7 @@ import { parseEndpointAddress, type MetricsEvent, type ReadinessEvent, type Spil
 import { EndpointRecord, type Endpoint } from './endpoint.js';
 import { PoolState, type PoolView, type ZonePods } from './pool.js';
 
-/** An event dated further than this after its receive time is rejected (docs/hardening.md, finding 2). */
+/** An event dated further than this after its receive time is rejected (docs/hardening.md: events dated in the future). */
 export const DEFAULT_MAX_CLOCK_SKEW_MS = 5_000;
 /** Pods (live, metrics-only and tombstoned) one zone of a pool may hold; see FleetOptions. */
 export const DEFAULT_MAX_PODS_PER_ZONE = 4_096;

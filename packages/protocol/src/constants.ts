@@ -12,7 +12,7 @@ export const SERVED_KEY = 'x-gateway-destination-endpoint-served';
 export const OBJECTIVE_HEADER = 'x-gateway-inference-objective';
 export const MODEL_REWRITE_HEADER = 'x-gateway-model-name-rewrite';
 
-/** Envoy caps a streamed body message at 64 KiB; the reference EPP uses 62,000 bytes. */
+/** Envoy caps a streamed body message at 64 KiB; the Gateway API Inference Extension's EPP (now in llm-d) uses 62,000 bytes. */
 export const BODY_CHUNK_BYTES = 62_000;
 
 /**

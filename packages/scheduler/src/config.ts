@@ -118,7 +118,8 @@ export const schedulerConfigSchema = z.strictObject({
   subsetMode: z.enum(['strict', 'locality']).default('strict'),
   /**
    * `cost`: every candidate priced in milliseconds of expected time to first token (picking v2).
-   * `weighted`: the reference EPP's weighted scorers, with the v1 saturation rule for zones.
+   * `weighted`: the weighted scorers of the Gateway API Inference Extension's EPP (now in llm-d, the
+   * reference EPP below), with the v1 saturation rule for zones.
    */
   policy: z.enum(['cost', 'weighted']).default('cost'),
   /** The price of leaving the zone: a request leaves only when that is expected to be faster by more than this plus the round trip. */

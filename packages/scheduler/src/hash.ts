@@ -1,5 +1,6 @@
 /**
- * Chained block hashes of a prompt for approximate prefix-cache affinity (the reference EPP's prefix scorer).
+ * Chained block hashes of a prompt for approximate prefix-cache affinity (the prefix scorer of the
+ * Gateway API Inference Extension's EPP, now in llm-d).
  * Block i's hash covers its characters and block i−1's hash, so equal hashes mean equal prefixes.
  * The hash is a cyrb53 variant (two 32-bit multiply-rotate lanes folded into 53 bits): non-cryptographic,
  * allocation-free, and an exact JavaScript number, so it can key a Map without a BigInt.

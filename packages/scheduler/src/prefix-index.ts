@@ -8,7 +8,8 @@ import type { Endpoint } from '@spillway/fleet';
  * in any chain, and LRU eviction takes tails before heads (as vLLM frees blocks). Hence holding
  * block i implies holding blocks 0..i−1: the holders of a prompt's blocks are nested sets. That makes
  * matching cheap: the deepest block anyone holds is found by binary search over the prompt's
- * blocks, and one endpoint's match length (the reference's greedy count of leading blocks) by
+ * blocks, and one endpoint's match length (the greedy count of leading blocks of the Gateway API
+ * Inference Extension's EPP, now in llm-d) by
  * binary search over membership — O(log blocks) per candidate instead of walking every holder of a
  * shared system prompt through every block.
  */

@@ -63,7 +63,7 @@ export interface EntryCost {
 
 /** What the weighted policy records for one listed endpoint. */
 export interface EntryScore {
-  /** Weighted sum of the reference scorers, higher is better. */
+  /** Weighted sum of the scorers of the Gateway API Inference Extension's EPP (now in llm-d), higher is better. */
   readonly score: number;
   readonly saturated: boolean;
   readonly stale: boolean;

@@ -3,14 +3,7 @@ import type { Endpoint, Fleet, PoolView } from '@spillway/fleet';
 import { CandidateSet, type CollectOptions } from './candidates.js';
 import { schedulerConfigSchema, type SchedulerConfig, type SchedulerConfigInput } from './config.js';
 import { CostPolicy } from './cost.js';
-import {
-  DecisionRecord,
-  type Decision,
-  type DecisionEntry,
-  type DecisionRule,
-  type EntryReason,
-  type PickFacts,
-} from './decision.js';
+import { DecisionRecord, type Decision, type DecisionEntry, type DecisionRule, type EntryReason, type PickFacts } from './decision.js';
 import { hashPromptBlocks, prefixSeed } from './hash.js';
 import { chooseList } from './list.js';
 import { KvBlockIndex, type KvIndexOptions, type KvIndexStats } from './kv-index.js';
@@ -470,7 +463,8 @@ export class Scheduler {
   }
 
   /**
-   * Housekeeping, for the EPP to call now and then (the reference purges every 2 min): forgets the
+   * Housekeeping, for the EPP to call now and then (the Gateway API Inference Extension's EPP, now in
+   * llm-d, purges every 2 min): forgets the
    * prefix entries of pods that were deleted or left the pool, and expired penalties.
    */
   prune(now: number): void {

@@ -24,7 +24,8 @@ export interface ScoringContext {
 }
 
 /**
- * One scorer (the shape of the reference EPP's Scorer.Score): writes a score in [0, 1] per candidate,
+ * One scorer (the shape of Scorer.Score in the Gateway API Inference Extension's EPP, now in llm-d,
+ * called the reference EPP below): writes a score in [0, 1] per candidate,
  * higher is better, for `candidates[0..count)` into `out[0..count)`. A group is scored in one call
  * because some formulas (queue depth) normalise over the group.
  */
@@ -125,7 +126,7 @@ export interface ScoreArrays {
 }
 
 /**
- * Weighted sum of scorers over a group, each score clamped to [0, 1] (as the reference does), into
+ * Weighted sum of scorers over a group, each score clamped to [0, 1] (as the reference EPP does), into
  * `arrays.scores`. Pure arithmetic over reused arrays.
  */
 export function scoreGroup(

@@ -8,7 +8,8 @@ import { effectiveQueue, maxTotal, scoreGroup, type ScoringContext, type Weighte
 import { Scratch } from './buffers.js';
 
 /**
- * The weighted policy: the reference EPP's scorers (queue 2, KV 2, prefix 3, LoRA 1), each in
+ * The weighted policy: the scorers of the Gateway API Inference Extension's EPP (now in llm-d; the
+ * reference EPP below) (queue 2, KV 2, prefix 3, LoRA 1), each in
  * [0, 1], summed with weights, higher is better — with v1's zone rule on top: the local zone first
  * while any local endpoint is unsaturated, then remote zones nearest first, saturated endpoints
  * last. Expressed as keys (lower is better) so the list is built exactly as for the cost policy:

@@ -301,6 +301,7 @@ const scenarios: Scenario[] = [
   },
 ];
 
+// The reference scorers: those of the Gateway API Inference Extension's EPP (now in llm-d).
 describe('weighted policy scenarios (the reference scorers with the v1 zone rule)', () => {
   for (const scenario of scenarios) {
     it(scenario.name, () => {

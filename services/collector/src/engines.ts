@@ -11,7 +11,8 @@ export interface Series {
 }
 
 /**
- * Where one engine keeps each signal (the metric names each engine exports, as the reference EPP reads them).
+ * Where one engine keeps each signal (the metric names each engine exports, as the Gateway API
+ * Inference Extension's EPP, now in llm-d and called the reference EPP below, reads them).
  * `kv` lists names in order of preference (vLLM renamed its gauge in v0.10).
  */
 interface EngineSpec {

@@ -15,7 +15,7 @@ function cpuSeconds(pid: number): number {
 }
 
 /**
- * Issue 12 finding 6: hostile model servers must not degrade the collector for every pod. Real
+ * Hostile model servers (docs/hardening.md) must not degrade the collector for every pod. Real
  * processes: the `spillway-collector` binary scrapes a `spillway-sim` next to three misbehaving
  * servers (50 MB and 15 MB expositions, one that trickles forever) and publishes to a private
  * nats-server. Before the fix, the collector buffered up to 16 MB per target and retried them

@@ -134,6 +134,7 @@ const SSE = [
 ];
 
 describe('metrics after traffic', () => {
+  // The reference: the Gateway API Inference Extension's EPP (now in llm-d), whose metric names and labels the EPP keeps.
   it('observes sizes, durations and tokens with the reference labels: model_name asked for, target_model_name rewritten', async () => {
     await roundTrip('llama', { status: 200, body: SSE }, { 'x-gateway-inference-objective': 'interactive' });
     // Headers-only response mode: no body, so no token figures, but size and duration all the same.

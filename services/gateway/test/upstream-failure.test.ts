@@ -1,4 +1,4 @@
-// Issue 12 finding 18: a model server that dies while the gateway is forwarding its response.
+// A model server that dies while the gateway is forwarding its response (docs/hardening.md).
 // Real processes: `spillway-sim` binaries SIGKILLed mid-request, the gateway in-process between a
 // fake EPP and the simulators. Before the fix the client waited for its own timeout.
 import { spawn, type ChildProcess } from 'node:child_process';

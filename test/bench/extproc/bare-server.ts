@@ -1,5 +1,5 @@
 /**
- * The ext_proc bench's baseline (issue 4, issue 7 part 2): a bare grpc-js ext_proc server with the
+ * The ext_proc bench's baseline (the transport's limit): a bare grpc-js ext_proc server with the
  * EPP's service definition and server options that answers every request with a fixed destination
  * and does nothing else: the minimum valid exchange. It buffers the request body until end_of_stream,
  * then writes what the EPP writes for a full-duplex request (one headers response with the

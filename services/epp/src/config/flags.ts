@@ -60,7 +60,8 @@ export const eppFlags = {
     placeholder: 'MODE',
   },
   policy: {
-    description: 'cost: price every endpoint in ms of expected time to first token; weighted: the reference scorers',
+    description:
+      'cost: price every endpoint in ms of expected time to first token; weighted: the scorers of the Gateway API Inference Extension EPP (now in llm-d)',
     schema: z.enum(['cost', 'weighted']).optional(),
     placeholder: 'POLICY',
   },

@@ -6,8 +6,8 @@ import { PendingCount } from './pending-count.js';
 import { PendingHistogram } from './pending-histogram.js';
 
 /**
- * The EPP's Prometheus metrics (docs/metrics.md). Where the meaning matches the reference EPP (the
- * Gateway API Inference Extension's), the name and labels are the reference's so existing
+ * The EPP's Prometheus metrics (docs/metrics.md). Where the meaning matches the Gateway API
+ * Inference Extension's EPP (now in llm-d; the reference EPP below), the name and labels are its, so existing
  * dashboards keep working; Spillway's own zone-aware figures use the `spillway_` prefix.
  */
 export type Outcome = 'routed' | '400' | '404' | '413' | '429' | '500' | '503';

@@ -7,7 +7,8 @@ import type { PendingHistogram } from './pending-histogram.js';
 type HistogramChild = ReturnType<Histogram<'model_name' | 'target_model_name'>['labels']>;
 
 /**
- * The reference EPP's `error_code` for an HTTP status the EPP answered with: the same values, so
+ * The `error_code` of the Gateway API Inference Extension's EPP (now in llm-d; the reference EPP
+ * below) for an HTTP status the EPP answered with: the same values, so
  * dashboards built for it read Spillway too. A fixed set, whatever the request.
  */
 export function errorCodeOf(status: number): string {
