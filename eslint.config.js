@@ -47,7 +47,7 @@ const EPP_FLOORS = [
   ['telemetry'],
   // One ext_proc stream end to end, and the request control behind narrow interfaces.
   ['request'],
-  // Features the app wires in; each owns its config schema.
+  // Features the app wires in (kv owns its flags and tokenizer files, which config reads).
   ['kv', 'shared-state'],
 ];
 /** Element types of the EPP's source files; with `service`, they make up services/*. */

@@ -45,7 +45,7 @@ function process_(call: ServerDuplexStream<ProcessingRequest, ProcessingResponse
   call.on('error', () => undefined);
 }
 
-// The same options as spillway-epp's ext_proc server (services/epp/src/servers.ts newGrpcServer).
+// The same options as spillway-epp's ext_proc server (services/epp/src/app/grpc.ts newGrpcServer).
 const server = new Server({
   'grpc.max_concurrent_streams': 10_000,
   'grpc.keepalive_permit_without_calls': 1,
