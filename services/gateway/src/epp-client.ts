@@ -14,9 +14,16 @@ export function eppChannel(tls: EppTlsOptions | undefined): { credentials: Chann
   return { credentials: creds, options };
 }
 
+/**
+ * Envoy's connection pool opens a connection for a new stream whenever it has none, so a restarted
+ * EPP is reached by the next request. grpc-js instead fails calls fast while it backs off between
+ * reconnection attempts (up to 2 minutes by default): short back-offs keep that window small.
+ */
+const RECONNECT = { 'grpc.initial_reconnect_backoff_ms': 100, 'grpc.max_reconnect_backoff_ms': 1_000 };
+
 export function createEppClient(address: string, tls: EppTlsOptions | undefined): Client {
   const channel = eppChannel(tls);
-  return new Client(address, channel.credentials, channel.options);
+  return new Client(address, channel.credentials, { ...channel.options, ...RECONNECT });
 }
 
 export type StreamEvent =

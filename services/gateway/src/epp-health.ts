@@ -33,8 +33,9 @@ export class EppHealth {
 
   constructor(address: string, tls: EppTlsOptions | undefined, options: EppHealthOptions, logger: Logger) {
     const channel = eppChannel(tls);
-    // Its own channel, as Envoy's health checker has its own connection.
-    this.#client = new HealthClient(address, channel.credentials, channel.options);
+    // Its own connection, as Envoy's health checker has: grpc-js would otherwise share the ext_proc
+    // channel's connection, and a failed check would put ext_proc calls into its reconnect back-off.
+    this.#client = new HealthClient(address, channel.credentials, { ...channel.options, 'grpc.use_local_subchannel_pool': 1 });
     this.#options = options;
     this.#logger = logger;
   }

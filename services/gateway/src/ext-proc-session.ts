@@ -110,12 +110,17 @@ export class ExtProcSession {
     this.#state.bodyData(direction);
   }
 
-  /** A body chunk to the EPP (Filter::sendBodyChunk), split into messages of at most 62,000 bytes. */
+  /**
+   * A body chunk to the EPP (Filter::sendBodyChunk): streamed chunks in messages of at most 62,000
+   * bytes, a BUFFERED body in one message (Filter::handleDataBufferedMode sends the whole buffer).
+   */
   async sendBody(direction: Direction, chunk: Uint8Array, endOfStream: boolean): Promise<void> {
     if (this.complete) return;
+    const whole = this.#state.bodyMode(direction) === 'buffered';
     const { armTimer } = this.#state.bodySent(direction);
     if (armTimer) this.#armTimer(direction);
-    await this.#send(bodyMessages(direction, chunk, endOfStream, this.#ctx.metadata.forwarded()));
+    const metadata = this.#ctx.metadata.forwarded();
+    await this.#send(bodyMessages(direction, chunk, endOfStream, metadata, whole ? Number.POSITIVE_INFINITY : undefined));
   }
 
   /** Response headers reached the filter: closes the stream when nothing of the response goes to the EPP. */

@@ -56,20 +56,22 @@ export function responseHeadersMessage(headers: HeaderList, endOfStream: boolean
 
 /**
  * A body chunk as request_body or response_body messages, split so no message exceeds what
- * Envoy sends (64 KiB); end_of_stream on the last piece only. An empty chunk with
- * end_of_stream is how Envoy ends a body whose length it did not know in advance.
+ * Envoy sends of a streamed body (64 KiB; a buffered body goes whole: `maxBytes` Infinity);
+ * end_of_stream on the last piece only. An empty chunk with end_of_stream is how Envoy ends a
+ * body whose length it did not know in advance.
  */
 export function bodyMessages(
   direction: 'request' | 'response',
   chunk: Uint8Array,
   endOfStream: boolean,
   metadata: Metadata | undefined,
+  maxBytes = BODY_CHUNK_BYTES,
 ): ProcessingRequest[] {
   const $case = direction === 'request' ? 'requestBody' : 'responseBody';
   const messages: ProcessingRequest[] = [];
   let offset = 0;
   do {
-    const end = Math.min(offset + BODY_CHUNK_BYTES, chunk.length);
+    const end = Math.min(offset + maxBytes, chunk.length);
     messages.push({
       ...base(metadata),
       request: {

@@ -120,6 +120,45 @@ describe('the stream closes after the last reply Envoy expects (Filter::closeGrp
   });
 });
 
+describe('BUFFERED request bodies (Filter::handleDataBufferedMode, ProcessorState::handleHeadersResponse)', () => {
+  it('the whole body goes in one message, only after the headers reply; the destination rides on the body reply', async () => {
+    const upstream = await heldUpstream();
+    const epp = await fakeEpp(() => ({ destination: upstream.address }));
+    const seenAtHeadersReply: number[] = [];
+    epp.script = (message, stream) => {
+      if (message.request?.$case === 'requestHeaders') {
+        setTimeout(() => {
+          seenAtHeadersReply.push(stream.record.messages.length);
+          stream.send(requestHeadersResponse());
+        }, 50);
+      } else if (message.request?.$case === 'requestBody') {
+        for (const reply of routedResponses({ mode: 'buffered', destination: upstream.address })) stream.send(reply);
+      } else {
+        return false;
+      }
+      return true;
+    };
+    const gw = await gateway({
+      epp: epp.address,
+      endpoints: [{ address: upstream.address }],
+      requestBodyMode: 'buffered',
+      requestTrailerMode: 'skip',
+    });
+    const body = completion({ prompt: 'b'.repeat(200_000) });
+    const res = await post(`${gw.url}/v1/completions`, body);
+    upstream.release();
+    expect(await res.text()).toContain('[DONE]');
+    expect(res.status).toBe(200);
+    expect(seenAtHeadersReply).toEqual([1]);
+    const bodies = messagesOf(only(epp), 'requestBody');
+    expect(bodies).toHaveLength(1);
+    const value = bodies[0]?.request?.$case === 'requestBody' ? bodies[0].request.value : undefined;
+    expect(value?.endOfStream).toBe(true);
+    expect(Buffer.from(value?.body ?? new Uint8Array()).toString()).toBe(body);
+    expect(upstream.requests[0]?.toString()).toBe(body);
+  });
+});
+
 describe('a streamed model-server response: headers before the first token, as vLLM sends them', () => {
   it('reaches the EPP (and ends its stream) while the model is still prefilling', async () => {
     // 20x slower than the test preset: the prompt's prefill alone takes a few hundred ms.
