@@ -38,6 +38,8 @@ export interface BodyReaderOptions {
   readonly limit: number;
   /** Declared length, if any: the chunk that completes it carries end_of_stream. */
   readonly declaredLength?: number | undefined;
+  /** Called once if reading the body fails (with what `kept` rejects with). */
+  readonly onFailure?: ((error: Error) => void) | undefined;
 }
 
 /**
@@ -50,19 +52,20 @@ export class BodyReader {
   readonly #kept: Uint8Array[] = [];
   #size = 0;
   readonly #queue = new ChunkQueue();
-  #reject: (error: Error) => void = () => undefined;
+  #failure: Error | undefined;
   /** Resolves with the kept body once it ended; rejects with what reading it threw. */
   readonly kept: Promise<Buffer>;
-  /** Rejects if reading the body fails; never resolves (for racing against other waits). */
-  readonly failed: Promise<never>;
 
   constructor(body: AsyncIterable<Uint8Array>, options: BodyReaderOptions) {
     this.#options = options;
-    this.failed = new Promise<never>((_, reject) => (this.#reject = reject));
     this.kept = this.#read(body);
-    // The outcome is read through `kept`, `failed` or `passthrough`; an unread failure is not unhandled.
+    // The outcome is read through `kept`, `failure` or `passthrough`; an unread failure is not unhandled.
     this.kept.catch(() => undefined);
-    this.failed.catch(() => undefined);
+  }
+
+  /** What reading the body threw, once it failed. */
+  get failure(): Error | undefined {
+    return this.#failure;
   }
 
   /** Chunks that do not go to the EPP, as they arrive; throws what reading the body threw. */
@@ -85,8 +88,9 @@ export class BodyReader {
       }
     } catch (error) {
       const failure = error instanceof BodyTooLarge ? error : new BodyReadError(direction, error);
+      this.#failure = failure;
       this.#queue.fail(failure);
-      this.#reject(failure);
+      this.#options.onFailure?.(failure);
       throw failure;
     }
     // Without a declared length Envoy ends the body with an empty end_of_stream message.

@@ -19,7 +19,7 @@ import type { EndpointTable } from './endpoints.js';
 import type { EppHealth } from './epp-health.js';
 import { gatewayError } from './errors.js';
 import { ExtProcSession } from './ext-proc-session.js';
-import type { SessionEvent } from './ext-proc-session.js';
+import type { EppEvent } from './ext-proc-session.js';
 import type { HealthView } from './health.js';
 import { DynamicMetadata } from './metadata.js';
 import { ProtocolViolation, applyHeaderMutation, destinationEntries, destinationOf } from './mutations.js';
@@ -192,6 +192,7 @@ class Exchange {
         retain: 'keep',
         limit: options.maxBodyBytes,
         declaredLength: declared === undefined ? undefined : Number(declared),
+        onFailure: () => session.interrupt(),
       });
 
     const opened = session.open();
@@ -203,7 +204,7 @@ class Exchange {
   }
 
   /** The stream could not start: fail closed, or forward the request as the client sent it. */
-  async #withoutEpp(event: SessionEvent, headers: Headers, reader: BodyReader | undefined): Promise<ForwardRequest> {
+  async #withoutEpp(event: EppEvent, headers: Headers, reader: BodyReader | undefined): Promise<ForwardRequest> {
     if (event.kind === 'stop') throw new Stop(event.reply);
     return { headers, body: reader === undefined ? undefined : await this.#bodyOrStop(reader.kept) };
   }
@@ -266,13 +267,9 @@ class Exchange {
   }
 
   /** The session's next event, unless reading the client's body failed first. */
-  async #nextEvent(reader: BodyReader): Promise<SessionEvent> {
-    let event: SessionEvent;
-    try {
-      event = await Promise.race([this.#session.next(), reader.failed]);
-    } catch (error) {
-      throw this.#bodyFailure(error);
-    }
+  async #nextEvent(reader: BodyReader): Promise<EppEvent> {
+    const event = await this.#session.next();
+    if (event.kind === 'interrupted') throw this.#bodyFailure(reader.failure);
     this.#checkAlive();
     return event;
   }
@@ -423,6 +420,7 @@ class Exchange {
         toEpp: fullDuplex,
         retain: 'stream',
         limit: Number.POSITIVE_INFINITY,
+        onFailure: () => session.interrupt(),
       });
     try {
       if (session.sendsHeaders('response')) {
@@ -473,13 +471,9 @@ class Exchange {
   }
 
   /** The next session event, unless the upstream body fails first (the client response is cut). */
-  async #nextResponseEvent(reader: BodyReader | undefined, address: string | undefined): Promise<SessionEvent> {
-    let event: SessionEvent;
-    try {
-      event = await (reader === undefined ? this.#session.next() : Promise.race([this.#session.next(), reader.failed]));
-    } catch (error) {
-      throw this.#upstreamFailure(error, address);
-    }
+  async #nextResponseEvent(reader: BodyReader | undefined, address: string | undefined): Promise<EppEvent> {
+    const event = await this.#session.next();
+    if (event.kind === 'interrupted') throw this.#upstreamFailure(reader?.failure, address);
     this.#checkAlive();
     return event;
   }

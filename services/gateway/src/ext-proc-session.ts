@@ -30,7 +30,9 @@ export type SessionEvent =
   /** The request ends with this reply (an immediate_response, or failing closed). */
   | { readonly kind: 'stop'; readonly reply: LocalReply }
   /** Processing is complete: go on without the EPP (fail open, a clean close, or nothing more expected). */
-  | { readonly kind: 'continue' };
+  | { readonly kind: 'continue' }
+  /** The exchange interrupted its own wait (reading a body failed). */
+  | { readonly kind: 'interrupted' };
 
 export interface SessionContext {
   readonly client: Client;
@@ -44,7 +46,11 @@ export interface SessionContext {
   readonly logger: Logger;
 }
 
-const CONTINUE: SessionEvent = { kind: 'continue' };
+/** What the EPP's side decided (everything but the exchange's own interruption). */
+export type EppEvent = Exclude<SessionEvent, { kind: 'interrupted' }>;
+
+const CONTINUE: EppEvent = { kind: 'continue' };
+const INTERRUPTED: SessionEvent = { kind: 'interrupted' };
 
 export class ExtProcSession {
   readonly #ctx: SessionContext;
@@ -53,6 +59,7 @@ export class ExtProcSession {
   #stream: EppStream | undefined;
   readonly #queue: SessionEvent[] = [];
   #waiter: ((event: SessionEvent) => void) | undefined;
+  #interrupted = false;
   readonly #timers: Record<Direction, NodeJS.Timeout | undefined> = { request: undefined, response: undefined };
   #stop: (reply: LocalReply) => void = () => undefined;
   /** Settles when the session ends the request (immediate response, or failing closed). */
@@ -83,11 +90,12 @@ export class ExtProcSession {
    * stream while it starts: onGrpcError runs before any body reached the filter, so fail-open can
    * still apply. Returns that outcome, or undefined once the stream is open.
    */
-  open(): SessionEvent | undefined {
+  open(): EppEvent | undefined {
     if (!this.#ctx.eppUsable()) {
       const verdict = this.#state.grpcError('UNAVAILABLE: no healthy upstream');
       this.#act(verdict);
-      return this.#queue.shift() ?? CONTINUE;
+      const event = this.#queue.shift();
+      return event === undefined || event.kind === 'interrupted' ? CONTINUE : event;
     }
     this.#stream = new EppStream(this.#ctx.client, this.#deadline, (event) => this.#onStreamEvent(event));
     return undefined;
@@ -130,10 +138,17 @@ export class ExtProcSession {
 
   /** The next event, in the order replies arrived; `continue` once processing is complete. */
   next(): Promise<SessionEvent> {
+    if (this.#interrupted) return Promise.resolve(INTERRUPTED);
     const queued = this.#queue.shift();
     if (queued !== undefined) return Promise.resolve(queued);
     if (this.complete) return Promise.resolve(CONTINUE);
     return new Promise((resolve) => (this.#waiter = resolve));
+  }
+
+  /** Ends the exchange's wait for events (and every later one): something it reads failed. */
+  interrupt(): void {
+    this.#interrupted = true;
+    this.#wake(INTERRUPTED);
   }
 
   /** A valid reply could not be applied (a rejected header mutation): the error reply to send. */
