@@ -23,3 +23,5 @@ export { RoutingChangeSink } from './view-sink.js';
 export { ADS_SERVICE_NAME } from './health.js';
 export * from './messages.js';
 export { AggregatedDiscoveryServiceClient, AggregatedDiscoveryServiceService } from './gen/envoy/service/discovery/v3/ads.js';
+export { AdsClient } from './client.js';
+export type { AdsClientOptions, AdsClientEnd } from './client.js';
