@@ -139,14 +139,18 @@ export function loadXdsConfig(argv: readonly string[], env: NodeJS.ProcessEnv): 
   const parsed = parseCommandLine(xdsFlags, argv, env, base);
   if (parsed.help) return undefined;
   const flags = parsed.values as XdsFlagValues;
+  // Two servers on one port: name the flag that was given (not the one left at its default).
   const ports = [
-    ['port', flags.port],
-    ['health-port', flags.healthPort],
-    ['metrics-port', flags.metricsPort],
+    ['port', flags.port, parsed.explicit.has('port')],
+    ['health-port', flags.healthPort, parsed.explicit.has('healthPort')],
+    ['metrics-port', flags.metricsPort, parsed.explicit.has('metricsPort')],
   ] as const;
-  for (const [i, [name, value]] of ports.entries()) {
-    const clash = ports.slice(0, i).find(([, other]) => other === value && value !== 0);
-    if (clash !== undefined) throw new CliError(`--${name}: the same port as --${clash[0]} (${value})`, name);
+  for (const [i, [name, value, given]] of ports.entries()) {
+    for (const [other, otherValue, otherGiven] of ports.slice(i + 1)) {
+      if (value !== otherValue || value === 0) continue;
+      const [blamed, alongside] = given && !otherGiven ? [name, other] : [other, name];
+      throw new CliError(`--${blamed}: the same port as --${alongside} (${value})`, blamed);
+    }
   }
   const nats = natsSettingsFromValues({ ...flags, natsName: flags.natsName ?? `spillway-xds-${flags.pool}` }, env);
   try {
