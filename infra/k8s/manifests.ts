@@ -1,9 +1,9 @@
 /**
  * The Kubernetes manifests of a zonal Spillway deployment, built from the topology
  * (infra/topology.yaml): per zone a NATS server (its own JetStream domain, a leaf node of the hub),
- * a Job that provisions its streams, two EPPs with a PodDisruptionBudget, two collectors that roll
- * one at a time, and example model servers; plus the hub, RBAC, the EPP config, the Services and the
- * InferencePool. Objects are typed with kubernetes-models, so a misspelt field does not compile;
+ * a Job that provisions its streams, two EPPs with a PodDisruptionBudget, two spillway-xds, an
+ * Envoy gateway whose bootstrap is infra/envoy's, two collectors that roll one at a time, and
+ * example model servers; plus the hub, RBAC, the EPP config, the Services and the InferencePool. Objects are typed with kubernetes-models, so a misspelt field does not compile;
  * test/infra/k8s-manifests.test.ts validates each against its schema and checks they fit together.
  */
 import type { IDeployment, IStatefulSet } from 'kubernetes-models/apps/v1';
@@ -23,6 +23,7 @@ import type {
   ISecurityContext,
 } from 'kubernetes-models/v1';
 import { AGGREGATE_STREAM, zoneStreamName } from '@spillway/bus';
+import { envoyFileOf, GATEWAY_PORT, renderEnvoyConfig, XDS_CLUSTER_NAME } from '../envoy/render.js';
 import { LEAF_URL_VARIABLE, passwordVariable, renderZoneTopology, type RenderedTopology } from '../nats/topology.js';
 import type { Topology, TopologyZone } from '../topology.js';
 
@@ -71,6 +72,10 @@ export const PORTS = {
   eppHealth: 9003,
   eppMetrics: 9090,
   collectorMetrics: 9091,
+  xds: 18000,
+  xdsHealth: 18001,
+  xdsMetrics: 9092,
+  gateway: GATEWAY_PORT,
   modelServer: 8000,
   natsClient: 4222,
   natsLeaf: 7422,
@@ -95,6 +100,8 @@ export const names = {
   provision: (zone: string) => `spillway-nats-provision-${zone}`,
   modelServers: (zone: string, pool: string) => `${pool}-${zone}`,
   eppService: 'spillway-epp',
+  xds: (zone: string) => `spillway-xds-${zone}`,
+  gateway: (zone: string) => `spillway-gateway-${zone}`,
 };
 
 /** `<service>.<namespace>.svc.cluster.local`, the name every other pod reaches a Service by. */
@@ -216,14 +223,16 @@ export function natsUsers(topology: Topology): string[] {
   ];
 }
 
-function natsServer(
-  topology: Topology,
-  name: string,
-  config: string,
-  env: IEnvVar[],
-  zone: string | undefined,
-  ports: { name: string; containerPort: number }[],
-): Manifest[] {
+/** One NATS server: its config, the environment the config refers to, its zone (none for the hub) and ports. */
+interface NatsServerSpec {
+  name: string;
+  config: string;
+  env: IEnvVar[];
+  zone: string | undefined;
+  ports: { name: string; containerPort: number }[];
+}
+
+function natsServer(topology: Topology, { name, config, env, zone, ports }: NatsServerSpec): Manifest[] {
   const labels = {
     'app.kubernetes.io/name': 'spillway-nats',
     'app.kubernetes.io/instance': name,
@@ -315,16 +324,21 @@ the hub runs anywhere and stores nothing. Passwords come from Secret ${SECRET_NA
 variables that the configs name ($NATS_PASSWORD_<USER>, $${LEAF_URL_VARIABLE}). One server per zone:
 for a zone that must survive losing its NATS server, run a 3-server cluster with the same domain.`,
     objects: [
-      ...natsServer(topology, names.natsHub, nats.hub.config, natsServerEnv(hubUsers), undefined, hubPorts),
+      ...natsServer(topology, {
+        name: names.natsHub,
+        config: nats.hub.config,
+        env: natsServerEnv(hubUsers),
+        zone: undefined,
+        ports: hubPorts,
+      }),
       ...nats.zones.flatMap((z) =>
-        natsServer(
-          topology,
-          names.nats(z.zone),
-          z.config,
-          natsServerEnv([z.users.admin.user, z.users.collector.user, z.users.epp.user], { user: `leaf-${z.zone}`, hubHost }),
-          z.zone,
-          zonePorts,
-        ),
+        natsServer(topology, {
+          name: names.nats(z.zone),
+          config: z.config,
+          env: natsServerEnv([z.users.admin.user, z.users.collector.user, z.users.epp.user], { user: `leaf-${z.zone}`, hubHost }),
+          zone: z.zone,
+          ports: zonePorts,
+        }),
       ),
     ],
   };
@@ -477,6 +491,179 @@ function eppFile(topology: Topology): ManifestFile {
 its PodDisruptionBudget and Service ${names.epp('<zone>')} (for a gateway per zone, e.g. infra/envoy).
 Service ${names.eppService} spans every zone's EPPs for the InferencePool.`,
     objects: [...perZone, poolService],
+  };
+}
+
+function xdsFile(topology: Topology): ManifestFile {
+  const zones = topology.zones.map((z) => z.name);
+  const perZone = topology.zones.flatMap((z): Manifest[] => {
+    const name = names.xds(z.name);
+    const labels = { 'app.kubernetes.io/name': 'spillway-xds', 'spillway.dev/zone': z.name };
+    const deployment: IDeployment = {
+      apiVersion: 'apps/v1',
+      kind: 'Deployment',
+      metadata: meta(topology, name, labels),
+      spec: {
+        replicas: 2,
+        // A new pod is ready (replay caught up) before an old one goes; the gateways' ADS streams
+        // move to the other replica and are answered in full there (state of the world).
+        strategy: { type: 'RollingUpdate', rollingUpdate: { maxUnavailable: 0, maxSurge: 1 } },
+        selector: { matchLabels: labels },
+        template: {
+          metadata: { labels: { ...labels, ...PART_OF } },
+          spec: {
+            ...podBasics('spillway-xds', false),
+            affinity: zoneAffinity(z.name, 'spillway-xds'),
+            containers: [
+              {
+                name: 'xds',
+                image: topology.image,
+                command: ['spillway-xds'],
+                args: [
+                  `--pool=${topology.pool}`,
+                  `--nats=${natsUrlOf(z.name, topology.namespace)}`,
+                  // The zone's local aggregate, like the zone's EPPs: a zone cut off from the others
+                  // keeps serving its gateways from local data.
+                  `--stream=${AGGREGATE_STREAM}`,
+                  '--ensure-stream=false',
+                  '--host=0.0.0.0',
+                  `--port=${PORTS.xds}`,
+                  `--health-port=${PORTS.xdsHealth}`,
+                  `--metrics-port=${PORTS.xdsMetrics}`,
+                  `--cluster-name=${XDS_CLUSTER_NAME}`,
+                  // A gateway naming any other zone is refused with a clear error.
+                  `--zones=${zones.join(',')}`,
+                ],
+                // Reads what the zone's EPPs read, with their NATS user (consumers on the aggregate).
+                env: natsUserEnv(`epp-${z.name}`),
+                ports: [
+                  { name: 'grpc', containerPort: PORTS.xds },
+                  { name: 'health', containerPort: PORTS.xdsHealth },
+                  { name: 'metrics', containerPort: PORTS.xdsMetrics },
+                ],
+                readinessProbe: { grpc: { port: PORTS.xdsHealth, service: 'readiness' }, periodSeconds: 2, failureThreshold: 3 },
+                livenessProbe: {
+                  grpc: { port: PORTS.xdsHealth, service: 'liveness' },
+                  initialDelaySeconds: 5,
+                  periodSeconds: 10,
+                  failureThreshold: 3,
+                },
+                volumeMounts: [tmpMount],
+                resources: { requests: { cpu: '100m', memory: '128Mi' }, limits: { memory: '512Mi' } },
+                securityContext: hardened,
+              },
+            ],
+            volumes: [tmpVolume],
+          },
+        },
+      },
+    };
+    const pdb: IPodDisruptionBudget = {
+      apiVersion: 'policy/v1',
+      kind: 'PodDisruptionBudget',
+      metadata: meta(topology, name, labels),
+      spec: { minAvailable: 1, selector: { matchLabels: labels } },
+    };
+    const service: IService = {
+      apiVersion: 'v1',
+      kind: 'Service',
+      metadata: meta(topology, name, labels),
+      spec: {
+        selector: labels,
+        ports: [
+          { name: 'grpc', port: PORTS.xds, targetPort: 'grpc', appProtocol: 'kubernetes.io/h2c' },
+          { name: 'metrics', port: PORTS.xdsMetrics, targetPort: 'metrics' },
+        ],
+      },
+    };
+    return [deployment, pdb, service];
+  });
+  return {
+    file: 'xds.yaml',
+    header: `Per zone: spillway-xds (2 replicas pinned to the zone), which follows the zone's NATS aggregate as the
+EPPs do and serves the gateways Envoy's aggregated discovery service: every ready model server by EDS
+(${XDS_CLUSTER_NAME}, priorities by zone) and the zone-local subset hint by ECDS (docs/xds.md). Service
+${names.xds('<zone>')} is what the zone's gateway dials (gateway.yaml, infra/envoy).`,
+    objects: perZone,
+  };
+}
+
+function gatewayFile(topology: Topology): ManifestFile {
+  const perZone = topology.zones.flatMap((z): Manifest[] => {
+    const name = names.gateway(z.name);
+    const labels = { 'app.kubernetes.io/name': 'spillway-gateway', 'spillway.dev/zone': z.name };
+    const configMap: IConfigMap = {
+      apiVersion: 'v1',
+      kind: 'ConfigMap',
+      metadata: meta(topology, name, labels),
+      data: { 'envoy.yaml': renderEnvoyConfig(topology, z.name) },
+    };
+    const deployment: IDeployment = {
+      apiVersion: 'apps/v1',
+      kind: 'Deployment',
+      metadata: meta(topology, name, labels),
+      spec: {
+        replicas: 2,
+        strategy: { type: 'RollingUpdate', rollingUpdate: { maxUnavailable: 0, maxSurge: 1 } },
+        selector: { matchLabels: labels },
+        template: {
+          metadata: { labels: { ...labels, ...PART_OF } },
+          spec: {
+            ...podBasics('spillway-gateway', false),
+            affinity: zoneAffinity(z.name, 'spillway-gateway'),
+            // Envoy drains its connections on SIGTERM within --drain-time-s.
+            terminationGracePeriodSeconds: 60,
+            containers: [
+              {
+                name: 'envoy',
+                image: topology.envoyImage,
+                command: ['envoy'],
+                args: [
+                  '--config-path',
+                  `/etc/envoy/envoy.yaml`,
+                  // Each pod its own node id; the locality (what spillway-xds serves by) is the bootstrap's.
+                  '--service-node',
+                  '$(POD_NAME)',
+                  '--disable-hot-restart',
+                  '--drain-time-s',
+                  '30',
+                ],
+                env: [{ name: 'POD_NAME', valueFrom: { fieldRef: { fieldPath: 'metadata.name' } } }],
+                ports: [{ name: 'http', containerPort: PORTS.gateway }],
+                // The listener accepts once Envoy has its listeners; the admin port stays on loopback.
+                readinessProbe: { tcpSocket: { port: 'http' }, periodSeconds: 2, failureThreshold: 3 },
+                livenessProbe: { tcpSocket: { port: 'http' }, initialDelaySeconds: 10, periodSeconds: 10, failureThreshold: 3 },
+                volumeMounts: [{ name: 'config', mountPath: '/etc/envoy', readOnly: true }, tmpMount],
+                resources: { requests: { cpu: '500m', memory: '256Mi' }, limits: { memory: '1Gi' } },
+                securityContext: hardened,
+              },
+            ],
+            volumes: [{ name: 'config', configMap: { name } }, tmpVolume],
+          },
+        },
+      },
+    };
+    const pdb: IPodDisruptionBudget = {
+      apiVersion: 'policy/v1',
+      kind: 'PodDisruptionBudget',
+      metadata: meta(topology, name, labels),
+      spec: { minAvailable: 1, selector: { matchLabels: labels } },
+    };
+    const service: IService = {
+      apiVersion: 'v1',
+      kind: 'Service',
+      metadata: meta(topology, name, labels),
+      spec: { selector: labels, ports: [{ name: 'http', port: PORTS.gateway, targetPort: 'http' }] },
+    };
+    return [configMap, deployment, pdb, service];
+  });
+  return {
+    file: 'gateway.yaml',
+    header: `Per zone: an Envoy gateway (2 replicas pinned to the zone) with the zone's bootstrap from infra/envoy
+(${envoyFileOf('<zone>')}, in ConfigMap ${names.gateway('<zone>')}): its endpoints and subset hint from the zone's
+spillway-xds, ext_proc to the zone's EPPs and the other zones' by priority, override_host. Clients send
+inference requests to Service ${names.gateway('<zone>')} on port ${PORTS.gateway}.`,
+    objects: perZone,
   };
 }
 
@@ -646,10 +833,13 @@ function rbacFile(topology: Topology): ManifestFile {
   return {
     file: 'rbac.yaml',
     header: `Identities and rights. Only the collector talks to the Kubernetes API (EndpointSlices of this namespace,
-read only); the EPP learns the pool from NATS, and neither it, NATS nor the provisioning Job mounts a token.`,
+read only); the EPP and spillway-xds learn the pool from NATS, and neither they, the gateways, NATS nor the
+provisioning Job mount a token.`,
     objects: [
       account('spillway-collector', true),
       account('spillway-epp', false),
+      account('spillway-xds', false),
+      account('spillway-gateway', false),
       account('spillway-nats', false),
       account('spillway-nats-provision', false),
       role,
@@ -750,6 +940,8 @@ export function manifestFiles(topology: Topology): ManifestFile[] {
     provisionFile(topology),
     modelServersFile(topology),
     eppFile(topology),
+    xdsFile(topology),
+    gatewayFile(topology),
     collectorFile(topology),
     inferencePoolFile(topology),
     secretsExampleFile(topology),

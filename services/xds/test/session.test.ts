@@ -29,7 +29,7 @@ function request(overrides: Partial<DiscoveryRequest> = {}): DiscoveryRequest {
   };
 }
 
-function resource(name: string, content: string, typeUrl = EDS): EncodedResource {
+function resource(name: string, content: string, typeUrl: string = EDS): EncodedResource {
   return { typeUrl, name, any: { typeUrl, value: new TextEncoder().encode(content) }, version: `v-${content}` };
 }
 
