@@ -5,7 +5,7 @@ import { dirname, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { jetstreamManager } from '@nats-io/jetstream';
-import { connect, type NatsConnection } from '@nats-io/transport-node';
+import { connect } from '@nats-io/transport-node';
 import { ensureStream, EventPublisher } from '@spillway/bus';
 import type { ReadinessEvent } from '@spillway/events';
 import { Fleet } from '@spillway/fleet';
