@@ -39,7 +39,7 @@ interface Plan {
   gapMs: number;
 }
 const FULL: Plan = { nodes: [10, 100, 1000], events: 20, gapMs: 300 };
-const QUICK: Plan = { nodes: [10, 100, 1000], events: 4, gapMs: 200 };
+const QUICK: Plan = { nodes: [10, 100, 1000], events: 3, gapMs: 200 };
 
 const POOL = 'llama';
 const ZONES = ['zone-a', 'zone-b', 'zone-c'];
