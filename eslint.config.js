@@ -101,7 +101,15 @@ const policies = [
 
 export default tseslint.config(
   {
-    ignores: ['**/dist/**', '**/node_modules/**', 'proto/gen/**', 'packages/protocol/src/gen/**', 'coverage/**', 'test/lint/fixtures/**'],
+    ignores: [
+      '**/dist/**',
+      '**/node_modules/**',
+      'proto/gen/**',
+      'packages/protocol/src/gen/**',
+      'services/xds/src/gen/**',
+      'coverage/**',
+      'test/lint/fixtures/**',
+    ],
   },
   js.configs.recommended,
   ...tseslint.configs.recommended,
@@ -149,6 +157,23 @@ export default tseslint.config(
     },
     rules: {
       'boundaries/dependencies': ['error', { default: 'allow', checkAllOrigins: true, policies }],
+    },
+  },
+  {
+    // spillway-xds's protocol core is pure like the packages above (services/xds/src/xds.ts is its shell).
+    files: ['services/xds/src/{hub,session,resources,priorities,hash,view-sink,limits,messages,rate-limit}.ts'],
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        {
+          patterns: [
+            {
+              group: ['node:*', '@grpc/*', '@nats-io/*', 'pino', 'prom-client', './xds.js', './metrics.js', './health.js'],
+              message: 'pure: no I/O',
+            },
+          ],
+        },
+      ],
     },
   },
   {

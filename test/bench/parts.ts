@@ -8,6 +8,7 @@ import { pick } from './pick.js';
 import { routing } from './routing.js';
 import { scale } from './scale.js';
 import { sharing } from './sharing.js';
+import { xds } from './xds.js';
 
 /** Every part of `npm run bench`, in the order they run and appear in BENCHMARKS.md. */
-export const parts: BenchPart[] = [events, scale, pick, extproc, sharing, collector, kvRelay, routing, kv];
+export const parts: BenchPart[] = [events, scale, pick, extproc, sharing, collector, kvRelay, routing, kv, xds];
