@@ -36,6 +36,10 @@ export interface SimOptions {
   kvBatchMaxEvents: number;
   kvBatchMs: number;
   kvReplayBuffer: number;
+  /** vLLM's struct encoding of KV events: `map` (the newest vLLM) or `array` (earlier releases). */
+  kvEventsLayout: 'map' | 'array';
+  /** Data-parallel ranks (vLLM --data-parallel-size): engines of their own, each with its KV-event stream. */
+  dataParallelSize: number;
   /** A `@spillway/tokenizer` preset or a tokenizer.json path: prompts are tokenized as the model does. */
   tokenizer?: string;
 }
@@ -141,6 +145,17 @@ export const simFlags = {
   kvReplayBuffer: {
     description: 'KV-event batches kept for replay (default 10000, as vLLM; also at most 64 MiB)',
     schema: int(1).max(1_000_000).default(10_000),
+    placeholder: 'N',
+  },
+  kvEventsLayout: {
+    description: "KV events' struct encoding: map (the newest vLLM) | array (vLLM's earlier array_like structs) (default map)",
+    schema: z.enum(['map', 'array']).default('map'),
+    placeholder: 'LAYOUT',
+  },
+  dataParallelSize: {
+    description:
+      'data-parallel ranks, as vLLM --data-parallel-size: that many engines, each with its own KV cache; requests go to the least loaded (or the rank in an X-data-parallel-rank header); with --kv-events rank r publishes on its port + r (a * port: one free port each) (default 1)',
+    schema: int(1).max(32).default(1),
     placeholder: 'N',
   },
   tokenizer: {
