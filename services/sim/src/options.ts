@@ -45,7 +45,14 @@ export interface SimOptions {
 }
 
 const int = (min: number) => z.coerce.number().int().min(min);
-const zmqEndpoint = z.string().regex(/^(tcp|ipc|inproc):\/\/.+/, 'a ZeroMQ endpoint such as tcp://*:5557');
+const ZMQ_ENDPOINT = /^(tcp|ipc|inproc):\/\/[^,]+$/;
+/** One ZeroMQ endpoint, or one per data-parallel rank separated by commas. */
+const zmqEndpoint = z
+  .string()
+  .refine(
+    (s) => s.split(',').every((e) => ZMQ_ENDPOINT.test(e)),
+    'a ZeroMQ endpoint such as tcp://*:5557 (or one per rank, comma-separated)',
+  );
 
 /** spillway-sim's flags, each also `SPILLWAY_<FLAG>`; they map one to one onto SimOptions. */
 export const simFlags = {
@@ -118,7 +125,7 @@ export const simFlags = {
   logLevel: { description: 'pino level (default info)', schema: logLevel(), placeholder: 'LEVEL' },
   kvEvents: {
     description:
-      'publish KV-cache events as vLLM does on this ZeroMQ PUB endpoint, bound (e.g. tcp://*:5557; tcp://127.0.0.1:* picks a port)',
+      'publish KV-cache events as vLLM does on this ZeroMQ PUB endpoint, bound (e.g. tcp://*:5557; tcp://127.0.0.1:* picks a port); with --data-parallel-size, rank r binds port + r, or the r-th of a comma-separated list',
     schema: zmqEndpoint.optional(),
     placeholder: 'ENDPOINT',
   },

@@ -64,7 +64,15 @@ function kvSink(publisher: KvEventPublisher, loras: readonly string[], blockSize
  * vLLM's `ZmqEventPublisher.offset_endpoint_port` (`vllm/distributed/kv_events.py`): data-parallel
  * rank `r` binds the configured port plus `r`; a `*` port (any free port) stays `*` for every rank.
  */
-export function rankEndpoint(endpoint: string, rank: number): string {
+export function rankEndpoint(configured: string, rank: number): string {
+  // A comma-separated list names each rank's endpoint (what a restart on the ports first bound needs).
+  const list = configured.split(',');
+  const named = list[rank];
+  if (named !== undefined) return list.length > 1 ? named : rankEndpoint1(named, rank);
+  return rankEndpoint1(list[list.length - 1] as string, rank - list.length + 1);
+}
+
+function rankEndpoint1(endpoint: string, rank: number): string {
   const colon = endpoint.lastIndexOf(':');
   const port = endpoint.slice(colon + 1);
   if (rank === 0 || !/^\d+$/.test(port)) return endpoint;

@@ -266,6 +266,9 @@ describe('spillway-sim --data-parallel-size', () => {
     expect(rankEndpoint('tcp://*:5557', 3)).toBe('tcp://*:5560');
     expect(rankEndpoint('tcp://[::1]:5557', 1)).toBe('tcp://[::1]:5558');
     expect(rankEndpoint('tcp://127.0.0.1:*', 2)).toBe('tcp://127.0.0.1:*');
+    // A list names each rank's endpoint (ranks past it: the last one's port + offset).
+    expect(rankEndpoint('tcp://a:7001,tcp://a:7050', 1)).toBe('tcp://a:7050');
+    expect(rankEndpoint('tcp://a:7001,tcp://a:7050', 3)).toBe('tcp://a:7052');
   });
 
   it('runs one engine per rank, each publishing its own stream, map-encoded as the newest vLLM', async () => {
