@@ -113,8 +113,8 @@ export class ZmqRankFeed implements KvFeed {
     if (verdict === 'duplicate') return;
     let fresh = false;
     if (verdict === 'gap') {
-      const recovered = this.endpoint.replay !== undefined && (await this.replay(this.seq.expected, seq));
-      o.metrics.kvGaps.inc({ handling: recovered ? 'replay' : 'cleared' });
+      const recovered = this.endpoint.replay === undefined ? 'none' : await this.replay(this.seq.expected, seq);
+      o.metrics.kvGaps.inc({ handling: recovered === 'full' ? 'replay' : recovered === 'tail' ? 'replay-tail' : 'cleared' });
       if (this.closed || this.pod.isClosed) return;
       // Not (fully) recovered: what was missed is unknown, so the rank starts afresh here.
       fresh = this.seq.verdict(seq) !== 'apply';
@@ -142,8 +142,15 @@ export class ZmqRankFeed implements KvFeed {
   /**
    * Asks the rank's ROUTER socket for batches `from` onwards and applies those that continue the
    * sequence. True when the sequence reaches `upTo` (the live message that revealed the gap).
+   *
+   * When the server's buffer no longer reaches back to `from` (vLLM keeps the last 10,000 batches:
+   * a collector that starts after a long-running server, or an outage longer than that), the rank
+   * starts afresh at the oldest batch the buffer still holds and takes in everything from there:
+   * the blocks stored since are known again (the most recently stored ones, which are the likeliest
+   * to be asked for), older ones stay unknown until stored again; nothing is claimed that the
+   * server may have evicted.
    */
-  private async replay(from: number, upTo: number): Promise<boolean> {
+  private async replay(from: number, upTo: number): Promise<'full' | 'tail' | 'none'> {
     const o = this.pod.relay.options;
     const replayEndpoint = this.endpoint.replay as string;
     const dealer = new Dealer({
@@ -153,6 +160,9 @@ export class ZmqRankFeed implements KvFeed {
       sendTimeout: o.replayTimeoutMs,
       maxMessageSize: 4 * o.limits.maxPayloadBytes,
     });
+    // Whether the buffer's oldest batch came after `from` (only its tail could be replayed), and whether any batch continued the sequence.
+    let tail = false;
+    let recovered = false;
     try {
       dealer.connect(replayEndpoint);
       await dealer.send(['', encodeVllmSeq(from)]);
@@ -162,15 +172,23 @@ export class ZmqRankFeed implements KvFeed {
         const seq = frames.length === 3 ? decodeVllmSeq(frames[1] as Buffer) : undefined;
         if (seq === undefined) {
           this.pod.relay.dropped(this.pod.pod, 'bad-frames', 'replay reply');
-          return false;
+          return tail ? 'tail' : 'none';
         }
         if (seq === -1) break;
         if (seq >= upTo) continue;
-        if (this.seq.verdict(seq) !== 'apply') continue;
+        const verdict = this.seq.verdict(seq);
+        if (verdict === 'gap' && !tail && !recovered) {
+          // The buffer starts after `from`: a fresh start from its oldest batch on.
+          tail = true;
+          this.pod.fresh(this.rank);
+          this.seq.advance(seq - 1);
+        } else if (verdict !== 'apply') continue;
+        recovered = recovered || !tail;
         this.apply(seq, frames[2] as Buffer, false);
       }
       this.seq.replayed(from, this.seq.expected);
-      return this.seq.expected >= upTo;
+      if (this.seq.expected < upTo) return tail ? 'tail' : 'none';
+      return tail ? 'tail' : 'full';
     } catch (err) {
       this.pod.relay.logLimited(this.pod.pod, 'replay', () =>
         o.logger.warn(
@@ -178,7 +196,7 @@ export class ZmqRankFeed implements KvFeed {
           'KV events: replay failed; starting the rank afresh',
         ),
       );
-      return false;
+      return tail ? 'tail' : 'none';
     } finally {
       dealer.close();
     }

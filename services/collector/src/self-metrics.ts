@@ -113,7 +113,7 @@ export class CollectorMetrics {
     });
     this.kvGaps = new Counter({
       name: 'spillway_collector_kv_gaps_total',
-      help: 'KV-event sequence gaps and server restarts, by how they were handled: replay (recovered from the replay socket), cleared (the pod started afresh), restart (the server numbered from 0 again), reconnect (the connection dropped: started afresh).',
+      help: 'KV-event sequence gaps and server restarts, by how they were handled: replay (recovered from the replay socket), replay-tail (the replay buffer no longer reached back: started afresh at its oldest batch and replayed from there), cleared (started afresh), restart (the server numbered from 0 again), reconnect (the connection dropped: started afresh).',
       labelNames: ['handling'],
       registers,
     });
