@@ -52,7 +52,10 @@ describe('KV relay: a collector that starts after the server, its replay buffer 
       await r.text();
     }
     const sink: KvSink = {
-      publishKvBatch: (b) => void batches.push(b) ?? true,
+      publishKvBatch: (b) => {
+        batches.push(b);
+        return true;
+      },
       publishKvSnapshot: (_e: KvSnapshotEvent) => true,
       maxPayload: () => 1 << 20,
     };

@@ -2,7 +2,7 @@
  * The prefix-cache hit rate around a collector restart, with precise routing (docs/kv-events.md,
  * "After a collector restart"). A measurement, not a test: it prints a table.
  *
- *   node --conditions=@spillway/source --import tsx services/whatif/scripts/kv-collector-restart.ts [--seeds 1,2,3]
+ *   node --conditions=@spillway/source --import tsx test/bench/kv-collector-restart.ts [--seeds 1,2,3]
  *
  * spillway-whatif cannot run this yet: its collector keeps its block map through a `collector-down`
  * fault (the relay object lives on), so a restarted collector there knows every block at once, which
@@ -19,7 +19,7 @@
  * - `tail`: a replay socket whose buffer holds the last `TAIL_S` seconds of batches: afresh, then those replayed;
  * - `full`: a replay buffer reaching back to the server's start: nothing is lost.
  */
-import { blockHashes, Engine, Rng, Sequence, type EngineRequest } from '@spillway/engine';
+import { blockHashes, Engine, Rng, type EngineRequest, type Sequence } from '@spillway/engine';
 import { KV_CLEARED, KV_REMOVED, KV_STORED, kvBlockKeys, type KvEvent } from '@spillway/events';
 import { KvBlockIndex } from '@spillway/scheduler';
 
