@@ -25,7 +25,7 @@ describe('KV relay: a collector that starts after the server, its replay buffer 
   const prompts = Array.from({ length: 8 }, (_, i) => prompt(`p${i}`, 2));
 
   beforeAll(async () => {
-    // One batch per request (one engine step each), and a buffer of the last 3.
+    // One batch per request (one engine step each), and a buffer of the last 5.
     sim = await spawnSim([
       '--preset',
       'test',
@@ -38,7 +38,7 @@ describe('KV relay: a collector that starts after the server, its replay buffer 
       '--kv-replay',
       'tcp://127.0.0.1:*',
       '--kv-replay-buffer',
-      '3',
+      '5',
       '--time-scale',
       '50',
     ]);
@@ -92,18 +92,28 @@ describe('KV relay: a collector that starts after the server, its replay buffer 
   });
 
   it('relays the blocks of the batches the buffer still holds, and none of the older ones', async () => {
-    // The first live batch the relay sees reveals the gap (it starts at 0): send one more request.
-    const last = prompt('last', 2);
-    const deadline = Date.now() + 20_000;
+    // The first live batch the relay sees reveals the gap (it starts at 0). Until the subscription
+    // is live a batch is lost, so each try stores a new prompt (the buffer keeps the newest five).
     const stored = () => new Set(batches.flatMap((b) => b.events.flatMap((e) => (e[0] === KV_STORED ? e[1] : []))));
-    while (!keysOf(last).every((k) => stored().has(k))) {
-      if (Date.now() > deadline) throw new Error(`the live batch never arrived: ${JSON.stringify(batches)}`);
+    const connected = async () =>
+      ((await metrics.registry.getSingleMetric('spillway_collector_kv_connection_events_total')?.get())?.values ?? []).some(
+        (v) => v.labels['event'] === 'connect' && v.value > 0,
+      );
+    const deadline = Date.now() + 20_000;
+    while (!(await connected())) {
+      if (Date.now() > deadline) throw new Error('the relay never connected');
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    for (let i = 0; ; i++) {
+      if (i > 3) throw new Error(`the live batch never arrived: ${JSON.stringify(batches)}`);
+      const live = prompt(`L${i}`, 2);
       await fetch(`${sim.url}/v1/completions`, {
         method: 'POST',
         headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ model: 'm', prompt: last, max_tokens: 1 }),
+        body: JSON.stringify({ model: 'm', prompt: live, max_tokens: 1 }),
       }).then((r) => r.text());
-      await new Promise((r) => setTimeout(r, 100));
+      await new Promise((r) => setTimeout(r, 500));
+      if (keysOf(live).every((k) => stored().has(k))) break;
     }
     const held = stored();
     // The relay started the pod afresh before anything it relayed.
