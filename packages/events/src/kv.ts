@@ -236,7 +236,7 @@ function readEvents(r: MsgpackReader): KvEvent[] {
  */
 function readKvBatch(data: Uint8Array): KvBatch {
   const r = new MsgpackReader(data);
-  const fields = r.mapHeader(16, 'the batch');
+  const fields = r.topMap(16, 'the batch');
   const seen: Partial<Omit<KvBatch, 'v'>> = {};
   let v: number | undefined;
   for (let f = 0; f < fields; f++) {

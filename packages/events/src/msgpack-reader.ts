@@ -100,6 +100,18 @@ export class MsgpackReader {
     return this.bounded(length, max, 2, what);
   }
 
+  /**
+   * The header of a payload that must be one map (a batch): its number of entries. Anything else is
+   * `not-msgpack` when it is a value followed by more bytes (text such as JSON reads so: `{` is a
+   * msgpack integer), else `invalid`; telling them apart reads at most a small value.
+   */
+  topMap(max: number, what: string): number {
+    if (this.isMap()) return this.mapHeader(max, what);
+    this.skip(4, 256, what);
+    if (this.pos < this.bytes.byteLength) throw new MsgpackError('not-msgpack', `${this.left} bytes after the first value`);
+    throw new MsgpackError('invalid', `${what} is not a map`);
+  }
+
   /** True when the next value is a map (not consumed). */
   isMap(): boolean {
     const b = this.peek();

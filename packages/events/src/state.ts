@@ -256,7 +256,7 @@ function readEntry(r: MsgpackReader, path: string, budget: HashBudget): StateEnt
 function readStateBatch(data: Uint8Array): StateBatch {
   const r = new MsgpackReader(data);
   const budget: HashBudget = { left: MAX_STATE_HASHES };
-  const fields = r.mapHeader(16, 'the batch');
+  const fields = r.topMap(16, 'the batch');
   let v: unknown;
   let pool: string | undefined;
   let zone: string | undefined;
