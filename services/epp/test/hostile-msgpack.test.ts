@@ -82,7 +82,7 @@ describe('hostile msgpack against a running EPP', () => {
       }
     await raw.flush();
     const count = (rejected: Partial<Record<string, number>> | undefined) =>
-      Object.values(rejected ?? {}).reduce((a, b) => a + (b ?? 0), 0);
+      Object.values(rejected ?? {}).reduce<number>((a, b) => a + (b ?? 0), 0);
     await eventually(() => {
       expect(count(epp.sharedState?.rejected)).toBe(40);
       expect(count(epp.core.kv.counters.rejected)).toBe(40);
