@@ -1,5 +1,6 @@
 import type { BenchPart } from './part.js';
 import { collector } from './collector.js';
+import { decodeBench } from './decode.js';
 import { events } from './events.js';
 import { extproc } from './extproc.js';
 import { kv } from './kv.js';
@@ -11,4 +12,4 @@ import { sharing } from './sharing.js';
 import { xds } from './xds.js';
 
 /** Every part of `npm run bench`, in the order they run and appear in BENCHMARKS.md. */
-export const parts: BenchPart[] = [events, scale, pick, extproc, sharing, collector, kvRelay, routing, kv, xds];
+export const parts: BenchPart[] = [events, scale, pick, extproc, sharing, collector, kvRelay, routing, kv, decodeBench, xds];

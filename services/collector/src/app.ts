@@ -59,6 +59,7 @@ export async function startCollector(config: CollectorConfig, options: StartOpti
     : new NatsSink({ settings: config.nats, stream: config.stream, requiredSubjects: [zoneFilter(config.pool, config.zone)], logger });
   const sink = options.sink ?? (natsSink as NatsSink);
   const kvSink = options.kvSink ?? natsSink;
+  const dispatcher = createAgent();
   const kvRelay =
     kvSink &&
     new KvRelay({
@@ -72,11 +73,14 @@ export async function startCollector(config: CollectorConfig, options: StartOpti
       topic: config.kv.topic,
       eventsPort: config.kv.eventsPort,
       replayPort: config.kv.replayPort,
+      format: config.kv.format,
+      dataParallelSize: config.kv.dataParallelSize,
+      pollIntervalMs: config.kv.pollIntervalMs,
+      dispatcher,
       sink: kvSink,
       logger,
       metrics,
     });
-  const dispatcher = createAgent();
   const collector = new Collector({
     pool: config.pool,
     defaultEngine: config.engine,
@@ -102,20 +106,20 @@ export async function startCollector(config: CollectorConfig, options: StartOpti
   if (config.endpointsFile !== undefined && initial) {
     collector.setEndpoints('file', initial);
     logger.info({ file: config.endpointsFile, endpoints: initial.length }, 'endpoints file loaded');
-    watcher = watchEndpointsFile(
-      config.endpointsFile,
+    watcher = watchEndpointsFile({
+      path: config.endpointsFile,
       defaults,
-      config.endpointsPollMs,
-      (endpoints) => {
+      pollMs: config.endpointsPollMs,
+      onChange: (endpoints) => {
         logger.info({ file: config.endpointsFile, endpoints: endpoints.length }, 'endpoints file changed');
         collector.setEndpoints('file', endpoints);
       },
-      (error) => {
+      onError: (error) => {
         metrics.sourceErrors.inc({ source: 'file' });
         logger.error({ file: config.endpointsFile, error: error.message }, 'endpoints file rejected; keeping the last good list');
       },
       initialText,
-    );
+    });
   }
 
   let kube: KubeSource | undefined;
