@@ -3,7 +3,15 @@ import type { Endpoint, Fleet, PoolView } from '@spillway/fleet';
 import { CandidateSet, type CollectOptions } from './candidates.js';
 import { schedulerConfigSchema, type SchedulerConfig, type SchedulerConfigInput } from './config.js';
 import { CostPolicy } from './cost.js';
-import { DecisionRecord, type Decision, type DecisionCounts, type DecisionEntry, type DecisionRule, type EntryReason } from './decision.js';
+import {
+  DecisionRecord,
+  MAX_REQUEST_ID_CHARS,
+  type Decision,
+  type DecisionCounts,
+  type DecisionEntry,
+  type DecisionRule,
+  type EntryReason,
+} from './decision.js';
 import { hashPromptBlocks, prefixSeed } from './hash.js';
 import { chooseList } from './list.js';
 import { KvBlockIndex, type KvIndexOptions, type KvIndexStats } from './kv-index.js';
@@ -18,7 +26,7 @@ import { seededRng, type Rng } from './rng.js';
 import { defaultScorers, type WeightedScorer } from './scorers.js';
 import { SharedState, type SharedStateOptions } from './shared-state.js';
 import { RemoteShortlist, type BaseKey } from './shortlist.js';
-import type { SubsetHint } from './subset.js';
+import { detached, type SubsetHint } from './subset.js';
 import { WeightedPolicy } from './weighted.js';
 
 export interface SchedulerOptions {
@@ -62,6 +70,8 @@ export interface PickRequest {
    * model is held as an adapter). Also the prompt's length when `promptTokens` is absent.
    */
   readonly promptTokenIds?: ArrayLike<number> | undefined;
+  /** The gateway's request id (`x-request-id`): carried into the decision (cut to MAX_REQUEST_ID_CHARS), never interpreted. */
+  readonly requestId?: string | undefined;
 }
 
 /** How the scheduler sees one endpoint now, independent of any request (Scheduler.explain). */
@@ -195,6 +205,7 @@ export class Scheduler {
 
   private configure(config: SchedulerConfig): void {
     this.current = config;
+    this.shared.penaltyLimitMs = config.penaltyMs;
     this.network = new ZoneNetwork(this.zone, this.region, config.network);
     this.candidates = new CandidateSet(this.network, this.penalties);
     const staleAfterMs = this.fleet.staleAfterMs;
@@ -303,6 +314,8 @@ export class Scheduler {
         this.ctx.includeExcluded = true;
         this.collect(pool, request.subset, depth);
       }
+      // The zone's last local endpoints were kept though excluded: price them behind every other.
+      if (candidates.localKept > 0) this.ctx.includeExcluded = true;
     } else {
       candidates.clear();
       candidates.subsetCounts.entries = candidates.subsetCounts.ignored = candidates.subsetCounts.unmatched = 0;
@@ -316,6 +329,7 @@ export class Scheduler {
       subsetIgnored: candidates.subsetCounts.ignored,
       subsetUnmatched: candidates.subsetCounts.unmatched,
       penalised: candidates.excluded,
+      localKept: candidates.localKept,
     };
 
     if (candidates.count === 0) {
@@ -326,7 +340,7 @@ export class Scheduler {
             ? 'empty-subset'
             : 'subset-unmatched'
           : 'no-ready-endpoints';
-      return this.decide(503, rule, [], priority, sheddable, false, failOpen, subsetGiven, counts, blocks, now);
+      return this.finish(request, this.decide(503, rule, [], priority, sheddable, false, failOpen, subsetGiven, counts, blocks, now));
     }
 
     const n = candidates.count;
@@ -338,7 +352,7 @@ export class Scheduler {
     this.ranking.rank(this.keys, candidates.tiers, n, this.listSizes, this.rng);
     const bestKey = this.keys[this.ranking.overall.index[0] as number] as number;
     if (sheddable && this.policy.shouldShed(bestKey, this.waits, n)) {
-      return this.decide(429, 'shed', [], priority, sheddable, true, failOpen, subsetGiven, counts, blocks, now);
+      return this.finish(request, this.decide(429, 'shed', [], priority, sheddable, true, failOpen, subsetGiven, counts, blocks, now));
     }
 
     chooseList(
@@ -356,7 +370,17 @@ export class Scheduler {
     const primary = entries[0] as DecisionEntry;
     const rule: DecisionRule = primary.full ? 'last-resort' : primary.zone === this.zone ? 'local' : 'spill';
     const overloaded = rule !== 'local';
-    return this.decide('routed', rule, entries, priority, sheddable, overloaded, failOpen, subsetGiven, counts, blocks, now);
+    return this.finish(
+      request,
+      this.decide('routed', rule, entries, priority, sheddable, overloaded, failOpen, subsetGiven, counts, blocks, now),
+    );
+  }
+
+  /** What a decision carries beyond the pick itself: the request's id, and the subset entries that named no routable pod. */
+  private finish(request: PickRequest, decision: DecisionRecord): DecisionRecord {
+    const id = request.requestId;
+    if (id !== undefined) decision.requestId = id.length > MAX_REQUEST_ID_CHARS ? detached(id.slice(0, MAX_REQUEST_ID_CHARS)) : id;
+    return decision;
   }
 
   /**
@@ -449,7 +473,7 @@ export class Scheduler {
    * prefix entries of pods that were deleted or left the pool, and expired penalties.
    */
   prune(now: number): void {
-    this.penalties.active(now);
+    this.penalties.prune(now);
     const pool = this.fleet.pool(this.pool);
     const gone: Endpoint[] = [];
     for (const endpoint of this.index.endpoints()) {
@@ -504,6 +528,7 @@ export class Scheduler {
       topologyVersion: version,
       readinessSilenceMs: this.config.gaps.readinessSilenceMs,
       includeExcluded: ctx.includeExcluded,
+      keepLastLocal: this.config.penaltyFailOpen,
       shortlist: useShortlist ? this.shortlist : undefined,
       prefixHolders: prefixDepth > 0 ? this.index.bestHolders() : undefined,
       prefixHolderBudget: this.config.remote.shortlist,
@@ -608,7 +633,7 @@ export class Scheduler {
     counts: DecisionCounts,
     blocks: number,
     now: number,
-  ): Decision {
+  ): DecisionRecord {
     let destination = '';
     for (let i = 0; i < entries.length; i++) destination += (i === 0 ? '' : ',') + (entries[i]?.address as string);
     const primary = entries[0]?.endpoint;
@@ -634,6 +659,7 @@ export class Scheduler {
       record.prefixSource = this.lookup.sourceOf(primary);
       if (record.prefixSource === 'precise') record.kvMatchedTokens = this.lookup.cachedTokens(primary);
     }
+    record.subsetUnmatchedEntries = this.candidates.subsetUnmatched;
     this.lookup.end();
     this.candidates.clear();
     return record;
