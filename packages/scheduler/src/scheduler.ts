@@ -171,12 +171,14 @@ export class Scheduler {
     };
     this.baseKey = (endpoint, tier) => this.policy.baseKey(this.ctx, endpoint, tier);
     this.shared = new SharedState(
-      this.fleet,
-      this.pool,
-      this.index,
-      this.penalties,
-      (endpoint, hashes) => this.learnBlocks(endpoint, hashes),
-      () => this.shortlist.invalidate(),
+      {
+        fleet: this.fleet,
+        pool: this.pool,
+        index: this.index,
+        penalties: this.penalties,
+        learn: (endpoint, hashes) => this.learnBlocks(endpoint, hashes),
+        onPenalty: () => this.shortlist.invalidate(),
+      },
       options.shared,
     );
     this.configure(schedulerConfigSchema.parse(options.config ?? {}));
@@ -240,7 +242,7 @@ export class Scheduler {
   isFull(endpoint: Endpoint, now: number): boolean {
     const pool = this.fleet.pool(this.pool);
     if (!pool) return false;
-    this.setContext(pool, now, '', 0, 0, false);
+    this.setContext(pool, now, '', 0, 0);
     const tier = this.network.tierOf(pool, endpoint.zone, this.fleet.topologyVersion);
     return this.policy.baseKey(this.ctx, endpoint, tier) >= this.policy.limitBand;
   }
@@ -253,7 +255,7 @@ export class Scheduler {
   explain(endpoint: Endpoint, now: number): EndpointExplanation | undefined {
     const pool = this.fleet.pool(this.pool);
     if (!pool) return undefined;
-    this.setContext(pool, now, '', 0, 0, false);
+    this.setContext(pool, now, '', 0, 0);
     const tier = this.network.tierOf(pool, endpoint.zone, this.fleet.topologyVersion);
     const until = this.penalties.penalisedUntil(endpoint, now);
     return {
@@ -300,7 +302,7 @@ export class Scheduler {
 
     let failOpen = false;
     if (pool) {
-      this.setContext(pool, now, request.model, promptTokens, blocks, false);
+      this.setContext(pool, now, request.model, promptTokens, blocks);
       this.ctx.bestCachedTokens = this.lookup.begin(
         this.usesPrefix ? tokenIds : undefined,
         request.model,
@@ -331,6 +333,7 @@ export class Scheduler {
       penalised: candidates.excluded,
       localKept: candidates.localKept,
     };
+    const facts: PickFacts = { request, priority, sheddable, penaltiesIgnored: failOpen, subsetGiven, counts, blocks, now };
 
     if (candidates.count === 0) {
       const rule: DecisionRule = !pool
@@ -340,7 +343,7 @@ export class Scheduler {
             ? 'empty-subset'
             : 'subset-unmatched'
           : 'no-ready-endpoints';
-      return this.finish(request, this.decide(503, rule, [], priority, sheddable, false, failOpen, subsetGiven, counts, blocks, now));
+      return this.decide(503, rule, [], false, facts);
     }
 
     const n = candidates.count;
@@ -352,7 +355,7 @@ export class Scheduler {
     this.ranking.rank(this.keys, candidates.tiers, n, this.listSizes, this.rng);
     const bestKey = this.keys[this.ranking.overall.index[0] as number] as number;
     if (sheddable && this.policy.shouldShed(bestKey, this.waits, n)) {
-      return this.finish(request, this.decide(429, 'shed', [], priority, sheddable, true, failOpen, subsetGiven, counts, blocks, now));
+      return this.decide(429, 'shed', [], true, facts);
     }
 
     chooseList(
@@ -370,17 +373,7 @@ export class Scheduler {
     const primary = entries[0] as DecisionEntry;
     const rule: DecisionRule = primary.full ? 'last-resort' : primary.zone === this.zone ? 'local' : 'spill';
     const overloaded = rule !== 'local';
-    return this.finish(
-      request,
-      this.decide('routed', rule, entries, priority, sheddable, overloaded, failOpen, subsetGiven, counts, blocks, now),
-    );
-  }
-
-  /** What a decision carries beyond the pick itself: the request's id, and the subset entries that named no routable pod. */
-  private finish(request: PickRequest, decision: DecisionRecord): DecisionRecord {
-    const id = request.requestId;
-    if (id !== undefined) decision.requestId = id.length > MAX_REQUEST_ID_CHARS ? detached(id.slice(0, MAX_REQUEST_ID_CHARS)) : id;
-    return decision;
+    return this.decide('routed', rule, entries, overloaded, facts);
   }
 
   /**
@@ -502,7 +495,8 @@ export class Scheduler {
     this.shortlist.invalidate();
   }
 
-  private setContext(pool: PoolView, now: number, model: string, promptTokens: number, blocks: number, includeExcluded: boolean): void {
+  /** The pricing context for a pick (or a request-independent look) at `now`; exclusions are left out until a pass asks for them. */
+  private setContext(pool: PoolView, now: number, model: string, promptTokens: number, blocks: number): void {
     const ctx = this.ctx;
     ctx.now = now;
     ctx.pool = pool;
@@ -512,7 +506,7 @@ export class Scheduler {
     ctx.promptTokens = promptTokens;
     ctx.bestCachedTokens = 0;
     ctx.prefixBlocks = blocks;
-    ctx.includeExcluded = includeExcluded;
+    ctx.includeExcluded = false;
   }
 
   /** Step 1: the candidates, with the remote shortlist refreshed when it is due. */
@@ -621,40 +615,37 @@ export class Scheduler {
     return hashPromptBlocks(prompt, seed, this.blockChars, this.config.prefix.maxBlocks, this.hashes);
   }
 
+  /** The decision record, with what the request and the candidates add to it (request id, stale subset entries). */
   private decide(
     status: Decision['status'],
     rule: DecisionRule,
     entries: readonly DecisionEntry[],
-    priority: number,
-    sheddable: boolean,
     localOverloaded: boolean,
-    penaltiesIgnored: boolean,
-    subsetGiven: boolean,
-    counts: DecisionCounts,
-    blocks: number,
-    now: number,
+    facts: PickFacts,
   ): DecisionRecord {
     let destination = '';
     for (let i = 0; i < entries.length; i++) destination += (i === 0 ? '' : ',') + (entries[i]?.address as string);
     const primary = entries[0]?.endpoint;
-    const routed = status === 'routed';
-    const record = new DecisionRecord(
+    const blocks = facts.blocks;
+    const record = new DecisionRecord({
       status,
       rule,
       entries,
       destination,
-      priority,
-      sheddable,
+      priority: facts.priority,
+      sheddable: facts.sheddable,
       localOverloaded,
-      penaltiesIgnored,
-      subsetGiven,
-      counts,
-      blocks,
-      primary ? this.index.matchOf(primary) : 0,
-      this.config.policy,
-      now,
-      routed && blocks > 0 ? copyHashes(this.hashes, blocks) : undefined,
-    );
+      penaltiesIgnored: facts.penaltiesIgnored,
+      subsetGiven: facts.subsetGiven,
+      counts: facts.counts,
+      prefixBlocks: blocks,
+      prefixMatched: primary ? this.index.matchOf(primary) : 0,
+      policy: this.config.policy,
+      at: facts.now,
+      prefixHashes: status === 'routed' && blocks > 0 ? copyHashes(this.hashes, blocks) : undefined,
+    });
+    const id = facts.request.requestId;
+    if (id !== undefined) record.requestId = id.length > MAX_REQUEST_ID_CHARS ? detached(id.slice(0, MAX_REQUEST_ID_CHARS)) : id;
     if (primary !== undefined && this.lookup.precise) {
       record.prefixSource = this.lookup.sourceOf(primary);
       if (record.prefixSource === 'precise') record.kvMatchedTokens = this.lookup.cachedTokens(primary);
@@ -664,6 +655,19 @@ export class Scheduler {
     this.candidates.clear();
     return record;
   }
+}
+
+/** What one pick established before deciding, for the decision record. */
+interface PickFacts {
+  readonly request: PickRequest;
+  readonly priority: number;
+  readonly sheddable: boolean;
+  /** Penalties and silences were ignored because they alone left nothing eligible. */
+  readonly penaltiesIgnored: boolean;
+  readonly subsetGiven: boolean;
+  readonly counts: DecisionCounts;
+  readonly blocks: number;
+  readonly now: number;
 }
 
 /** KV data of a pod the fleet has never known is kept this long after its last batch or snapshot. */

@@ -58,6 +58,18 @@ export interface SharedStateOptions {
   readonly maxRemoteEntries?: number;
 }
 
+/** The scheduler's structures a SharedState folds peers' entries into. */
+export interface SharedStateParts {
+  readonly fleet: Fleet;
+  readonly pool: string;
+  readonly index: PrefixIndex;
+  readonly penalties: PenaltyBox;
+  /** Inserts blocks into the prefix index for an endpoint, sized as the scheduler sizes it. */
+  readonly learn: (endpoint: Endpoint, hashes: readonly number[]) => void;
+  /** Penalties change eligibility: the scheduler drops its cached remote shortlist. */
+  readonly onPenalty: () => void;
+}
+
 /** Receives this EPP's entries, in order, as the scheduler makes them (the EPP's publisher buffers and batches them). */
 export interface SharedStateOutbox {
   push(entry: StateEntry): void;
@@ -168,17 +180,20 @@ export class SharedState {
   private readonly own = new Map<number, DecisionRecord>();
   private nextId = 1;
 
-  constructor(
-    private readonly fleet: Fleet,
-    private readonly pool: string,
-    private readonly index: PrefixIndex,
-    private readonly penalties: PenaltyBox,
-    /** Inserts blocks into the prefix index for an endpoint, sized as the scheduler sizes it. */
-    private readonly learn: (endpoint: Endpoint, hashes: readonly number[]) => void,
-    /** Penalties change eligibility: the scheduler drops its cached remote shortlist. */
-    private readonly onPenalty: () => void,
-    options: SharedStateOptions = {},
-  ) {
+  private readonly fleet: Fleet;
+  private readonly pool: string;
+  private readonly index: PrefixIndex;
+  private readonly penalties: PenaltyBox;
+  private readonly learn: SharedStateParts['learn'];
+  private readonly onPenalty: () => void;
+
+  constructor(parts: SharedStateParts, options: SharedStateOptions = {}) {
+    this.fleet = parts.fleet;
+    this.pool = parts.pool;
+    this.index = parts.index;
+    this.penalties = parts.penalties;
+    this.learn = parts.learn;
+    this.onPenalty = parts.onPenalty;
     this.outbox = options.outbox;
     this.remoteEntryTtlMs = options.remoteEntryTtlMs ?? 30_000;
     this.peerTimeoutMs = options.peerTimeoutMs ?? 5_000;
