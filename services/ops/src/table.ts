@@ -106,7 +106,7 @@ export function renderFleetStatus(
     `pool ${header.pool}  stream ${header.stream}  nats ${header.server}`,
     `connection ${status.connection}  reconnects ${status.reconnects}  ${status.caughtUp ? 'caught up' : 'replaying'}  seq ${status.lastSequence}${staleness}`,
     `pods ${rows.length}  ready ${ready}  stale metrics ${stale}`,
-    `events applied ${counters.applied}  ignored ${counters.ignored}  rejected ${counters.rejected}${rejected ? ` (${rejected})` : ''}  future ${counters.future}  over capacity ${counters.overCapacity}`,
+    `events applied ${counters.applied}  ignored ${counters.ignored}  rejected ${counters.rejected}${rejected ? ` (${rejected})` : ''}  future ${counters.future}  over capacity ${counters.overCapacity}  too many zones ${counters.tooManyZones}  address conflicts ${counters.addressConflict}`,
     ...(shared === undefined
       ? []
       : [
