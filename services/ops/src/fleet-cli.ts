@@ -148,7 +148,7 @@ async function show(
     inFlight?.view.prune(at);
     const rows = fleetRows(fleet, options.pool, at, inFlight?.view.byEndpoint());
     const shared = inFlight === undefined ? undefined : { epps: inFlight.view.eppCount, inFlight: inFlight.view.total };
-    return `${renderFleetStatus(header, reader.status, fleet.counters, rows, at, shared)}\n\n${renderFleetTable(rows)}\n`;
+    return `${renderFleetStatus({ header, status: reader.status, counters: fleet.counters, rows, now: at, shared })}\n\n${renderFleetTable(rows)}\n`;
   };
   try {
     if (options.once) {

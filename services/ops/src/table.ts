@@ -87,15 +87,20 @@ export function renderFleetTable(rows: readonly FleetRow[]): string {
   return lines.join('\n');
 }
 
+/** What the summary lines above the table show. */
+export interface FleetStatusView {
+  readonly header: { pool: string; stream: string; server: string };
+  readonly status: ReaderStatus;
+  readonly counters: FleetCounters;
+  readonly rows: readonly FleetRow[];
+  readonly now: number;
+  /** The pool's requests in flight as its EPPs share them; undefined when not followed. */
+  readonly shared?: { epps: number; inFlight: number } | undefined;
+}
+
 /** The summary lines above the table: connection, replay, counters. */
-export function renderFleetStatus(
-  header: { pool: string; stream: string; server: string },
-  status: ReaderStatus,
-  counters: FleetCounters,
-  rows: readonly FleetRow[],
-  now: number,
-  shared?: { epps: number; inFlight: number },
-): string {
+export function renderFleetStatus(view: FleetStatusView): string {
+  const { header, status, counters, rows, now, shared } = view;
   const ready = rows.filter((r) => r.ready === 'ready').length;
   const stale = rows.filter((r) => r.stale).length;
   const staleness = status.staleSince === undefined ? '' : `  STALE for ${formatAge(now - status.staleSince)}`;
