@@ -94,8 +94,11 @@ export interface FleetStatusView {
   readonly counters: FleetCounters;
   readonly rows: readonly FleetRow[];
   readonly now: number;
-  /** The pool's requests in flight as its EPPs share them; undefined when not followed. */
-  readonly shared?: { epps: number; inFlight: number } | undefined;
+  /**
+   * The pool's requests in flight as its EPPs share them; undefined when not followed. `refused`:
+   * why the EPPs could not be asked for what they held before (then only later requests show).
+   */
+  readonly shared?: { epps: number; inFlight: number; refused?: string | undefined } | undefined;
 }
 
 /** The summary lines above the table: connection, replay, counters. */
@@ -118,6 +121,11 @@ export function renderFleetStatus(view: FleetStatusView): string {
           shared.epps === 0
             ? 'in flight: no EPP shares its state'
             : `in flight ${shared.inFlight} over ${shared.epps} EPP${shared.epps === 1 ? '' : 's'} (their shared state)`,
+          ...(shared.refused === undefined
+            ? []
+            : [
+                `in flight: INCOMPLETE, only requests started since spillway-fleet did: ${shared.refused} (an EPP user may publish only its own zone's: give --zone <its zone>)`,
+              ]),
         ]),
   ].join('\n');
 }
