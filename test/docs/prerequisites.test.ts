@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 
 const root = join(import.meta.dirname, '..', '..');
-/** Programs the code starts by name: spawn('x'), execFileSync("x"), ... (node itself aside). */
+/** Programs the code starts by a literal name, with spawn, spawnSync, execFile or execFileSync (node itself aside). */
 const SPAWNED = /\b(?:spawn|spawnSync|execFile|execFileSync)\(\s*['"]([A-Za-z0-9_.-]+)['"]/g;
 /** Programs started otherwise: Chromium through playwright-core's executablePath. */
 const STARTED_OTHERWISE = ['chromium'];
