@@ -40,8 +40,9 @@ export interface Endpoint {
   readonly ready: boolean;
   readonly deleted: boolean;
   /**
-   * Ready at an address that pods of another zone claim too: an address belongs to one zone, so
-   * this pod is not routed to (docs/events.md, "The view"). Cleared when the conflict ends.
+   * Ready at an address that ready pods of another zone claim too. An address belongs to one zone:
+   * a view held for a zone (FleetOptions.localZone) routes only that zone's claimants, or none
+   * (docs/events.md, "The view"). Cleared when the conflict ends.
    */
   readonly addressConflict: boolean;
   readonly engine: Engine | undefined;
@@ -88,6 +89,8 @@ export class EndpointRecord implements Endpoint {
   ready = false;
   deleted = false;
   addressConflict = false;
+  /** Not routable for a conflict over its address (only in a view held for a zone). */
+  addressRefused = false;
   engine: Engine | undefined = undefined;
   labels: Readonly<Record<string, string>> | undefined = undefined;
   metrics: MutableSample | undefined = undefined;
@@ -132,7 +135,7 @@ export class EndpointRecord implements Endpoint {
 
   /** True when the pod may receive traffic by the view alone (passive health is the scheduler's). */
   get routable(): boolean {
-    return this.claimsAddress && !this.addressConflict;
+    return this.claimsAddress && !this.addressRefused;
   }
 
   applyReadiness(event: ReadinessEvent, address: { ip: string; key: string }): void {

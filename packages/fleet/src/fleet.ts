@@ -45,9 +45,11 @@ export interface FleetOptions {
   /**
    * The zone of the EPP holding this view. An address belongs to one zone: when pods of several
    * zones claim the same `ip:port`, only this zone's stay routable (its own collector is the one
-   * that knows its pods), and without one of them none does. Unset: no zone's claims win.
+   * that knows its pods), and without one of them none does. Unset (a view for every zone, such as
+   * spillway-xds's, which settles per gateway zone): every claimant stays routable, marked
+   * `addressConflict`.
    */
-  localZone?: string;
+  localZone?: string | undefined;
 }
 
 export interface FleetCounters {
@@ -74,7 +76,7 @@ export interface FleetCounters {
  * The outcome of applying one event, for callers that log or count. `future`, `over-capacity` and
  * `too-many-zones` are refusals: the event is dropped whole and the view is unchanged.
  * `address-conflict`: the event was applied, and its pod's address is claimed by pods of more than
- * one zone, so not every claimant is routable (FleetOptions.localZone).
+ * one zone (in a view held for a zone, not every claimant is routable: FleetOptions.localZone).
  */
 export type ApplyOutcome = 'applied' | 'ignored' | 'future' | 'over-capacity' | 'too-many-zones' | 'address-conflict';
 

@@ -82,9 +82,11 @@ export class ZonePods {
  * An address belongs to one zone. Every ready pod *claims* its address; which claimants are
  * routable is settled per address from the claimants alone, so the view does not depend on the
  * order events arrive in: the claimants of one zone share it (a stale pod and its successor);
- * when pods of several zones claim it, only those of `localZone` (the EPP's own: its collector is
- * the one that knows) stay routable, and without a local claimant none does — a pod of one zone
- * naming another zone's address is never merged into that zone's lists.
+ * when pods of several zones claim it, a view held for a zone (`localZone`, an EPP's) routes only
+ * that zone's claimants (its collector is the one that knows its pods), and without a local
+ * claimant none — a pod of one zone naming another zone's address is never merged into that
+ * zone's lists. A view held for no zone (spillway-xds, which settles per gateway zone; the
+ * operator's table) keeps every claimant routable and marks them (`addressConflict`).
  */
 export class PoolState implements PoolView {
   /** Pods by zone, then by name: a pod is identified by (pool, zone, pod). */
@@ -129,7 +131,7 @@ export class PoolState implements PoolView {
     const address = record.address as string;
     removeFrom(this.claims, address, record);
     this.unroute(record);
-    record.addressConflict = false;
+    record.addressConflict = record.addressRefused = false;
     this.settle(address);
   }
 
@@ -158,8 +160,9 @@ export class PoolState implements PoolView {
       if (claimant.zone === this.localZone) local = true;
     }
     for (const claimant of claimants) {
-      const refused = conflict && !(local && claimant.zone === this.localZone);
-      claimant.addressConflict = refused;
+      const refused = conflict && this.localZone !== undefined && !(local && claimant.zone === this.localZone);
+      claimant.addressConflict = conflict;
+      claimant.addressRefused = refused;
       if (refused) this.unroute(claimant);
       else this.route(claimant);
     }

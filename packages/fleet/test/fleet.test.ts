@@ -329,13 +329,24 @@ describe('an address belongs to one zone', () => {
     }
   });
 
+  it('a view held for no zone (spillway-xds settles per gateway zone) keeps every claimant routable, marked and counted', () => {
+    const fleet = new Fleet();
+    fleet.apply(realB, T0 + 2);
+    expect(fleet.apply(forgedA, T0 + 2)).toBe('address-conflict');
+    expect(view(fleet).at.sort()).toEqual(['zone-a/forged', 'zone-b/b1']);
+    expect(fleet.get('llama', 'zone-b', 'b1')?.addressConflict).toBe(true);
+    expect(fleet.counters.addressConflict).toBe(1);
+    fleet.apply(readiness('forged', { ...forgedA, deleted: true, ready: false, observedAt: T0 + 3 }), T0 + 3);
+    expect(fleet.get('llama', 'zone-b', 'b1')?.addressConflict).toBe(false);
+  });
+
   it('the conflict ends with the claim: a tombstone, a new address or not-ready gives the address back at once', () => {
     for (const end of [
       { deleted: true, ready: false },
       { address: '10.0.1.9:8000' },
       { ready: false },
     ] satisfies Partial<ReadinessEvent>[]) {
-      const fleet = new Fleet();
+      const fleet = new Fleet({ localZone: 'zone-c' });
       fleet.apply(realB, T0 + 2);
       fleet.apply(forgedA, T0 + 2);
       expect(view(fleet).at).toEqual([]);
