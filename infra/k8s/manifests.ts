@@ -827,18 +827,26 @@ maxEndpoints: 3
 # The last slot goes to the best endpoint of the nearest other zone, so a retry can leave a
 # failing zone even when the local zone is not overloaded.
 crossZoneFallbacks: 1
-# Saturated at 5 waiting requests or 80% KV-cache use (counting this EPP's in-flight picks).
-queueThreshold: 5
-kvThreshold: 0.8
-# A primary the gateway did not serve counts as not ready for this long.
+# Every candidate priced in milliseconds of expected time to first token (docs/picking.md); the
+# keys below are this policy's. (policy: weighted would read queueThreshold, kvThreshold, weights.)
+policy: cost
+# A request leaves its zone only when that is expected to be faster by more than this plus the
+# round trip (the dial between latency and cross-zone traffic).
+zoneBiasMs: 8
+network:
+  sameRegionMs: 1
+  crossRegionMs: 30
+# Used until the model servers report their own rates (per target model under rates.models).
+rates:
+  default:
+    requestsPerS: 10
+    prefillTokensPerS: 20000
+    promptTokens: 500
+# A primary the gateway did not serve (or that answered 5xx) counts as not ready for this long.
 penaltyMs: 5000
-weights:
-  queue: 2
-  kvCache: 2
-  prefixCache: 3
-  lora: 1
 # Named in the request header x-gateway-inference-objective; no objective means priority 0,
-# negative priorities are sheddable (429 when every eligible endpoint is saturated).
+# negative priorities are sheddable: 429 when the best expected wait exceeds shedAboveMs.
+shedAboveMs: 1000
 objectives:
   interactive:
     priority: 10

@@ -202,6 +202,10 @@ zones:
   'two-zone test topology',
 );
 
+/** Scheduler config keys only one policy reads (docs/picking.md): setting them under the other does nothing. */
+const WEIGHTED_ONLY = ['queueThreshold', 'kvThreshold', 'weights'];
+const COST_ONLY = ['zoneBiasMs', 'shedAboveMs', 'avoidablePrefill', 'rates', 'full'];
+
 describe('infra/k8s is rendered from infra/topology.yaml', () => {
   it('the committed files are exactly what `npm run render` writes', () => {
     const rendered = renderAll(loadTopology(), { laptopNats: true });
@@ -386,6 +390,13 @@ describe.each([
         });
         expect(config!.nats.user).toBe(`epp-${zone}`);
         expect(config!.scheduler.subsetMode).toBe('locality');
+        // The shipped config tunes the policy the EPPs run: no key of it is one the other policy reads.
+        const raw = parseYaml(readFileSync(local, 'utf8')) as Record<string, unknown>;
+        const inert = config!.scheduler.policy === 'cost' ? WEIGHTED_ONLY : COST_ONLY;
+        expect(
+          Object.keys(raw).filter((key) => inert.includes(key)),
+          `${d.name}: keys its policy (${config!.scheduler.policy}) never reads`,
+        ).toEqual([]);
         const target = natsTarget(config!.nats.servers[0]);
         expect(target.zone, `${d.name} reads its own zone's NATS`).toBe(zone);
         expect(zoneOf(target.server)).toBe(zone);

@@ -58,6 +58,11 @@ export interface DecisionCounts {
   readonly subsetUnmatched: number;
   /** Routable endpoints left out for a passive-health penalty or a readiness silence. */
   readonly penalised: number;
+  /**
+   * Of those, local endpoints listed all the same, ranked after every other candidate: penalties
+   * (or silences) had excluded every endpoint of the EPP's zone while others were eligible.
+   */
+  readonly localKept: number;
 }
 
 export interface Decision {
@@ -83,7 +88,38 @@ export interface Decision {
   readonly kvMatchedTokens: number;
   readonly policy: 'cost' | 'weighted';
   readonly at: number;
+  /** The request's id as the gateway gave it (`x-request-id`, at most MAX_REQUEST_ID_CHARS), so a decision can be matched to its request. */
+  readonly requestId: string | undefined;
+  /**
+   * The first subset entries (canonical, at most 8; `counts.subsetUnmatched` counts them all) that
+   * name no routable pod: a stale hint, typically pods rescheduled, which in locality mode sends
+   * the zone's traffic elsewhere. Empty without a subset.
+   */
+  readonly subsetUnmatchedEntries: readonly string[];
 }
+
+/** Longest request id a decision keeps; a longer one is cut. */
+export const MAX_REQUEST_ID_CHARS = 128;
+
+/** What a pick decided, as the scheduler hands it to a DecisionRecord. */
+export type DecisionFields = Pick<
+  DecisionRecord,
+  | 'status'
+  | 'rule'
+  | 'entries'
+  | 'destination'
+  | 'priority'
+  | 'sheddable'
+  | 'localOverloaded'
+  | 'penaltiesIgnored'
+  | 'subsetGiven'
+  | 'counts'
+  | 'prefixBlocks'
+  | 'prefixMatched'
+  | 'policy'
+  | 'at'
+  | 'prefixHashes'
+>;
 
 /** The scheduler's own bookkeeping on a decision: what commit charged, for release and the reports. */
 export class DecisionRecord implements Decision {
@@ -97,28 +133,46 @@ export class DecisionRecord implements Decision {
   shareId = 0;
   prefixSource: CacheIndexSource = 'approximate';
   kvMatchedTokens = 0;
+  requestId: string | undefined = undefined;
+  subsetUnmatchedEntries: readonly string[] = [];
 
-  constructor(
-    readonly status: DecisionStatus,
-    readonly rule: DecisionRule,
-    readonly entries: readonly DecisionEntry[],
-    readonly destination: string,
-    readonly priority: number,
-    readonly sheddable: boolean,
-    readonly localOverloaded: boolean,
-    readonly penaltiesIgnored: boolean,
-    readonly subsetGiven: boolean,
-    readonly counts: DecisionCounts,
-    readonly prefixBlocks: number,
-    readonly prefixMatched: number,
-    readonly policy: 'cost' | 'weighted',
-    readonly at: number,
-    /**
-     * The prompt's block hashes, kept for commit to index. A plain array: a Float64Array of more
-     * than 8 hashes would get an off-heap backing store, which V8 allocates and frees slowly.
-     */
-    readonly prefixHashes: readonly number[] | undefined,
-  ) {}
+  readonly status: DecisionStatus;
+  readonly rule: DecisionRule;
+  readonly entries: readonly DecisionEntry[];
+  readonly destination: string;
+  readonly priority: number;
+  readonly sheddable: boolean;
+  readonly localOverloaded: boolean;
+  readonly penaltiesIgnored: boolean;
+  readonly subsetGiven: boolean;
+  readonly counts: DecisionCounts;
+  readonly prefixBlocks: number;
+  readonly prefixMatched: number;
+  readonly policy: 'cost' | 'weighted';
+  readonly at: number;
+  /**
+   * The prompt's block hashes, kept for commit to index. A plain array: a Float64Array of more
+   * than 8 hashes would get an off-heap backing store, which V8 allocates and frees slowly.
+   */
+  readonly prefixHashes: readonly number[] | undefined;
+
+  constructor(fields: DecisionFields) {
+    this.status = fields.status;
+    this.rule = fields.rule;
+    this.entries = fields.entries;
+    this.destination = fields.destination;
+    this.priority = fields.priority;
+    this.sheddable = fields.sheddable;
+    this.localOverloaded = fields.localOverloaded;
+    this.penaltiesIgnored = fields.penaltiesIgnored;
+    this.subsetGiven = fields.subsetGiven;
+    this.counts = fields.counts;
+    this.prefixBlocks = fields.prefixBlocks;
+    this.prefixMatched = fields.prefixMatched;
+    this.policy = fields.policy;
+    this.at = fields.at;
+    this.prefixHashes = fields.prefixHashes;
+  }
 
   get primary(): Endpoint | undefined {
     return this.entries[0]?.endpoint;

@@ -23,7 +23,7 @@ export type { Rng } from './rng.js';
 export { hashPromptBlocks, prefixSeed } from './hash.js';
 export type { SubsetHint } from './subset.js';
 export { SharedState } from './shared-state.js';
-export type { SharedStateOptions, SharedStateOutbox, SharedApplyResult, SharedExpiry, SharedPeer } from './shared-state.js';
+export type { SharedStateOptions, SharedStateOutbox, SharedApplyResult, SharedExpiry, SharedPeer, SharedRefusal } from './shared-state.js';
 export { KvBlockIndex, KvPod, KV_ENTRY_BYTES } from './kv-index.js';
 export type { KvIndexOptions, KvIndexStats } from './kv-index.js';
 export type { CacheIndexSource } from './kv-lookup.js';

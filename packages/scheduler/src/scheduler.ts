@@ -3,7 +3,15 @@ import type { Endpoint, Fleet, PoolView } from '@spillway/fleet';
 import { CandidateSet, type CollectOptions } from './candidates.js';
 import { schedulerConfigSchema, type SchedulerConfig, type SchedulerConfigInput } from './config.js';
 import { CostPolicy } from './cost.js';
-import { DecisionRecord, type Decision, type DecisionCounts, type DecisionEntry, type DecisionRule, type EntryReason } from './decision.js';
+import {
+  DecisionRecord,
+  MAX_REQUEST_ID_CHARS,
+  type Decision,
+  type DecisionCounts,
+  type DecisionEntry,
+  type DecisionRule,
+  type EntryReason,
+} from './decision.js';
 import { hashPromptBlocks, prefixSeed } from './hash.js';
 import { chooseList } from './list.js';
 import { KvBlockIndex, type KvIndexOptions, type KvIndexStats } from './kv-index.js';
@@ -18,7 +26,7 @@ import { seededRng, type Rng } from './rng.js';
 import { defaultScorers, type WeightedScorer } from './scorers.js';
 import { SharedState, type SharedStateOptions } from './shared-state.js';
 import { RemoteShortlist, type BaseKey } from './shortlist.js';
-import type { SubsetHint } from './subset.js';
+import { detached, type SubsetHint } from './subset.js';
 import { WeightedPolicy } from './weighted.js';
 
 export interface SchedulerOptions {
@@ -62,6 +70,8 @@ export interface PickRequest {
    * model is held as an adapter). Also the prompt's length when `promptTokens` is absent.
    */
   readonly promptTokenIds?: ArrayLike<number> | undefined;
+  /** The gateway's request id (`x-request-id`): carried into the decision (cut to MAX_REQUEST_ID_CHARS), never interpreted. */
+  readonly requestId?: string | undefined;
 }
 
 /** How the scheduler sees one endpoint now, independent of any request (Scheduler.explain). */
@@ -161,12 +171,14 @@ export class Scheduler {
     };
     this.baseKey = (endpoint, tier) => this.policy.baseKey(this.ctx, endpoint, tier);
     this.shared = new SharedState(
-      this.fleet,
-      this.pool,
-      this.index,
-      this.penalties,
-      (endpoint, hashes) => this.learnBlocks(endpoint, hashes),
-      () => this.shortlist.invalidate(),
+      {
+        fleet: this.fleet,
+        pool: this.pool,
+        index: this.index,
+        penalties: this.penalties,
+        learn: (endpoint, hashes) => this.learnBlocks(endpoint, hashes),
+        onPenalty: () => this.shortlist.invalidate(),
+      },
       options.shared,
     );
     this.configure(schedulerConfigSchema.parse(options.config ?? {}));
@@ -195,6 +207,7 @@ export class Scheduler {
 
   private configure(config: SchedulerConfig): void {
     this.current = config;
+    this.shared.penaltyLimitMs = config.penaltyMs;
     this.network = new ZoneNetwork(this.zone, this.region, config.network);
     this.candidates = new CandidateSet(this.network, this.penalties);
     const staleAfterMs = this.fleet.staleAfterMs;
@@ -229,7 +242,7 @@ export class Scheduler {
   isFull(endpoint: Endpoint, now: number): boolean {
     const pool = this.fleet.pool(this.pool);
     if (!pool) return false;
-    this.setContext(pool, now, '', 0, 0, false);
+    this.setContext(pool, now, '', 0, 0);
     const tier = this.network.tierOf(pool, endpoint.zone, this.fleet.topologyVersion);
     return this.policy.baseKey(this.ctx, endpoint, tier) >= this.policy.limitBand;
   }
@@ -242,7 +255,7 @@ export class Scheduler {
   explain(endpoint: Endpoint, now: number): EndpointExplanation | undefined {
     const pool = this.fleet.pool(this.pool);
     if (!pool) return undefined;
-    this.setContext(pool, now, '', 0, 0, false);
+    this.setContext(pool, now, '', 0, 0);
     const tier = this.network.tierOf(pool, endpoint.zone, this.fleet.topologyVersion);
     const until = this.penalties.penalisedUntil(endpoint, now);
     return {
@@ -289,7 +302,7 @@ export class Scheduler {
 
     let failOpen = false;
     if (pool) {
-      this.setContext(pool, now, request.model, promptTokens, blocks, false);
+      this.setContext(pool, now, request.model, promptTokens, blocks);
       this.ctx.bestCachedTokens = this.lookup.begin(
         this.usesPrefix ? tokenIds : undefined,
         request.model,
@@ -303,6 +316,8 @@ export class Scheduler {
         this.ctx.includeExcluded = true;
         this.collect(pool, request.subset, depth);
       }
+      // The zone's last local endpoints were kept though excluded: price them behind every other.
+      if (candidates.localKept > 0) this.ctx.includeExcluded = true;
     } else {
       candidates.clear();
       candidates.subsetCounts.entries = candidates.subsetCounts.ignored = candidates.subsetCounts.unmatched = 0;
@@ -316,7 +331,9 @@ export class Scheduler {
       subsetIgnored: candidates.subsetCounts.ignored,
       subsetUnmatched: candidates.subsetCounts.unmatched,
       penalised: candidates.excluded,
+      localKept: candidates.localKept,
     };
+    const facts: PickFacts = { request, priority, sheddable, penaltiesIgnored: failOpen, subsetGiven, counts, blocks, now };
 
     if (candidates.count === 0) {
       const rule: DecisionRule = !pool
@@ -326,7 +343,7 @@ export class Scheduler {
             ? 'empty-subset'
             : 'subset-unmatched'
           : 'no-ready-endpoints';
-      return this.decide(503, rule, [], priority, sheddable, false, failOpen, subsetGiven, counts, blocks, now);
+      return this.decide(503, rule, [], false, facts);
     }
 
     const n = candidates.count;
@@ -338,7 +355,7 @@ export class Scheduler {
     this.ranking.rank(this.keys, candidates.tiers, n, this.listSizes, this.rng);
     const bestKey = this.keys[this.ranking.overall.index[0] as number] as number;
     if (sheddable && this.policy.shouldShed(bestKey, this.waits, n)) {
-      return this.decide(429, 'shed', [], priority, sheddable, true, failOpen, subsetGiven, counts, blocks, now);
+      return this.decide(429, 'shed', [], true, facts);
     }
 
     chooseList(
@@ -356,7 +373,7 @@ export class Scheduler {
     const primary = entries[0] as DecisionEntry;
     const rule: DecisionRule = primary.full ? 'last-resort' : primary.zone === this.zone ? 'local' : 'spill';
     const overloaded = rule !== 'local';
-    return this.decide('routed', rule, entries, priority, sheddable, overloaded, failOpen, subsetGiven, counts, blocks, now);
+    return this.decide('routed', rule, entries, overloaded, facts);
   }
 
   /**
@@ -449,7 +466,7 @@ export class Scheduler {
    * prefix entries of pods that were deleted or left the pool, and expired penalties.
    */
   prune(now: number): void {
-    this.penalties.active(now);
+    this.penalties.prune(now);
     const pool = this.fleet.pool(this.pool);
     const gone: Endpoint[] = [];
     for (const endpoint of this.index.endpoints()) {
@@ -478,7 +495,8 @@ export class Scheduler {
     this.shortlist.invalidate();
   }
 
-  private setContext(pool: PoolView, now: number, model: string, promptTokens: number, blocks: number, includeExcluded: boolean): void {
+  /** The pricing context for a pick (or a request-independent look) at `now`; exclusions are left out until a pass asks for them. */
+  private setContext(pool: PoolView, now: number, model: string, promptTokens: number, blocks: number): void {
     const ctx = this.ctx;
     ctx.now = now;
     ctx.pool = pool;
@@ -488,7 +506,7 @@ export class Scheduler {
     ctx.promptTokens = promptTokens;
     ctx.bestCachedTokens = 0;
     ctx.prefixBlocks = blocks;
-    ctx.includeExcluded = includeExcluded;
+    ctx.includeExcluded = false;
   }
 
   /** Step 1: the candidates, with the remote shortlist refreshed when it is due. */
@@ -504,6 +522,7 @@ export class Scheduler {
       topologyVersion: version,
       readinessSilenceMs: this.config.gaps.readinessSilenceMs,
       includeExcluded: ctx.includeExcluded,
+      keepLastLocal: this.config.penaltyFailOpen,
       shortlist: useShortlist ? this.shortlist : undefined,
       prefixHolders: prefixDepth > 0 ? this.index.bestHolders() : undefined,
       prefixHolderBudget: this.config.remote.shortlist,
@@ -596,48 +615,59 @@ export class Scheduler {
     return hashPromptBlocks(prompt, seed, this.blockChars, this.config.prefix.maxBlocks, this.hashes);
   }
 
+  /** The decision record, with what the request and the candidates add to it (request id, stale subset entries). */
   private decide(
     status: Decision['status'],
     rule: DecisionRule,
     entries: readonly DecisionEntry[],
-    priority: number,
-    sheddable: boolean,
     localOverloaded: boolean,
-    penaltiesIgnored: boolean,
-    subsetGiven: boolean,
-    counts: DecisionCounts,
-    blocks: number,
-    now: number,
-  ): Decision {
+    facts: PickFacts,
+  ): DecisionRecord {
     let destination = '';
     for (let i = 0; i < entries.length; i++) destination += (i === 0 ? '' : ',') + (entries[i]?.address as string);
     const primary = entries[0]?.endpoint;
-    const routed = status === 'routed';
-    const record = new DecisionRecord(
+    const blocks = facts.blocks;
+    const record = new DecisionRecord({
       status,
       rule,
       entries,
       destination,
-      priority,
-      sheddable,
+      priority: facts.priority,
+      sheddable: facts.sheddable,
       localOverloaded,
-      penaltiesIgnored,
-      subsetGiven,
-      counts,
-      blocks,
-      primary ? this.index.matchOf(primary) : 0,
-      this.config.policy,
-      now,
-      routed && blocks > 0 ? copyHashes(this.hashes, blocks) : undefined,
-    );
+      penaltiesIgnored: facts.penaltiesIgnored,
+      subsetGiven: facts.subsetGiven,
+      counts: facts.counts,
+      prefixBlocks: blocks,
+      prefixMatched: primary ? this.index.matchOf(primary) : 0,
+      policy: this.config.policy,
+      at: facts.now,
+      prefixHashes: status === 'routed' && blocks > 0 ? copyHashes(this.hashes, blocks) : undefined,
+    });
+    const id = facts.request.requestId;
+    if (id !== undefined) record.requestId = id.length > MAX_REQUEST_ID_CHARS ? detached(id.slice(0, MAX_REQUEST_ID_CHARS)) : id;
     if (primary !== undefined && this.lookup.precise) {
       record.prefixSource = this.lookup.sourceOf(primary);
       if (record.prefixSource === 'precise') record.kvMatchedTokens = this.lookup.cachedTokens(primary);
     }
+    record.subsetUnmatchedEntries = this.candidates.subsetUnmatched;
     this.lookup.end();
     this.candidates.clear();
     return record;
   }
+}
+
+/** What one pick established before deciding, for the decision record. */
+interface PickFacts {
+  readonly request: PickRequest;
+  readonly priority: number;
+  readonly sheddable: boolean;
+  /** Penalties and silences were ignored because they alone left nothing eligible. */
+  readonly penaltiesIgnored: boolean;
+  readonly subsetGiven: boolean;
+  readonly counts: DecisionCounts;
+  readonly blocks: number;
+  readonly now: number;
 }
 
 /** KV data of a pod the fleet has never known is kept this long after its last batch or snapshot. */

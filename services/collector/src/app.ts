@@ -161,7 +161,12 @@ export async function startCollector(config: CollectorConfig, options: StartOpti
       watcher?.stop();
       await kube?.stop();
       kvRelay?.stop();
-      await collector.stop();
+      // Probing stops at once; queued readiness publishes are waited for. While NATS is there they
+      // go out; without it they could only wait (and retry) for a server that is gone, so the sink
+      // closes first and they fail at once.
+      const stopping = collector.stop();
+      if (natsSink !== undefined && !natsSink.isConnected) await natsSink.close();
+      await stopping;
       await sink.close();
       // destroy, not close: a scrape of a hung server must not hold up shutdown.
       await dispatcher.destroy();

@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { createInbox, type NatsConnection, type Subscription } from '@nats-io/nats-core';
+import { createInbox, errors, type NatsConnection, type Subscription } from '@nats-io/nats-core';
 import {
   decodeStateBatch,
   encodeStateBatch,
@@ -78,17 +78,39 @@ export class PoolInFlight {
 
 export interface InFlightFollower {
   readonly view: PoolInFlight;
-  /** Resolves once the EPPs' answers are in (or nobody answered, or `waitMs` passed). */
+  /** Resolves once the EPPs' answers are in (or nobody answered, the request was refused, or `waitMs` passed). */
   readonly answered: Promise<void>;
+  /**
+   * The server refused the request (the NATS user may not publish its subject): the view then holds
+   * only requests started since it began following, so the caller must say so.
+   */
+  readonly refused: string | undefined;
   close(): void;
 }
+
+export interface FollowInFlightOptions {
+  readonly pool: string;
+  /**
+   * The zone whose `spillway.state` subjects the NATS user may publish the request on: an EPP user
+   * (`epp-<zone>`) may publish only its own zone's; an admin user any (default `ops`).
+   */
+  readonly zone?: string;
+  readonly now: () => number;
+  readonly waitMs?: number;
+  readonly quietMs?: number;
+}
+
+/** The zone an operator's sync request names when none is given (a user allowed every state subject). */
+export const OPERATOR_ZONE = 'ops';
 
 /**
  * Follows the pool's shared state: subscribes to every EPP's batches, then asks every EPP (one
  * request on a `.sync` subject of the operator's own, `want: in-flight`) for its open requests.
- * Needs a NATS user that may publish a `spillway.state` subject (an admin user in the zone topology).
+ * The request is published in `zone`, so the user needs the right to publish that zone's
+ * `spillway.state` subjects; a refusal is noticed (`refused`), never silent.
  */
-export function followInFlight(nc: NatsConnection, pool: string, now: () => number, waitMs = 2_000, quietMs = 200): InFlightFollower {
+export function followInFlight(nc: NatsConnection, options: FollowInFlightOptions): InFlightFollower {
+  const { pool, now, waitMs = 2_000, quietMs = 200 } = options;
   const view = new PoolInFlight();
   const onBatch = (data: Uint8Array, subject: string | undefined): void => {
     const parts = subject === undefined ? undefined : parseStateSubject(subject);
@@ -99,10 +121,23 @@ export function followInFlight(nc: NatsConnection, pool: string, now: () => numb
   const live: Subscription = nc.subscribe(statePoolFilter(pool), {
     callback: (error, msg) => (error ? undefined : onBatch(msg.data, msg.subject)),
   });
-  const self = { pool, zone: 'ops', epp: `spillway-fleet-${randomBytes(4).toString('hex')}` };
+  const self = { pool, zone: options.zone ?? OPERATOR_ZONE, epp: `spillway-fleet-${randomBytes(4).toString('hex')}` };
+  const subject = stateSyncSubjectFor(self);
   const inbox = createInbox();
   let finish!: () => void;
   const answered = new Promise<void>((resolve) => (finish = resolve));
+  let refused: string | undefined;
+  // The server reports a publish it refuses asynchronously, as a status of the connection.
+  const statuses = nc.status()[Symbol.asyncIterator]();
+  void (async () => {
+    for (let next = await statuses.next(); next.done !== true; next = await statuses.next()) {
+      const status = next.value;
+      if (status.type === 'error' && status.error instanceof errors.PermissionViolationError && status.error.subject === subject) {
+        refused = `the NATS user may not publish ${subject}`;
+        finish();
+      }
+    }
+  })();
   let quiet: NodeJS.Timeout | undefined;
   const deadline = setTimeout(() => finish(), waitMs);
   const replies = nc.subscribe(inbox, {
@@ -119,7 +154,7 @@ export function followInFlight(nc: NatsConnection, pool: string, now: () => numb
     if (!nc.isClosed()) replies.unsubscribe();
   });
   try {
-    nc.publish(stateSyncSubjectFor(self), encodeStateBatch({ v: 1, ...self, seq: 0, sentAt: now(), entries: [], want: 'in-flight' }), {
+    nc.publish(subject, encodeStateBatch({ v: 1, ...self, seq: 0, sentAt: now(), entries: [], want: 'in-flight' }), {
       reply: inbox,
     });
   } catch {
@@ -128,7 +163,11 @@ export function followInFlight(nc: NatsConnection, pool: string, now: () => numb
   return {
     view,
     answered,
+    get refused() {
+      return refused;
+    },
     close: () => {
+      void statuses.return?.();
       finish();
       if (!nc.isClosed()) live.unsubscribe();
     },

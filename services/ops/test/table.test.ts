@@ -98,27 +98,28 @@ describe('fleet table', () => {
       rejected: 3,
       rejectedByReason: { 'not-json': 2, invalid: 1 },
     };
-    const text = renderFleetStatus(
-      { pool: 'llama', stream: 'SPILLWAY', server: 'nats://x:1' },
+    const text = renderFleetStatus({
+      header: { pool: 'llama', stream: 'SPILLWAY', server: 'nats://x:1' },
       status,
-      { applied: 7, ignored: 0, rejected: 3, future: 0, overCapacity: 0 },
-      [row({}), row({ ready: 'not ready', stale: true })],
-      4_000,
-    );
+      counters: { applied: 7, ignored: 0, rejected: 3, future: 0, overCapacity: 0, tooManyZones: 1, addressConflict: 2 },
+      rows: [row({}), row({ ready: 'not ready', stale: true })],
+      now: 4_000,
+    });
     expect(text).toContain('pool llama  stream SPILLWAY');
     expect(text).toContain('connection reconnecting  reconnects 2  caught up  seq 42  STALE for 3.0s');
     expect(text).toContain('pods 2  ready 1  stale metrics 1');
     expect(text).toContain('events applied 7  ignored 0  rejected 3 (not-json=2 invalid=1)');
+    expect(text).toContain('too many zones 1  address conflicts 2');
     expect(text).not.toContain('in flight');
     const shared = (epps: number, inFlight: number) =>
-      renderFleetStatus(
-        { pool: 'llama', stream: 'SPILLWAY', server: 'x' },
+      renderFleetStatus({
+        header: { pool: 'llama', stream: 'SPILLWAY', server: 'x' },
         status,
-        { applied: 0, ignored: 0, rejected: 0, future: 0, overCapacity: 0 },
-        [],
-        0,
-        { epps, inFlight },
-      );
+        counters: { applied: 0, ignored: 0, rejected: 0, future: 0, overCapacity: 0, tooManyZones: 0, addressConflict: 0 },
+        rows: [],
+        now: 0,
+        shared: { epps, inFlight },
+      });
     expect(shared(2, 5)).toContain('in flight 5 over 2 EPPs (their shared state)');
     expect(shared(0, 0)).toContain('in flight: no EPP shares its state');
   });
