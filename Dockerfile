@@ -2,7 +2,7 @@
 # One image with every Spillway binary; the container's command picks one (they are on PATH):
 #   docker build -t spillway/spillway:0.1.0 .
 #   docker run --init --read-only spillway/spillway:0.1.0 spillway-epp --pool llama --zone zone-a ...
-# Binaries: spillway-epp, spillway-collector, spillway-sim, spillway-gateway, spillway-fleet,
+# Binaries: spillway-epp, spillway-xds, spillway-collector, spillway-sim, spillway-gateway, spillway-fleet,
 # spillway-provision. Kubernetes manifests set `command:` (infra/k8s). test/deploy checks this file's
 # structure, and test/deploy/production-install.test.ts runs the same steps (npm ci, npm prune
 # --omit=dev, start) on a copy of the repository.

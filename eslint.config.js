@@ -147,6 +147,12 @@ const policies = [
     disallow: { to: { element: { types: [...SERVICE_SRC, 'service-tests'] } } },
     message: 'infra never imports services: it starts them as processes',
   },
+  // Interim: the Envoy renderer numbers priorities with spillway-xds's own rule (prioritiesOf) until
+  // the xDS protocol code moves out of services/xds into a package of its own.
+  {
+    from: { element: { type: 'infra' } },
+    allow: { to: { element: { type: 'service', captured: { name: 'xds' } } }, dependency: { specifiers: ['prioritiesOf'] } },
+  },
   // The test kit is for tests; the demo and the binaries use @spillway/proc.
   { from: NON_TEST, disallow: { to: pkg('testkit') }, message: 'only tests import @spillway/testkit' },
   { from: pkg('testkit'), allow: { to: pkg('testkit') } },
@@ -154,7 +160,15 @@ const policies = [
 
 export default tseslint.config(
   {
-    ignores: ['**/dist/**', '**/node_modules/**', 'proto/gen/**', 'packages/protocol/src/gen/**', 'coverage/**', 'test/lint/fixtures/**'],
+    ignores: [
+      '**/dist/**',
+      '**/node_modules/**',
+      'proto/gen/**',
+      'packages/protocol/src/gen/**',
+      'services/xds/src/gen/**',
+      'coverage/**',
+      'test/lint/fixtures/**',
+    ],
   },
   js.configs.recommended,
   ...tseslint.configs.recommended,
@@ -204,6 +218,23 @@ export default tseslint.config(
     },
     rules: {
       'boundaries/dependencies': ['error', { default: 'allow', checkAllOrigins: true, policies }],
+    },
+  },
+  {
+    // spillway-xds's protocol core is pure like the packages above (services/xds/src/xds.ts is its shell).
+    files: ['services/xds/src/{hub,session,resources,priorities,hash,view-sink,limits,messages,rate-limit}.ts'],
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        {
+          patterns: [
+            {
+              group: ['node:*', '@grpc/*', '@nats-io/*', 'pino', 'prom-client', './xds.js', './metrics.js', './health.js'],
+              message: 'pure: no I/O',
+            },
+          ],
+        },
+      ],
     },
   },
   {

@@ -41,6 +41,8 @@ export const topologySchema = z
     namespace: dnsLabel,
     image: z.string().min(1),
     natsImage: z.string().min(1),
+    /** The gateways' Envoy (>= 1.38: override_host's selected_host_key). Optional, for topologies written before the gateways were. */
+    envoyImage: z.string().min(1).default('envoyproxy/envoy:v1.38.0'),
     zones: z.array(zoneSchema).min(1, 'name at least one zone'),
   })
   .superRefine((topology, ctx) => {

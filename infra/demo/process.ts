@@ -20,6 +20,10 @@ export class ManagedProcess {
   private child: ChildProcess | undefined;
   private log: WriteStream | undefined;
   private tail = '';
+  /** Output lines of the current run, for `waitForLine` (bounded: only the first few hundred are kept). */
+  private lines: string[] = [];
+  private partial = '';
+  private readonly lineWaiters = new Set<(line: string) => void>();
 
   constructor(readonly spec: ProcessSpec) {}
 
@@ -48,9 +52,18 @@ export class ManagedProcess {
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     this.child = child;
+    this.lines = [];
+    this.partial = '';
     const keep = (chunk: Buffer) => {
       this.log?.write(chunk);
       this.tail = (this.tail + chunk.toString()).slice(-4000);
+      const text = this.partial + chunk.toString();
+      const parts = text.split('\n');
+      this.partial = (parts.pop() ?? '').slice(-64 * 1024);
+      for (const line of parts) {
+        if (this.lines.length < 500) this.lines.push(line);
+        for (const waiter of this.lineWaiters) waiter(line);
+      }
     };
     child.stdout?.on('data', keep);
     child.stderr?.on('data', keep);
@@ -59,6 +72,29 @@ export class ManagedProcess {
     );
     exited.catch(() => undefined);
     await Promise.race([this.spec.ready?.() ?? Promise.resolve(), exited]);
+  }
+
+  /**
+   * Resolves with the first output line of the current run that `matches` (lines already printed
+   * count); rejects after `timeoutMs`. A server's own "listening" line, unlike a connection to its
+   * port, cannot come from another process that happens to hold the port.
+   */
+  waitForLine(matches: (line: string) => boolean, timeoutMs: number): Promise<string> {
+    const seen = this.lines.find(matches);
+    if (seen !== undefined) return Promise.resolve(seen);
+    return new Promise((resolve, reject) => {
+      const waiter = (line: string): void => {
+        if (!matches(line)) return;
+        clearTimeout(timer);
+        this.lineWaiters.delete(waiter);
+        resolve(line);
+      };
+      const timer = setTimeout(() => {
+        this.lineWaiters.delete(waiter);
+        reject(new Error(`${this.name}: no such output line after ${timeoutMs} ms`));
+      }, timeoutMs);
+      this.lineWaiters.add(waiter);
+    });
   }
 
   /** SIGTERM, then SIGKILL after `graceMs`. */

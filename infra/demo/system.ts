@@ -68,9 +68,30 @@ export interface SimProcess {
   region: string;
   address: string;
   port: number;
-  /** Its KV-event ZeroMQ endpoint, with `kvEvents`. */
+  /** Its KV-event ZeroMQ endpoint (rank 0's), with `kvEvents`. */
   kvEvents: string | undefined;
+  /** Every data-parallel rank's KV-event endpoint, in rank order. */
+  kvRanks: string[];
   process: ManagedProcess;
+}
+
+/**
+ * Waits for a simulator's "listening" line and takes its bound port and KV-event endpoints from it;
+ * the first time, pins them into its arguments so a restart binds the same ones.
+ */
+async function learnSimPorts(sim: SimProcess, timeoutMs: number): Promise<void> {
+  const line = await sim.process.waitForLine((l) => l.includes('"msg":"listening"'), timeoutMs);
+  const listening = JSON.parse(line) as { url: string; kvRanks?: Array<{ events: string }> };
+  const url = new URL(listening.url);
+  sim.port = Number(url.port);
+  sim.address = url.host;
+  sim.kvRanks = (listening.kvRanks ?? []).map((r) => r.events);
+  sim.kvEvents = sim.kvRanks[0];
+  const args = sim.process.spec.args;
+  const port = args.indexOf('--port');
+  if (port >= 0) args[port + 1] = String(sim.port);
+  const kv = args.indexOf('--kv-events');
+  if (kv >= 0 && sim.kvRanks.length > 0) args[kv + 1] = sim.kvRanks.join(',');
 }
 
 export interface ZoneProcesses {
@@ -181,34 +202,45 @@ async function startAll(system: LocalSystem, run: StartRun): Promise<void> {
   };
   say(`NATS: ${topologyKind}${options.natsUrl ? ` (${options.natsUrl})` : ''}`);
 
-  // Model servers.
+  // Model servers. Each binds port 0 (and any free port per KV-event rank) itself and says what it
+  // bound in its "listening" line: no port is chosen for it that another process could hold. A
+  // restart binds the same ports again.
   for (const spec of options.zones) {
     for (let i = 0; i < spec.servers; i++) {
-      const port = await freePort();
       const pod = `sim-${spec.zone}-${i}`;
-      const kvEvents = options.kvEvents ? `tcp://127.0.0.1:${await freePort()}` : undefined;
-      const kvArgs = options.kvEvents && kvEvents ? ['--kv-events', kvEvents, '--tokenizer', options.kvEvents.tokenizer] : [];
-      const process = new ManagedProcess({
+      const kvArgs = options.kvEvents ? ['--kv-events', 'tcp://127.0.0.1:*', '--tokenizer', options.kvEvents.tokenizer] : [];
+      const sim: SimProcess = {
+        pod,
+        zone: spec.zone,
+        region: spec.region,
+        address: '',
+        port: 0,
+        kvEvents: undefined,
+        kvRanks: [],
+        process: undefined as never,
+      };
+      sim.process = new ManagedProcess({
         name: pod,
         command: globalThis.process.execPath,
         args: [
           bin('sim', 'spillway-sim'),
           '--port',
-          String(port),
+          '0',
           '--model',
           MODEL,
           '--seed',
           String(sims.length + 1),
+          // The "listening" line is at info.
           '--log-level',
-          logLevel,
+          logLevel === 'debug' || logLevel === 'trace' ? logLevel : 'info',
           ...kvArgs,
           ...(options.simArgs ?? []),
         ],
         logFile: join(logs, `${pod}.log`),
         // Loading a real tokenizer (an 11 MB vocabulary) takes every starting server seconds of CPU at once.
-        ready: () => waitForPort(port, options.kvEvents ? 90_000 : 20_000),
+        ready: () => learnSimPorts(sim, options.kvEvents ? 90_000 : 20_000),
       });
-      sims.push({ pod, zone: spec.zone, region: spec.region, address: `127.0.0.1:${port}`, port, kvEvents, process });
+      sims.push(sim);
     }
   }
   checkpoint(); // nothing is spawned after an abort
@@ -240,7 +272,8 @@ async function startAll(system: LocalSystem, run: StartRun): Promise<void> {
             zone: s.zone,
             region: s.region,
             engine: 'vllm',
-            ...(s.kvEvents && { kvEvents: s.kvEvents }),
+            // One endpoint per data-parallel rank (a single one without data parallelism).
+            ...(s.kvRanks.length > 1 ? { kvEvents: s.kvRanks } : s.kvEvents ? { kvEvents: s.kvEvents } : {}),
           })),
         null,
         2,
@@ -359,14 +392,20 @@ async function startNats(
   }
   const natsDir = join(options.dir, 'nats');
   mkdirSync(natsDir, { recursive: true });
-  const serverProcess = (name: string, configPath: string, port: number) =>
-    new ManagedProcess({
+  const serverProcess = (name: string, configPath: string, port: number): ManagedProcess => {
+    const server: ManagedProcess = new ManagedProcess({
       name: `nats-${name}`,
       command: 'nats-server',
       args: ['-c', configPath],
       logFile: join(logs, `nats-${name}.log`),
-      ready: () => waitForPort(port, 15_000),
+      // Its own word, not any listener on the port (which another process could hold), then the port.
+      ready: async () => {
+        await server.waitForLine((l) => l.includes('Server is ready'), 15_000);
+        await waitForPort(port, 15_000);
+      },
     });
+    return server;
+  };
 
   if (kind === 'single') {
     const port = await freePort();

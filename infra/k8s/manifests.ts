@@ -1,9 +1,9 @@
 /**
  * The Kubernetes manifests of a zonal Spillway deployment, built from the topology
  * (infra/topology.yaml): per zone a NATS server (its own JetStream domain, a leaf node of the hub),
- * a Job that provisions its streams, two EPPs with a PodDisruptionBudget, two collectors that roll
- * one at a time, and example model servers; plus the hub, RBAC, the EPP config, the Services and the
- * InferencePool. Objects are typed with kubernetes-models, so a misspelt field does not compile;
+ * a Job that provisions its streams, two EPPs with a PodDisruptionBudget, two spillway-xds, an
+ * Envoy gateway whose bootstrap is infra/envoy's, two collectors that roll one at a time, and
+ * example model servers; plus the hub, RBAC, the EPP config, the Services and the InferencePool. Objects are typed with kubernetes-models, so a misspelt field does not compile;
  * test/infra/k8s-manifests.test.ts validates each against its schema and checks they fit together.
  */
 import type { IDeployment, IStatefulSet } from 'kubernetes-models/apps/v1';
@@ -21,8 +21,10 @@ import type {
   IServiceAccount,
   IAffinity,
   ISecurityContext,
+  IVolume,
 } from 'kubernetes-models/v1';
 import { AGGREGATE_STREAM, zoneStreamName } from '@spillway/bus';
+import { envoyFileOf, GATEWAY_PORT, renderEnvoyConfig, XDS_CLUSTER_NAME } from '../envoy/render.js';
 import { LEAF_URL_VARIABLE, passwordVariable, renderZoneTopology, type RenderedTopology } from '../nats/topology.js';
 import type { Topology, TopologyZone } from '../topology.js';
 
@@ -71,6 +73,10 @@ export const PORTS = {
   eppHealth: 9003,
   eppMetrics: 9090,
   collectorMetrics: 9091,
+  xds: 18000,
+  xdsHealth: 18001,
+  xdsMetrics: 9092,
+  gateway: GATEWAY_PORT,
   modelServer: 8000,
   natsClient: 4222,
   natsLeaf: 7422,
@@ -95,6 +101,8 @@ export const names = {
   provision: (zone: string) => `spillway-nats-provision-${zone}`,
   modelServers: (zone: string, pool: string) => `${pool}-${zone}`,
   eppService: 'spillway-epp',
+  xds: (zone: string) => `spillway-xds-${zone}`,
+  gateway: (zone: string) => `spillway-gateway-${zone}`,
 };
 
 /** `<service>.<namespace>.svc.cluster.local`, the name every other pod reaches a Service by. */
@@ -188,6 +196,58 @@ function natsServerEnv(users: string[], leaf?: { user: string; hubHost: string }
 const tmpVolume = { name: 'tmp', emptyDir: { sizeLimit: '64Mi' } };
 const tmpMount = { name: 'tmp', mountPath: '/tmp' };
 
+/** One zone's Deployment of one app, its PodDisruptionBudget, and the labels that select its pods. */
+interface ZonalWorkload {
+  zone: string;
+  /** `app.kubernetes.io/name`, also the ServiceAccount. */
+  app: string;
+  name: string;
+  /** Only the collector talks to the Kubernetes API. */
+  automountToken: boolean;
+  container: IContainer;
+  volumes: IVolume[];
+  terminationGracePeriodSeconds?: number;
+}
+
+/**
+ * Two replicas pinned to the zone (on different nodes where possible). Never fewer ready pods than
+ * replicas while rolling: the new pod must be ready (an EPP's or spillway-xds's replay caught up)
+ * before an old one goes; and a node drain may take one of the zone's pods at a time, never both.
+ */
+function zonalWorkload(
+  topology: Topology,
+  w: ZonalWorkload,
+): { labels: Record<string, string>; deployment: IDeployment; pdb: IPodDisruptionBudget } {
+  const labels = { 'app.kubernetes.io/name': w.app, 'spillway.dev/zone': w.zone };
+  const deployment: IDeployment = {
+    apiVersion: 'apps/v1',
+    kind: 'Deployment',
+    metadata: meta(topology, w.name, labels),
+    spec: {
+      replicas: 2,
+      strategy: { type: 'RollingUpdate', rollingUpdate: { maxUnavailable: 0, maxSurge: 1 } },
+      selector: { matchLabels: labels },
+      template: {
+        metadata: { labels: { ...labels, ...PART_OF } },
+        spec: {
+          ...podBasics(w.app, w.automountToken),
+          affinity: zoneAffinity(w.zone, w.app),
+          ...(w.terminationGracePeriodSeconds === undefined ? {} : { terminationGracePeriodSeconds: w.terminationGracePeriodSeconds }),
+          containers: [w.container],
+          volumes: w.volumes,
+        },
+      },
+    },
+  };
+  const pdb: IPodDisruptionBudget = {
+    apiVersion: 'policy/v1',
+    kind: 'PodDisruptionBudget',
+    metadata: meta(topology, w.name, labels),
+    spec: { minAvailable: 1, selector: { matchLabels: labels } },
+  };
+  return { labels, deployment, pdb };
+}
+
 // ---------------------------------------------------------------------------------------------
 // NATS: the topology of infra/nats, rendered for pods (all addresses, env-var secrets)
 
@@ -216,14 +276,16 @@ export function natsUsers(topology: Topology): string[] {
   ];
 }
 
-function natsServer(
-  topology: Topology,
-  name: string,
-  config: string,
-  env: IEnvVar[],
-  zone: string | undefined,
-  ports: { name: string; containerPort: number }[],
-): Manifest[] {
+/** One NATS server: its config, the environment the config refers to, its zone (none for the hub) and ports. */
+interface NatsServerSpec {
+  name: string;
+  config: string;
+  env: IEnvVar[];
+  zone: string | undefined;
+  ports: { name: string; containerPort: number }[];
+}
+
+function natsServer(topology: Topology, { name, config, env, zone, ports }: NatsServerSpec): Manifest[] {
   const labels = {
     'app.kubernetes.io/name': 'spillway-nats',
     'app.kubernetes.io/instance': name,
@@ -315,16 +377,21 @@ the hub runs anywhere and stores nothing. Passwords come from Secret ${SECRET_NA
 variables that the configs name ($NATS_PASSWORD_<USER>, $${LEAF_URL_VARIABLE}). One server per zone:
 for a zone that must survive losing its NATS server, run a 3-server cluster with the same domain.`,
     objects: [
-      ...natsServer(topology, names.natsHub, nats.hub.config, natsServerEnv(hubUsers), undefined, hubPorts),
+      ...natsServer(topology, {
+        name: names.natsHub,
+        config: nats.hub.config,
+        env: natsServerEnv(hubUsers),
+        zone: undefined,
+        ports: hubPorts,
+      }),
       ...nats.zones.flatMap((z) =>
-        natsServer(
-          topology,
-          names.nats(z.zone),
-          z.config,
-          natsServerEnv([z.users.admin.user, z.users.collector.user, z.users.epp.user], { user: `leaf-${z.zone}`, hubHost }),
-          z.zone,
-          zonePorts,
-        ),
+        natsServer(topology, {
+          name: names.nats(z.zone),
+          config: z.config,
+          env: natsServerEnv([z.users.admin.user, z.users.collector.user, z.users.epp.user], { user: `leaf-${z.zone}`, hubHost }),
+          zone: z.zone,
+          ports: zonePorts,
+        }),
       ),
     ],
   };
@@ -376,74 +443,51 @@ topology (kubectl -n ${topology.namespace} delete job -l app.kubernetes.io/name=
 function eppFile(topology: Topology): ManifestFile {
   const perZone = topology.zones.flatMap((z): Manifest[] => {
     const name = names.epp(z.name);
-    const labels = { 'app.kubernetes.io/name': 'spillway-epp', 'spillway.dev/zone': z.name };
-    const deployment: IDeployment = {
-      apiVersion: 'apps/v1',
-      kind: 'Deployment',
-      metadata: meta(topology, name, labels),
-      spec: {
-        replicas: 2,
-        // Never fewer ready EPPs than replicas while rolling: the new pod must be ready (replay
-        // caught up) before an old one goes.
-        strategy: { type: 'RollingUpdate', rollingUpdate: { maxUnavailable: 0, maxSurge: 1 } },
-        selector: { matchLabels: labels },
-        template: {
-          metadata: { labels: { ...labels, ...PART_OF } },
-          spec: {
-            ...podBasics('spillway-epp', false),
-            affinity: zoneAffinity(z.name, 'spillway-epp'),
-            containers: [
-              {
-                name: 'epp',
-                image: topology.image,
-                command: ['spillway-epp'],
-                args: [
-                  `--pool=${topology.pool}`,
-                  `--zone=${z.name}`,
-                  `--region=${z.region}`,
-                  `--nats=${natsUrlOf(z.name, topology.namespace)}`,
-                  // The zone's local aggregate, provisioned by the Job; the EPP user may not create it.
-                  `--stream=${AGGREGATE_STREAM}`,
-                  '--ensure-stream=false',
-                  '--host=0.0.0.0',
-                  `--grpc-port=${PORTS.eppGrpc}`,
-                  `--health-port=${PORTS.eppHealth}`,
-                  `--metrics-port=${PORTS.eppMetrics}`,
-                  '--subset-mode=locality',
-                  `--config=${CONFIG_DIR}/config.yaml`,
-                ],
-                env: natsUserEnv(`epp-${z.name}`),
-                ports: [
-                  { name: 'grpc', containerPort: PORTS.eppGrpc },
-                  { name: 'health', containerPort: PORTS.eppHealth },
-                  { name: 'metrics', containerPort: PORTS.eppMetrics },
-                ],
-                // Readiness gates the Service: an EPP whose replay has not caught up gets no traffic.
-                // gRPC probes on the plaintext health port (kubelet probes present no client certificate).
-                readinessProbe: { grpc: { port: PORTS.eppHealth, service: 'readiness' }, periodSeconds: 2, failureThreshold: 3 },
-                livenessProbe: {
-                  grpc: { port: PORTS.eppHealth, service: 'liveness' },
-                  initialDelaySeconds: 5,
-                  periodSeconds: 10,
-                  failureThreshold: 3,
-                },
-                volumeMounts: [{ name: 'config', mountPath: CONFIG_DIR, readOnly: true }, tmpMount],
-                resources: { requests: { cpu: '500m', memory: '256Mi' }, limits: { memory: '1Gi' } },
-                securityContext: hardened,
-              },
-            ],
-            volumes: [{ name: 'config', configMap: { name: EPP_CONFIG_MAP } }, tmpVolume],
-          },
+    const { labels, deployment, pdb } = zonalWorkload(topology, {
+      zone: z.name,
+      app: 'spillway-epp',
+      name,
+      automountToken: false,
+      container: {
+        name: 'epp',
+        image: topology.image,
+        command: ['spillway-epp'],
+        args: [
+          `--pool=${topology.pool}`,
+          `--zone=${z.name}`,
+          `--region=${z.region}`,
+          `--nats=${natsUrlOf(z.name, topology.namespace)}`,
+          // The zone's local aggregate, provisioned by the Job; the EPP user may not create it.
+          `--stream=${AGGREGATE_STREAM}`,
+          '--ensure-stream=false',
+          '--host=0.0.0.0',
+          `--grpc-port=${PORTS.eppGrpc}`,
+          `--health-port=${PORTS.eppHealth}`,
+          `--metrics-port=${PORTS.eppMetrics}`,
+          '--subset-mode=locality',
+          `--config=${CONFIG_DIR}/config.yaml`,
+        ],
+        env: natsUserEnv(`epp-${z.name}`),
+        ports: [
+          { name: 'grpc', containerPort: PORTS.eppGrpc },
+          { name: 'health', containerPort: PORTS.eppHealth },
+          { name: 'metrics', containerPort: PORTS.eppMetrics },
+        ],
+        // Readiness gates the Service: an EPP whose replay has not caught up gets no traffic.
+        // gRPC probes on the plaintext health port (kubelet probes present no client certificate).
+        readinessProbe: { grpc: { port: PORTS.eppHealth, service: 'readiness' }, periodSeconds: 2, failureThreshold: 3 },
+        livenessProbe: {
+          grpc: { port: PORTS.eppHealth, service: 'liveness' },
+          initialDelaySeconds: 5,
+          periodSeconds: 10,
+          failureThreshold: 3,
         },
+        volumeMounts: [{ name: 'config', mountPath: CONFIG_DIR, readOnly: true }, tmpMount],
+        resources: { requests: { cpu: '500m', memory: '256Mi' }, limits: { memory: '1Gi' } },
+        securityContext: hardened,
       },
-    };
-    const pdb: IPodDisruptionBudget = {
-      apiVersion: 'policy/v1',
-      kind: 'PodDisruptionBudget',
-      metadata: meta(topology, name, labels),
-      // A node drain may take one of the zone's EPPs at a time, never both.
-      spec: { minAvailable: 1, selector: { matchLabels: labels } },
-    };
+      volumes: [{ name: 'config', configMap: { name: EPP_CONFIG_MAP } }, tmpVolume],
+    });
     const service: IService = {
       apiVersion: 'v1',
       kind: 'Service',
@@ -480,6 +524,139 @@ Service ${names.eppService} spans every zone's EPPs for the InferencePool.`,
   };
 }
 
+function xdsFile(topology: Topology): ManifestFile {
+  const zones = topology.zones.map((z) => z.name);
+  const perZone = topology.zones.flatMap((z): Manifest[] => {
+    const name = names.xds(z.name);
+    const { labels, deployment, pdb } = zonalWorkload(topology, {
+      zone: z.name,
+      app: 'spillway-xds',
+      name,
+      automountToken: false,
+      container: {
+        name: 'xds',
+        image: topology.image,
+        command: ['spillway-xds'],
+        args: [
+          `--pool=${topology.pool}`,
+          `--nats=${natsUrlOf(z.name, topology.namespace)}`,
+          // The zone's local aggregate, like the zone's EPPs: a zone cut off from the others
+          // keeps serving its gateways from local data.
+          `--stream=${AGGREGATE_STREAM}`,
+          '--ensure-stream=false',
+          '--host=0.0.0.0',
+          `--port=${PORTS.xds}`,
+          `--health-port=${PORTS.xdsHealth}`,
+          `--metrics-port=${PORTS.xdsMetrics}`,
+          `--cluster-name=${XDS_CLUSTER_NAME}`,
+          // A gateway naming any other zone is refused with a clear error.
+          `--zones=${zones.join(',')}`,
+        ],
+        // Reads what the zone's EPPs read, with their NATS user (consumers on the aggregate).
+        env: natsUserEnv(`epp-${z.name}`),
+        ports: [
+          { name: 'grpc', containerPort: PORTS.xds },
+          { name: 'health', containerPort: PORTS.xdsHealth },
+          { name: 'metrics', containerPort: PORTS.xdsMetrics },
+        ],
+        // Ready once its replay caught up; the gateways' ADS streams of a replaced pod move to the
+        // other replica and are answered in full there (state of the world).
+        readinessProbe: { grpc: { port: PORTS.xdsHealth, service: 'readiness' }, periodSeconds: 2, failureThreshold: 3 },
+        livenessProbe: {
+          grpc: { port: PORTS.xdsHealth, service: 'liveness' },
+          initialDelaySeconds: 5,
+          periodSeconds: 10,
+          failureThreshold: 3,
+        },
+        volumeMounts: [tmpMount],
+        resources: { requests: { cpu: '100m', memory: '128Mi' }, limits: { memory: '512Mi' } },
+        securityContext: hardened,
+      },
+      volumes: [tmpVolume],
+    });
+    const service: IService = {
+      apiVersion: 'v1',
+      kind: 'Service',
+      metadata: meta(topology, name, labels),
+      spec: {
+        selector: labels,
+        ports: [
+          { name: 'grpc', port: PORTS.xds, targetPort: 'grpc', appProtocol: 'kubernetes.io/h2c' },
+          { name: 'metrics', port: PORTS.xdsMetrics, targetPort: 'metrics' },
+        ],
+      },
+    };
+    return [deployment, pdb, service];
+  });
+  return {
+    file: 'xds.yaml',
+    header: `Per zone: spillway-xds (2 replicas pinned to the zone), which follows the zone's NATS aggregate as the
+EPPs do and serves the gateways Envoy's aggregated discovery service: every ready model server by EDS
+(${XDS_CLUSTER_NAME}, priorities by zone) and the zone-local subset hint by ECDS (docs/xds.md). Service
+${names.xds('<zone>')} is what the zone's gateway dials (gateway.yaml, infra/envoy).`,
+    objects: perZone,
+  };
+}
+
+function gatewayFile(topology: Topology): ManifestFile {
+  const perZone = topology.zones.flatMap((z): Manifest[] => {
+    const name = names.gateway(z.name);
+    const { labels, deployment, pdb } = zonalWorkload(topology, {
+      zone: z.name,
+      app: 'spillway-gateway',
+      name,
+      automountToken: false,
+      // Envoy drains its connections on SIGTERM within --drain-time-s.
+      terminationGracePeriodSeconds: 60,
+      container: {
+        name: 'envoy',
+        image: topology.envoyImage,
+        command: ['envoy'],
+        args: [
+          '--config-path',
+          `/etc/envoy/envoy.yaml`,
+          // Each pod its own node id; the locality (what spillway-xds serves by) is the bootstrap's.
+          '--service-node',
+          '$(POD_NAME)',
+          '--disable-hot-restart',
+          '--drain-time-s',
+          '30',
+        ],
+        env: [{ name: 'POD_NAME', valueFrom: { fieldRef: { fieldPath: 'metadata.name' } } }],
+        ports: [{ name: 'http', containerPort: PORTS.gateway }],
+        // The listener accepts once Envoy has its listeners; the admin port stays on loopback.
+        readinessProbe: { tcpSocket: { port: 'http' }, periodSeconds: 2, failureThreshold: 3 },
+        livenessProbe: { tcpSocket: { port: 'http' }, initialDelaySeconds: 10, periodSeconds: 10, failureThreshold: 3 },
+        volumeMounts: [{ name: 'config', mountPath: '/etc/envoy', readOnly: true }, tmpMount],
+        resources: { requests: { cpu: '500m', memory: '256Mi' }, limits: { memory: '1Gi' } },
+        securityContext: hardened,
+      },
+      volumes: [{ name: 'config', configMap: { name } }, tmpVolume],
+    });
+    const configMap: IConfigMap = {
+      apiVersion: 'v1',
+      kind: 'ConfigMap',
+      metadata: meta(topology, name, labels),
+      data: { 'envoy.yaml': renderEnvoyConfig(topology, z.name) },
+    };
+    const service: IService = {
+      apiVersion: 'v1',
+      kind: 'Service',
+      metadata: meta(topology, name, labels),
+      spec: { selector: labels, ports: [{ name: 'http', port: PORTS.gateway, targetPort: 'http' }] },
+    };
+    return [configMap, deployment, pdb, service];
+  });
+  return {
+    file: 'gateway.yaml',
+    header: `Per zone: an Envoy gateway (2 replicas pinned to the zone) with the zone's bootstrap from infra/envoy
+(${envoyFileOf('<zone>')}, in ConfigMap ${names.gateway('<zone>')}): its endpoints and subset hint from the zone's
+spillway-xds, ext_proc to the zone's EPPs and the other zones' by priority, override_host. Clients send
+inference requests to Service ${names.gateway('<zone>')} on port ${PORTS.gateway}.`,
+    objects: perZone,
+  };
+}
+
 function collectorFile(topology: Topology): ManifestFile {
   return {
     file: 'collector.yaml',
@@ -488,58 +665,37 @@ rbac.yaml), publishes readiness for its own zone's endpoints and scrapes their m
 collector-<zone> into the zone stream. Two replicas publish the same facts (events are idempotent:
 the newer observedAt wins), and a rollout replaces them one at a time, so the zone's metrics never stop.`,
     objects: topology.zones.flatMap((z): Manifest[] => {
-      const name = names.collector(z.name);
-      const labels = { 'app.kubernetes.io/name': 'spillway-collector', 'spillway.dev/zone': z.name };
-      const deployment: IDeployment = {
-        apiVersion: 'apps/v1',
-        kind: 'Deployment',
-        metadata: meta(topology, name, labels),
-        spec: {
-          replicas: 2,
-          strategy: { type: 'RollingUpdate', rollingUpdate: { maxUnavailable: 0, maxSurge: 1 } },
-          selector: { matchLabels: labels },
-          template: {
-            metadata: { labels: { ...labels, ...PART_OF } },
-            spec: {
-              ...podBasics('spillway-collector', true),
-              affinity: zoneAffinity(z.name, 'spillway-collector'),
-              containers: [
-                {
-                  name: 'collector',
-                  image: topology.image,
-                  command: ['spillway-collector'],
-                  args: [
-                    `--pool=${topology.pool}`,
-                    `--zone=${z.name}`,
-                    `--region=${z.region}`,
-                    `--nats=${natsUrlOf(z.name, topology.namespace)}`,
-                    // Publishes into the zone stream (the aggregate has no subjects).
-                    `--stream=${zoneStreamName(z.name)}`,
-                    `--kube-namespace=${topology.namespace}`,
-                    `--kube-selector=kubernetes.io/service-name=${topology.pool}`,
-                    '--kube-port=http',
-                    `--metrics-port=${PORTS.collectorMetrics}`,
-                  ],
-                  env: natsUserEnv(`collector-${z.name}`),
-                  ports: [{ name: 'metrics', containerPort: PORTS.collectorMetrics }],
-                  readinessProbe: { httpGet: { path: '/health', port: 'metrics' }, periodSeconds: 5 },
-                  livenessProbe: { httpGet: { path: '/health', port: 'metrics' }, initialDelaySeconds: 5, periodSeconds: 10 },
-                  volumeMounts: [tmpMount],
-                  resources: { requests: { cpu: '200m', memory: '128Mi' }, limits: { memory: '512Mi' } },
-                  securityContext: hardened,
-                },
-              ],
-              volumes: [tmpVolume],
-            },
-          },
+      const { deployment, pdb } = zonalWorkload(topology, {
+        zone: z.name,
+        app: 'spillway-collector',
+        name: names.collector(z.name),
+        automountToken: true,
+        container: {
+          name: 'collector',
+          image: topology.image,
+          command: ['spillway-collector'],
+          args: [
+            `--pool=${topology.pool}`,
+            `--zone=${z.name}`,
+            `--region=${z.region}`,
+            `--nats=${natsUrlOf(z.name, topology.namespace)}`,
+            // Publishes into the zone stream (the aggregate has no subjects).
+            `--stream=${zoneStreamName(z.name)}`,
+            `--kube-namespace=${topology.namespace}`,
+            `--kube-selector=kubernetes.io/service-name=${topology.pool}`,
+            '--kube-port=http',
+            `--metrics-port=${PORTS.collectorMetrics}`,
+          ],
+          env: natsUserEnv(`collector-${z.name}`),
+          ports: [{ name: 'metrics', containerPort: PORTS.collectorMetrics }],
+          readinessProbe: { httpGet: { path: '/health', port: 'metrics' }, periodSeconds: 5 },
+          livenessProbe: { httpGet: { path: '/health', port: 'metrics' }, initialDelaySeconds: 5, periodSeconds: 10 },
+          volumeMounts: [tmpMount],
+          resources: { requests: { cpu: '200m', memory: '128Mi' }, limits: { memory: '512Mi' } },
+          securityContext: hardened,
         },
-      };
-      const pdb: IPodDisruptionBudget = {
-        apiVersion: 'policy/v1',
-        kind: 'PodDisruptionBudget',
-        metadata: meta(topology, name, labels),
-        spec: { minAvailable: 1, selector: { matchLabels: labels } },
-      };
+        volumes: [tmpVolume],
+      });
       return [deployment, pdb];
     }),
   };
@@ -646,10 +802,13 @@ function rbacFile(topology: Topology): ManifestFile {
   return {
     file: 'rbac.yaml',
     header: `Identities and rights. Only the collector talks to the Kubernetes API (EndpointSlices of this namespace,
-read only); the EPP learns the pool from NATS, and neither it, NATS nor the provisioning Job mounts a token.`,
+read only); the EPP and spillway-xds learn the pool from NATS, and neither they, the gateways, NATS nor the
+provisioning Job mount a token.`,
     objects: [
       account('spillway-collector', true),
       account('spillway-epp', false),
+      account('spillway-xds', false),
+      account('spillway-gateway', false),
       account('spillway-nats', false),
       account('spillway-nats-provision', false),
       role,
@@ -668,18 +827,26 @@ maxEndpoints: 3
 # The last slot goes to the best endpoint of the nearest other zone, so a retry can leave a
 # failing zone even when the local zone is not overloaded.
 crossZoneFallbacks: 1
-# Saturated at 5 waiting requests or 80% KV-cache use (counting this EPP's in-flight picks).
-queueThreshold: 5
-kvThreshold: 0.8
-# A primary the gateway did not serve counts as not ready for this long.
+# Every candidate priced in milliseconds of expected time to first token (docs/picking.md); the
+# keys below are this policy's. (policy: weighted would read queueThreshold, kvThreshold, weights.)
+policy: cost
+# A request leaves its zone only when that is expected to be faster by more than this plus the
+# round trip (the dial between latency and cross-zone traffic).
+zoneBiasMs: 8
+network:
+  sameRegionMs: 1
+  crossRegionMs: 30
+# Used until the model servers report their own rates (per target model under rates.models).
+rates:
+  default:
+    requestsPerS: 10
+    prefillTokensPerS: 20000
+    promptTokens: 500
+# A primary the gateway did not serve (or that answered 5xx) counts as not ready for this long.
 penaltyMs: 5000
-weights:
-  queue: 2
-  kvCache: 2
-  prefixCache: 3
-  lora: 1
 # Named in the request header x-gateway-inference-objective; no objective means priority 0,
-# negative priorities are sheddable (429 when every eligible endpoint is saturated).
+# negative priorities are sheddable: 429 when the best expected wait exceeds shedAboveMs.
+shedAboveMs: 1000
 objectives:
   interactive:
     priority: 10
@@ -750,6 +917,8 @@ export function manifestFiles(topology: Topology): ManifestFile[] {
     provisionFile(topology),
     modelServersFile(topology),
     eppFile(topology),
+    xdsFile(topology),
+    gatewayFile(topology),
     collectorFile(topology),
     inferencePoolFile(topology),
     secretsExampleFile(topology),

@@ -17,7 +17,14 @@
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { AGGREGATE_STREAM, HUB_DOMAIN, domainOf, uniqueZones, zoneStreamName, zoneSubjects } from '@spillway/bus';
-import { ALL_STATE_SUBJECTS, escapeToken, KV_SUBJECT_ROOT, stateZoneFilter } from '@spillway/events';
+import {
+  ALL_STATE_SUBJECTS,
+  escapeToken,
+  KV_SUBJECT_ROOT,
+  MAX_KV_BATCH_BYTES,
+  MAX_STATE_BATCH_BYTES,
+  stateZoneFilter,
+} from '@spillway/events';
 
 /** One zone's KV-cache block subjects of every pool (what its collector relays). */
 const kvZoneSubjects = (zone: string): string => `${KV_SUBJECT_ROOT}.*.${escapeToken(zone)}.>`;
@@ -124,6 +131,21 @@ export interface RenderedTopology {
 }
 
 const DEFAULT_HOST = '127.0.0.1';
+
+/**
+ * Every server's `max_payload`: the largest batch an EPP accepts on `spillway.state.*` and
+ * `spillway.kv.*` (everything else is smaller: events 64 KiB, kv snapshots 320 KiB). A client that
+ * publishes more is refused by the server (and disconnected) before any EPP receives a byte of it,
+ * so the bound no longer rests on the receivers alone. nats-server 2.9 sets it per server, not per
+ * subject; it is pinned here rather than left to the server's default (also 1 MiB today), which an
+ * operator raising it for some other traffic would otherwise lift for these subjects too.
+ */
+export const NATS_MAX_PAYLOAD = Math.max(MAX_STATE_BATCH_BYTES, MAX_KV_BATCH_BYTES);
+
+/** The config line setting it, with the reason. */
+const MAX_PAYLOAD_LINE = `# Largest message: the state and KV batches' bound (an EPP refuses larger ones anyway); see topology.ts.
+max_payload: ${NATS_MAX_PAYLOAD}
+`;
 const defaultPassword = (user: string): string => `${user}-dev`;
 
 /** Double-quoted NATS config string (the format accepts JSON-style escapes). */
@@ -151,7 +173,7 @@ export function renderSingleServer(options: SingleServerOptions): string {
 
 server_name: "spillway-single"
 listen: ${q(`${host}:${options.port}`)}
-${monitorLine(options.monitorPort, host)}
+${MAX_PAYLOAD_LINE}${monitorLine(options.monitorPort, host)}
 jetstream {
   # File storage: an EPP restarting replays the last value of every subject from here, so the
   # view survives a NATS restart too.
@@ -273,7 +295,7 @@ export function renderZoneTopology(options: ZoneTopologyOptions): RenderedTopolo
 
 server_name: "spillway-hub"
 listen: ${q(`${host}:${options.hub.clientPort}`)}
-${monitorLine(options.hub.monitorPort, host)}
+${MAX_PAYLOAD_LINE}${monitorLine(options.hub.monitorPort, host)}
 jetstream {
   store_dir: ${q(options.hub.storeDir)}
   # With several JetStream leaf nodes, the hub needs JetStream and a domain of its own: each
@@ -319,7 +341,7 @@ ${leafUsers.map((u) => `      { user: ${q(u.user)}, password: ${value(secret(u))
 
 server_name: ${q(`spillway-${zone}`)}
 listen: ${q(`${host}:${z.clientPort}`)}
-${monitorLine(z.monitorPort, host)}
+${MAX_PAYLOAD_LINE}${monitorLine(z.monitorPort, host)}
 jetstream {
   store_dir: ${q(z.storeDir)}
   # Own domain: $JS.API.> is answered here and never crosses the leaf connection, so creating

@@ -3,7 +3,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { decode } from '@msgpack/msgpack';
 import { natsOptionsFromFlags } from '@spillway/bus';
-import { CollectorMetrics, KvRelay, NatsSink, PodKvMap, splitKvEvents } from '@spillway/collector';
+import { CollectorMetrics, KvRelay, NatsSink, PodKvUnion, RankKvMap, splitKvEvents } from '@spillway/collector';
 import {
   decodeVllmKvBatch,
   encodeEvent,
@@ -13,6 +13,7 @@ import {
   MAX_KV_EVENTS,
   MAX_KV_KEYS,
   MAX_KV_SNAPSHOT_KEYS,
+  type KvEvent,
   type KvSnapshotEvent,
   type MetricsEvent,
   type VllmKvEventInput,
@@ -89,12 +90,16 @@ function relayCore(shape: Shape, quick: boolean) {
   const all = payloads(shape, fill + count);
   const warm = all.slice(0, fill);
   const batches = all.slice(fill);
-  const map = new PodKvMap(64 * 1024 * 1024);
+  const map = new RankKvMap(64 * 1024 * 1024);
+  const union = new PodKvUnion();
   let seq = 0;
   const relayOne = (p: Uint8Array): void => {
     const d = decodeVllmKvBatch(p);
     if (!d.ok) throw new Error(d.detail);
-    const events = map.fold(d.batch, () => undefined);
+    const changes: KvEvent[] = [];
+    map.fold(d.batch.events, changes, () => undefined);
+    const events: KvEvent[] = [];
+    union.apply(0, changes, events);
     for (const chunk of splitKvEvents(events, MAX_KV_EVENTS, MAX_KV_KEYS))
       encodeKvBatch({
         v: 1,
@@ -237,28 +242,32 @@ async function endToEnd(quick: boolean, natsUrl: string) {
 }
 
 function snapshotCost(blocks: number, quick: boolean) {
-  const map = new PodKvMap(1 << 30);
+  const map = new RankKvMap(1 << 30);
+  const union = new PodKvUnion();
   const tokenIds = Array.from({ length: blocks * BS }, (_, i) => (i * 31) % 151_000);
+  const changes: KvEvent[] = [];
   map.fold(
-    {
-      ts: 1,
-      dataParallelRank: 0,
-      unknownEvents: 0,
-      events: [
-        {
-          type: 'stored',
-          hashes: Array.from({ length: blocks }, (_, i) => i + 1),
-          parent: null,
-          tokenIds,
-          blockSize: BS,
-          loraId: null,
-          medium: 'GPU',
-          loraName: null,
-        },
-      ],
-    },
+    [
+      {
+        type: 'stored',
+        hashes: Array.from({ length: blocks }, (_, i) => i + 1),
+        parent: null,
+        tokenIds,
+        blockSize: BS,
+        loraId: null,
+        medium: 'GPU',
+        loraName: null,
+        extraKeys: null,
+        group: null,
+        groupKind: null,
+        slidingWindow: null,
+        unhashedSalt: null,
+      },
+    ],
+    changes,
     () => undefined,
   );
+  union.apply(0, changes, []);
   const build = (): KvSnapshotEvent =>
     fitKvSnapshot(
       {
@@ -270,7 +279,7 @@ function snapshotCost(blocks: number, quick: boolean) {
         observedAt: 1_764_420_000_000,
         blockSize: BS,
         seq: 1_764_420_000_000_000,
-        keys: map.snapshotKeys(),
+        keys: union.snapshotKeys(),
       },
       1024 * 1024,
     );

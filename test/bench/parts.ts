@@ -1,5 +1,6 @@
 import type { BenchPart } from './part.js';
 import { collector } from './collector.js';
+import { decodeBench } from './decode.js';
 import { events } from './events.js';
 import { extproc } from './extproc.js';
 import { kv } from './kv.js';
@@ -8,6 +9,7 @@ import { pick } from './pick.js';
 import { routing } from './routing.js';
 import { scale } from './scale.js';
 import { sharing } from './sharing.js';
+import { xds } from './xds.js';
 
 /** Every part of `npm run bench`, in the order they run and appear in BENCHMARKS.md. */
-export const parts: BenchPart[] = [events, scale, pick, extproc, sharing, collector, kvRelay, routing, kv];
+export const parts: BenchPart[] = [events, scale, pick, extproc, sharing, collector, kvRelay, routing, kv, decodeBench, xds];

@@ -130,7 +130,9 @@ describe('Dockerfile', () => {
     const commands = [...manifests.matchAll(/image: (\S+)\n\s+command:\n\s+- (\S+)/g)]
       .filter(([, image]) => image === topology.image)
       .map(([, , command]) => command!);
-    expect(new Set(commands)).toEqual(new Set(['spillway-epp', 'spillway-collector', 'spillway-sim', 'spillway-provision']));
+    expect(new Set(commands)).toEqual(
+      new Set(['spillway-epp', 'spillway-xds', 'spillway-collector', 'spillway-sim', 'spillway-provision']),
+    );
     for (const command of commands) expect(BINARIES).toContain(command);
   });
 });

@@ -1,8 +1,10 @@
 // End-to-end, precise prefix-cache routing (docs/kv-events.md): real processes on loopback — NATS,
 // simulators publishing vLLM-layout KV events over ZeroMQ (Qwen3 tokenizer), per zone a collector
 // relaying them over NATS and snapshotting them into the stream, an EPP tokenizing prompts with the
-// same tokenizer, and a gateway. Prompts are sent straight to a simulator (a path no EPP sees), then
-// requests with the same prefix go through the gateways. Scenarios run in order; the restart last.
+// same tokenizer, and a gateway. Every simulator runs two data-parallel ranks, each an engine with a
+// KV cache and a KV-event stream of its own, as vLLM with --data-parallel-size 2: the collector
+// follows both. Prompts are sent straight to a simulator (a path no EPP sees), then requests with
+// the same prefix go through the gateways. Scenarios run in order; the restart last.
 import { describe, expect, it } from 'vitest';
 import { eventually } from '@spillway/testkit';
 import type { SimProcess } from '../../infra/demo/system.js';
@@ -23,11 +25,11 @@ function context(name: string): string {
   return `${out.join(' ')}.\n`;
 }
 
-/** A completion sent straight to one simulator, as a client of another picker (or none) would. */
-async function direct(sim: SimProcess, prompt: string): Promise<number> {
+/** A completion sent straight to one simulator (to one of its ranks), as a client of another picker (or none) would. */
+async function direct(sim: SimProcess, prompt: string, rank?: number): Promise<number> {
   const response = await fetch(`http://${sim.address}/v1/completions`, {
     method: 'POST',
-    headers: { 'content-type': 'application/json' },
+    headers: { 'content-type': 'application/json', ...(rank === undefined ? {} : { 'x-data-parallel-rank': String(rank) }) },
     body: JSON.stringify({ model: MODEL, prompt, max_tokens: 2 }),
     signal: AbortSignal.timeout(60_000),
   });
@@ -52,7 +54,7 @@ describe.sequential("e2e: precise prefix-cache routing from the model servers' K
   const e2e = useSystem('kv-events', {
     zones: ZONES.map((zone) => ({ zone, region: 'r1', servers: 2 })),
     natsTopology: 'single',
-    simArgs: ['--max-num-seqs', '4', '--time-scale', '4', '--admin'],
+    simArgs: ['--max-num-seqs', '4', '--time-scale', '4', '--admin', '--data-parallel-size', '2'],
     collectorArgs: ['--kv-snapshot-interval-ms', '500'],
     kvEvents: { tokenizer: 'qwen3' },
   });
@@ -100,6 +102,24 @@ describe.sequential("e2e: precise prefix-cache routing from the model servers' K
     expect(after.status).toBe(200);
     const decision = await lastDecision(metricsPort('zone-a'));
     expect(decision?.kvMatchedTokens).toBe(0);
+  }, 120_000);
+
+  it('two data-parallel ranks of one pod: what either rank caches routes requests to the pod', async () => {
+    const x = sims('zone-a')[0] as SimProcess;
+    expect(x.kvRanks).toHaveLength(2);
+    for (const rank of [1, 0]) {
+      const prefix = context(`rank-${rank}`);
+      const before = await blocks('zone-a');
+      // Straight to one rank: only that rank's stream reports the blocks.
+      expect(await direct(x, `${prefix}Asked of rank ${rank}.`, rank)).toBe(200);
+      await eventually(async () => expect(await blocks('zone-a')).toBeGreaterThan(before + 150), 30_000, 100);
+      const result = await ask('zone-a', prefix, `Rank ${rank}, through the gateway.`);
+      expect(result.status).toBe(200);
+      expect(result.served).toBe(x.address);
+      const decision = await lastDecision(metricsPort('zone-a'));
+      expect(decision?.prefixSource).toBe('precise');
+      expect(decision?.kvMatchedTokens).toBeGreaterThan(2500);
+    }
   }, 120_000);
 
   it('cross-zone: a request goes to the remote pod holding its prefix', async () => {

@@ -3,14 +3,16 @@
  * Envoy's own .proto files (envoy-schema.ts: unknown fields, wrong types, unknown type URLs fail),
  * and checked for what the EPP protocol relies on (filter order, ext_proc modes and metadata
  * namespaces, one override_host source, the served-endpoint key, retries, stripped headers, the
- * HTTP/2 EPP cluster with its gRPC health check). There is no Envoy binary here to run
- * `envoy --mode validate`.
+ * HTTP/2 EPP cluster with its gRPC health checks) and for what spillway-xds serves (the node's
+ * locality, the ADS stream, the EDS model-server cluster, the ECDS subset filter, the EPP and xDS
+ * clusters with every zone by priority). There is no Envoy binary here to run `envoy --mode validate`.
  */
 import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { eppAddressOf, envoyFileOf } from '../../infra/envoy/render.js';
+import { ADS_SERVICE_NAME, GATEWAY_ZONE_KEY, loadXdsConfig, SUBSET_HINT_RESOURCE } from '@spillway/xds';
+import { eppAddressOf, envoyFileOf, SUBSET_HINT_FILTER, XDS_CLUSTER_NAME, xdsAddressOf } from '../../infra/envoy/render.js';
 import { loadTopology } from '../../infra/topology.js';
 import { checkMessage, envoyApi } from './envoy-schema.js';
 import { at, list, node, readYaml, str, type Node } from './yaml-helpers.js';
@@ -35,13 +37,19 @@ function partsOf(config: unknown) {
     if (!found) throw new Error(`no http filter ${name}`);
     return node(found, 'typed_config');
   };
+  const discovered = (name: string): Node => {
+    const found = filters.find((f) => f['name'] === name);
+    if (!found) throw new Error(`no http filter ${name}`);
+    expect(found['typed_config']).toBeUndefined();
+    return node(found, 'config_discovery');
+  };
   const cluster = (name: string): Node => {
     const found = list(config, 'static_resources', 'clusters').find((c) => str(c, 'name') === name);
     if (!found) throw new Error(`no cluster ${name}`);
     return node(found);
   };
   const routes = list(hcm, 'route_config', 'virtual_hosts').flatMap((vh) => list(vh, 'routes').map((r) => node(r)));
-  return { hcm, filters, filter, cluster, routes };
+  return { hcm, filters, filter, discovered, cluster, routes };
 }
 
 describe("Envoy's schema check (Bootstrap from Envoy's .proto files)", () => {
@@ -97,26 +105,29 @@ describe.each(topology.zones.map((z) => [z.name]))('infra/envoy/envoy-%s.yaml', 
     expect(checkMessage(config, BOOTSTRAP)).toEqual([]);
   });
 
-  it('runs set_metadata, then ext_proc, then the router (router last)', () => {
-    expect(parts.filters.map((f) => f['name'])).toEqual([
-      'envoy.filters.http.set_metadata',
-      'envoy.filters.http.ext_proc',
-      'envoy.filters.http.router',
-    ]);
+  it('runs the subset filter, then ext_proc, then the router (router last)', () => {
+    expect(parts.filters.map((f) => f['name'])).toEqual([SUBSET_HINT_FILTER, 'envoy.filters.http.ext_proc', 'envoy.filters.http.router']);
   });
 
-  it("set_metadata writes this zone's model servers as the subset, all known to the model-server cluster", () => {
-    const entries = list(parts.filter('envoy.filters.http.set_metadata'), 'metadata');
-    expect(entries).toHaveLength(1);
-    expect(str(entries[0], 'metadata_namespace')).toBe('envoy.lb.subset_hint');
-    const subset = list(entries[0], 'value', 'x-gateway-destination-endpoint-subset');
-    for (const entry of subset) expect(entry).toMatch(/^\d+\.\d+\.\d+\.\d+:\d+$/);
-    const locality = list(parts.cluster('model_servers'), 'load_assignment', 'endpoints').find((l) => str(l, 'locality', 'zone') === zone);
-    const addresses = list(locality, 'lb_endpoints').map(
-      (e) =>
-        `${str(e, 'endpoint', 'address', 'socket_address', 'address')}:${String(at(e, 'endpoint', 'address', 'socket_address', 'port_value'))}`,
-    );
-    expect([...subset].sort()).toEqual([...addresses].sort());
+  it("is its zone's gateway and takes every xDS resource over one ADS stream to spillway-xds", () => {
+    const region = topology.zones.find((z) => z.name === zone)!.region;
+    expect(node(config, 'node', 'locality')).toEqual({ region, zone });
+    const ads = node(config, 'dynamic_resources', 'ads_config');
+    expect(ads['api_type']).toBe('GRPC');
+    expect(ads['transport_api_version']).toBe('V3');
+    expect(list(ads, 'grpc_services')).toEqual([{ envoy_grpc: { cluster_name: 'spillway_xds' } }]);
+  });
+
+  it('the subset filter takes its set_metadata config from spillway-xds (ECDS), and by default names the zone and lists no subset', () => {
+    expect(SUBSET_HINT_FILTER).toBe(SUBSET_HINT_RESOURCE);
+    const discovery = parts.discovered(SUBSET_HINT_FILTER);
+    expect(node(discovery, 'config_source')).toMatchObject({ ads: {}, resource_api_version: 'V3' });
+    const setMetadata = `${TYPE}envoy.extensions.filters.http.set_metadata.v3.Config`;
+    expect(list(discovery, 'type_urls')).toEqual([setMetadata]);
+    expect(node(discovery, 'default_config')).toEqual({
+      '@type': setMetadata,
+      metadata: [{ metadata_namespace: 'envoy.lb.subset_hint', value: { [GATEWAY_ZONE_KEY]: zone } }],
+    });
   });
 
   it('ext_proc streams the request body full duplex, sends only response headers, fails closed, and moves the right metadata', () => {
@@ -153,8 +164,16 @@ describe.each(topology.zones.map((z) => [z.name]))('infra/envoy/envoy-%s.yaml', 
     expect(retry['retry_host_predicate']).toBeUndefined();
   });
 
-  it('the model-server cluster uses override_host with one metadata source and the served key, and knows every zone in its region', () => {
+  it('the model-server cluster takes its endpoints from spillway-xds (EDS) and routes with override_host: one metadata source and the served key', () => {
     const servers = parts.cluster('model_servers');
+    expect(servers['type']).toBe('EDS');
+    expect(servers['load_assignment']).toBeUndefined();
+    // The EDS resource is the one spillway-xds serves by default (--cluster-name).
+    expect(node(servers, 'eds_cluster_config')).toEqual({
+      service_name: XDS_CLUSTER_NAME,
+      eds_config: { ads: {}, resource_api_version: 'V3' },
+    });
+    expect(loadXdsConfig(['--pool', topology.pool], {})?.flags.clusterName).toBe(XDS_CLUSTER_NAME);
     const policies = list(servers, 'load_balancing_policy', 'policies');
     expect(policies).toHaveLength(1);
     const overrideHost = node(policies[0], 'typed_extension_config', 'typed_config');
@@ -164,27 +183,59 @@ describe.each(topology.zones.map((z) => [z.name]))('infra/envoy/envoy-%s.yaml', 
     ]);
     expect(node(overrideHost, 'selected_host_key')).toEqual({ key: 'envoy.lb', path: [{ key: 'x-gateway-destination-endpoint-served' }] });
     expect(servers['lb_policy']).toBeUndefined();
-    const localities = list(servers, 'load_assignment', 'endpoints').map((l) => [str(l, 'locality', 'zone'), str(l, 'locality', 'region')]);
-    expect(localities).toEqual(topology.zones.map((z) => [z.name, z.region]));
   });
 
-  it("the EPP cluster speaks HTTP/2 to this zone's EPP Service and health-checks the ExternalProcessor service", () => {
+  /** Each locality of a cluster: zone, priority and the one address it lists. */
+  const localitiesOf = (cluster: Node) =>
+    list(cluster, 'load_assignment', 'endpoints').map((l) => {
+      const endpoints = list(l, 'lb_endpoints');
+      expect(endpoints).toHaveLength(1);
+      return {
+        zone: str(l, 'locality', 'zone'),
+        region: str(l, 'locality', 'region'),
+        priority: at(l, 'priority'),
+        host: str(endpoints[0], 'endpoint', 'address', 'socket_address', 'address'),
+        port: at(endpoints[0], 'endpoint', 'address', 'socket_address', 'port_value'),
+      };
+    });
+
+  /** The committed topology's zones by priority from each zone: own 0, same region 1, the rest next. */
+  const EXPECTED_PRIORITIES: Record<string, Record<string, number>> = {
+    'zone-a': { 'zone-a': 0, 'zone-b': 1, 'zone-c': 2 },
+    'zone-b': { 'zone-b': 0, 'zone-a': 1, 'zone-c': 2 },
+    'zone-c': { 'zone-c': 0, 'zone-a': 1, 'zone-b': 1 },
+  };
+
+  it("the EPP cluster speaks HTTP/2 to every zone's EPP Service, this zone's at priority 0 and the others by distance, each health-checked", () => {
     const epp = parts.cluster('spillway_epp');
     const options = node(epp, 'typed_extension_protocol_options', 'envoy.extensions.upstreams.http.v3.HttpProtocolOptions');
     expect(node(options, 'explicit_http_config')).toHaveProperty('http2_protocol_options');
     const checks = list(epp, 'health_checks');
     expect(str(checks[0], 'grpc_health_check', 'service_name')).toBe('envoy.service.ext_proc.v3.ExternalProcessor');
-    const endpoints = list(epp, 'load_assignment', 'endpoints', 0, 'lb_endpoints');
-    const expected = eppAddressOf(topology, zone);
-    expect(
-      endpoints.map((e) => [
-        str(e, 'endpoint', 'address', 'socket_address', 'address'),
-        at(e, 'endpoint', 'address', 'socket_address', 'port_value'),
-      ]),
-    ).toEqual([[expected.host, expected.port]]);
+    const localities = localitiesOf(epp);
+    expect(localities.map((l) => l.zone).sort()).toEqual(topology.zones.map((z) => z.name).sort());
+    expect(localities[0]).toMatchObject({ zone, priority: 0, ...eppAddressOf(topology, zone) });
+    expect(Object.fromEntries(localities.map((l) => [l.zone, l.priority]))).toEqual(EXPECTED_PRIORITIES[zone]);
+    for (const l of localities) {
+      expect({ host: l.host, port: l.port }).toEqual(eppAddressOf(topology, l.zone));
+      expect(l.region).toBe(topology.zones.find((z) => z.name === l.zone)!.region);
+    }
     // The address is the zone's EPP Service of infra/k8s, on its ext_proc port.
     const manifests = readFileSync(join(ENVOY_DIR, '..', 'k8s', 'epp.yaml'), 'utf8');
-    expect(expected.host).toBe(`spillway-epp-${zone}.${topology.namespace}.svc.cluster.local`);
+    expect(eppAddressOf(topology, zone).host).toBe(`spillway-epp-${zone}.${topology.namespace}.svc.cluster.local`);
     expect(manifests).toContain(`name: spillway-epp-${zone}\n`);
+  });
+
+  it("the xDS cluster reaches this zone's spillway-xds first, the others by distance, over HTTP/2, health-checked on the ADS service", () => {
+    const xds = parts.cluster('spillway_xds');
+    const options = node(xds, 'typed_extension_protocol_options', 'envoy.extensions.upstreams.http.v3.HttpProtocolOptions');
+    expect(node(options, 'explicit_http_config')).toHaveProperty('http2_protocol_options');
+    expect(str(list(xds, 'health_checks')[0], 'grpc_health_check', 'service_name')).toBe(ADS_SERVICE_NAME);
+    const localities = localitiesOf(xds);
+    expect(localities[0]).toMatchObject({ zone, priority: 0, ...xdsAddressOf(topology, zone) });
+    expect(Object.fromEntries(localities.map((l) => [l.zone, l.priority]))).toEqual(EXPECTED_PRIORITIES[zone]);
+    for (const l of localities) expect({ host: l.host, port: l.port }).toEqual(xdsAddressOf(topology, l.zone));
+    const manifests = readFileSync(join(ENVOY_DIR, '..', 'k8s', 'xds.yaml'), 'utf8');
+    expect(manifests).toContain(`name: spillway-xds-${zone}\n`);
   });
 });

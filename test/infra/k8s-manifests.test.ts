@@ -25,8 +25,10 @@ import { parseCollectorArgs } from '@spillway/collector';
 import { parseProvisionArgs } from '@spillway/ops';
 import { parseSchedulerConfig } from '@spillway/scheduler';
 import { parseSimArgs } from '@spillway/sim';
+import { ADS_SERVICE_NAME, loadXdsConfig } from '@spillway/xds';
 import { natsServerAvailable } from '@spillway/testkit';
 import { zoneSpecsOf } from '../../infra/demo/system.js';
+import { envoyFileOf, renderEnvoyConfig, XDS_CLUSTER_NAME, xdsAddressOf } from '../../infra/envoy/render.js';
 import { renderAll } from '../../infra/render.js';
 import { loadTopology, parseTopology, TOPOLOGY_FILE, type Topology } from '../../infra/topology.js';
 import { isNode, type Node } from './yaml-helpers.js';
@@ -200,6 +202,10 @@ zones:
   'two-zone test topology',
 );
 
+/** Scheduler config keys only one policy reads (docs/picking.md): setting them under the other does nothing. */
+const WEIGHTED_ONLY = ['queueThreshold', 'kvThreshold', 'weights'];
+const COST_ONLY = ['zoneBiasMs', 'shedAboveMs', 'avoidablePrefill', 'rates', 'full'];
+
 describe('infra/k8s is rendered from infra/topology.yaml', () => {
   it('the committed files are exactly what `npm run render` writes', () => {
     const rendered = renderAll(loadTopology(), { laptopNats: true });
@@ -238,7 +244,7 @@ describe('schema validation can fail', () => {
 describe.each([
   ['infra/topology.yaml', () => loadTopology()],
   ['a two-zone topology', () => TWO_ZONES],
-])('manifests rendered from %s', (_name, topologyOf) => {
+])('manifests rendered from %s', (source, topologyOf) => {
   const topology: Topology = topologyOf();
   const { objects, kustomization } = objectsOf(renderAll(topology, { laptopNats: false }));
   const ofKind = (kind: string) => objects.filter((o) => o.kind === kind);
@@ -303,7 +309,7 @@ describe.each([
         if (v.configMap) expect(find('ConfigMap', v.configMap.name), `${what}: ConfigMap ${v.configMap.name}`).toBeDefined();
       const claims = ((spec(w)['volumeClaimTemplates'] as { metadata: { name: string } }[] | undefined) ?? []).map((c) => c.metadata.name);
       for (const c of pod.containers) {
-        expect([topology.image, topology.natsImage], `${what}: image`).toContain(c.image);
+        expect([topology.image, topology.natsImage, topology.envoyImage], `${what}: image`).toContain(c.image);
         expect(c.command, `${what}: command names the binary`).toHaveLength(1);
         for (const m of c.volumeMounts ?? [])
           expect([...volumes.map((v) => v.name), ...claims], `${what}: volume ${m.name}`).toContain(m.name);
@@ -335,7 +341,8 @@ describe.each([
       }
     }
     const pdbs = ofKind('PodDisruptionBudget');
-    expect(pdbs.length).toBe(zones.length * 2);
+    // Per zone: the EPPs, spillway-xds, the gateway and the collectors.
+    expect(pdbs.length).toBe(zones.length * 4);
     for (const p of pdbs) {
       const selected = ofKind('Deployment').filter((d) =>
         selects((spec(p)['selector'] as Node)['matchLabels'] as Record<string, string>, labelsOf(d)),
@@ -383,6 +390,13 @@ describe.each([
         });
         expect(config!.nats.user).toBe(`epp-${zone}`);
         expect(config!.scheduler.subsetMode).toBe('locality');
+        // The shipped config tunes the policy the EPPs run: no key of it is one the other policy reads.
+        const raw = parseYaml(readFileSync(local, 'utf8')) as Record<string, unknown>;
+        const inert = config!.scheduler.policy === 'cost' ? WEIGHTED_ONLY : COST_ONLY;
+        expect(
+          Object.keys(raw).filter((key) => inert.includes(key)),
+          `${d.name}: keys its policy (${config!.scheduler.policy}) never reads`,
+        ).toEqual([]);
         const target = natsTarget(config!.nats.servers[0]);
         expect(target.zone, `${d.name} reads its own zone's NATS`).toBe(zone);
         expect(zoneOf(target.server)).toBe(zone);
@@ -401,6 +415,79 @@ describe.each([
       }
     } finally {
       rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it("each zone has spillway-xds pinned to it, whose flags parse, reading its zone's NATS aggregate, naming every zone, on the port its gateway dials", () => {
+    const servers = byApp('spillway-xds');
+    expect(servers.map(zoneOf).sort()).toEqual([...zones].sort());
+    for (const d of servers) {
+      const zone = zoneOf(d);
+      const c = containerOf(d);
+      expect(c.command).toEqual(['spillway-xds']);
+      expect(spec(d)['replicas']).toBe(2);
+      const config = loadXdsConfig(c.args ?? [], containerEnv(c, secret));
+      expect(config, d.name).toBeDefined();
+      expect(config!.flags).toMatchObject({
+        pool: topology.pool,
+        stream: AGGREGATE_STREAM,
+        ensureStream: false,
+        host: '0.0.0.0',
+        clusterName: XDS_CLUSTER_NAME,
+        zones,
+      });
+      // The EPP's NATS user: the same read rights on the zone's aggregate.
+      expect(config!.nats.user).toBe(`epp-${zone}`);
+      expect(natsTarget(config!.nats.servers[0]).zone).toBe(zone);
+      const health = config!.flags.healthPort;
+      expect(c.readinessProbe?.grpc).toEqual({ port: health, service: 'readiness' });
+      expect(c.livenessProbe?.grpc).toEqual({ port: health, service: 'liveness' });
+      const ports = Object.fromEntries((c.ports ?? []).map((p) => [p.name, p.containerPort]));
+      expect(ports).toEqual({ grpc: config!.flags.port, health, metrics: config!.flags.metricsPort });
+      // The zone's Service, on the port and name the zone's gateway bootstrap dials.
+      const service = find('Service', `spillway-xds-${zone}`)!;
+      expect(servers.filter((e) => selects(spec(service)['selector'] as Record<string, string>, labelsOf(e))).map((e) => e.name)).toEqual([
+        d.name,
+      ]);
+      const grpcPort = (spec(service)['ports'] as { name: string; port: number }[]).find((p) => p.name === 'grpc')?.port;
+      expect({ host: `spillway-xds-${zone}.${topology.namespace}.svc.cluster.local`, port: grpcPort }).toEqual(
+        xdsAddressOf(topology, zone),
+      );
+      expect(grpcPort).toBe(ports['grpc']);
+      expect(ADS_SERVICE_NAME).toBe('envoy.service.discovery.v3.AggregatedDiscoveryService');
+    }
+  });
+
+  it("each zone has an Envoy gateway pinned to it, running the zone's rendered bootstrap, one node id per pod, behind a Service on its listener", () => {
+    const gateways = byApp('spillway-gateway');
+    expect(gateways.map(zoneOf).sort()).toEqual([...zones].sort());
+    for (const d of gateways) {
+      const zone = zoneOf(d);
+      const c = containerOf(d);
+      expect(c.image).toBe(topology.envoyImage);
+      expect(c.command).toEqual(['envoy']);
+      const args = c.args ?? [];
+      const configPath = args[args.indexOf('--config-path') + 1]!;
+      const mount = (c.volumeMounts ?? []).find((m) => configPath.startsWith(`${m.mountPath}/`))!;
+      expect(mount, `${d.name}: --config-path is mounted`).toBeDefined();
+      const configMap = find('ConfigMap', template(d).spec.volumes!.find((v) => v.name === mount.name)!.configMap!.name)!;
+      const bootstrap = String((configMap.doc['data'] as Node)[configPath.slice(mount.mountPath.length + 1)]);
+      // The bootstrap is the zone's rendered infra/envoy config (checked against Envoy's schema by envoy-config.test.ts).
+      expect(bootstrap).toBe(renderEnvoyConfig(topology, zone));
+      if (source === 'infra/topology.yaml') expect(bootstrap).toBe(readFileSync(join(INFRA, 'envoy', envoyFileOf(zone)), 'utf8'));
+      const bootstrapNode = (parseYaml(bootstrap) as { node: { locality: { zone: string; region: string } } }).node;
+      expect(bootstrapNode.locality).toEqual({ zone, region: regionOf(zone) });
+      // Each pod names itself (the downward API), so spillway-xds's /debug/nodes tells them apart.
+      expect(args[args.indexOf('--service-node') + 1]).toBe('$(POD_NAME)');
+      expect(c.env).toContainEqual({ name: 'POD_NAME', valueFrom: { fieldRef: { fieldPath: 'metadata.name' } } });
+      const listener = (
+        parseYaml(bootstrap) as { static_resources: { listeners: { address: { socket_address: { port_value: number } } }[] } }
+      ).static_resources.listeners[0]!.address.socket_address.port_value;
+      expect(c.ports).toEqual([{ name: 'http', containerPort: listener }]);
+      const service = find('Service', `spillway-gateway-${zone}`)!;
+      expect(gateways.filter((g) => selects(spec(service)['selector'] as Record<string, string>, labelsOf(g))).map((g) => g.name)).toEqual([
+        d.name,
+      ]);
     }
   });
 
@@ -529,7 +616,7 @@ describe.each([
       for (const user of [`admin-${zone}`, `collector-${zone}`, `epp-${zone}`]) expect(config).toContain(`user: "${user}"`);
     }
     // Every secret is used by some server, and every client user (EPP, collector, Job) is defined by one.
-    for (const w of [...byApp('spillway-epp'), ...byApp('spillway-collector'), ...ofKind('Job')]) {
+    for (const w of [...byApp('spillway-epp'), ...byApp('spillway-xds'), ...byApp('spillway-collector'), ...ofKind('Job')]) {
       const user = containerOf(w).env?.find((e) => e.name === 'NATS_USER')?.value;
       expect(Object.keys(secret)).toContain(user);
       used.add(user!);

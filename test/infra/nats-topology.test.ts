@@ -5,6 +5,7 @@
  * converges after the hub returns. Real nats-server processes on loopback with free ports.
  */
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createConnection } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -22,6 +23,7 @@ import {
   renderSingleServer,
   renderZoneTopology,
   zoneStreamConfig,
+  NATS_MAX_PAYLOAD,
   type Credentials,
   type RenderedZone,
 } from '../../infra/nats/topology.js';
@@ -235,6 +237,33 @@ describe('three-zone topology (leaf-node domains)', () => {
       100,
     );
     expect(stored.json<ReadinessEvent>().observedAt).toBe(published.observedAt);
+  });
+
+  it("every server refuses a message past the state and KV batches' bound (max_payload), before any EPP sees it", async () => {
+    const nc = await client('zone-a', 'epp');
+    expect(nc.info?.max_payload).toBe(NATS_MAX_PAYLOAD);
+    // A client that ignores the limit the server announced: refused, and disconnected.
+    const { user, pass } = zone('zone-a').users.epp;
+    const url = new URL(zone('zone-a').url);
+    const answer = await new Promise<string>((resolve, reject) => {
+      const socket = createConnection({ host: url.hostname, port: Number(url.port) });
+      let text = '';
+      socket.on('data', (chunk) => {
+        text += chunk.toString('latin1');
+        if (text.includes('-ERR')) {
+          socket.destroy();
+          resolve(text);
+        }
+      });
+      socket.on('error', reject);
+      socket.once('data', () => {
+        socket.write(`CONNECT ${JSON.stringify({ user, pass, verbose: false, pedantic: false })}\r\n`);
+        socket.write(`PUB spillway.state.${POOL}.zone-a.forged ${NATS_MAX_PAYLOAD + 1}\r\n`);
+        socket.write(Buffer.alloc(NATS_MAX_PAYLOAD + 1, 0x91));
+        socket.write('\r\n');
+      });
+    });
+    expect(answer).toMatch(/Maximum Payload/i);
   });
 
   it('with the hub down each zone keeps working locally; after it returns the aggregates converge', async () => {

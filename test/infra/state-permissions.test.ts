@@ -9,6 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { decodeStateBatch, encodeStateBatch, stateSubjectFor, type StateBatch } from '@spillway/events';
 import { EventPublisher } from '@spillway/bus';
 import { loadEppConfig, startEpp, type RunningEpp } from '@spillway/epp';
+import { runFleetCli } from '@spillway/ops';
 import { eventually, envoyRequestMessages, ExternalProcessorClient } from '@spillway/testkit';
 import { credentials as grpcCredentials } from '@grpc/grpc-js';
 import type { ProcessingResponse } from '@spillway/protocol';
@@ -181,5 +182,40 @@ describe('real EPPs of two zones on the zone topology', () => {
       }),
     );
     expect(await seen).toMatchObject({ pool: POOL, zone: 'zone-a', epp: a.eppId });
+  }, 90_000);
+});
+
+describe("spillway-fleet with a zone's EPP user (as docs/deploy.md runs it)", () => {
+  it('shows the requests its EPPs held before it started when given --zone, and says the column is incomplete without it', async () => {
+    const a = epps[0] ?? (await startZoneEpp('zone-a'));
+    await eventually(() => expect(a.core.fleet.get(POOL, 'zone-b', 'b1')?.ready).toBe(true), SETTLE_MS, 100);
+    // A request held open through zone-a's EPP, to b1, before spillway-fleet starts.
+    const client = new ExternalProcessorClient(`127.0.0.1:${a.grpcPort}`, grpcCredentials.createInsecure());
+    const call = client.process();
+    call.on('error', () => undefined);
+    const first = new Promise<ProcessingResponse>((resolve) => call.once('data', resolve));
+    for (const message of envoyRequestMessages({ subset: ['10.0.2.2:8000'] })) call.write(message);
+    await first;
+    const { user, pass } = zone('zone-a').users.epp;
+    const fleet = async (...extra: string[]) => {
+      let out = '';
+      const code = await runFleetCli(
+        ['--nats', zone('zone-a').url, '--nats-user', user, '--nats-password', pass, '--pool', POOL, '--once', ...extra],
+        { env: {}, out: (t) => (out += t), err: (t) => (out += t) },
+      );
+      return { code, out };
+    };
+    try {
+      const without = await fleet();
+      expect(without.code).toBe(0);
+      expect(without.out).toMatch(/in flight: INCOMPLETE.*may not publish spillway\.state\.llama\.ops\.spillway-fleet-\w+\.sync.*--zone/);
+      const given = await fleet('--zone', 'zone-a');
+      expect(given.code).toBe(0);
+      expect(given.out).not.toContain('INCOMPLETE');
+      expect(given.out).toMatch(/^zone-b\s+b1\s+10\.0\.2\.2:8000\s+ready(\s+\S+){3}\s+1\s/m);
+    } finally {
+      call.end();
+      client.close();
+    }
   }, 90_000);
 });

@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { connect, credsAuthenticator, nkeyAuthenticator, type NatsConnection, type NodeConnectionOptions } from '@nats-io/transport-node';
 import type { Logger } from './logger.js';
-import { NatsOptionsError, parseNatsSettings, type NatsSettings, type NatsSettingsInput } from './options.js';
+import { isTlsUrl, NatsOptionsError, parseNatsSettings, type NatsSettings, type NatsSettingsInput } from './options.js';
 
 function readFlagFile(flag: string, path: string): Uint8Array {
   try {
@@ -38,19 +38,22 @@ export function connectionOptions(settings: NatsSettings): NodeConnectionOptions
   if (settings.credsFile !== undefined) {
     options.authenticator = credsAuthenticator(readFlagFile('nats-creds', settings.credsFile));
   }
-  if (settings.tls) {
+  // nats.js upgrades to TLS only when the server offers it, whatever the URL says: `tls://` must
+  // mean TLS or no connection, so it asks for TLS, and a server that does not offer it is refused.
+  if (settings.tls || settings.servers.some(isTlsUrl)) {
     const tls: NonNullable<NodeConnectionOptions['tls']> = {};
-    if (settings.tls.caFile !== undefined) {
-      readFlagFile('nats-tls-ca', settings.tls.caFile);
-      tls.caFile = settings.tls.caFile;
+    const files = settings.tls ?? {};
+    if (files.caFile !== undefined) {
+      readFlagFile('nats-tls-ca', files.caFile);
+      tls.caFile = files.caFile;
     }
-    if (settings.tls.certFile !== undefined) {
-      readFlagFile('nats-tls-cert', settings.tls.certFile);
-      tls.certFile = settings.tls.certFile;
+    if (files.certFile !== undefined) {
+      readFlagFile('nats-tls-cert', files.certFile);
+      tls.certFile = files.certFile;
     }
-    if (settings.tls.keyFile !== undefined) {
-      readFlagFile('nats-tls-key', settings.tls.keyFile);
-      tls.keyFile = settings.tls.keyFile;
+    if (files.keyFile !== undefined) {
+      readFlagFile('nats-tls-key', files.keyFile);
+      tls.keyFile = files.keyFile;
     }
     options.tls = tls;
   }

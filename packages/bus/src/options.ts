@@ -57,6 +57,11 @@ const serverUrl = z.string().regex(SERVER_URL, 'must be nats://host[:port], tls:
 
 const file = z.string().min(1);
 
+/** `tls://host:port`: the operator asked for TLS, so a connection without it is refused. */
+export function isTlsUrl(server: string): boolean {
+  return server.startsWith('tls://');
+}
+
 export const natsSettingsSchema = z
   .object({
     servers: z.array(serverUrl).min(1),
@@ -81,6 +86,15 @@ export const natsSettingsSchema = z
     if (methods.filter(Boolean).length > 1) {
       const path = s.token !== undefined ? 'token' : s.nkeySeedFile !== undefined ? 'nkeySeedFile' : 'credsFile';
       ctx.addIssue({ code: 'custom', path: [path], message: 'choose one of user/password, token, nkey seed, creds' });
+    }
+    // One TLS setting covers every server (nats.js has one), so tls:// and nats:// cannot be mixed.
+    const tlsUrls = s.servers.filter(isTlsUrl).length;
+    if (tlsUrls > 0 && tlsUrls < s.servers.length) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['servers'],
+        message: 'tls:// and other URLs cannot be mixed: TLS is required of every server or of none',
+      });
     }
     if (s.tls && (s.tls.certFile === undefined) !== (s.tls.keyFile === undefined)) {
       ctx.addIssue({

@@ -14,7 +14,7 @@ import { decodeEvent, poolFilter, type SpillwayEvent } from '@spillway/events';
 import { ConnectionTracker, type ConnectionState } from './connection-state.js';
 import type { Logger } from './logger.js';
 import { Notifier } from './notifier.js';
-import { isSinkRefusal, RejectLog, type RejectReason } from './rejects.js';
+import { isSinkNotice, isSinkRefusal, RejectLog, type RejectReason, type SinkNotice, type SinkRefusal } from './rejects.js';
 import { DEFAULT_STREAM } from './stream.js';
 
 /**
@@ -326,6 +326,7 @@ export class EventReader {
       try {
         const outcome = this.options.sink.apply(decoded.event, receivedAt);
         if (isSinkRefusal(outcome)) this.rejects.record(m.subject, outcome, refusalDetail(outcome, decoded.event, receivedAt), now);
+        else if (isSinkNotice(outcome)) this.rejects.notice(m.subject, outcome, refusalDetail(outcome, decoded.event, receivedAt), now);
       } catch (error) {
         this.reject(m.subject, 'apply-failed', (error as Error).message, now);
       }
@@ -439,10 +440,17 @@ const STREAM_NOT_FOUND = 10059;
 /** How long after finding the stream missing the reader asks for it to be created again. */
 const STREAM_RECREATE_DELAY_MS = 1_000;
 
-function refusalDetail(reason: 'future' | 'over-capacity', event: SpillwayEvent, receivedAt: number): string {
-  return reason === 'future'
-    ? `observedAt ${event.observedAt} is ${event.observedAt - receivedAt} ms after the receive time ${receivedAt}`
-    : `zone ${event.zone} of pool ${event.pool} already holds the most pods allowed; new pod ${event.pod} refused`;
+function refusalDetail(reason: SinkRefusal | SinkNotice, event: SpillwayEvent, receivedAt: number): string {
+  switch (reason) {
+    case 'future':
+      return `observedAt ${event.observedAt} is ${event.observedAt - receivedAt} ms after the receive time ${receivedAt}`;
+    case 'over-capacity':
+      return `zone ${event.zone} of pool ${event.pool} already holds the most pods allowed; new pod ${event.pod} refused`;
+    case 'too-many-zones':
+      return `pool ${event.pool} already holds the most zones allowed; pod ${event.pod} of new zone ${event.zone} refused`;
+    case 'address-conflict':
+      return `pod ${event.pod} of zone ${event.zone} claims ${event.kind === 'readiness' ? event.address : 'an address'}, which a pod of another zone claims too: an address belongs to one zone, so only this EPP's own zone's claimants (else none) are routed to`;
+  }
 }
 
 /** Starts a reader; `await reader.caughtUp` before reporting ready. */

@@ -4,15 +4,26 @@ import type { Logger } from './logger.js';
 /**
  * Why a message never reached the view: a decode failure, the sink threw while applying it, or
  * the sink refused a valid event (`future`: dated too far ahead of its receive time;
- * `over-capacity`: a new pod in a zone that holds the most pods allowed).
+ * `over-capacity`: a new pod in a zone that holds the most pods allowed; `too-many-zones`: a pod of
+ * a new zone in a pool that holds the most zones allowed).
  */
 export type RejectReason = DecodeErrorReason | 'apply-failed' | SinkRefusal;
 
 /** The refusals a sink (the Fleet) reports as its apply outcome; the reader logs and counts them. */
-export type SinkRefusal = 'future' | 'over-capacity';
+export type SinkRefusal = 'future' | 'over-capacity' | 'too-many-zones';
+
+/**
+ * What a sink applied but wants an operator to see (the reader logs it like a refusal, and does not
+ * count it as rejected): `address-conflict`, pods of more than one zone claim one address.
+ */
+export type SinkNotice = 'address-conflict';
 
 export function isSinkRefusal(outcome: unknown): outcome is SinkRefusal {
-  return outcome === 'future' || outcome === 'over-capacity';
+  return outcome === 'future' || outcome === 'over-capacity' || outcome === 'too-many-zones';
+}
+
+export function isSinkNotice(outcome: unknown): outcome is SinkNotice {
+  return outcome === 'address-conflict';
 }
 
 const LOG_INTERVAL_MS = 60_000;
@@ -45,6 +56,15 @@ export class RejectLog {
   record(subject: string, reason: RejectReason, message: string, now: number): void {
     this.total++;
     this.byReason[reason] = (this.byReason[reason] ?? 0) + 1;
+    this.log(subject, reason, message, now);
+  }
+
+  /** Logs (rate-limited like a rejection) an event that was applied but needs an operator's eye. */
+  notice(subject: string, reason: SinkNotice, message: string, now: number): void {
+    this.log(subject, reason, message, now);
+  }
+
+  private log(subject: string, reason: RejectReason | SinkNotice, message: string, now: number): void {
     if (!this.logger) return;
     const last = this.lastLogged.get(subject);
     if (last !== undefined && now - last < LOG_INTERVAL_MS) return;
@@ -56,11 +76,12 @@ export class RejectLog {
     this.linesInWindow++;
     if (this.lastLogged.size >= MAX_REMEMBERED) this.prune(now);
     this.lastLogged.set(subject, now);
-    const refused = isSinkRefusal(reason);
-    this.logger.warn(
-      { pool: this.pool, subject, reason, detail: message.slice(0, 500) },
-      refused ? 'refused an event' : 'dropped a malformed event',
-    );
+    const headline = isSinkNotice(reason)
+      ? 'applied an event with a conflict'
+      : isSinkRefusal(reason)
+        ? 'refused an event'
+        : 'dropped a malformed event';
+    this.logger.warn({ pool: this.pool, subject, reason, detail: message.slice(0, 500) }, headline);
   }
 
   private openWindow(now: number): void {

@@ -1,4 +1,5 @@
 import { execFileSync } from 'node:child_process';
+import { createServer, type AddressInfo } from 'node:net';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -48,6 +49,55 @@ describe('connectNats with authentication', () => {
     writeFileSync(notSeed, 'hello');
     await expect(connectNats(natsSettingsFromValues({ nats: server.url, natsNkeySeed: notSeed }, {}))).rejects.toThrow(
       /--nats-nkey-seed: .* does not hold a user nkey seed/,
+    );
+  });
+});
+
+describe('tls:// means TLS or no connection', () => {
+  it('refuses a plaintext server named with tls://, naming the cause, and never sends the password in the clear', async () => {
+    const settings = natsSettingsFromValues(
+      { nats: server.url.replace('nats://', 'tls://'), natsUser: 'alice', natsPassword: 's3cret' },
+      {},
+    );
+    await expect(connectNats(settings, { waitOnFirstConnect: false, maxReconnectAttempts: 0 })).rejects.toThrow(/tls/i);
+    const lines: { cause: string }[] = [];
+    const abort = new AbortController();
+    const connecting = connectNatsWithRetry(settings, {
+      logger: { warn: (fields: Record<string, unknown>) => lines.push(fields as { cause: string }) },
+      signal: abort.signal,
+      initialDelayMs: 20,
+      maxDelayMs: 50,
+    });
+    await eventually(() => expect(lines.length).toBeGreaterThanOrEqual(1), 10_000);
+    expect(lines[0]?.cause).toMatch(/does not support 'tls'/);
+    abort.abort();
+    expect(await connecting).toBeUndefined();
+    // nats:// to the same server still connects (TLS is asked for only when the URL or a TLS file says so).
+    const plain = await connectNats(natsSettingsFromValues({ nats: server.url, natsUser: 'alice', natsPassword: 's3cret' }, {}));
+    await plain.close();
+
+    // What the client sends to a plaintext server it reached by tls://: nothing after the server's
+    // INFO, so no CONNECT and no password (a listener speaking the first line of the protocol).
+    const received: Buffer[] = [];
+    const listener = createServer((socket) => {
+      socket.on('data', (chunk: Buffer) => received.push(chunk));
+      socket.on('error', () => undefined);
+      socket.write(`INFO {"server_id":"x","version":"2.9.10","proto":1,"max_payload":1048576,"auth_required":true}\r\n`);
+    });
+    await new Promise<void>((resolve) => listener.listen(0, '127.0.0.1', resolve));
+    const port = (listener.address() as AddressInfo).port;
+    try {
+      const fake = natsSettingsFromValues({ nats: `tls://127.0.0.1:${port}`, natsUser: 'alice', natsPassword: 's3cret' }, {});
+      await expect(connectNats(fake, { waitOnFirstConnect: false, maxReconnectAttempts: 0 })).rejects.toThrow(/tls/i);
+      expect(Buffer.concat(received).toString('latin1')).not.toMatch(/CONNECT|s3cret/);
+    } finally {
+      await new Promise((resolve) => listener.close(resolve));
+    }
+  });
+
+  it('refuses a server list mixing tls:// and nats:// (one TLS setting covers every server)', () => {
+    expect(() => natsSettingsFromValues({ nats: 'tls://a:4222,nats://b:4222' }, {})).toThrow(
+      /--nats: tls:\/\/ and other URLs cannot be mixed/,
     );
   });
 });

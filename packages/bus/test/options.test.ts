@@ -19,9 +19,12 @@ describe('natsFlags + natsSettingsFromValues', () => {
   });
 
   it('reads a server list, name and user/password from flags', () => {
-    const s = resolve(['--nats', 'nats://a:4222, tls://b:4443,c:1', '--nats-name', 'epp-a', '--nats-user', 'u', '--nats-password', 'p']);
-    expect(s).toMatchObject({ servers: ['nats://a:4222', 'tls://b:4443', 'c:1'], name: 'epp-a', user: 'u', password: 'p' });
+    const s = resolve(['--nats', 'nats://a:4222, b:4443,c:1', '--nats-name', 'epp-a', '--nats-user', 'u', '--nats-password', 'p']);
+    expect(s).toMatchObject({ servers: ['nats://a:4222', 'b:4443', 'c:1'], name: 'epp-a', user: 'u', password: 'p' });
     expect(connectionOptions(s)).toMatchObject({ servers: s.servers, name: 'epp-a', user: 'u', pass: 'p' });
+    expect(connectionOptions(s).tls).toBeUndefined();
+    // tls:// asks nats.js for TLS (a server without it is refused).
+    expect(connectionOptions(resolve(['--nats', 'tls://a:4443,tls://b:4443'])).tls).toEqual({});
   });
 
   it('prefers the flag, then SPILLWAY_<FLAG>, then the conventional NATS_* variable', () => {

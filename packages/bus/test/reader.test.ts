@@ -242,6 +242,34 @@ describe('EventReader', () => {
     expect(snapshotPool(replayed, 'future')).toEqual(snapshotPool(live, 'future'));
   });
 
+  it('logs a pod of a zone past the pool’s cap (refused) and an address two zones claim (applied, not counted as rejected)', async () => {
+    const t = Date.now();
+    const warnings: Record<string, unknown>[] = [];
+    const logger: Logger = { warn: (fields) => warnings.push(fields) };
+    const fleet = new Fleet({ maxZonesPerPool: 2, localZone: zoneOf(1) });
+    const r = reader('capped', fleet, { logger });
+    await r.caughtUp;
+    // Pods 0 and 1 are in zone-a and zone-b; pod 2 (zone-c) is one zone too many. Pod 3 (zone-a) claims pod 1's address.
+    await publishAll(publisher, [
+      readiness('capped', 0, t),
+      readiness('capped', 1, t),
+      readiness('capped', 2, t),
+      readiness('capped', 3, t, { address: readiness('capped', 1, t).address }),
+    ]);
+    await eventually(() => expect(fleet.counters).toMatchObject({ applied: 3, tooManyZones: 1, addressConflict: 1 }), 15_000);
+    expect(r.status.rejectedByReason).toEqual({ 'too-many-zones': 1 });
+    expect(warnings.map((w) => w['reason']).sort()).toEqual(['address-conflict', 'too-many-zones']);
+    expect(String(warnings.find((w) => w['reason'] === 'address-conflict')?.['detail'])).toMatch(
+      /vllm-3 of zone zone-a claims 10\.0\.0\.1:8000/,
+    );
+    expect(
+      fleet
+        .pool('capped')
+        ?.routableAt('10.0.0.1:8000')
+        .map((e) => e.pod),
+    ).toEqual(['vllm-1']);
+  });
+
   it('replays a 10,000-pod pool (readiness and metrics) and catches up', async () => {
     const t = Date.now();
     const events = podEvents('big', 0, 10_000, t);

@@ -3,7 +3,19 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { CliError, commaList, envName, loadConfigFile, parseCommandLine, port, renderHelp } from '@spillway/cli';
+import {
+  CliError,
+  commaList,
+  envName,
+  loadConfigFile,
+  MAX_CONFIG_FILE_BYTES,
+  parseCommandLine,
+  parseConfigText,
+  port,
+  readConfigBytesAsync,
+  readConfigFile,
+  renderHelp,
+} from '@spillway/cli';
 
 const specs = {
   pool: { description: 'pool name', schema: z.string().min(1), placeholder: 'NAME' },
@@ -96,5 +108,21 @@ describe('loadConfigFile', () => {
     expect(() => loadConfigFile(join(dir, 'bad.yaml'), schema)).toThrow(/bad\.yaml: thresholds\.kv/);
     expect(() => loadConfigFile(join(dir, 'broken.yaml'), schema)).toThrow(/not valid YAML/);
     expect(() => loadConfigFile(join(dir, 'missing.yaml'), schema)).toThrow(/cannot read/);
+  });
+
+  it('refuses a file over MAX_CONFIG_FILE_BYTES, read or watched, before parsing it; one at the cap is read', async () => {
+    // 50 MB of valid YAML (a comment), as the review wrote: refused, naming the file and the cap.
+    const huge = join(dir, 'huge.yaml');
+    writeFileSync(huge, `thresholds:\n  kv: 0.5\n#${'x'.repeat(50 * 1024 * 1024)}\n`);
+    expect(() => loadConfigFile(huge, schema)).toThrow(/huge\.yaml: larger than 1048576 bytes/);
+    expect(() => readConfigFile(huge, schema)).toThrow(CliError);
+    await expect(readConfigBytesAsync(huge)).rejects.toThrow(/larger than 1048576 bytes/);
+    expect(() => parseConfigText(`#${'é'.repeat(MAX_CONFIG_FILE_BYTES / 2)}`, 'edited.yaml', schema)).toThrow(/edited\.yaml: larger than/);
+    const atCap = join(dir, 'at-cap.yaml');
+    const body = 'thresholds:\n  kv: 0.5\n#';
+    writeFileSync(atCap, body + 'x'.repeat(MAX_CONFIG_FILE_BYTES - body.length));
+    expect(loadConfigFile(atCap, schema)).toEqual({ thresholds: { kv: 0.5 } });
+    expect((await readConfigBytesAsync(atCap)).length).toBe(MAX_CONFIG_FILE_BYTES);
+    await expect(readConfigBytesAsync(join(dir, 'missing.yaml'))).rejects.toThrow(/cannot read/);
   });
 });

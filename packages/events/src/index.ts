@@ -85,12 +85,16 @@ export {
   encodeVllmSeq,
   decodeVllmSeq,
   decodeVllmKvBatch,
+  blockHash as vllmBlockHash,
+  KvWireMalformed,
 } from './vllm-kv.js';
 export type {
   VllmBlockHash,
   VllmBlockStored,
   VllmBlockRemoved,
+  VllmBlocksMoved,
   VllmAllBlocksCleared,
+  VllmExtraKey,
   VllmKvEvent,
   VllmKvBatch,
   VllmKvEventInput,
@@ -98,3 +102,7 @@ export type {
   VllmDecodeReason,
   VllmDecodeResult,
 } from './vllm-kv.js';
+export { decodeTrtllmKvEvents, scanJson } from './trtllm-kv.js';
+export type { TrtllmKvEvent, TrtllmDecodeResult } from './trtllm-kv.js';
+export { MsgpackReader, MsgpackError, scanMsgpack } from './msgpack-reader.js';
+export type { MsgpackBounds, MsgpackErrorKind } from './msgpack-reader.js';

@@ -1,4 +1,5 @@
-import { decode, encode } from '@msgpack/msgpack';
+import { encode } from '@msgpack/msgpack';
+import { MsgpackError, MsgpackReader } from './msgpack-reader.js';
 import { z } from 'zod';
 import { escapeToken, unescapeToken } from './token.js';
 
@@ -175,27 +176,136 @@ export function encodeKvBatch(batch: KvBatch): Uint8Array {
   return encode(batch);
 }
 
+/** A layout violation found while reading (reported as `invalid`), or too many keys in all. */
+class Refused extends Error {
+  constructor(
+    readonly reason: 'invalid' | 'too-many-keys',
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+function check(ok: boolean, path: string, message: string): void {
+  if (!ok) throw new Refused('invalid', `${path}: ${message}`);
+}
+
+function readName(r: MsgpackReader, path: string): string {
+  const s = r.str(1024, path);
+  check(s.length >= 1 && s.length <= 253, path, 'a name of 1 to 253 characters');
+  return s;
+}
+
+function readWhole(r: MsgpackReader, path: string, max: number): number {
+  const n = r.number(path);
+  check(Number.isSafeInteger(n) && n >= 0 && n <= max, path, `a whole number in [0, ${max}]`);
+  return n;
+}
+
+function readEvents(r: MsgpackReader): KvEvent[] {
+  const length = r.arrayHeader(MAX_KV_EVENTS, 'events');
+  const events = new Array<KvEvent>(length);
+  let keysLeft = MAX_KV_KEYS;
+  for (let i = 0; i < length; i++) {
+    const path = `events.${i}`;
+    const size = r.arrayHeader(2, path);
+    check(size >= 1, path, 'an empty event');
+    const tag = r.number(`${path}.0`);
+    if (tag === KV_CLEARED) {
+      check(size === 1, path, 'a cleared event is [3]');
+      events[i] = [KV_CLEARED];
+      continue;
+    }
+    check(tag === KV_STORED || tag === KV_REMOVED, `${path}.0`, 'an event tag of 1, 2 or 3');
+    check(size === 2, path, 'a stored or removed event is [tag, keys]');
+    const count = r.arrayHeader(MAX_KV_KEYS, `${path}.1`);
+    keysLeft -= count;
+    if (keysLeft < 0) throw new Refused('too-many-keys', `more than ${MAX_KV_KEYS} keys`);
+    const keys = new Array<number>(count);
+    const bad = r.wholeNumbers(count, keys, path);
+    if (bad >= 0) throw new Refused('invalid', `${path}.1.${bad}: a key (a whole number in [0, 2^53))`);
+    events[i] = [tag, keys] as KvEvent;
+  }
+  return events;
+}
+
+/**
+ * Reads one batch by its layout (the rules of `kvBatchSchema`, checked by hand as each value is
+ * read): each container's length is checked against its bound before any element is read, so a
+ * hostile payload costs at most the bytes it takes to reach its first violation.
+ */
+function readKvBatch(data: Uint8Array): KvBatch {
+  const r = new MsgpackReader(data);
+  const fields = r.topMap(16, 'the batch');
+  const seen: Partial<Omit<KvBatch, 'v'>> = {};
+  let v: number | undefined;
+  for (let f = 0; f < fields; f++) {
+    const key = r.str(64, 'a field name');
+    switch (key) {
+      case 'v':
+        v = r.number('v');
+        break;
+      case 'pool':
+      case 'zone':
+      case 'pod':
+        seen[key] = readName(r, key);
+        break;
+      case 'seq':
+        seen.seq = readWhole(r, 'seq', MAX_KEY);
+        break;
+      case 'observedAt': {
+        const t = r.number('observedAt');
+        check(Number.isFinite(t) && t >= 0 && t <= 8.64e15, 'observedAt', 'a time in ms since the epoch');
+        seen.observedAt = t;
+        break;
+      }
+      case 'blockSize':
+        seen.blockSize = readWhole(r, 'blockSize', 4096);
+        check(seen.blockSize >= 1, 'blockSize', 'at least 1');
+        break;
+      case 'events':
+        seen.events = readEvents(r);
+        break;
+      default:
+        // Unknown fields are ignored (forward compatible), skipped within bounds.
+        r.skip(4, 256, key);
+    }
+  }
+  r.end('the batch');
+  check(v === 1, 'v', 'the version must be 1');
+  for (const field of ['pool', 'zone', 'pod', 'seq', 'observedAt', 'blockSize', 'events'] as const)
+    check(seen[field] !== undefined, field, 'required');
+  const batch = seen as KvBatch;
+  return {
+    v: 1,
+    pool: batch.pool,
+    zone: batch.zone,
+    pod: batch.pod,
+    seq: batch.seq,
+    observedAt: batch.observedAt,
+    blockSize: batch.blockSize,
+    events: batch.events,
+  };
+}
+
 /**
  * Decodes and validates one relayed batch; never throws. The subject must name the same pod as the
  * payload (a collector may publish only its own zone's subjects, so the subject is what bounds it).
+ *
+ * Every EPP decodes every pod's batches on its event loop, so the payload is read by its layout,
+ * bounded in bytes, elements and nesting before any work (docs/hardening.md): a hostile message
+ * costs about what reading its bytes up to the first violation costs, never what building it would.
  */
 export function decodeKvBatch(subject: string, data: Uint8Array): KvDecodeResult {
   if (data.byteLength > MAX_KV_BATCH_BYTES) return { ok: false, reason: 'oversized', detail: `${data.byteLength} bytes` };
-  let raw: unknown;
+  let batch: KvBatch;
   try {
-    raw = decode(data, { maxStrLength: 4096, maxArrayLength: MAX_KV_KEYS, maxMapLength: 64, maxBinLength: 0, maxExtLength: 0 });
+    batch = readKvBatch(data);
   } catch (error) {
-    return { ok: false, reason: 'not-msgpack', detail: error instanceof Error ? error.message : String(error) };
+    if (error instanceof Refused) return { ok: false, reason: error.reason, detail: error.message };
+    if (error instanceof MsgpackError) return { ok: false, reason: error.kind, detail: error.message };
+    throw error;
   }
-  const parsed = kvBatchSchema.safeParse(raw);
-  if (!parsed.success) {
-    const issue = parsed.error.issues[0];
-    return { ok: false, reason: 'invalid', detail: `${issue?.path.join('.') ?? ''}: ${issue?.message ?? 'invalid'}` };
-  }
-  const batch = parsed.data;
-  let total = 0;
-  for (const event of batch.events) total += event.length === 2 ? event[1].length : 0;
-  if (total > MAX_KV_KEYS) return { ok: false, reason: 'too-many-keys', detail: `${total} keys` };
   const parts = parseKvSubject(subject);
   if (!parts || parts.pool !== batch.pool || parts.zone !== batch.zone || parts.pod !== batch.pod) {
     return { ok: false, reason: 'subject-mismatch', detail: subject };

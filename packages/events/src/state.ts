@@ -1,4 +1,5 @@
-import { Decoder, encode } from '@msgpack/msgpack';
+import { encode } from '@msgpack/msgpack';
+import { MsgpackError, MsgpackReader } from './msgpack-reader.js';
 import { z } from 'zod';
 import { escapeToken, unescapeToken } from './token.js';
 
@@ -158,15 +159,6 @@ export type StatePlacementEntry = z.infer<typeof placementEntry>;
 export type StateDecodeReason = 'oversized' | 'not-msgpack' | 'invalid' | 'too-many-hashes' | 'subject-mismatch';
 export type StateDecodeResult = { ok: true; batch: StateBatch } | { ok: false; reason: StateDecodeReason; detail: string };
 
-/** One decoder for every batch (decoding is synchronous): cheaper than a new one per call. */
-const decoder = new Decoder({
-  maxStrLength: 1024,
-  maxArrayLength: MAX_STATE_ENTRY_HASHES,
-  maxMapLength: 16,
-  maxBinLength: 0,
-  maxExtLength: 0,
-});
-
 export function encodeStateBatch(batch: StateBatch): Uint8Array {
   return encode(batch);
 }
@@ -181,28 +173,194 @@ export function stateBatchHashes(batch: StateBatch): number {
   return total;
 }
 
+/** Nesting an unknown header field may have (skipped unread): a batch is never deeper than its entries. */
+const UNKNOWN_FIELD_DEPTH = 4;
+const UNKNOWN_FIELD_ELEMENTS = 256;
+
+/** A layout violation found while reading: reported as `invalid` with the field's path. */
+class Invalid extends Error {}
+
+function expect(ok: boolean, path: string, message: string): void {
+  if (!ok) throw new Invalid(`${path}: ${message}`);
+}
+
+function readName(r: MsgpackReader, path: string, max = 253): string {
+  const s = r.str(1024, path);
+  expect(s.length >= 1 && s.length <= max, path, `a name of 1 to ${max} characters`);
+  return s;
+}
+
+function readId(r: MsgpackReader, path: string): number {
+  const n = r.number(path);
+  expect(Number.isSafeInteger(n) && n >= 0, path, 'a whole number in [0, 2^53)');
+  return n;
+}
+
+function readTime(r: MsgpackReader, path: string): number {
+  const n = r.number(path);
+  expect(Number.isFinite(n) && n >= 0 && n <= MAX_TIME, path, 'a time in ms since the epoch');
+  return n;
+}
+
+/** Hash counts of the batch so far, so a batch past `MAX_STATE_HASHES` stops before reading the rest. */
+interface HashBudget {
+  left: number;
+}
+
+function readHashes(r: MsgpackReader, path: string, budget: HashBudget): number[] {
+  const length = r.arrayHeader(MAX_STATE_ENTRY_HASHES, path);
+  budget.left -= length;
+  if (budget.left < 0) throw new TooManyHashes();
+  const out = new Array<number>(length);
+  const bad = r.wholeNumbers(length, out, path);
+  if (bad >= 0) throw new Invalid(`${path}.${bad}: a block hash (a whole number in [0, 2^53))`);
+  return out;
+}
+
+class TooManyHashes extends Error {}
+
+function readEntry(r: MsgpackReader, path: string, budget: HashBudget): StateEntry {
+  const length = r.arrayHeader(6, path);
+  expect(length >= 1, path, 'an empty entry');
+  const kind = r.number(`${path}.0`);
+  switch (kind) {
+    case STATE_PICK:
+      expect(length === 6, path, 'a pick is [1, id, zone, pod, pickedAt, hashes]');
+      return [
+        STATE_PICK,
+        readId(r, `${path}.1`),
+        readName(r, `${path}.2`),
+        readName(r, `${path}.3`),
+        readTime(r, `${path}.4`),
+        readHashes(r, `${path}.5`, budget),
+      ];
+    case STATE_RELEASE:
+      expect(length === 3, path, 'a release is [2, id, releasedAt]');
+      return [STATE_RELEASE, readId(r, `${path}.1`), readTime(r, `${path}.2`)];
+    case STATE_PENALTY:
+      expect(length === 4, path, 'a penalty is [3, zone, pod, until]');
+      return [STATE_PENALTY, readName(r, `${path}.1`), readName(r, `${path}.2`), readTime(r, `${path}.3`)];
+    case STATE_PLACEMENT:
+      expect(length === 4, path, 'a placement is [4, zone, pod, hashes]');
+      return [STATE_PLACEMENT, readName(r, `${path}.1`), readName(r, `${path}.2`), readHashes(r, `${path}.3`, budget)];
+    default:
+      throw new Invalid(`${path}.0: unknown entry kind ${kind}`);
+  }
+}
+
+/**
+ * Reads one batch by its layout (the rules of `stateBatchSchema`, checked by hand as each value is
+ * read): every container's length is checked against its bound before any element is read, so a
+ * hostile payload costs at most the bytes it takes to reach its first violation.
+ */
+function readStateBatch(data: Uint8Array): StateBatch {
+  const r = new MsgpackReader(data);
+  const budget: HashBudget = { left: MAX_STATE_HASHES };
+  const fields = r.topMap(16, 'the batch');
+  let v: unknown;
+  let pool: string | undefined;
+  let zone: string | undefined;
+  let epp: string | undefined;
+  let seq: number | undefined;
+  let sentAt: number | undefined;
+  let entries: StateEntry[] | undefined;
+  let snapshot: { last: boolean } | undefined;
+  let want: 'all' | 'in-flight' | undefined;
+  for (let f = 0; f < fields; f++) {
+    const key = r.str(64, 'a field name');
+    switch (key) {
+      case 'v':
+        v = r.number('v');
+        break;
+      case 'pool':
+        pool = readName(r, 'pool');
+        break;
+      case 'zone':
+        zone = readName(r, 'zone');
+        break;
+      case 'epp':
+        epp = readName(r, 'epp', 128);
+        break;
+      case 'seq':
+        seq = readId(r, 'seq');
+        break;
+      case 'sentAt':
+        sentAt = readTime(r, 'sentAt');
+        break;
+      case 'entries': {
+        const length = r.arrayHeader(MAX_STATE_ENTRIES, 'entries');
+        entries = new Array<StateEntry>(length);
+        for (let i = 0; i < length; i++) entries[i] = readEntry(r, `entries.${i}`, budget);
+        break;
+      }
+      case 'snapshot': {
+        if (r.nil()) break;
+        let last: boolean | undefined;
+        const n = r.mapHeader(8, 'snapshot');
+        for (let i = 0; i < n; i++) {
+          if (r.str(64, 'a field name') === 'last') last = r.bool('snapshot.last');
+          else r.skip(UNKNOWN_FIELD_DEPTH, UNKNOWN_FIELD_ELEMENTS, 'snapshot');
+        }
+        expect(last !== undefined, 'snapshot.last', 'required');
+        snapshot = { last: last as boolean };
+        break;
+      }
+      case 'want': {
+        if (r.nil()) break;
+        const w = r.str(16, 'want');
+        expect(w === 'all' || w === 'in-flight', 'want', "'all' or 'in-flight'");
+        want = w as 'all' | 'in-flight';
+        break;
+      }
+      default:
+        // Unknown fields are ignored (forward compatible), skipped within bounds.
+        r.skip(UNKNOWN_FIELD_DEPTH, UNKNOWN_FIELD_ELEMENTS, key);
+    }
+  }
+  r.end('the batch');
+  expect(v === 1, 'v', 'the version must be 1');
+  expect(pool !== undefined, 'pool', 'required');
+  expect(zone !== undefined, 'zone', 'required');
+  expect(epp !== undefined, 'epp', 'required');
+  expect(seq !== undefined, 'seq', 'required');
+  expect(sentAt !== undefined, 'sentAt', 'required');
+  expect(entries !== undefined, 'entries', 'required');
+  const batch: StateBatch = {
+    v: 1,
+    pool: pool as string,
+    zone: zone as string,
+    epp: epp as string,
+    seq: seq as number,
+    sentAt: sentAt as number,
+    entries: entries as StateEntry[],
+  };
+  if (snapshot !== undefined) batch.snapshot = snapshot;
+  if (want !== undefined) batch.want = want;
+  return batch;
+}
+
 /**
  * Decodes and validates one batch; never throws. With `from` (the parts of the subject it arrived
  * on), the batch must come from that pool, zone and EPP: an EPP may publish only its own zone's
  * subjects, so the subject is what vouches for the origin, and a batch naming another is forged.
+ *
+ * Peers are not trusted to be well-formed, and every EPP decodes every peer's batches on its event
+ * loop: the payload is read by its layout, bounded in bytes, elements and nesting before any work
+ * (docs/hardening.md), so a hostile message costs about what reading its bytes up to the first
+ * violation costs, never what building it would.
  */
 export function decodeStateBatch(data: Uint8Array, from?: StateSubjectParts): StateDecodeResult {
   if (data.byteLength > MAX_STATE_BATCH_BYTES)
     return { ok: false, reason: 'oversized', detail: `${data.byteLength} bytes, limit ${MAX_STATE_BATCH_BYTES}` };
-  let raw: unknown;
+  let batch: StateBatch;
   try {
-    raw = decoder.decode(data);
+    batch = readStateBatch(data);
   } catch (error) {
-    return { ok: false, reason: 'not-msgpack', detail: error instanceof Error ? error.message : String(error) };
+    if (error instanceof TooManyHashes) return { ok: false, reason: 'too-many-hashes', detail: `more than ${MAX_STATE_HASHES} hashes` };
+    if (error instanceof Invalid) return { ok: false, reason: 'invalid', detail: error.message };
+    if (error instanceof MsgpackError) return { ok: false, reason: error.kind, detail: error.message };
+    throw error;
   }
-  const parsed = stateBatchSchema.safeParse(raw);
-  if (!parsed.success) {
-    const issue = parsed.error.issues[0];
-    return { ok: false, reason: 'invalid', detail: `${issue?.path.join('.') ?? ''}: ${issue?.message ?? 'invalid'}` };
-  }
-  const batch = parsed.data;
-  const total = stateBatchHashes(batch);
-  if (total > MAX_STATE_HASHES) return { ok: false, reason: 'too-many-hashes', detail: `${total} hashes, limit ${MAX_STATE_HASHES}` };
   if (from !== undefined && (from.pool !== batch.pool || from.zone !== batch.zone || from.epp !== batch.epp)) {
     return {
       ok: false,

@@ -39,6 +39,12 @@ export interface Endpoint {
   readonly ip: string | undefined;
   readonly ready: boolean;
   readonly deleted: boolean;
+  /**
+   * Ready at an address that ready pods of another zone claim too. An address belongs to one zone:
+   * a view held for a zone (FleetOptions.localZone) routes only that zone's claimants, or none
+   * (docs/events.md, "The view"). Cleared when the conflict ends.
+   */
+  readonly addressConflict: boolean;
   readonly engine: Engine | undefined;
   readonly labels: Readonly<Record<string, string>> | undefined;
   readonly metrics: MetricsSample | undefined;
@@ -82,6 +88,9 @@ export class EndpointRecord implements Endpoint {
   ip: string | undefined = undefined;
   ready = false;
   deleted = false;
+  addressConflict = false;
+  /** Not routable for a conflict over its address (only in a view held for a zone). */
+  addressRefused = false;
   engine: Engine | undefined = undefined;
   labels: Readonly<Record<string, string>> | undefined = undefined;
   metrics: MutableSample | undefined = undefined;
@@ -91,6 +100,8 @@ export class EndpointRecord implements Endpoint {
   maxRunningSeen = 0;
   batchCapacity: number | undefined = undefined;
   readinessReceivedAt = Number.NEGATIVE_INFINITY;
+  /** In the pool's routing indexes (routable, ready sets, by address and IP). */
+  indexed = false;
 
   /**
    * observedAt per kind, and the applied readiness event, for ordering and tie-breaks (the applied
@@ -117,9 +128,14 @@ export class EndpointRecord implements Endpoint {
     return this.pickTimes.length - this.pickHead;
   }
 
+  /** Ready at an address by its own readiness: it claims the address, whether or not another zone's pod does too. */
+  get claimsAddress(): boolean {
+    return this.ready && !this.deleted && this.address !== undefined;
+  }
+
   /** True when the pod may receive traffic by the view alone (passive health is the scheduler's). */
   get routable(): boolean {
-    return this.ready && !this.deleted && this.address !== undefined;
+    return this.claimsAddress && !this.addressRefused;
   }
 
   applyReadiness(event: ReadinessEvent, address: { ip: string; key: string }): void {

@@ -6,6 +6,8 @@ import { PoolState, type PoolView, type ZonePods } from './pool.js';
 export const DEFAULT_MAX_CLOCK_SKEW_MS = 5_000;
 /** Pods (live, metrics-only and tombstoned) one zone of a pool may hold; see FleetOptions. */
 export const DEFAULT_MAX_PODS_PER_ZONE = 4_096;
+/** Zones one pool may hold; see FleetOptions. */
+export const DEFAULT_MAX_ZONES_PER_POOL = 64;
 
 export interface FleetOptions {
   /** Metrics older than this (from when they were received) are stale. Default 1 s (docs/events.md). */
@@ -33,6 +35,21 @@ export interface FleetOptions {
    * event for a new pod is rejected as `over-capacity`. Events for pods already held always apply.
    */
   maxPodsPerZone?: number;
+  /**
+   * Most zones one pool holds. Every zone costs every EPP per-zone state and metric series, and any
+   * publisher (in a topology without per-zone users, any client) can name a new zone; an event for
+   * a pod of a new zone beyond it is rejected as `too-many-zones`. A zone whose pods are all
+   * forgotten (pruned tombstones) frees its place.
+   */
+  maxZonesPerPool?: number;
+  /**
+   * The zone of the EPP holding this view. An address belongs to one zone: when pods of several
+   * zones claim the same `ip:port`, only this zone's stay routable (its own collector is the one
+   * that knows its pods), and without one of them none does. Unset (a view for every zone, such as
+   * spillway-xds's, which settles per gateway zone): every claimant stays routable, marked
+   * `addressConflict`.
+   */
+  localZone?: string | undefined;
 }
 
 export interface FleetCounters {
@@ -46,13 +63,22 @@ export interface FleetCounters {
   future: number;
   /** Valid events for a new pod of a zone already holding `maxPodsPerZone` pods; never applied. */
   overCapacity: number;
+  /** Valid events for a pod of a new zone in a pool already holding `maxZonesPerPool` zones; never applied. */
+  tooManyZones: number;
+  /**
+   * Readiness events that left an address claimed by pods of more than one zone (applied: the pod's
+   * record holds it, but only one zone's claimants, or none, are routable).
+   */
+  addressConflict: number;
 }
 
 /**
- * The outcome of applying one event, for callers that log or count. `future` and `over-capacity`
- * are refusals: the event is dropped whole and the view is unchanged.
+ * The outcome of applying one event, for callers that log or count. `future`, `over-capacity` and
+ * `too-many-zones` are refusals: the event is dropped whole and the view is unchanged.
+ * `address-conflict`: the event was applied, and its pod's address is claimed by pods of more than
+ * one zone (in a view held for a zone, not every claimant is routable: FleetOptions.localZone).
  */
-export type ApplyOutcome = 'applied' | 'ignored' | 'future' | 'over-capacity';
+export type ApplyOutcome = 'applied' | 'ignored' | 'future' | 'over-capacity' | 'too-many-zones' | 'address-conflict';
 
 /**
  * The event-sourced view of the model-server pools (docs/events.md, "The view"). Pure: it reads no clock; every
@@ -69,8 +95,18 @@ export class Fleet {
   private readonly maxSampleLagMs: number;
   readonly maxClockSkewMs: number;
   readonly maxPodsPerZone: number;
+  readonly maxZonesPerPool: number;
+  private readonly localZone: string | undefined;
   private readonly pools = new Map<string, PoolState>();
-  readonly counters: FleetCounters = { applied: 0, ignored: 0, rejected: 0, future: 0, overCapacity: 0 };
+  readonly counters: FleetCounters = {
+    applied: 0,
+    ignored: 0,
+    rejected: 0,
+    future: 0,
+    overCapacity: 0,
+    tooManyZones: 0,
+    addressConflict: 0,
+  };
   /** Bumped whenever routability or topology changes (readiness); schedulers may cache on it. */
   topologyVersion = 0;
 
@@ -80,6 +116,8 @@ export class Fleet {
     this.maxSampleLagMs = options.maxSampleLagMs ?? 500;
     this.maxClockSkewMs = options.maxClockSkewMs ?? DEFAULT_MAX_CLOCK_SKEW_MS;
     this.maxPodsPerZone = options.maxPodsPerZone ?? DEFAULT_MAX_PODS_PER_ZONE;
+    this.maxZonesPerPool = options.maxZonesPerPool ?? DEFAULT_MAX_ZONES_PER_POOL;
+    this.localZone = options.localZone;
   }
 
   /**
@@ -97,14 +135,16 @@ export class Fleet {
       return 'ignored';
     }
     const record = this.recordFor(event.pool, event.zone, event.pod);
-    if (record === undefined) {
-      this.counters.overCapacity++;
-      return 'over-capacity';
+    if (typeof record === 'string') {
+      if (record === 'over-capacity') this.counters.overCapacity++;
+      else this.counters.tooManyZones++;
+      return record;
     }
     const outcome =
       event.kind === 'readiness' ? this.applyReadiness(record, event, receivedAt) : this.applyMetrics(record, event, receivedAt);
-    if (outcome === 'applied') this.counters.applied++;
-    else this.counters.ignored++;
+    if (outcome === 'ignored') this.counters.ignored++;
+    else this.counters.applied++;
+    if (outcome === 'address-conflict') this.counters.addressConflict++;
     return outcome;
   }
 
@@ -147,13 +187,14 @@ export class Fleet {
   pruneDeleted(before: number): number {
     let removed = 0;
     for (const pool of this.pools.values()) {
-      for (const zone of pool.zones.values()) {
+      for (const zone of [...pool.zones.values()]) {
         for (const record of zone.deleted) {
           if (record.readinessAt < before && record.inFlight === 0) {
             zone.remove(record);
             removed++;
           }
         }
+        if (zone.pods.size === 0) pool.dropZone(zone.zone);
       }
     }
     return removed;
@@ -237,17 +278,18 @@ export class Fleet {
     return false;
   }
 
-  /** The pod's record, created if new; undefined when its zone is full (over capacity). */
-  private recordFor(poolName: string, zone: string, pod: string): EndpointRecord | undefined {
+  /** The pod's record, created if new; why not when its zone is full or the pool holds the most zones allowed. */
+  private recordFor(poolName: string, zone: string, pod: string): EndpointRecord | 'over-capacity' | 'too-many-zones' {
     let pool = this.pools.get(poolName);
     if (!pool) {
-      pool = new PoolState(poolName);
+      pool = new PoolState(poolName, this.localZone);
       this.pools.set(poolName, pool);
     }
+    if (!pool.zones.has(zone) && pool.zoneCount >= this.maxZonesPerPool) return 'too-many-zones';
     const pods = pool.zonePods(zone);
     let record = pods.pods.get(pod);
     if (!record) {
-      if (pods.pods.size >= this.maxPodsPerZone && !pods.evictOldestTombstone()) return undefined;
+      if (pods.pods.size >= this.maxPodsPerZone && !pods.evictOldestTombstone()) return 'over-capacity';
       record = new EndpointRecord(poolName, zone, pod);
       pods.pods.set(pod, record);
     }
@@ -274,11 +316,11 @@ export class Fleet {
     record.readinessAt = event.observedAt;
     record.readinessReceivedAt = receivedAt;
     record.lastReadiness = event;
-    pool.index(record);
+    const conflict = pool.index(record);
     pool.noteReadiness(event.zone, receivedAt);
     this.zoneOf(record).track(record);
     this.topologyVersion++;
-    return 'applied';
+    return conflict ? 'address-conflict' : 'applied';
   }
 
   private applyMetrics(record: EndpointRecord, event: MetricsEvent, receivedAt: number): ApplyOutcome {

@@ -76,10 +76,23 @@ export class ZonePods {
   }
 }
 
-/** The indexes of one pool. Only the fleet mutates them, around each readiness change. */
+/**
+ * The indexes of one pool. Only the fleet mutates them, around each readiness change.
+ *
+ * An address belongs to one zone. Every ready pod *claims* its address; which claimants are
+ * routable is settled per address from the claimants alone, so the view does not depend on the
+ * order events arrive in: the claimants of one zone share it (a stale pod and its successor);
+ * when pods of several zones claim it, a view held for a zone (`localZone`, an EPP's) routes only
+ * that zone's claimants (its collector is the one that knows its pods), and without a local
+ * claimant none — a pod of one zone naming another zone's address is never merged into that
+ * zone's lists. A view held for no zone (spillway-xds, which settles per gateway zone; the
+ * operator's table) keeps every claimant routable and marks them (`addressConflict`).
+ */
 export class PoolState implements PoolView {
   /** Pods by zone, then by name: a pod is identified by (pool, zone, pod). */
   readonly zones = new Map<string, ZonePods>();
+  /** Ready pods by address, whether routable or refused for a conflict. */
+  private readonly claims = new Map<string, EndpointRecord[]>();
   private readonly readyByZone = new Map<string, Set<EndpointRecord>>();
   private readonly byAddress = new Map<string, EndpointRecord[]>();
   private readonly byIp = new Map<string, EndpointRecord[]>();
@@ -89,7 +102,11 @@ export class PoolState implements PoolView {
   private readonly lastSampleAt = new Map<string, number>();
   private readonly lastReadinessAt = new Map<string, number>();
 
-  constructor(readonly name: string) {}
+  constructor(
+    readonly name: string,
+    /** Whose claims win a conflict over an address (the EPP's zone); none: no zone's. */
+    private readonly localZone?: string,
+  ) {}
 
   noteSample(zone: string, receivedAt: number): void {
     if (!(receivedAt <= (this.lastSampleAt.get(zone) ?? Number.NEGATIVE_INFINITY))) this.lastSampleAt.set(zone, receivedAt);
@@ -110,7 +127,51 @@ export class PoolState implements PoolView {
   /** Takes a pod out of the routing indexes before its readiness changes. */
   unindex(record: EndpointRecord): void {
     if (record.region !== undefined && !record.deleted) this.countRegion(record.zone, record.region, -1);
-    if (!record.routable) return;
+    if (!record.claimsAddress) return;
+    const address = record.address as string;
+    removeFrom(this.claims, address, record);
+    this.unroute(record);
+    record.addressConflict = record.addressRefused = false;
+    this.settle(address);
+  }
+
+  /**
+   * Puts a pod back into the routing indexes after its readiness changed. Returns whether its
+   * address is claimed by pods of more than one zone (counted and logged by the caller).
+   */
+  index(record: EndpointRecord): boolean {
+    if (record.region !== undefined && !record.deleted) this.countRegion(record.zone, record.region, 1);
+    if (!record.claimsAddress || record.ip === undefined) return false;
+    const address = record.address as string;
+    addTo(this.claims, address, record);
+    return this.settle(address);
+  }
+
+  /** Routes exactly the claimants of `address` that may have it (see the class comment); true when zones conflict over it. */
+  private settle(address: string): boolean {
+    const claimants = this.claims.get(address);
+    if (claimants === undefined) return false;
+    let zone: string | undefined;
+    let conflict = false;
+    let local = false;
+    for (const claimant of claimants) {
+      if (zone === undefined) zone = claimant.zone;
+      else if (claimant.zone !== zone) conflict = true;
+      if (claimant.zone === this.localZone) local = true;
+    }
+    for (const claimant of claimants) {
+      const refused = conflict && this.localZone !== undefined && !(local && claimant.zone === this.localZone);
+      claimant.addressConflict = conflict;
+      claimant.addressRefused = refused;
+      if (refused) this.unroute(claimant);
+      else this.route(claimant);
+    }
+    return conflict;
+  }
+
+  private unroute(record: EndpointRecord): void {
+    if (!record.indexed) return;
+    record.indexed = false;
     const zoneSet = this.readyByZone.get(record.zone);
     if (zoneSet?.delete(record)) {
       this.readyCount--;
@@ -120,10 +181,9 @@ export class PoolState implements PoolView {
     if (record.ip !== undefined) removeFrom(this.byIp, record.ip, record);
   }
 
-  /** Puts a pod back into the routing indexes after its readiness changed. */
-  index(record: EndpointRecord): void {
-    if (record.region !== undefined && !record.deleted) this.countRegion(record.zone, record.region, 1);
-    if (!record.routable || record.address === undefined || record.ip === undefined) return;
+  private route(record: EndpointRecord): void {
+    if (record.indexed || record.address === undefined || record.ip === undefined) return;
+    record.indexed = true;
     let zoneSet = this.readyByZone.get(record.zone);
     if (!zoneSet) {
       zoneSet = new Set();
@@ -135,8 +195,21 @@ export class PoolState implements PoolView {
     addTo(this.byIp, record.ip, record);
   }
 
+  /** Zones holding at least one pod record (live, metrics-only or tombstoned). */
+  get zoneCount(): number {
+    return this.zones.size;
+  }
+
   *endpoints(): IterableIterator<Endpoint> {
     for (const zone of this.zones.values()) yield* zone.pods.values();
+  }
+
+  /** Forgets a zone that holds no pod any more, with what the pool noted about it. */
+  dropZone(zone: string): void {
+    if ((this.zones.get(zone)?.pods.size ?? 0) > 0) return;
+    this.zones.delete(zone);
+    this.lastSampleAt.delete(zone);
+    this.lastReadinessAt.delete(zone);
   }
 
   /** The pods of one zone, created on first use. */

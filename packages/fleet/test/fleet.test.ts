@@ -60,7 +60,15 @@ describe('Fleet', () => {
     ).toEqual(['a0', 'a1']);
     expect(pool.routableAt('10.0.0.9:8000')).toEqual([]);
     expect(fleet.pool('other')).toBeUndefined();
-    expect(fleet.counters).toEqual({ applied: 4, ignored: 0, rejected: 0, future: 0, overCapacity: 0 });
+    expect(fleet.counters).toEqual({
+      applied: 4,
+      ignored: 0,
+      rejected: 0,
+      future: 0,
+      overCapacity: 0,
+      tooManyZones: 0,
+      addressConflict: 0,
+    });
   });
 
   it('moves a pod between addresses when its readiness says so', () => {
@@ -109,7 +117,15 @@ describe('Fleet', () => {
     expect(fleet.apply(metrics('p', { observedAt: T0 + 1, waitingRequests: 3 }), T0)).toBe('applied');
     expect(fleet.apply(metrics('p', { observedAt: T0, waitingRequests: 9 }), T0)).toBe('ignored');
     expect(fleet.get('llama', 'zone-a', 'p')?.metrics?.waitingRequests).toBe(3);
-    expect(fleet.counters).toEqual({ applied: 2, ignored: 3, rejected: 0, future: 0, overCapacity: 0 });
+    expect(fleet.counters).toEqual({
+      applied: 2,
+      ignored: 3,
+      rejected: 0,
+      future: 0,
+      overCapacity: 0,
+      tooManyZones: 0,
+      addressConflict: 0,
+    });
   });
 
   it('keeps metrics that arrive before readiness, without making the pod routable', () => {
@@ -176,7 +192,15 @@ describe('Fleet', () => {
     const fleet = new Fleet();
     fleet.recordRejected();
     fleet.recordRejected();
-    expect(fleet.counters).toEqual({ applied: 0, ignored: 0, rejected: 2, future: 0, overCapacity: 0 });
+    expect(fleet.counters).toEqual({
+      applied: 0,
+      ignored: 0,
+      rejected: 2,
+      future: 0,
+      overCapacity: 0,
+      tooManyZones: 0,
+      addressConflict: 0,
+    });
     expect([...fleet.poolNames()]).toEqual([]);
   });
 });
@@ -232,7 +256,7 @@ describe('hostile input', () => {
     expect(fleet.apply(metrics('a', { waitingRequests: 4 }), T0)).toBe('applied');
     expect(fleet.get('llama', 'zone-a', 'd')).toBeUndefined();
     // Other zones have their own room.
-    expect(fleet.apply(readiness('d', { zone: 'zone-b' }), T0)).toBe('applied');
+    expect(fleet.apply(readiness('d', { zone: 'zone-b', address: '10.0.1.1:8000' }), T0)).toBe('applied');
     // Deleting frees room: the oldest tombstone goes first.
     fleet.apply(readiness('a', { deleted: true, ready: false, observedAt: T0 + 1 }), T0 + 1);
     fleet.apply(readiness('b', { deleted: true, ready: false, observedAt: T0 + 2 }), T0 + 2);
@@ -262,6 +286,108 @@ describe('hostile input', () => {
     expect(fleet.apply(readiness('b', { observedAt: T0 + 2 }), T0 + 2)).toBe('over-capacity');
     fleet.releasePick(a, T0);
     expect(fleet.apply(readiness('b', { observedAt: T0 + 3 }), T0 + 3)).toBe('applied');
+  });
+});
+
+describe('an address belongs to one zone', () => {
+  const X = '10.0.2.7:8000';
+  const realB = readiness('b1', { zone: 'zone-b', address: X, observedAt: T0 });
+  const forgedA = readiness('forged', { zone: 'zone-a', address: X, observedAt: T0 + 1 });
+  const view = (fleet: Fleet) => {
+    const pool = fleet.pool('llama');
+    return {
+      at: pool?.routableAt(X).map((e) => `${e.zone}/${e.pod}`) ?? [],
+      a: [...(pool?.readyInZone('zone-a') ?? [])].map((e) => e.pod),
+      b: [...(pool?.readyInZone('zone-b') ?? [])].map((e) => e.pod),
+      onIp: pool?.routableOnIp('10.0.2.7').length ?? 0,
+    };
+  };
+
+  it("refuses another zone's claim of an address, in this EPP's zone's favour, whichever comes first; counted", () => {
+    for (const order of [
+      [realB, forgedA],
+      [forgedA, realB],
+    ]) {
+      const fleet = new Fleet({ localZone: 'zone-b' });
+      const outcomes = order.map((event) => fleet.apply(event, T0 + 2));
+      expect(outcomes[1]).toBe('address-conflict');
+      expect(view(fleet)).toEqual({ at: ['zone-b/b1'], a: [], b: ['b1'], onIp: 1 });
+      expect(fleet.get('llama', 'zone-a', 'forged')).toMatchObject({ ready: true, addressConflict: true });
+      expect(fleet.counters).toMatchObject({ applied: 2, addressConflict: 1 });
+    }
+  });
+
+  it('with neither claimant in its zone, an EPP routes to neither (never merged, whatever the order)', () => {
+    for (const order of [
+      [realB, forgedA],
+      [forgedA, realB],
+    ]) {
+      const fleet = new Fleet({ localZone: 'zone-c' });
+      for (const event of order) fleet.apply(event, T0 + 2);
+      expect(view(fleet)).toEqual({ at: [], a: [], b: [], onIp: 0 });
+      expect(fleet.pool('llama')?.readyCount).toBe(0);
+    }
+  });
+
+  it('a view held for no zone (spillway-xds settles per gateway zone) keeps every claimant routable, marked and counted', () => {
+    const fleet = new Fleet();
+    fleet.apply(realB, T0 + 2);
+    expect(fleet.apply(forgedA, T0 + 2)).toBe('address-conflict');
+    expect(view(fleet).at.sort()).toEqual(['zone-a/forged', 'zone-b/b1']);
+    expect(fleet.get('llama', 'zone-b', 'b1')?.addressConflict).toBe(true);
+    expect(fleet.counters.addressConflict).toBe(1);
+    fleet.apply(readiness('forged', { ...forgedA, deleted: true, ready: false, observedAt: T0 + 3 }), T0 + 3);
+    expect(fleet.get('llama', 'zone-b', 'b1')?.addressConflict).toBe(false);
+  });
+
+  it('the conflict ends with the claim: a tombstone, a new address or not-ready gives the address back at once', () => {
+    for (const end of [
+      { deleted: true, ready: false },
+      { address: '10.0.1.9:8000' },
+      { ready: false },
+    ] satisfies Partial<ReadinessEvent>[]) {
+      const fleet = new Fleet({ localZone: 'zone-c' });
+      fleet.apply(realB, T0 + 2);
+      fleet.apply(forgedA, T0 + 2);
+      expect(view(fleet).at).toEqual([]);
+      expect(fleet.apply(readiness('forged', { ...forgedA, ...end, observedAt: T0 + 3 }), T0 + 3)).toBe('applied');
+      expect(view(fleet).at).toEqual(['zone-b/b1']);
+      expect(fleet.get('llama', 'zone-b', 'b1')?.addressConflict).toBe(false);
+    }
+  });
+
+  it('pods of one zone still share an address (a stale pod and its successor); a re-published conflicting claim is counted again', () => {
+    const fleet = new Fleet({ localZone: 'zone-a' });
+    fleet.apply(readiness('old', { address: X }), T0);
+    expect(fleet.apply(readiness('new', { address: X }), T0)).toBe('applied');
+    expect(view(fleet).at.sort()).toEqual(['zone-a/new', 'zone-a/old']);
+    expect(fleet.apply(readiness('b1', { zone: 'zone-b', address: X }), T0)).toBe('address-conflict');
+    expect(fleet.apply(readiness('b1', { zone: 'zone-b', address: X, observedAt: T0 + 30_000 }), T0 + 30_000)).toBe('address-conflict');
+    expect(view(fleet).at.sort()).toEqual(['zone-a/new', 'zone-a/old']);
+    expect(fleet.counters.addressConflict).toBe(2);
+  });
+});
+
+describe('zones per pool', () => {
+  it('holds at most maxZonesPerPool zones: a pod of a further zone is refused, counted; a zone whose pods are all forgotten frees its place', () => {
+    const fleet = new Fleet({ maxZonesPerPool: 3 });
+    const zoned = (zone: string, overrides: Partial<ReadinessEvent> = {}) =>
+      readiness('p', { zone, address: `10.${zone.length}.${zone.charCodeAt(zone.length - 1)}.1:8000`, ...overrides });
+    for (const zone of ['z0', 'z1', 'z2']) expect(fleet.apply(zoned(zone), T0)).toBe('applied');
+    expect(fleet.apply(zoned('z3'), T0)).toBe('too-many-zones');
+    expect(fleet.apply(metrics('p', { zone: 'z3' }), T0)).toBe('too-many-zones');
+    expect(fleet.get('llama', 'z3', 'p')).toBeUndefined();
+    // Known zones still take new pods, and other pools have their own room.
+    expect(fleet.apply(readiness('q', { zone: 'z1', address: '10.9.9.9:8000' }), T0)).toBe('applied');
+    expect(fleet.apply(zoned('z3', { pool: 'mistral' }), T0)).toBe('applied');
+    // 2,000 zone names: still three zones, the rest counted.
+    for (let i = 0; i < 2000; i++) fleet.apply(zoned(`flood-${i}`), T0);
+    expect([...(fleet.pool('llama')?.readyZones() ?? [])].sort()).toEqual(['z0', 'z1', 'z2']);
+    expect(fleet.counters.tooManyZones).toBe(2002);
+    // z0's only pod is deleted and its tombstone pruned: z0 is gone, and its place is free.
+    fleet.apply(zoned('z0', { deleted: true, ready: false, observedAt: T0 + 1 }), T0 + 1);
+    expect(fleet.pruneDeleted(T0 + 2)).toBe(1);
+    expect(fleet.apply(zoned('z3', { observedAt: T0 + 3 }), T0 + 3)).toBe('applied');
   });
 });
 
@@ -489,8 +615,8 @@ describe('order independence (property)', () => {
     }),
   );
 
-  function viewOf(events: SpillwayEvent[]) {
-    const fleet = new Fleet();
+  function viewOf(events: SpillwayEvent[], localZone?: string) {
+    const fleet = new Fleet({ localZone });
     for (const event of events) fleet.apply(event, T0);
     const pools = ['llama', 'mistral'].map((name) => {
       const view = fleet.pool(name);
@@ -520,7 +646,9 @@ describe('order independence (property)', () => {
           .chain((events) => fc.tuple(fc.constant(events), fc.shuffledSubarray(events, { minLength: events.length }))),
         ([events, shuffled]) => {
           const ordered = [...events].sort((a, b) => a.observedAt - b.observedAt);
+          // Pods of both zones claim the same addresses: which are routable is settled by the claims, not their order.
           expect(viewOf(shuffled)).toEqual(viewOf(ordered));
+          expect(viewOf(shuffled, 'zone-b')).toEqual(viewOf(ordered, 'zone-b'));
         },
       ),
       { numRuns: 500 },

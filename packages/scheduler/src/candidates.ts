@@ -8,6 +8,8 @@ import type { SubsetHint } from '@spillway/events';
 import { SubsetResolver, type SubsetCounts } from './subset.js';
 import { SubsetMemo } from './subset-memo.js';
 
+const NONE: readonly string[] = Object.freeze([]);
+
 /** What collecting candidates needs besides the pool and the subset. */
 export interface CollectOptions {
   readonly subsetMode: SubsetMode;
@@ -16,6 +18,11 @@ export interface CollectOptions {
   readonly readinessSilenceMs: number;
   /** Fail-open pass: penalised and silent endpoints are candidates too (the policy ranks them last). */
   readonly includeExcluded: boolean;
+  /**
+   * When penalties (or silences) alone leave none of the EPP's own zone's endpoints while others
+   * are eligible, keep the local ones as candidates the policy ranks last (`penaltyFailOpen`).
+   */
+  readonly keepLastLocal: boolean;
   /** Remote endpoints without a strict subset come from this shortlist when given, else from a full scan. */
   readonly shortlist: RemoteShortlist | undefined;
   /** Endpoints holding the prompt's deepest cached block: they compete even when not shortlisted. */
@@ -36,7 +43,11 @@ export interface CollectOptions {
  *
  * Ready means the view says ready and the pod is neither in passive-health penalty nor *silent*
  * (its readiness not re-published while its zone-mates' is). Those two exclusions are dropped in a
- * second pass when they alone leave nothing eligible (fail open).
+ * second pass when they alone leave nothing eligible (fail open). They never empty the list of the
+ * EPP's own zone either: when they alone leave no local endpoint while remote ones are eligible,
+ * the local ones stay as candidates ranked after every other (`localKept`), so the list still
+ * holds a way home — a forged or stale penalty cannot send a zone's every request elsewhere with
+ * no local entry.
  */
 export class CandidateSet {
   endpoints: Endpoint[] = [];
@@ -48,10 +59,16 @@ export class CandidateSet {
   eligible = 0;
   /** Routable endpoints left out for a penalty or a readiness silence. */
   excluded = 0;
+  /** Local endpoints kept though excluded, because they were the zone's last (ranked last). */
+  localKept = 0;
   readonly subsetCounts: SubsetCounts = { entries: 0, ignored: 0, unmatched: 0 };
+  /** The first subset entries of this collection that name no routable pod (shared with the memo: never mutate). */
+  subsetUnmatched: readonly string[] = NONE;
 
   /** Remote endpoints collected from the shortlist and the prefix holders, which may overlap. */
   private readonly seen = new Set<Endpoint>();
+  /** Local endpoints excluded in this collection, kept back in case they are the zone's last. */
+  private readonly heldBack: Endpoint[] = [];
   private readonly subsets = new SubsetMemo(new SubsetResolver());
   private view: PoolView | undefined;
   private options: CollectOptions | undefined;
@@ -75,6 +92,7 @@ export class CandidateSet {
       counts.entries = resolved.counts.entries;
       counts.ignored = resolved.counts.ignored;
       counts.unmatched = resolved.counts.unmatched;
+      this.subsetUnmatched = resolved.unmatched;
       const { endpoints, tiers } = resolved;
       for (let i = 0; i < endpoints.length; i++) {
         const tier = tiers[i] as Tier;
@@ -83,9 +101,16 @@ export class CandidateSet {
       }
     } else {
       counts.entries = counts.ignored = counts.unmatched = 0;
+      this.subsetUnmatched = NONE;
       for (const endpoint of pool.readyInZone(this.network.zone)) this.add(endpoint, TIER_LOCAL);
     }
     if (subset === undefined || !strict) this.collectRemote(pool, options);
+    const heldBack = this.heldBack;
+    if (options.keepLastLocal && this.localCount === 0 && this.eligible > 0) {
+      for (const endpoint of heldBack) this.push(endpoint, TIER_LOCAL);
+      this.localKept = heldBack.length;
+    }
+    heldBack.length = 0;
     this.view = undefined;
     this.options = undefined;
     this.seen.clear();
@@ -94,7 +119,8 @@ export class CandidateSet {
   /** Empties the set, dropping its references to endpoints (they may leave the pool). */
   clear(): void {
     for (let i = 0; i < this.count; i++) this.endpoints[i] = undefined as unknown as Endpoint;
-    this.count = this.localCount = this.eligible = this.excluded = 0;
+    this.count = this.localCount = this.eligible = this.excluded = this.localKept = 0;
+    this.subsetUnmatched = NONE;
   }
 
   /** Penalised or silent: not ready for picking, unless nothing else is. */
@@ -110,7 +136,10 @@ export class CandidateSet {
     const o = this.options as CollectOptions;
     if (this.isExcluded(endpoint, this.view as PoolView, o.now, o.readinessSilenceMs)) {
       this.excluded++;
-      if (!o.includeExcluded) return;
+      if (!o.includeExcluded) {
+        if (tier === TIER_LOCAL) this.heldBack.push(endpoint);
+        return;
+      }
     }
     this.eligible++;
     this.push(endpoint, tier);

@@ -58,6 +58,11 @@ export interface DecisionCounts {
   readonly subsetUnmatched: number;
   /** Routable endpoints left out for a passive-health penalty or a readiness silence. */
   readonly penalised: number;
+  /**
+   * Of those, local endpoints listed all the same, ranked after every other candidate: penalties
+   * (or silences) had excluded every endpoint of the EPP's zone while others were eligible.
+   */
+  readonly localKept: number;
 }
 
 export interface Decision {
@@ -83,7 +88,18 @@ export interface Decision {
   readonly kvMatchedTokens: number;
   readonly policy: 'cost' | 'weighted';
   readonly at: number;
+  /** The request's id as the gateway gave it (`x-request-id`, at most MAX_REQUEST_ID_CHARS), so a decision can be matched to its request. */
+  readonly requestId: string | undefined;
+  /**
+   * The first subset entries (canonical, at most 8; `counts.subsetUnmatched` counts them all) that
+   * name no routable pod: a stale hint, typically pods rescheduled, which in locality mode sends
+   * the zone's traffic elsewhere. Empty without a subset.
+   */
+  readonly subsetUnmatchedEntries: readonly string[];
 }
+
+/** Longest request id a decision keeps; a longer one is cut. */
+export const MAX_REQUEST_ID_CHARS = 128;
 
 /** What one pick found, whatever it decides. */
 export interface PickFacts {
@@ -97,6 +113,8 @@ export interface PickFacts {
   readonly prefixBlocks: number;
   readonly policy: 'cost' | 'weighted';
   readonly at: number;
+  /** The gateway's request id, as the request gave it (cut by the scheduler). */
+  readonly requestId: string | undefined;
 }
 
 /** What the pick decided. */
@@ -127,6 +145,8 @@ export class DecisionRecord implements Decision {
   shareId = 0;
   prefixSource: CacheIndexSource = 'approximate';
   kvMatchedTokens = 0;
+  requestId: string | undefined = undefined;
+  subsetUnmatchedEntries: readonly string[] = [];
   readonly status: DecisionStatus;
   readonly rule: DecisionRule;
   readonly entries: readonly DecisionEntry[];

@@ -24,7 +24,7 @@ export { hashPromptBlocks, prefixSeed } from './hash.js';
 export { SharedState } from './shared-state.js';
 export { sharedStateConfigSchema, SHARED_STATE_DEFAULTS } from './sharing-config.js';
 export type { SharedStateConfig } from './sharing-config.js';
-export type { SharedStateOptions, SharedStateOutbox, SharedApplyResult, SharedExpiry, SharedPeer } from './shared-state.js';
+export type { SharedStateOptions, SharedStateOutbox, SharedApplyResult, SharedExpiry, SharedPeer, SharedRefusal } from './shared-state.js';
 export { KvBlockIndex, KvPod, KV_ENTRY_BYTES } from './kv-index.js';
 export type { KvIndexOptions, KvIndexStats } from './kv-index.js';
 export type { CacheIndexSource } from './kv-lookup.js';

@@ -3,7 +3,15 @@ import type { Endpoint, Fleet, PoolView } from '@spillway/fleet';
 import { CandidateSet, type CollectOptions } from './candidates.js';
 import { schedulerConfigSchema, type SchedulerConfig, type SchedulerConfigInput } from './config.js';
 import { CostPolicy } from './cost.js';
-import { DecisionRecord, type Decision, type DecisionEntry, type DecisionRule, type EntryReason, type PickFacts } from './decision.js';
+import {
+  DecisionRecord,
+  MAX_REQUEST_ID_CHARS,
+  type Decision,
+  type DecisionEntry,
+  type DecisionRule,
+  type EntryReason,
+  type PickFacts,
+} from './decision.js';
 import { hashPromptBlocks, prefixSeed } from './hash.js';
 import { chooseList } from './list.js';
 import { KvBlockIndex, type KvIndexOptions, type KvIndexStats } from './kv-index.js';
@@ -19,6 +27,7 @@ import { defaultScorers, type WeightedScorer } from './scorers.js';
 import { SharedState, type SharedStateOptions } from './shared-state.js';
 import { RemoteShortlist, type BaseKey } from './shortlist.js';
 import type { SubsetHint } from '@spillway/events';
+import { detached } from './subset.js';
 import { WeightedPolicy } from './weighted.js';
 
 export interface SchedulerOptions {
@@ -62,6 +71,8 @@ export interface PickRequest {
    * model is held as an adapter). Also the prompt's length when `promptTokens` is absent.
    */
   readonly promptTokenIds?: ArrayLike<number> | undefined;
+  /** The gateway's request id (`x-request-id`): carried into the decision (cut to MAX_REQUEST_ID_CHARS), never interpreted. */
+  readonly requestId?: string | undefined;
 }
 
 /** How the scheduler sees one endpoint now, independent of any request (Scheduler.explain). */
@@ -203,6 +214,7 @@ export class Scheduler {
 
   private configure(config: SchedulerConfig): void {
     this.current = config;
+    this.shared.penaltyLimitMs = config.penaltyMs;
     this.network = new ZoneNetwork(this.zone, this.region, config.network);
     this.candidates = new CandidateSet(this.network, this.penalties);
     const staleAfterMs = this.fleet.staleAfterMs;
@@ -311,6 +323,8 @@ export class Scheduler {
         this.ctx.includeExcluded = true;
         this.collect(pool, request.subset, depth);
       }
+      // The zone's last local endpoints were kept though excluded: price them behind every other.
+      if (candidates.localKept > 0) this.ctx.includeExcluded = true;
     } else {
       candidates.clear();
       candidates.subsetCounts.entries = candidates.subsetCounts.ignored = candidates.subsetCounts.unmatched = 0;
@@ -324,6 +338,7 @@ export class Scheduler {
       subsetIgnored: candidates.subsetCounts.ignored,
       subsetUnmatched: candidates.subsetCounts.unmatched,
       penalised: candidates.excluded,
+      localKept: candidates.localKept,
     };
     const facts: PickFacts = {
       priority,
@@ -334,6 +349,7 @@ export class Scheduler {
       prefixBlocks: blocks,
       policy: this.config.policy,
       at: now,
+      requestId: request.requestId,
     };
 
     if (candidates.count === 0) {
@@ -468,7 +484,7 @@ export class Scheduler {
    * prefix entries of pods that were deleted or left the pool, and expired penalties.
    */
   prune(now: number): void {
-    this.penalties.active(now);
+    this.penalties.prune(now);
     const pool = this.fleet.pool(this.pool);
     const gone: Endpoint[] = [];
     for (const endpoint of this.index.endpoints()) {
@@ -522,6 +538,7 @@ export class Scheduler {
       now: ctx.now,
       topologyVersion: version,
       readinessSilenceMs: this.config.gaps.readinessSilenceMs,
+      keepLastLocal: this.config.penaltyFailOpen,
       includeExcluded: ctx.includeExcluded,
       shortlist: useShortlist ? this.shortlist : undefined,
       prefixHolders: prefixDepth > 0 ? this.index.bestHolders() : undefined,
@@ -605,13 +622,14 @@ export class Scheduler {
     return hashPromptBlocks(prompt, seed, this.blockChars, this.config.prefix.maxBlocks, this.hashes);
   }
 
+  /** The decision record, with what the request and the candidates add to it (request id, stale subset entries). */
   private decide(
     facts: PickFacts,
     status: Decision['status'],
     rule: DecisionRule,
     entries: readonly DecisionEntry[],
     localOverloaded: boolean,
-  ): Decision {
+  ): DecisionRecord {
     let destination = '';
     for (let i = 0; i < entries.length; i++) destination += (i === 0 ? '' : ',') + (entries[i]?.address as string);
     const primary = entries[0]?.endpoint;
@@ -626,10 +644,13 @@ export class Scheduler {
       prefixMatched: primary ? this.index.matchOf(primary) : 0,
       prefixHashes: routed && blocks > 0 ? copyHashes(this.hashes, blocks) : undefined,
     });
+    const id = facts.requestId;
+    if (id !== undefined) record.requestId = id.length > MAX_REQUEST_ID_CHARS ? detached(id.slice(0, MAX_REQUEST_ID_CHARS)) : id;
     if (primary !== undefined && this.lookup.precise) {
       record.prefixSource = this.lookup.sourceOf(primary);
       if (record.prefixSource === 'precise') record.kvMatchedTokens = this.lookup.cachedTokens(primary);
     }
+    record.subsetUnmatchedEntries = this.candidates.subsetUnmatched;
     this.lookup.end();
     this.candidates.clear();
     return record;

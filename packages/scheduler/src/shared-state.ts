@@ -24,9 +24,43 @@ import { SHARED_STATE_DEFAULTS } from './sharing-config.js';
  * an entry stamped `t` is taken to have happened `sentAt − t` (clamped to [0, remoteEntryTtlMs])
  * before the batch was received, on this EPP's clock. Clock skew between EPPs therefore never
  * matters; the channel's transit time (milliseconds) makes remote entries look that much younger.
+ *
+ * A peer's claims are bounded by what it could know: its penalties last at most this EPP's own
+ * `penaltyMs` and go when the peer is forgotten; prefix placements (`[4, ...]`) are taken from
+ * warm-start answers only (a live batch says where its picks went, with their blocks); a peer is
+ * identified by its zone and id, so a batch on one zone's subjects cannot touch another zone's
+ * peers; the peer table evicts the silent and holds at most `maxPeersPerZone` per zone, so made-up
+ * ids cannot lock out a real EPP; and a sequence number cannot be pushed arbitrarily ahead.
  */
-/** The scheduler's parts shared state reads and writes. */
-export interface SharedStateLinks {
+export interface SharedStateOptions {
+  /** Where this EPP's own entries go; none: it shares nothing (it may still apply others'). */
+  readonly outbox?: SharedStateOutbox | undefined;
+  /** A remote in-flight entry is forgotten this long after it arrived (default: SHARED_STATE_DEFAULTS). */
+  readonly remoteEntryTtlMs?: number;
+  /** A peer with no batch for this long is forgotten with its entries (default: SHARED_STATE_DEFAULTS; peers send heartbeats). */
+  readonly peerTimeoutMs?: number;
+  /**
+   * Most peers tracked at once (default: SHARED_STATE_DEFAULTS). A new peer beyond it makes room: peers silent past
+   * `peerTimeoutMs` go first, then the longest-silent peer of the zone that holds the most.
+   */
+  readonly maxPeers?: number;
+  /**
+   * Most peers tracked per zone (default 32): a new peer of a full zone replaces that zone's
+   * longest-silent one. One zone's publish rights (made-up EPP ids) can then neither fill the
+   * table for the other zones nor keep a real, restarted EPP of its own zone out.
+   */
+  readonly maxPeersPerZone?: number;
+  /** Most in-flight entries tracked per peer (default 65,536); further picks are ignored. */
+  readonly maxEntriesPerPeer?: number;
+  /**
+   * Most in-flight entries tracked over all peers (default 262,144, about 40 MB): with `maxPeers`
+   * and `maxEntriesPerPeer` alone, many hostile peers could make an EPP hold millions.
+   */
+  readonly maxRemoteEntries?: number;
+}
+
+/** The scheduler's structures a SharedState folds peers' entries into. */
+export interface SharedStateParts {
   readonly fleet: Fleet;
   readonly pool: string;
   readonly index: PrefixIndex;
@@ -37,40 +71,36 @@ export interface SharedStateLinks {
   readonly onPenalty: () => void;
 }
 
-export interface SharedStateOptions {
-  /** Where this EPP's own entries go; none: it shares nothing (it may still apply others'). */
-  readonly outbox?: SharedStateOutbox | undefined;
-  /** A remote in-flight entry is forgotten this long after it arrived (default: SHARED_STATE_DEFAULTS). */
-  readonly remoteEntryTtlMs?: number;
-  /** A peer with no batch for this long is forgotten with its entries (default: SHARED_STATE_DEFAULTS; peers send heartbeats). */
-  readonly peerTimeoutMs?: number;
-  /** Most peers tracked at once (default: SHARED_STATE_DEFAULTS); batches from further ones are refused. */
-  readonly maxPeers?: number;
-  /** Most in-flight entries tracked per peer (default 65,536); further picks are ignored. */
-  readonly maxEntriesPerPeer?: number;
-  /**
-   * Most in-flight entries tracked over all peers (default 262,144, about 40 MB): with `maxPeers`
-   * and `maxEntriesPerPeer` alone, many hostile peers could make an EPP hold millions.
-   */
-  readonly maxRemoteEntries?: number;
-  /** A remote penalty lasts at most this long from when it arrived (default 60 s). */
-  readonly maxPenaltyMs?: number;
-}
-
 /** Receives this EPP's entries, in order, as the scheduler makes them (the EPP's publisher buffers and batches them). */
 export interface SharedStateOutbox {
   push(entry: StateEntry): void;
 }
 
+/**
+ * Why a whole batch was refused: `replayed`, a sequence number not after the peer's last one;
+ * `sequence-jump`, one further ahead of it than the peer could have counted since (docs/sharing.md).
+ */
+export type SharedRefusal = 'replayed' | 'sequence-jump';
+
 /** What applying one batch did, for the caller's metrics. */
 export interface SharedApplyResult {
   /** `applied`, or why the whole batch was refused. */
-  readonly outcome: 'applied' | 'replayed' | 'too-many-peers' | 'own';
+  readonly outcome: 'applied' | SharedRefusal | 'own';
   /** Batches of this peer missed before this one (by sequence number). */
   readonly gap: number;
   readonly entries: number;
-  /** Entries naming an endpoint this EPP does not know, a release of a request it does not hold, or past a peer's bound. */
+  /**
+   * Entries naming an endpoint this EPP does not know, a release of a request it does not hold,
+   * past a peer's bound, or a prefix placement outside a warm-start answer.
+   */
   readonly ignored: number;
+  /**
+   * The peer's sequence was taken up afresh at this batch: its sequence numbers had been refused
+   * RESYNC_AFTER times in a row, consecutively, so its own count, not the one this EPP held, is true.
+   */
+  readonly resynced: boolean;
+  /** Peers forgotten to make room for this batch's (a new peer of a full zone or a full table). */
+  readonly evicted: number;
 }
 
 /** Housekeeping results. */
@@ -100,11 +130,32 @@ interface RemoteEntry {
 
 interface Peer {
   readonly epp: string;
-  zone: string;
+  readonly zone: string;
+  /** `zone/epp` with the zone's length in front: the peer's source name in the penalty box. */
+  readonly key: string;
   lastSeenAt: number;
   lastSeq: number;
+  /** The last refused sequence number and how many consecutive ones were refused in a row (re-sync). */
+  refusedSeq: number;
+  refusedRun: number;
   /** Request id -> entry, in arrival order (so expiry stops at the first live one). */
   readonly entries: Map<number, RemoteEntry>;
+}
+
+/** Consecutive sequence numbers refused in a row after which a peer's sequence is taken up afresh. */
+export const RESYNC_AFTER = 3;
+/**
+ * A peer's sequence number may run ahead of the last one seen by this many, plus one per
+ * millisecond since that one (a batch per millisecond is far beyond what an EPP sends; batches it
+ * could not send while disconnected still take their numbers).
+ */
+export const MAX_SEQ_AHEAD = 1024;
+
+/** The peer heard from least recently. */
+function stalest(peers: Iterable<Peer>): Peer | undefined {
+  let found: Peer | undefined;
+  for (const peer of peers) if (found === undefined || peer.lastSeenAt < found.lastSeenAt) found = peer;
+  return found;
 }
 
 /** Hashes per placement entry in a snapshot: keeps each well inside a batch's bounds. */
@@ -116,12 +167,16 @@ export class SharedState {
   readonly remoteEntryTtlMs: number;
   readonly peerTimeoutMs: number;
   private readonly maxPeers: number;
+  private readonly maxPeersPerZone: number;
   private readonly maxEntriesPerPeer: number;
   private readonly maxRemoteEntries: number;
   /** In-flight entries over all peers. */
   private remoteEntries = 0;
-  private readonly maxPenaltyMs: number;
-  private readonly peers = new Map<string, Peer>();
+  /** A peer's penalty lasts at most this long from its receipt: this EPP's own `penaltyMs` (0: peers' penalties are ignored). */
+  penaltyLimitMs = 0;
+  /** Peers by zone, then by id. */
+  private readonly zones = new Map<string, Map<string, Peer>>();
+  private peerTotal = 0;
   /** This EPP's committed requests not yet released, by id (for warm-start snapshots). */
   private readonly own = new Map<number, DecisionRecord>();
   private nextId = 1;
@@ -130,23 +185,23 @@ export class SharedState {
   private readonly pool: string;
   private readonly index: PrefixIndex;
   private readonly penalties: PenaltyBox;
-  private readonly learn: SharedStateLinks['learn'];
+  private readonly learn: SharedStateParts['learn'];
   private readonly onPenalty: () => void;
 
-  constructor(links: SharedStateLinks, options: SharedStateOptions = {}) {
-    this.fleet = links.fleet;
-    this.pool = links.pool;
-    this.index = links.index;
-    this.penalties = links.penalties;
-    this.learn = links.learn;
-    this.onPenalty = links.onPenalty;
+  constructor(parts: SharedStateParts, options: SharedStateOptions = {}) {
+    this.fleet = parts.fleet;
+    this.pool = parts.pool;
+    this.index = parts.index;
+    this.penalties = parts.penalties;
+    this.learn = parts.learn;
+    this.onPenalty = parts.onPenalty;
     this.outbox = options.outbox;
     this.remoteEntryTtlMs = options.remoteEntryTtlMs ?? SHARED_STATE_DEFAULTS.remoteEntryTtlMs;
     this.peerTimeoutMs = options.peerTimeoutMs ?? SHARED_STATE_DEFAULTS.peerTimeoutMs;
     this.maxPeers = options.maxPeers ?? SHARED_STATE_DEFAULTS.maxPeers;
+    this.maxPeersPerZone = options.maxPeersPerZone ?? SHARED_STATE_DEFAULTS.maxPeersPerZone;
     this.maxEntriesPerPeer = options.maxEntriesPerPeer ?? 65_536;
     this.maxRemoteEntries = options.maxRemoteEntries ?? 262_144;
-    this.maxPenaltyMs = options.maxPenaltyMs ?? 60_000;
   }
 
   // ---- this EPP's entries ---------------------------------------------------------------------
@@ -198,32 +253,56 @@ export class SharedState {
   // ---- other EPPs' entries --------------------------------------------------------------------
 
   /**
-   * Folds one batch of another EPP (`batch.epp`) into this EPP's state, received at `receivedAt`
-   * (this EPP's clock). The caller has decoded and validated it and checked its origin against the
-   * subject; `self` is this EPP's own id (its own batches are never applied). A snapshot (warm-start
-   * reply) is applied like a batch but does not take part in gap counting.
+   * Folds one batch of another EPP (`batch.epp` of `batch.zone`) into this EPP's state, received at
+   * `receivedAt` (this EPP's clock). The caller has decoded and validated it and checked its origin
+   * against the subject; `self` is this EPP's own id (its own batches are never applied). A
+   * snapshot (warm-start reply) is applied like a batch but takes no part in sequence checks, and
+   * only a snapshot may carry prefix placements.
    */
   apply(batch: StateBatch, receivedAt: number, self?: string): SharedApplyResult {
-    if (batch.epp === self) return { outcome: 'own', gap: 0, entries: 0, ignored: 0 };
-    let peer = this.peers.get(batch.epp);
+    if (batch.epp === self) return { outcome: 'own', gap: 0, entries: 0, ignored: 0, resynced: false, evicted: 0 };
+    let evicted = 0;
+    let peer = this.zones.get(batch.zone)?.get(batch.epp);
     if (peer === undefined) {
-      if (this.peers.size >= this.maxPeers) return { outcome: 'too-many-peers', gap: 0, entries: batch.entries.length, ignored: 0 };
-      peer = { epp: batch.epp, zone: batch.zone, lastSeenAt: receivedAt, lastSeq: -1, entries: new Map() };
-      this.peers.set(batch.epp, peer);
+      evicted = this.makeRoom(batch.zone, receivedAt);
+      peer = this.addPeer(batch.zone, batch.epp, receivedAt);
     }
     let gap = 0;
+    let resynced = false;
     if (batch.snapshot === undefined) {
-      // Core NATS keeps one publisher's messages in order, so an old sequence number is a replay.
-      if (peer.lastSeq >= 0 && batch.seq <= peer.lastSeq) return { outcome: 'replayed', gap: 0, entries: batch.entries.length, ignored: 0 };
-      if (peer.lastSeq >= 0) gap = batch.seq - peer.lastSeq - 1;
+      const refusal = this.checkSequence(peer, batch.seq, receivedAt);
+      if (refusal === 'resync') resynced = true;
+      else if (refusal !== undefined)
+        return { outcome: refusal, gap: 0, entries: batch.entries.length, ignored: 0, resynced: false, evicted };
+      else if (peer.lastSeq >= 0) gap = batch.seq - peer.lastSeq - 1;
       peer.lastSeq = batch.seq;
-    } else if (batch.seq > peer.lastSeq) {
-      // Batches after the snapshot's are counted from it; earlier ones it already holds.
-      peer.lastSeq = batch.seq;
+      peer.refusedRun = 0;
     }
     peer.lastSeenAt = Math.max(peer.lastSeenAt, receivedAt);
-    peer.zone = batch.zone;
+    const ignored = this.applyEntries(peer, batch, receivedAt);
+    return { outcome: 'applied', gap, entries: batch.entries.length, ignored, resynced, evicted };
+  }
 
+  /**
+   * Whether a batch's sequence number may be applied: after the peer's last one, and not further
+   * ahead than it could have counted since (MAX_SEQ_AHEAD plus one a millisecond). Core NATS keeps
+   * one publisher's messages in order, so anything else is a replay or a forgery — unless it keeps
+   * coming: RESYNC_AFTER consecutive numbers refused in a row are the peer's real count (its
+   * sequence was pushed ahead by a forged batch, or it restarted its count), taken up afresh.
+   */
+  private checkSequence(peer: Peer, seq: number, receivedAt: number): SharedRefusal | 'resync' | undefined {
+    if (peer.lastSeq < 0) return undefined;
+    const ahead = MAX_SEQ_AHEAD + Math.max(0, receivedAt - peer.lastSeenAt);
+    let refusal: SharedRefusal | undefined;
+    if (seq <= peer.lastSeq) refusal = 'replayed';
+    else if (seq - peer.lastSeq > ahead) refusal = 'sequence-jump';
+    if (refusal === undefined) return undefined;
+    peer.refusedRun = peer.refusedRun > 0 && seq === peer.refusedSeq + 1 ? peer.refusedRun + 1 : 1;
+    peer.refusedSeq = seq;
+    return peer.refusedRun >= RESYNC_AFTER ? 'resync' : refusal;
+  }
+
+  private applyEntries(peer: Peer, batch: StateBatch, receivedAt: number): number {
     const maxAge = this.remoteEntryTtlMs;
     const local = (t: number): number => receivedAt - Math.min(maxAge, Math.max(0, batch.sentAt - t));
     let ignored = 0;
@@ -264,16 +343,18 @@ export class SharedState {
             ignored++;
             break;
           }
-          const until = receivedAt + Math.min(this.maxPenaltyMs, Math.max(0, entry[3] - batch.sentAt));
+          // No longer than this EPP would penalise it itself, and only while the peer is known.
+          const until = receivedAt + Math.min(this.penaltyLimitMs, Math.max(0, entry[3] - batch.sentAt));
           if (until > receivedAt) {
-            this.penalties.penalise(endpoint, until);
+            this.penalties.penalise(endpoint, until, peer.key);
             this.onPenalty();
           }
           break;
         }
         case STATE_PLACEMENT: {
           const endpoint = this.fleet.get(this.pool, entry[1], entry[2]);
-          if (endpoint === undefined) {
+          // A live batch teaches placements through its picks' blocks; whole placement lists are a warm start's.
+          if (endpoint === undefined || batch.snapshot === undefined) {
             ignored++;
             break;
           }
@@ -286,7 +367,52 @@ export class SharedState {
         }
       }
     }
-    return { outcome: 'applied', gap, entries: batch.entries.length, ignored };
+    return ignored;
+  }
+
+  /** Room for a new peer of `zone`: the silent go first, then the longest-silent of a full zone (or of the fullest). Returns how many went. */
+  private makeRoom(zone: string, now: number): number {
+    const peers = this.zones.get(zone);
+    if (peers !== undefined && peers.size >= this.maxPeersPerZone) {
+      this.forget(stalest(peers.values()) as Peer);
+      return 1;
+    }
+    if (this.peerTotal < this.maxPeers) return 0;
+    let evicted = 0;
+    for (const zonePeers of this.zones.values()) {
+      for (const peer of [...zonePeers.values()]) {
+        if (now - peer.lastSeenAt > this.peerTimeoutMs) {
+          this.forget(peer);
+          evicted++;
+        }
+      }
+    }
+    if (this.peerTotal < this.maxPeers) return evicted;
+    let fullest: Map<string, Peer> | undefined;
+    for (const zonePeers of this.zones.values()) if (fullest === undefined || zonePeers.size > fullest.size) fullest = zonePeers;
+    this.forget(stalest((fullest as Map<string, Peer>).values()) as Peer);
+    return evicted + 1;
+  }
+
+  private addPeer(zone: string, epp: string, now: number): Peer {
+    let peers = this.zones.get(zone);
+    if (peers === undefined) {
+      peers = new Map();
+      this.zones.set(zone, peers);
+    }
+    const peer: Peer = {
+      epp,
+      zone,
+      key: `${zone.length}:${zone}/${epp}`,
+      lastSeenAt: now,
+      lastSeq: -1,
+      refusedSeq: -1,
+      refusedRun: 0,
+      entries: new Map(),
+    };
+    peers.set(epp, peer);
+    this.peerTotal++;
+    return peer;
   }
 
   /** Forgets remote entries past their time and peers silent for `peerTimeoutMs`. Call now and then. */
@@ -294,28 +420,43 @@ export class SharedState {
     let expired = 0;
     let peersForgotten = 0;
     let peerEntriesForgotten = 0;
-    for (const [epp, peer] of this.peers) {
-      if (now - peer.lastSeenAt > this.peerTimeoutMs) {
-        peerEntriesForgotten += this.forgetPeer(epp);
-        peersForgotten++;
-        continue;
-      }
-      for (const [id, entry] of peer.entries) {
-        if (entry.expiresAt > now) break;
-        this.drop(peer, id, entry);
-        expired++;
+    for (const peers of this.zones.values()) {
+      for (const peer of [...peers.values()]) {
+        if (now - peer.lastSeenAt > this.peerTimeoutMs) {
+          peerEntriesForgotten += this.forget(peer);
+          peersForgotten++;
+          continue;
+        }
+        for (const [id, entry] of peer.entries) {
+          if (entry.expiresAt > now) break;
+          this.drop(peer, id, entry);
+          expired++;
+        }
       }
     }
     return { expired, peersForgotten, peerEntriesForgotten };
   }
 
-  /** Forgets a peer at once (it said goodbye, or the EPP wants it gone). */
-  forgetPeer(epp: string): number {
-    const peer = this.peers.get(epp);
-    if (peer === undefined) return 0;
+  /** Forgets a peer at once (it said goodbye, or the EPP wants it gone); returns how many in-flight entries went with it. */
+  forgetPeer(zone: string, epp: string): number {
+    const peer = this.zones.get(zone)?.get(epp);
+    return peer === undefined ? 0 : this.forget(peer);
+  }
+
+  /** Whether `epp` of `zone` is a peer now: heard on its own subject, or taken in from a snapshot, and not forgotten since. */
+  knowsPeer(zone: string, epp: string): boolean {
+    return this.zones.get(zone)?.has(epp) === true;
+  }
+
+  /** Forgets a peer with its in-flight entries and its penalties. */
+  private forget(peer: Peer): number {
     for (const entry of peer.entries.values()) this.fleet.forgetPick(entry.endpoint, entry.pickedAt);
     this.remoteEntries -= peer.entries.size;
-    this.peers.delete(epp);
+    const peers = this.zones.get(peer.zone) as Map<string, Peer>;
+    peers.delete(peer.epp);
+    if (peers.size === 0) this.zones.delete(peer.zone);
+    this.peerTotal--;
+    if (this.penalties.forgetSource(peer.key)) this.onPenalty();
     return peer.entries.size;
   }
 
@@ -327,17 +468,17 @@ export class SharedState {
   }
 
   get peerCount(): number {
-    return this.peers.size;
+    return this.peerTotal;
   }
 
   peerList(): SharedPeer[] {
-    return [...this.peers.values()].map((p) => ({
-      epp: p.epp,
-      zone: p.zone,
-      lastSeenAt: p.lastSeenAt,
-      lastSeq: p.lastSeq,
-      inFlight: p.entries.size,
-    }));
+    const list: SharedPeer[] = [];
+    for (const peers of this.zones.values()) {
+      for (const p of peers.values()) {
+        list.push({ epp: p.epp, zone: p.zone, lastSeenAt: p.lastSeenAt, lastSeq: p.lastSeq, inFlight: p.entries.size });
+      }
+    }
+    return list;
   }
 
   /** Remote in-flight entries over all peers. */
@@ -351,9 +492,9 @@ export class SharedState {
   }
 
   /**
-   * What a starting peer needs (warm start): this EPP's own requests in flight (not its peers':
-   * each peer answers for its own), every prefix placement it knows (its own and learnt ones), and
-   * the penalties in force. Times are this EPP's clock, for a batch sent at `now`. Without
+   * What a starting peer needs (warm start): this EPP's own requests in flight and its own
+   * penalties in force (not its peers': each peer answers for its own), and every prefix placement
+   * it knows (its own and learnt ones: they say what an endpoint caches, whoever sent it there). Times are this EPP's clock, for a batch sent at `now`. Without
    * `placements`, the prefix placements are left out (an operator's view of what is in flight).
    */
   snapshot(now: number, placements = true): StateEntry[] {
@@ -375,7 +516,7 @@ export class SharedState {
       }
       if (slice.length > 0) entries.push([STATE_PLACEMENT, endpoint.zone, endpoint.pod, slice]);
     }
-    for (const [endpoint, until] of this.penalties.entries(now)) entries.push([STATE_PENALTY, endpoint.zone, endpoint.pod, until]);
+    for (const [endpoint, until] of this.penalties.ownEntries(now)) entries.push([STATE_PENALTY, endpoint.zone, endpoint.pod, until]);
     return entries;
   }
 }

@@ -29,8 +29,10 @@ export const sharedStateConfigSchema = z
     peerTimeoutMs: ms(100, 600_000).default(5000),
     /** A peer's in-flight entry is forgotten this long after it arrived, released or not. */
     remoteEntryTtlMs: ms(100, 3_600_000).default(30_000),
-    /** Peers tracked at once; batches of further ones are refused and counted. */
+    /** Peers tracked at once; a new peer beyond it replaces the silent first, then the longest-silent of the fullest zone. */
     maxPeers: z.number().int().min(1).max(65_536).default(256),
+    /** Peers tracked per zone; a new peer of a full zone replaces that zone's longest-silent one. */
+    maxPeersPerZone: z.number().int().min(1).max(65_536).default(32),
     /** Warm start: how long a starting EPP waits for its peers' snapshots before it reports ready. */
     warmStartMs: ms(0, 60_000).default(2000),
     /** ...and how long after the last reply it stops waiting for more. */

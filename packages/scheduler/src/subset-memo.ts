@@ -8,6 +8,8 @@ export interface ResolvedSubset {
   readonly endpoints: readonly Endpoint[];
   readonly tiers: Uint8Array;
   readonly counts: Readonly<SubsetCounts>;
+  /** The first entries (canonical, at most MAX_UNMATCHED_KEPT) that name no routable pod. */
+  readonly unmatched: readonly string[];
 }
 
 /** Hints remembered at once: a few gateways (or routes) each keep sending their own. */
@@ -60,13 +62,14 @@ export class SubsetMemo {
       if (sameHint(memo.key, hint)) return memo.resolved;
     }
     const counts: SubsetCounts = { entries: 0, ignored: 0, unmatched: 0 };
-    this.resolver.resolve(pool, hint, this.visit, counts);
+    const unmatched: string[] = [];
+    this.resolver.resolve(pool, hint, this.visit, counts, unmatched);
     const endpoints = this.found.slice();
     const tiers = new Uint8Array(endpoints.length);
     for (let i = 0; i < endpoints.length; i++) tiers[i] = tierOf(endpoints[i] as Endpoint);
     this.found.length = 0;
     this.seen.clear();
-    const resolved: ResolvedSubset = { endpoints, tiers, counts };
+    const resolved: ResolvedSubset = { endpoints, tiers, counts, unmatched };
     this.remember(hint, resolved);
     return resolved;
   }

@@ -16,6 +16,8 @@ export interface SubsetCounts {
 export const MAX_SUBSET_ENTRY_CHARS = 64;
 /** Entries read from one hint; the rest are ignored and counted (a pool's subset is far smaller). */
 export const MAX_SUBSET_ENTRIES = 16_384;
+/** Entries naming no routable pod kept per resolution, so the EPP can say which (they are counted in full). */
+export const MAX_UNMATCHED_KEPT = 8;
 /** Parsed entries cached, and their approximate size in bytes: past either the cache starts over. */
 const CACHE_ENTRIES = 16_384;
 const CACHE_BYTES = 2 * 1024 * 1024;
@@ -34,16 +36,29 @@ export class SubsetResolver {
   private readonly patterns = new Map<string, AddressPattern>();
   private cachedBytes = 0;
 
+  /** Where the current resolution puts the first entries that name no routable pod (detached copies). */
+  private unmatched: string[] | undefined;
+
   /**
    * Calls `visit` for each routable endpoint any entry matches (an endpoint may be visited more than
-   * once when entries overlap; the caller deduplicates). Returns the counts.
+   * once when entries overlap; the caller deduplicates). Fills the counts, and `unmatched` (when
+   * given) with the first MAX_UNMATCHED_KEPT well-formed entries that name no routable pod: a
+   * stale hint (pods rescheduled) silently narrows the subset otherwise.
    */
-  resolve(pool: PoolView | undefined, hint: SubsetHint, visit: (endpoint: Endpoint) => void, counts: SubsetCounts): void {
+  resolve(
+    pool: PoolView | undefined,
+    hint: SubsetHint,
+    visit: (endpoint: Endpoint) => void,
+    counts: SubsetCounts,
+    unmatched?: string[],
+  ): void {
     counts.entries = 0;
     counts.ignored = 0;
     counts.unmatched = 0;
+    this.unmatched = unmatched;
     if (typeof hint === 'string') this.resolveText(pool, hint, visit, counts);
     else this.resolveList(pool, hint, visit, counts);
+    this.unmatched = undefined;
   }
 
   private resolveList(
@@ -94,7 +109,10 @@ export class SubsetResolver {
       return;
     }
     const matched = pool === undefined ? [] : pattern.port === undefined ? pool.routableOnIp(pattern.ip) : pool.routableAt(pattern.key);
-    if (matched.length === 0) counts.unmatched++;
+    if (matched.length === 0) {
+      counts.unmatched++;
+      if (this.unmatched !== undefined && this.unmatched.length < MAX_UNMATCHED_KEPT) this.unmatched.push(detached(pattern.key));
+    }
     for (let j = 0; j < matched.length; j++) visit(matched[j] as Endpoint);
   }
 

@@ -59,6 +59,7 @@ export async function startCollector(config: CollectorConfig, options: StartOpti
     : new NatsSink({ settings: config.nats, stream: config.stream, requiredSubjects: [zoneFilter(config.pool, config.zone)], logger });
   const sink = options.sink ?? (natsSink as NatsSink);
   const kvSink = options.kvSink ?? natsSink;
+  const dispatcher = createAgent();
   const kvRelay =
     kvSink &&
     new KvRelay({
@@ -72,11 +73,14 @@ export async function startCollector(config: CollectorConfig, options: StartOpti
       topic: config.kv.topic,
       eventsPort: config.kv.eventsPort,
       replayPort: config.kv.replayPort,
+      format: config.kv.format,
+      dataParallelSize: config.kv.dataParallelSize,
+      pollIntervalMs: config.kv.pollIntervalMs,
+      dispatcher,
       sink: kvSink,
       logger,
       metrics,
     });
-  const dispatcher = createAgent();
   const collector = new Collector({
     pool: config.pool,
     defaultEngine: config.engine,
@@ -157,7 +161,12 @@ export async function startCollector(config: CollectorConfig, options: StartOpti
       watcher?.stop();
       await kube?.stop();
       kvRelay?.stop();
-      await collector.stop();
+      // Probing stops at once; queued readiness publishes are waited for. While NATS is there they
+      // go out; without it they could only wait (and retry) for a server that is gone, so the sink
+      // closes first and they fail at once.
+      const stopping = collector.stop();
+      if (natsSink !== undefined && !natsSink.isConnected) await natsSink.close();
+      await stopping;
       await sink.close();
       // destroy, not close: a scrape of a hung server must not hold up shutdown.
       await dispatcher.destroy();

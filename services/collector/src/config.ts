@@ -4,6 +4,8 @@ import { ENGINES, type Engine } from '@spillway/events';
 import { z } from 'zod';
 import { DEFAULT_SCRAPE_LIMITS, type ScrapeLimits } from './budget.js';
 import { DEFAULT_RATES_WINDOW_MS } from '@spillway/events';
+import { MAX_RANKS_PER_POD } from './kv-map.js';
+import { KV_EVENTS_FORMATS, type KvEventsFormat } from './kv-sources.js';
 
 /**
  * The collector's flags (docs/flags.md), for `@spillway/cli`: each is also `SPILLWAY_<FLAG>` (upper
@@ -167,13 +169,31 @@ export const collectorFlags = {
     placeholder: 'N',
   },
   kvMaxBatchBytes: {
-    description: 'largest KV-event batch accepted from a server; larger ones are dropped and the pod started afresh (default 8388608)',
+    description:
+      'largest KV-event batch accepted from a server (msgpack, or a TensorRT-LLM JSON answer); larger ones are dropped and the rank started afresh (default 8388608)',
     schema: between(1024, 256 * 1024 * 1024).default(8 * 1024 * 1024),
     placeholder: 'N',
   },
   kvReplayTimeoutMs: {
     description: 'how long a replay request may take before the pod is started afresh instead (default 2000)',
     schema: between(10, 600_000).default(2_000),
+    placeholder: 'N',
+  },
+  kvEventsFormat: {
+    description:
+      "how servers publish KV events: vllm | sglang (ZeroMQ; SGLang's differences are read from its messages) | trtllm (trtllm-serve's POST /kv_cache_events, polled on each endpoint's address) (default: trtllm for endpoints whose engine is trtllm, else vllm)",
+    schema: z.enum(KV_EVENTS_FORMATS).optional(),
+    placeholder: 'FORMAT',
+  },
+  kvDataParallelSize: {
+    description:
+      'data-parallel ranks per server that names none (vLLM/SGLang --data-parallel-size): rank r publishes on the KV port + r (and the replay port + r); each rank is followed (default 1)',
+    schema: between(1, MAX_RANKS_PER_POD).default(1),
+    placeholder: 'N',
+  },
+  kvPollIntervalMs: {
+    description: "how often a TensorRT-LLM server's KV-event queue is drained (default 100)",
+    schema: between(10, 600_000).default(100),
     placeholder: 'N',
   },
   kvReconnectMaxMs: {
@@ -227,6 +247,9 @@ export interface CollectorConfig {
     maxBatchBytes: number;
     replayTimeoutMs: number;
     reconnectMaxMs: number;
+    format: KvEventsFormat | undefined;
+    dataParallelSize: number;
+    pollIntervalMs: number;
   };
 }
 
@@ -288,6 +311,9 @@ export function parseCollectorArgs(argv: readonly string[], env: NodeJS.ProcessE
         maxBatchBytes: f.kvMaxBatchBytes,
         replayTimeoutMs: f.kvReplayTimeoutMs,
         reconnectMaxMs: f.kvReconnectMaxMs,
+        format: f.kvEventsFormat,
+        dataParallelSize: f.kvDataParallelSize,
+        pollIntervalMs: f.kvPollIntervalMs,
       },
     },
   };

@@ -15,15 +15,19 @@ interface HistogramSeries {
 /**
  * Where each engine keeps the counters; each field lists alternatives in order of preference
  * (the first one present is read). Sources, checked against each project's code:
- * - vLLM: `vllm/v1/metrics/loggers.py` (the v1 engine; `time_per_output_token_seconds` is the
- *   pre-0.10 name of `inter_token_latency_seconds`; prefix counters are token counts).
+ * - vLLM: `vllm/v1/metrics/loggers.py` (the v1 engine, `PrometheusStatLogger`; one series per
+ *   data-parallel engine, label `engine`). Renames followed: `time_per_output_token_seconds` is
+ *   the pre-0.10 name of `inter_token_latency_seconds` (today `request_time_per_output_token_seconds`
+ *   is a per-request mean, not read); `gpu_prefix_cache_queries`/`_hits` became
+ *   `prefix_cache_queries`/`_hits` (token counts, `_total` in the exposition).
  * - SGLang: `python/sglang/srt/metrics/collector.py` (TokenizerMetricsCollector: counters bumped
  *   when a request finishes; `cached_tokens_total` is only created at the first hit, so the hit
  *   rate is left out until then; SchedulerMetricsCollector: `queue_time_seconds`; older releases
  *   named the ITL histogram `time_per_output_token_seconds`).
  * - TensorRT-LLM `trtllm-serve` (served on `/prometheus/metrics`: set `--metrics-path`):
  *   `tensorrt_llm/metrics/collector.py`, prefix `trtllm_`; its per-output-token histogram is
- *   observed once per request (a per-request mean); prefix reuse counts KV blocks.
+ *   observed once per request (a per-request mean); prefix reuse is counted in tokens
+ *   (`prompt_cached_tokens_total`, newer releases) or, before that, in KV blocks reused and missed.
  * - Triton with the TensorRT-LLM backend: only token-length histograms
  *   (`inflight_batcher_llm/src/custom_metrics_reporter` in triton-inference-server/tensorrtllm_backend):
  *   their `_sum` counts tokens and `_count` requests. Triton has no TTFT, ITL or prefix counters
@@ -36,11 +40,11 @@ interface CounterSpec {
   readonly ttft: readonly HistogramSeries[];
   readonly queue: readonly HistogramSeries[];
   readonly itl: readonly HistogramSeries[];
-  readonly prefixHits: readonly Series[];
-  /** Lookups, or (when only misses are counted) hits + misses. */
-  readonly prefixQueries: readonly Series[];
-  readonly prefixMisses: readonly Series[];
+  /** Prefix-cache hits with what they are out of: lookups, or (when only misses are counted) hits + misses; the first whose hits are present is read. */
+  readonly prefix: readonly PrefixSource[];
 }
+
+type PrefixSource = { readonly hits: Series; readonly queries: Series } | { readonly hits: Series; readonly misses: Series };
 
 const seconds = (name: string): HistogramSeries => ({ name, msPerUnit: 1000 });
 const one = (name: string, match?: Record<string, string>): Series[] => [match ? { name, match } : { name }];
@@ -53,9 +57,10 @@ export const COUNTER_SPECS: Readonly<Record<Engine, CounterSpec>> = {
     ttft: [seconds('vllm:time_to_first_token_seconds')],
     queue: [seconds('vllm:request_queue_time_seconds')],
     itl: [seconds('vllm:inter_token_latency_seconds'), seconds('vllm:time_per_output_token_seconds')],
-    prefixHits: one('vllm:prefix_cache_hits_total'),
-    prefixQueries: one('vllm:prefix_cache_queries_total'),
-    prefixMisses: [],
+    prefix: [
+      { hits: { name: 'vllm:prefix_cache_hits_total' }, queries: { name: 'vllm:prefix_cache_queries_total' } },
+      { hits: { name: 'vllm:gpu_prefix_cache_hits_total' }, queries: { name: 'vllm:gpu_prefix_cache_queries_total' } },
+    ],
   },
   sglang: {
     promptTokens: one('sglang:prompt_tokens_total'),
@@ -64,9 +69,7 @@ export const COUNTER_SPECS: Readonly<Record<Engine, CounterSpec>> = {
     ttft: [seconds('sglang:time_to_first_token_seconds')],
     queue: [seconds('sglang:queue_time_seconds')],
     itl: [seconds('sglang:inter_token_latency_seconds'), seconds('sglang:time_per_output_token_seconds')],
-    prefixHits: one('sglang:cached_tokens_total'),
-    prefixQueries: one('sglang:prompt_tokens_total'),
-    prefixMisses: [],
+    prefix: [{ hits: { name: 'sglang:cached_tokens_total' }, queries: { name: 'sglang:prompt_tokens_total' } }],
   },
   trtllm: {
     promptTokens: one('trtllm_prompt_tokens_total'),
@@ -75,9 +78,10 @@ export const COUNTER_SPECS: Readonly<Record<Engine, CounterSpec>> = {
     ttft: [seconds('trtllm_time_to_first_token_seconds')],
     queue: [seconds('trtllm_request_queue_time_seconds')],
     itl: [seconds('trtllm_time_per_output_token_seconds')],
-    prefixHits: one('trtllm_kv_cache_reused_blocks_total'),
-    prefixQueries: [],
-    prefixMisses: one('trtllm_kv_cache_missed_blocks_total'),
+    prefix: [
+      { hits: { name: 'trtllm_prompt_cached_tokens_total' }, queries: { name: 'trtllm_prompt_tokens_total' } },
+      { hits: { name: 'trtllm_kv_cache_reused_blocks_total' }, misses: { name: 'trtllm_kv_cache_missed_blocks_total' } },
+    ],
   },
   triton: {
     promptTokens: one('nv_llm_input_token_len_sum', { response_metric_type: 'total_input_tokens' }),
@@ -86,9 +90,7 @@ export const COUNTER_SPECS: Readonly<Record<Engine, CounterSpec>> = {
     ttft: [],
     queue: [],
     itl: [],
-    prefixHits: [],
-    prefixQueries: [],
-    prefixMisses: [],
+    prefix: [],
   },
 };
 
@@ -99,9 +101,7 @@ export function counterFamilies(spec: CounterSpec): string[] {
     ...spec.promptTokens,
     ...spec.generationTokens,
     ...spec.requests,
-    ...spec.prefixHits,
-    ...spec.prefixQueries,
-    ...spec.prefixMisses,
+    ...spec.prefix.flatMap((p) => ('queries' in p ? [p.hits, p.queries] : [p.hits, p.misses])),
   ];
   return [...new Set([...series.map((s) => s.name), ...histograms])];
 }
@@ -155,9 +155,16 @@ export function readCounters(engine: Engine, exposition: Exposition): CounterRea
   set('ttft', moments(spec.ttft));
   set('queue', moments(spec.queue));
   set('itl', moments(spec.itl));
-  const hits = total(spec.prefixHits);
-  set('prefixHits', hits);
-  const misses = total(spec.prefixMisses);
-  set('prefixQueries', total(spec.prefixQueries) ?? (hits !== undefined && misses !== undefined ? hits + misses : undefined));
+  for (const source of spec.prefix) {
+    const hits = total([source.hits]);
+    if (hits === undefined) continue;
+    set('prefixHits', hits);
+    if ('queries' in source) set('prefixQueries', total([source.queries]));
+    else {
+      const misses = total([source.misses]);
+      set('prefixQueries', misses === undefined ? undefined : hits + misses);
+    }
+    break;
+  }
   return { counters, invalid };
 }

@@ -18,6 +18,12 @@ export interface EndpointSpec {
   readonly kvEvents?: string | undefined;
   /** Its ZeroMQ ROUTER replay endpoint, when it offers one. */
   readonly kvReplay?: string | undefined;
+  /** One entry per data-parallel rank, in rank order, when the server names each rank's endpoints. */
+  readonly kvRanks?: ReadonlyArray<{ readonly events: string; readonly replay?: string | undefined }> | undefined;
+  /** Data-parallel ranks publishing on consecutive ports from `kvEvents` (vLLM `--data-parallel-size`). */
+  readonly kvDataParallelSize?: number | undefined;
+  /** How the server publishes them (`vllm`, `sglang`, `trtllm`); default from `--kv-events-format` or the engine. */
+  readonly kvEventsFormat?: 'vllm' | 'sglang' | 'trtllm' | undefined;
 }
 
 /** Compares everything a readiness event carries, so a changed spec is re-published (the KV relay compares its own fields). */

@@ -3,6 +3,8 @@ import { ENGINES, parseEndpointAddress } from '@spillway/events';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 import type { EndpointSpec } from './endpoint.js';
+import { MAX_RANKS_PER_POD } from './kv-map.js';
+import { KV_EVENTS_FORMATS } from './kv-sources.js';
 
 const name = z.string().min(1).max(253);
 /** A ZeroMQ endpoint the collector connects to. */
@@ -10,6 +12,11 @@ const zmqEndpoint = z
   .string()
   .max(300)
   .regex(/^tcp:\/\/(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):\d{1,5}$/, 'must be tcp://host:port');
+/** TensorRT-LLM's KV-event queue (`trtllm-serve`'s POST /kv_cache_events). */
+const httpEndpoint = z
+  .string()
+  .max(300)
+  .regex(/^https?:\/\/(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(:\d{1,5})?\/\S*$/, 'must be tcp://host:port or an http URL');
 
 const entrySchema = z
   .object({
@@ -19,11 +26,31 @@ const entrySchema = z
     region: name.optional(),
     engine: z.enum(ENGINES).optional(),
     labels: z.record(z.string().max(253), z.string().max(1024)).optional(),
-    /** The server's KV-event PUB endpoint and its replay ROUTER endpoint (vLLM's --kv-events-config). */
-    kvEvents: zmqEndpoint.optional(),
-    kvReplay: zmqEndpoint.optional(),
+    /**
+     * The server's KV-event PUB endpoint and its replay ROUTER endpoint (vLLM's --kv-events-config),
+     * or one per data-parallel rank in rank order; for TensorRT-LLM, its `http://.../kv_cache_events`.
+     */
+    kvEvents: z.union([zmqEndpoint, httpEndpoint, z.array(zmqEndpoint).min(1).max(MAX_RANKS_PER_POD)]).optional(),
+    kvReplay: z.union([zmqEndpoint, z.array(zmqEndpoint).min(1).max(MAX_RANKS_PER_POD)]).optional(),
+    /** Ranks on consecutive ports from `kvEvents` (vLLM's rule for --data-parallel-size). */
+    kvDataParallelSize: z.number().int().min(1).max(MAX_RANKS_PER_POD).optional(),
+    kvEventsFormat: z.enum(KV_EVENTS_FORMATS).optional(),
   })
-  .strict();
+  .strict()
+  .superRefine((entry, ctx) => {
+    const events = entry.kvEvents;
+    const replay = entry.kvReplay;
+    if (Array.isArray(replay) && (!Array.isArray(events) || events.length !== replay.length))
+      ctx.addIssue({ code: 'custom', path: ['kvReplay'], message: 'a list of replay endpoints needs a kvEvents list of the same length' });
+    if (Array.isArray(events) && entry.kvDataParallelSize !== undefined)
+      ctx.addIssue({ code: 'custom', path: ['kvDataParallelSize'], message: 'give a list of kvEvents or kvDataParallelSize, not both' });
+  });
+
+/** The rank endpoints of an entry that lists them. */
+function ranksOf(events: string | string[] | undefined, replay: string | string[] | undefined) {
+  if (!Array.isArray(events)) return undefined;
+  return events.map((e, i) => ({ events: e, replay: Array.isArray(replay) ? replay[i] : undefined }));
+}
 
 // A bare list, or `{ endpoints: [...] }` so the file can grow other keys later.
 // (Unwrapped first rather than with a union, so errors keep their path: `3.address`, not `(root)`.)
@@ -75,8 +102,11 @@ export function parseEndpointsFile(text: string, defaults: FileDefaults): Endpoi
     engine: entry.engine,
     labels: entry.labels,
     sourceReady: true,
-    kvEvents: entry.kvEvents,
-    kvReplay: entry.kvReplay,
+    kvEvents: Array.isArray(entry.kvEvents) ? entry.kvEvents[0] : entry.kvEvents,
+    kvReplay: Array.isArray(entry.kvReplay) ? entry.kvReplay[0] : entry.kvReplay,
+    kvRanks: ranksOf(entry.kvEvents, entry.kvReplay),
+    kvDataParallelSize: entry.kvDataParallelSize,
+    kvEventsFormat: entry.kvEventsFormat,
   }));
 }
 
@@ -94,27 +124,24 @@ export interface EndpointsFileWatcher {
   stop(): void;
 }
 
-export interface EndpointsFileWatch {
-  readonly path: string;
-  readonly defaults: FileDefaults;
-  readonly pollMs: number;
-  /** The file's entries, each time its text changed. */
-  onChange(endpoints: EndpointSpec[]): void;
-  /** The file could not be read or is invalid; the last good list stays. */
-  onError(error: Error): void;
-  /** The text already loaded: unchanged, it is not reported again. */
-  readonly initialText?: string | undefined;
-}
-
 /**
  * Re-reads the file every `pollMs` and reports its entries when the text changed. Polling the
  * content (not fs.watch) also catches editors' rename-over saves and bind-mounted ConfigMaps,
  * whose symlink swaps fs.watch misses. A file that turns invalid is reported as an error and the
  * last good list stays in force: a typo must not tombstone the whole pool.
  */
-export function watchEndpointsFile(watch: EndpointsFileWatch): EndpointsFileWatcher {
-  const { path, defaults, pollMs, onChange, onError } = watch;
-  let last = watch.initialText;
+export interface WatchOptions {
+  path: string;
+  defaults: FileDefaults;
+  pollMs: number;
+  onChange: (endpoints: EndpointSpec[]) => void;
+  onError: (error: Error) => void;
+  /** The text already loaded (a change is reported only against it). */
+  initialText?: string | undefined;
+}
+
+export function watchEndpointsFile({ path, defaults, pollMs, onChange, onError, initialText }: WatchOptions): EndpointsFileWatcher {
+  let last = initialText;
   let stopped = false;
   let running = false;
   const timer = setInterval(() => {

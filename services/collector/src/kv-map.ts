@@ -2,13 +2,14 @@ import {
   KV_CLEARED,
   KV_REMOVED,
   KV_STORED,
-  kvBlockKeys,
+  kvBlockKey,
   kvKeySeed,
   MAX_KV_SNAPSHOT_KEYS,
   VLLM_MEDIUM_GPU,
   type KvEvent,
   type VllmBlockHash,
-  type VllmKvBatch,
+  type VllmBlockStored,
+  type VllmKvEvent,
 } from '@spillway/events';
 
 /** Why part of a model server's batch was not relayed (each counted by the collector). */
@@ -17,29 +18,121 @@ export type KvSkipReason =
   | 'orphan'
   /** A BlockStored whose token ids do not cover its blocks exactly. */
   | 'token-mismatch'
-  /** Blocks on a medium other than the GPU (CPU offload tiers are not the prefix cache routed on). */
+  /** Blocks on a medium other than the GPU: kept to follow them, never relayed as cached (docs/kv-events.md "Tiers"). */
   | 'other-medium'
   /** A LoRA block named only by a numeric id: its keys could not be seeded as the EPP seeds them. */
   | 'unnamed-lora'
+  /** Blocks of a KV-cache group other than the one prefix matches are made on (a hybrid model's sliding-window or Mamba group). */
+  | 'other-group'
+  /** Blocks whose content is more than their tokens (multimodal inputs, a cache salt): no request an EPP tokenizes matches them. */
+  | 'extra-keys'
   /** The pod's map reached its byte bound: its oldest blocks were forgotten (and relayed as removed). */
   | 'pod-overflow';
 
-/** Bytes one map entry costs, estimated: a Map slot, a boxed double key and value; more for long hashes. */
+export type SkipFn = (reason: KvSkipReason, blocks: number) => void;
+
+/** A block as a rank's map holds it: its content key (-1: not matchable by any request) and whether it is relayed as cached. */
+interface Held {
+  key: number;
+  relayed: boolean;
+}
+
+/** Content key of a block no EPP request can match (extra keys, or chained from such a block). */
+const UNMATCHABLE = -1;
+
+/** Bytes one block costs, estimated: the rank map's entry (a Map slot, the hash, the Held object) and the pod union's entry. */
 function entryBytes(hash: VllmBlockHash): number {
-  if (typeof hash === 'number') return 80;
-  if (typeof hash === 'bigint') return 96;
-  return 80 + 2 * hash.length;
+  const base = 176;
+  if (typeof hash === 'number') return base;
+  if (typeof hash === 'bigint') return base + 16;
+  return base + 2 * hash.length;
+}
+
+/** True for a medium that is the prefix cache requests are routed on (the GPU; null means it in every engine). */
+export function onGpu(medium: string | null): boolean {
+  return medium === null || medium === VLLM_MEDIUM_GPU;
+}
+
+/** Kinds of KV-cache group whose blocks hold every token of a prefix (vLLM's `kv_cache_spec_kind`). */
+function fullAttention(kind: string): boolean {
+  return kind.endsWith('full_attention') || kind === 'mla_attention';
+}
+
+interface GroupInfo {
+  readonly group: number;
+  readonly kind: string | null;
+  readonly window: number | null;
+}
+
+/** How well a group stands for the prefix cache: a full-attention kind, then a group that says nothing, then the widest window. */
+function rank(g: GroupInfo): [number, number, number] {
+  const tier = g.kind !== null ? (fullAttention(g.kind) ? 3 : 0) : g.window === null ? 2 : 1;
+  return [tier, g.window ?? Number.POSITIVE_INFINITY, -g.group];
+}
+
+function better(a: GroupInfo, b: GroupInfo): boolean {
+  const ra = rank(a);
+  const rb = rank(b);
+  for (let i = 0; i < 3; i++) if ((ra[i] as number) !== (rb[i] as number)) return (ra[i] as number) > (rb[i] as number);
+  return false;
 }
 
 /**
- * One model server's blocks as the relay knows them: server block hash → content key
- * (`kvBlockKeys`, chained from the parent block's key, seeded by the LoRA name), in store order,
- * oldest first. Turns the server's vLLM events into relayed events keyed by content. Pure: no
- * I/O, no clock. Bounded by `maxBytes`: past it the oldest blocks are forgotten and relayed as
- * removed, so receivers never hold a block the relay could no longer report evicted.
+ * Which of a server's KV-cache groups the relay follows. A hybrid model (full attention plus
+ * sliding-window or Mamba layers) keeps one group per kind, each with its own blocks under the
+ * SAME block hashes; the groups fill and evict independently (a sliding-window group drops old
+ * blocks early). An EPP matches a request's tokens against one set of blocks per pod, and the group
+ * that holds every block of a cached prefix is the full-attention one, so the relay follows that
+ * group only: blocks of the others are skipped (`other-group`), and their removals never remove
+ * the followed group's blocks. The group is chosen by what the events say: a full-attention kind
+ * (`kv_cache_spec_kind`, lowest index first); without kinds, a group with no sliding window; else
+ * the widest window (TensorRT-LLM says only the window). Servers that name no group are one group.
  */
-export class PodKvMap {
-  private readonly byHash = new Map<VllmBlockHash, number>();
+class PrefixGroup {
+  private readonly seen = new Map<number, GroupInfo>();
+  chosen: GroupInfo | undefined;
+
+  /** Learns a stored event's group; true when the followed group just changed to another one. */
+  learn(e: VllmBlockStored): boolean {
+    const group = e.group ?? 0;
+    const known = this.seen.get(group);
+    if (known !== undefined && known.kind === e.groupKind && known.window === e.slidingWindow) return false;
+    if (known === undefined && this.seen.size >= 64) return false;
+    const info: GroupInfo = { group, kind: e.groupKind, window: e.slidingWindow };
+    this.seen.set(group, info);
+    if (this.chosen !== undefined && this.chosen.group !== group && !better(info, this.chosen)) return false;
+    const moved = this.chosen !== undefined && this.chosen.group !== group;
+    this.chosen = info;
+    return moved;
+  }
+
+  follows(group: number | null): boolean {
+    return this.chosen !== undefined && this.chosen.group === (group ?? 0);
+  }
+}
+
+/** True when a block's extra keys hold anything besides the LoRA name (which seeds the key itself). */
+function hasExtraKeys(extra: unknown, loraName: string | null): boolean {
+  if (extra === null || extra === undefined) return false;
+  if (!Array.isArray(extra)) return true;
+  for (const part of extra) if (!(loraName !== null && part === loraName)) return true;
+  return false;
+}
+
+/**
+ * One model-server rank's blocks as the relay knows them: server block hash → content key
+ * (`kvBlockKey`, chained from the parent block's key, seeded by the LoRA name), in store order,
+ * oldest first. Turns the rank's events (in the common vocabulary of `@spillway/events`) into
+ * content-keyed changes: `[1, keys]` now cached, `[2, keys]` no longer cached, `[3]` the rank's
+ * cache is empty. Pure: no I/O, no clock. Bounded by `maxBytes`: past it the oldest blocks are
+ * forgotten and reported removed, so receivers never hold a block the relay could no longer report evicted.
+ *
+ * Blocks on other tiers (CPU offload, disk, remote) are held but not reported cached: a tier move
+ * back to the GPU (TensorRT-LLM) then knows their keys, and a GPU block chained to one is keyed.
+ */
+export class RankKvMap {
+  private readonly byHash = new Map<VllmBlockHash, Held>();
+  private readonly groups = new PrefixGroup();
   private bytesHeld = 0;
   /** Tokens per block of this server (0 until its first BlockStored). */
   blockSize = 0;
@@ -59,89 +152,212 @@ export class PodKvMap {
     this.bytesHeld = 0;
   }
 
-  /** Content keys held, most recently stored last, at most `MAX_KV_SNAPSHOT_KEYS` (the newest). */
-  snapshotKeys(): number[] {
-    const skip = Math.max(0, this.byHash.size - MAX_KV_SNAPSHOT_KEYS);
-    const out: number[] = [];
-    let i = 0;
-    for (const key of this.byHash.values()) if (i++ >= skip) out.push(key);
-    return out;
-  }
-
-  /** Folds one decoded batch; returns the events to relay (in order) and reports what it skipped. */
-  fold(batch: VllmKvBatch, skip: (reason: KvSkipReason, blocks: number) => void): KvEvent[] {
-    const out: KvEvent[] = [];
-    for (const e of batch.events) {
+  /** Folds one batch's events; appends the changes to relay (in order) to `out` and reports what it skipped. */
+  fold(events: readonly VllmKvEvent[], out: KvEvent[], skip: SkipFn): void {
+    // The groups first: a batch that stores into several groups settles which one is followed before any is applied.
+    let moved = false;
+    for (const e of events) if (e.type === 'stored' && this.groups.learn(e)) moved = true;
+    if (moved && this.byHash.size > 0) {
+      // The blocks held are another group's: start over with the group that stands for the prefix cache.
+      this.clear();
+      out.push([KV_CLEARED]);
+    }
+    for (const e of events) {
       if (e.type === 'cleared') {
         this.clear();
         out.push([KV_CLEARED]);
-        continue;
-      }
-      if (e.medium !== null && e.medium !== VLLM_MEDIUM_GPU) {
-        skip('other-medium', e.hashes.length);
-        continue;
-      }
-      if (e.type === 'removed') {
-        const keys: number[] = [];
-        for (const h of e.hashes) {
-          const key = this.byHash.get(h);
-          if (key === undefined) continue;
-          this.byHash.delete(h);
-          this.bytesHeld -= entryBytes(h);
-          keys.push(key);
-        }
-        if (keys.length > 0) out.push([KV_REMOVED, keys]);
-        continue;
-      }
-      if (e.tokenIds.length !== e.hashes.length * e.blockSize) {
-        skip('token-mismatch', e.hashes.length);
-        continue;
-      }
-      if (e.loraId !== null && e.loraName === null) {
-        skip('unnamed-lora', e.hashes.length);
-        continue;
-      }
-      let parentKey: number | undefined;
-      if (e.parent !== null) {
-        parentKey = this.byHash.get(e.parent);
-        if (parentKey === undefined) {
-          skip('orphan', e.hashes.length);
-          continue;
-        }
-      }
-      if (this.blockSize !== e.blockSize) {
-        // Keys are only comparable at one block size: a server that changed it starts afresh.
-        if (this.blockSize !== 0) {
-          this.clear();
-          out.push([KV_CLEARED]);
-        }
-        this.blockSize = e.blockSize;
-      }
-      const keys = kvBlockKeys(e.tokenIds, e.blockSize, { parent: parentKey, seed: kvKeySeed(e.loraName ?? undefined) });
-      for (let i = 0; i < keys.length; i++) {
-        const h = e.hashes[i] as VllmBlockHash;
-        // Re-stored: moved to the newest end (Map order is insertion order).
-        if (this.byHash.delete(h)) this.bytesHeld -= entryBytes(h);
-        this.byHash.set(h, keys[i] as number);
-        this.bytesHeld += entryBytes(h);
-      }
-      out.push([KV_STORED, keys]);
+      } else if (e.type === 'stored') this.stored(e, out, skip);
+      else if (e.type === 'removed') this.removed(e.hashes, e.medium, e.group, out, skip);
+      else this.moved(e.hashes, e.medium, e.group, out);
     }
     this.enforceBound(out, skip);
-    return out;
   }
 
-  private enforceBound(out: KvEvent[], skip: (reason: KvSkipReason, blocks: number) => void): void {
+  private stored(e: VllmBlockStored, out: KvEvent[], skip: SkipFn): void {
+    const n = e.hashes.length;
+    if (!this.groups.follows(e.group)) return skip('other-group', n);
+    // SGLang leaves a request's cache salt out of its block hashes: kept under those hashes, a salted
+    // block would alias the unsalted one. Such blocks are never matchable anyway, so they are not kept.
+    if (e.unhashedSalt !== null) return skip('extra-keys', n);
+    if (e.tokenIds.length !== n * e.blockSize) return skip('token-mismatch', n);
+    if (e.loraId !== null && e.loraName === null) return skip('unnamed-lora', n);
+    let parentKey: number | undefined;
+    if (e.parent !== null) {
+      parentKey = this.byHash.get(e.parent)?.key;
+      if (parentKey === undefined) return skip('orphan', n);
+    }
+    if (this.blockSize !== e.blockSize) {
+      // Keys are only comparable at one block size: a server that changed it starts afresh.
+      if (this.blockSize !== 0) {
+        this.clear();
+        out.push([KV_CLEARED]);
+      }
+      this.blockSize = e.blockSize;
+    }
+    const cached = onGpu(e.medium);
+    const seed = kvKeySeed(e.loraName ?? undefined);
+    const keys: number[] = [];
+    let unmatchable = 0;
+    let parent = parentKey;
+    for (let i = 0; i < n; i++) {
+      const h = e.hashes[i] as VllmBlockHash;
+      const key =
+        parent === UNMATCHABLE || hasExtraKeys(e.extraKeys?.[i], e.loraName)
+          ? UNMATCHABLE
+          : kvBlockKey(parent, e.tokenIds, i * e.blockSize, (i + 1) * e.blockSize, seed);
+      parent = key;
+      if (key === UNMATCHABLE) unmatchable++;
+      const held = this.byHash.get(h);
+      // A copy stored on another tier leaves the GPU copy as it is.
+      if (!cached && held !== undefined) continue;
+      if (held !== undefined) {
+        this.byHash.delete(h);
+        this.bytesHeld -= entryBytes(h);
+      }
+      // Re-stored: moved to the newest end (Map order is insertion order).
+      this.byHash.set(h, { key, relayed: cached && key !== UNMATCHABLE });
+      this.bytesHeld += entryBytes(h);
+      if (cached && key !== UNMATCHABLE) keys.push(key);
+    }
+    if (unmatchable > 0) skip('extra-keys', unmatchable);
+    if (!cached) skip('other-medium', n);
+    if (keys.length > 0) out.push([KV_STORED, keys]);
+  }
+
+  // Five parameters at most (lint): the removal's fields, then where the outcome goes.
+  private removed(hashes: readonly VllmBlockHash[], medium: string | null, group: number | null, out: KvEvent[], skip: SkipFn): void {
+    if (!this.groups.follows(group)) {
+      // Before any store nothing is held, so there is nothing to skip either.
+      if (this.groups.chosen !== undefined) skip('other-group', hashes.length);
+      return;
+    }
+    const otherTier = !onGpu(medium);
+    const keys: number[] = [];
+    for (const h of hashes) {
+      const held = this.byHash.get(h);
+      if (held === undefined) continue;
+      // A copy leaving another tier leaves the GPU copy cached.
+      if (otherTier && held.relayed) continue;
+      this.byHash.delete(h);
+      this.bytesHeld -= entryBytes(h);
+      if (held.relayed) keys.push(held.key);
+    }
+    if (otherTier) skip('other-medium', hashes.length);
+    if (keys.length > 0) out.push([KV_REMOVED, keys]);
+  }
+
+  /** Blocks that changed tier (TensorRT-LLM): cached from the moment they reach the GPU, not once they leave it. */
+  private moved(hashes: readonly VllmBlockHash[], medium: string, group: number | null, out: KvEvent[]): void {
+    if (!this.groups.follows(group)) return;
+    const toGpu = onGpu(medium);
+    const cached: number[] = [];
+    const gone: number[] = [];
+    for (const h of hashes) {
+      const held = this.byHash.get(h);
+      if (held === undefined || held.key === UNMATCHABLE || held.relayed === toGpu) continue;
+      held.relayed = toGpu;
+      (toGpu ? cached : gone).push(held.key);
+    }
+    if (gone.length > 0) out.push([KV_REMOVED, gone]);
+    if (cached.length > 0) out.push([KV_STORED, cached]);
+  }
+
+  private enforceBound(out: KvEvent[], skip: SkipFn): void {
     if (this.bytesHeld <= this.maxBytes) return;
     const forgotten: number[] = [];
-    for (const [h, key] of this.byHash) {
+    let count = 0;
+    for (const [h, held] of this.byHash) {
       if (this.bytesHeld <= this.maxBytes) break;
       this.byHash.delete(h);
       this.bytesHeld -= entryBytes(h);
-      forgotten.push(key);
+      count++;
+      if (held.relayed) forgotten.push(held.key);
     }
-    skip('pod-overflow', forgotten.length);
-    out.push([KV_REMOVED, forgotten]);
+    skip('pod-overflow', count);
+    if (forgotten.length > 0) out.push([KV_REMOVED, forgotten]);
+  }
+}
+
+/** Ranks of one pod the union can tell apart (one bit each). */
+export const MAX_RANKS_PER_POD = 32;
+
+/**
+ * One pod's cached blocks over its data-parallel ranks: each rank (vLLM `--data-parallel-size`,
+ * SGLang DP attention, TensorRT-LLM attention DP) has a KV cache of its own and reports it on its
+ * own stream; the pod holds a block while any rank does. A rank's changes become the pod's: a key
+ * stored is relayed stored (again, when another rank already holds it: that refreshes its
+ * recency); a key removed or cleared is relayed removed only when no rank holds it any more; a
+ * clear that leaves the pod empty is relayed as `[3]`. Keys are kept newest last, for snapshots.
+ *
+ * The EPP prices a pod by the union: the request reaches the pod, and which rank serves it is the
+ * server's choice (vLLM balances by load, not by cache), so a block one rank holds is a hit only
+ * when that rank gets the request (docs/kv-events.md "Data-parallel ranks").
+ */
+export class PodKvUnion {
+  /** Content key → bit mask of the ranks holding it, least recently stored first. */
+  private readonly holders = new Map<number, number>();
+
+  get blocks(): number {
+    return this.holders.size;
+  }
+
+  clear(): void {
+    this.holders.clear();
+  }
+
+  /** Applies one rank's changes (from `RankKvMap.fold`), appending the pod's to `out`. */
+  apply(rank: number, changes: readonly KvEvent[], out: KvEvent[]): void {
+    const bit = 1 << rank;
+    for (const change of changes) {
+      if (change[0] === KV_CLEARED) {
+        this.clearRank(rank, out);
+        continue;
+      }
+      if (change[0] === KV_STORED) {
+        for (const key of change[1]) {
+          const mask = this.holders.get(key) ?? 0;
+          this.holders.delete(key);
+          this.holders.set(key, mask | bit);
+        }
+        out.push([KV_STORED, change[1]]);
+        continue;
+      }
+      const gone: number[] = [];
+      for (const key of change[1]) {
+        const mask = this.holders.get(key);
+        if (mask === undefined || (mask & bit) === 0) continue;
+        if ((mask & ~bit) === 0) {
+          this.holders.delete(key);
+          gone.push(key);
+        } else this.holders.set(key, mask & ~bit);
+      }
+      if (gone.length > 0) out.push([KV_REMOVED, gone]);
+    }
+  }
+
+  /** Everything `rank` held is gone: keys no other rank holds are relayed removed, or the pod cleared when none is left. */
+  clearRank(rank: number, out: KvEvent[]): void {
+    if (this.holders.size === 0) return;
+    const bit = 1 << rank;
+    const gone: number[] = [];
+    for (const [key, mask] of this.holders) {
+      if ((mask & bit) === 0) continue;
+      if ((mask & ~bit) === 0) {
+        this.holders.delete(key);
+        gone.push(key);
+      } else this.holders.set(key, mask & ~bit);
+    }
+    if (this.holders.size === 0) out.push([KV_CLEARED]);
+    else if (gone.length > 0) out.push([KV_REMOVED, gone]);
+  }
+
+  /** Content keys held, most recently stored last, at most `MAX_KV_SNAPSHOT_KEYS` (the newest). */
+  snapshotKeys(): number[] {
+    const skip = Math.max(0, this.holders.size - MAX_KV_SNAPSHOT_KEYS);
+    const out: number[] = [];
+    let i = 0;
+    for (const key of this.holders.keys()) if (i++ >= skip) out.push(key);
+    return out;
   }
 }
 

@@ -3,6 +3,9 @@ import { HELP, parseCollectorArgs } from './config.js';
 import { EndpointsFileError } from './endpoints-file.js';
 import { startCollector } from './app.js';
 
+/** How long stopping may take before the binary exits anyway (readiness publishes retry for up to 10 s while NATS is up). */
+const STOP_GUARD_MS = 15_000;
+
 /** The spillway-collector binary: flags → running collector; exits 2 naming a bad flag. */
 runMain(async () => {
   const parsed = parseCollectorArgs(process.argv.slice(2), process.env);
@@ -22,6 +25,11 @@ runMain(async () => {
     if (stopping) return;
     stopping = true;
     process.stderr.write(`spillway-collector: ${signal}, stopping\n`);
+    // Every part stops promptly (a lost NATS included); should one hang anyway, exit rather than wait for SIGKILL.
+    setTimeout(() => {
+      process.stderr.write(`spillway-collector: not stopped after ${STOP_GUARD_MS} ms, exiting\n`);
+      process.exit(1);
+    }, STOP_GUARD_MS).unref();
     running
       .stop()
       .then(() => process.exit(0))

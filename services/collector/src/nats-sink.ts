@@ -1,5 +1,12 @@
 import { jetstreamManager } from '@nats-io/jetstream';
-import { ConnectionTracker, EventPublisher, connectNats, describeDifferences, ensureStream, type NatsSettings } from '@spillway/bus';
+import {
+  ConnectionTracker,
+  EventPublisher,
+  connectNatsWithRetry,
+  describeDifferences,
+  ensureStream,
+  type NatsSettings,
+} from '@spillway/bus';
 import {
   encodeKvBatch,
   kvSubjectFor,
@@ -13,7 +20,10 @@ import type { KvSink } from './kv-relay.js';
 import type { Logger } from 'pino';
 import type { EventSink } from './sink.js';
 
-type NatsConnection = Awaited<ReturnType<typeof connectNats>>;
+type NatsConnection = NonNullable<Awaited<ReturnType<typeof connectNatsWithRetry>>>;
+
+/** How long closing waits for the server to confirm what was published (only while connected). */
+const FLUSH_ON_CLOSE_MS = 2_000;
 
 export interface NatsSinkOptions {
   settings: NatsSettings;
@@ -47,6 +57,8 @@ export class NatsSink implements EventSink, KvSink {
   };
   private readonly connected: Promise<EventPublisher>;
   private closed = false;
+  /** Stops connecting (and ensuring the stream) when the sink closes before NATS was reached. */
+  private readonly stopConnecting = new AbortController();
 
   constructor(private readonly options: NatsSinkOptions) {
     this.connected = this.connect();
@@ -100,25 +112,42 @@ export class NatsSink implements EventSink, KvSink {
     this.listeners.push(listener);
   }
 
+  /** Connected to a server now (not connecting, reconnecting or closed). */
+  get isConnected(): boolean {
+    return this.nc !== undefined && !this.nc.isClosed() && this.tracker?.status.state === 'connected';
+  }
+
+  /**
+   * Closes the connection. While connected, what was published is flushed first (for at most
+   * FLUSH_ON_CLOSE_MS); otherwise nothing is waited for: a flush or a retrying readiness publish
+   * would wait for a server that is gone, and the collector must stop when told to. Publishes still
+   * in flight then fail at once (the next collector re-publishes every pod's readiness).
+   */
   async close(): Promise<void> {
     this.publishPending();
     this.closed = true;
+    this.stopConnecting.abort();
     const nc = this.nc;
     if (nc && !nc.isClosed()) {
-      await nc.flush().catch(() => undefined);
+      if (this.isConnected) {
+        let timer: NodeJS.Timeout | undefined;
+        const waited = new Promise<void>((resolve) => (timer = setTimeout(resolve, FLUSH_ON_CLOSE_MS)));
+        await Promise.race([nc.flush().catch(() => undefined), waited]);
+        clearTimeout(timer);
+      }
       await nc.close();
     }
   }
 
   private async connect(): Promise<EventPublisher> {
     const { settings, logger } = this.options;
-    // waitOnFirstConnect: keeps trying until the server is up.
-    const nc = await connectNats(settings);
-    this.nc = nc;
-    if (this.closed) {
-      await nc.close();
+    // Keeps trying (each cause logged) until the server is up, or the sink closes.
+    const nc = await connectNatsWithRetry(settings, { logger, signal: this.stopConnecting.signal });
+    if (nc === undefined || this.closed) {
+      await nc?.close();
       throw new Error('sink closed');
     }
+    this.nc = nc;
     logger.info({ server: nc.getServer() }, 'connected to NATS');
     const tracker = new ConnectionTracker(nc);
     this.tracker = tracker;

@@ -85,7 +85,7 @@ export class CollectorMetrics {
     });
     this.kvBatchesReceived = new Counter({
       name: 'spillway_collector_kv_batches_received_total',
-      help: 'KV-event batches received from model servers (ZeroMQ), before validation.',
+      help: 'KV-event batches received from model servers (ZeroMQ messages, TensorRT-LLM queue answers), before validation.',
       registers,
     });
     this.kvBatchesPublished = new Counter({
@@ -101,19 +101,19 @@ export class CollectorMetrics {
     });
     this.kvDropped = new Counter({
       name: 'spillway_collector_kv_dropped_total',
-      help: 'KV-event batches (or events, for unknown-tag) dropped, by reason: not-msgpack, malformed, oversized, too-many-events, too-many-hashes, too-many-tokens, bad-frames, bad-seq, unknown-tag, nats-down.',
+      help: 'KV-event batches (or events, for unknown-tag) dropped, by reason: not-msgpack, not-json, too-complex (nested deeper or holding more values than any valid batch, refused before decoding), malformed, oversized, too-many-events, too-many-hashes, too-many-tokens, bad-frames, bad-seq, unknown-tag, nats-down.',
       labelNames: ['reason'],
       registers,
     });
     this.kvSkippedBlocks = new Counter({
       name: 'spillway_collector_kv_skipped_blocks_total',
-      help: 'Blocks of valid KV events not relayed, by reason: orphan (parent unknown), token-mismatch, other-medium, unnamed-lora, pod-overflow (forgotten at the per-pod byte bound).',
+      help: "Blocks of valid KV events not relayed as cached, by reason: orphan (parent unknown), token-mismatch, other-medium (CPU, disk or remote tiers), other-group (a hybrid model's sliding-window or Mamba group), extra-keys (multimodal or salted blocks no request can match), unnamed-lora, pod-overflow (forgotten at the per-pod byte bound).",
       labelNames: ['reason'],
       registers,
     });
     this.kvGaps = new Counter({
       name: 'spillway_collector_kv_gaps_total',
-      help: 'KV-event sequence gaps and server restarts, by how they were handled: replay (recovered from the replay socket), cleared (the pod started afresh), restart (the server numbered from 0 again), reconnect (the connection dropped: started afresh).',
+      help: 'KV-event sequence gaps and server restarts, by how they were handled: replay (recovered from the replay socket), replay-tail (the replay buffer no longer reached back: started afresh at its oldest batch and replayed from there), cleared (started afresh), restart (the server numbered from 0 again), reconnect (the connection dropped: started afresh).',
       labelNames: ['handling'],
       registers,
     });

@@ -27,6 +27,29 @@ describe('engine mappings of real-format expositions', () => {
     });
   });
 
+  it('the newest vLLM: kv_cache_usage_perc only, two engines summed and averaged, cache config per engine, LoRA without a model label', () => {
+    const text = fixture('vllm-current.prom');
+    expect(detectEngine(text)).toBe('vllm');
+    expect(withoutCounters(extractSample(text, undefined))).toEqual({
+      engine: 'vllm',
+      sample: {
+        waitingRequests: 1,
+        runningRequests: 10,
+        kvCacheUsage: 0.375,
+        lora: { running: ['sql-lora'], waiting: [], max: 2 },
+        cache: { blockSize: 16, numBlocks: 29000 },
+      },
+    });
+  });
+
+  it('vLLM 0.8-0.9 (the first v1 releases): gpu_cache_usage_perc', () => {
+    expect(extractSample(fixture('vllm-v0.9-v1.prom'), 'vllm').sample).toEqual({
+      waitingRequests: 0,
+      runningRequests: 3,
+      kvCacheUsage: 0.125,
+    });
+  });
+
   it('vLLM v0.6: the old gpu_cache_usage_perc name, no adapters running', () => {
     expect(extractSample(fixture('vllm-v0.6.prom'), 'vllm').sample).toEqual({
       waitingRequests: 7,
@@ -108,6 +131,38 @@ describe('counters for service rates, read from real-format expositions', () => 
       },
       invalid: [],
     });
+  });
+
+  it('the newest vLLM: prefix_cache_* counters and inter_token_latency over both engines (the per-request TPOT histogram is not ITL)', () => {
+    expect(counters('vllm-current.prom')).toEqual({
+      counters: {
+        promptTokens: 300_000,
+        generationTokens: 8_000,
+        requests: 100,
+        ttft: { sumMs: 10_000, count: 100 },
+        queue: { sumMs: 1_000, count: 100 },
+        itl: { sumMs: 160_000, count: 7_900 },
+        prefixHits: 120_000,
+        prefixQueries: 300_000,
+      },
+      invalid: [],
+    });
+  });
+
+  it('vLLM 0.8-0.9: the prefix counters under their gpu_prefix_cache_* names, ITL under its old name', () => {
+    expect(counters('vllm-v0.9-v1.prom').counters).toEqual({
+      promptTokens: 64_000,
+      generationTokens: 2_000,
+      itl: { sumMs: 40_000, count: 1_980 },
+      prefixHits: 16_000,
+      prefixQueries: 64_000,
+    });
+  });
+
+  it('the newest TensorRT-LLM: prefix reuse in prompt tokens rather than KV blocks', () => {
+    const { sample, counters: reading } = extractSample(fixture('trtllm-current.prom'), undefined);
+    expect(sample).toEqual({ waitingRequests: 2, runningRequests: 5, kvCacheUsage: 0.75, cache: { blockSize: 32, numBlocks: 4096 } });
+    expect(reading.counters).toMatchObject({ promptTokens: 80_000, generationTokens: 9_000, prefixHits: 20_000, prefixQueries: 80_000 });
   });
 
   it('vLLM v0.6: the old per-output-token histogram name; no queue or prefix counters', () => {

@@ -1,39 +1,50 @@
-// One client request, end to end, as Envoy's ext_proc filter plus the override_host policy
-// handle it (docs/protocol.md, infra/envoy/README.md):
-//   request headers + body chunks -> EPP (full duplex) -> headers response (destination) and the
-//   EPP's body -> try the listed endpoints in order -> response headers + body chunks -> EPP ->
-//   its echoed body -> client.
+// One client request, end to end, as Envoy's ext_proc filter, router and the shipped config's
+// override_host policy handle it (docs/protocol.md, "The development gateway"):
+//   request headers (+ body, per the request body mode) -> EPP -> its replies (destination, body)
+//   -> the EPP's list, then the fallback policy, attempt by attempt per the retry policy
+//   -> response headers (+ body, per the response body mode) -> EPP -> client.
+// The ext_proc rules themselves (valid replies, timers, failures, stream close) are in
+// ext-proc-filter.ts; ext-proc-session.ts runs them on the stream.
 import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { Client } from '@grpc/grpc-js';
-import { status as GrpcStatus } from '@grpc/grpc-js';
 import { DESTINATION_HEADER_PREFIX } from '@spillway/protocol';
 import type { CommonResponse, ProcessingResponse } from '@spillway/protocol';
 import type { Logger } from 'pino';
 import type { Dispatcher } from 'undici';
-import { canonicalAddress } from './endpoints.js';
+import { BodyReadError, BodyReader, BodyTooLarge } from './bodies.js';
 import type { EndpointTable } from './endpoints.js';
-import { EppStream } from './epp-client.js';
-import type { StreamEvent } from './epp-client.js';
+import type { EppHealth } from './epp-health.js';
 import { gatewayError } from './errors.js';
+import { ExtProcSession } from './ext-proc-session.js';
+import type { EppEvent } from './ext-proc-session.js';
 import type { HealthView } from './health.js';
-import { bodyMessages, requestHeadersMessage, responseHeadersMessage } from './messages.js';
 import { DynamicMetadata } from './metadata.js';
-import { ProtocolViolation, applyHeaderMutation, destinationEntries, destinationOf, immediateReply } from './mutations.js';
+import { ProtocolViolation, applyHeaderMutation, destinationEntries, destinationOf } from './mutations.js';
 import type { Headers, LocalReply } from './mutations.js';
 import type { ResolvedOptions } from './options.js';
+import { DestinationWalk } from './override-host.js';
+import type { RoundRobin } from './override-host.js';
+import { retriesFailure, retriesStatus, retryBackOffMs } from './retry-policy.js';
+import type { AttemptFailure } from './retry-policy.js';
 import type { Stats } from './stats.js';
-import type { UpstreamResponse, Upstreams } from './upstream.js';
+import type { UpstreamRequest, UpstreamResponse, Upstreams } from './upstream.js';
 
 export interface ExchangeContext {
   readonly eppClient: Client;
+  readonly eppHealth: EppHealth;
   readonly table: EndpointTable;
   readonly health: HealthView;
+  /** The model-server cluster's fallback policy, shared by all requests. */
+  readonly fallback: RoundRobin;
   readonly upstreams: Upstreams;
   readonly stats: Stats;
   readonly logger: Logger;
   readonly options: ResolvedOptions;
+  /** Jitter for retry back-off. */
+  readonly random: () => number;
 }
 
 // Connection-level headers are not part of the request Envoy hands to filters or upstreams.
@@ -48,7 +59,6 @@ const HOP_BY_HOP = new Set([
   'expect',
   'http2-settings',
 ]);
-const EMPTY = new Uint8Array(0);
 
 /** Thrown inside an exchange to stop it with a reply (or silently, when the client is gone). */
 class Stop extends Error {
@@ -57,14 +67,23 @@ class Stop extends Error {
   }
 }
 
-/** Reading the committed upstream response failed (connection reset, server killed). */
-class UpstreamBodyError extends Error {
-  constructor(cause: unknown) {
-    super(cause instanceof Error ? `${(cause as { code?: string }).code ?? cause.name}: ${cause.message}` : String(cause));
-  }
+/** An attempt that ended by itself: committed, or failed in a way the retry policy judges. */
+type SettledAttempt =
+  | { readonly ok: true; readonly response: UpstreamResponse }
+  | { readonly ok: false; readonly reason: AttemptFailure; readonly message: string };
+
+interface ForwardRequest {
+  readonly headers: Headers;
+  readonly body: Buffer | undefined;
 }
 
-const NEVER = new Promise<never>(() => undefined);
+/** What answers the client: a model server's response, or the router's own local reply. */
+interface Answer {
+  /** The host of the last attempt (what selected_host_key names), if any. */
+  readonly address: string | undefined;
+  readonly response: UpstreamResponse;
+  readonly local: boolean;
+}
 
 export async function handleExchange(ctx: ExchangeContext, req: IncomingMessage, res: ServerResponse): Promise<void> {
   await new Exchange(ctx, req, res).run();
@@ -76,7 +95,7 @@ class Exchange {
   readonly #res: ServerResponse;
   readonly #abort = new AbortController();
   readonly #metadata = new DynamicMetadata();
-  readonly #stream: EppStream;
+  readonly #session: ExtProcSession;
   readonly #started = Date.now();
   #gone = false;
   #timedOut = false;
@@ -88,22 +107,39 @@ class Exchange {
     this.#ctx = ctx;
     this.#req = req;
     this.#res = res;
-    const timeoutMs = ctx.options.requestTimeoutMs;
+    const { options } = ctx;
+    const timeoutMs = options.requestTimeoutMs;
     // The stream's gRPC deadline bounds the whole exchange, so no stream outlives its request.
-    this.#stream = new EppStream(ctx.eppClient, new Date(Date.now() + timeoutMs));
+    this.#session = new ExtProcSession(
+      {
+        client: ctx.eppClient,
+        rules: {
+          mode: options.processingMode,
+          failureModeAllow: options.failureModeAllow,
+          streamCloseOptimization: options.streamCloseOptimization,
+          statusOnError: options.statusOnError,
+        },
+        messageTimeoutMs: options.eppTimeoutMs,
+        eppUsable: () => ctx.eppHealth.usable(),
+        metadata: this.#metadata,
+        stats: ctx.stats,
+        logger: ctx.logger,
+      },
+      new Date(Date.now() + timeoutMs),
+    );
     const timer = setTimeout(() => {
       this.#timedOut = true;
       this.#abort.abort();
-      this.#stream.cancel();
+      this.#session.close();
     }, timeoutMs);
     res.once('close', () => {
       clearTimeout(timer);
       if (res.writableFinished) return;
-      // The client went away: cancel the ext_proc stream and the upstream request.
+      // The client went away: the filter is destroyed (the stream closed) and the upstream reset.
       this.#gone = true;
       ctx.stats.clientAbort();
       this.#abort.abort();
-      this.#stream.cancel();
+      this.#session.close();
     });
   }
 
@@ -111,12 +147,10 @@ class Exchange {
     this.#ctx.stats.request();
     try {
       const request = await this.#requestPhase();
-      const forward = await this.#forward(request);
-      await this.#responsePhase(forward);
+      const answer = await this.#forward(request);
+      await this.#responsePhase(answer);
     } catch (error) {
       if (!(error instanceof Stop)) throw error;
-      // Like Envoy resetting the side stream: the exchange is over before the protocol's end.
-      this.#stream.cancel();
       if (error.reply !== undefined) this.#reply(error.reply);
     } finally {
       this.#close();
@@ -136,144 +170,132 @@ class Exchange {
     }
   }
 
-  // ---- request path: headers and body to the EPP, its decision and body back ---------------
+  // ---- request path: headers and body to the EPP, its replies back ----------------------------
 
-  async #requestPhase(): Promise<{ headers: Headers; body: Buffer | undefined }> {
+  async #requestPhase(): Promise<ForwardRequest> {
     const req = this.#req;
-    const hasBody = req.headers['transfer-encoding'] !== undefined || Number(req.headers['content-length'] ?? 0) > 0;
+    const { options } = this.#ctx;
+    const declared = req.headers['content-length'];
+    const hasBody = req.headers['transfer-encoding'] !== undefined || Number(declared ?? 0) > 0;
     const headers = clientHeaders(req);
-    if (this.#ctx.options.subsetHint) this.#metadata.setSubsetHint(this.#ctx.health.healthyLocal());
-    // Not awaited on its own: the EPP may answer (immediate_response) before the body is sent.
-    const sending = this.#stream
-      .send([requestHeadersMessage(headers, !hasBody, this.#metadata.forwarded())])
-      .then(() => (hasBody ? this.#sendRequestBody() : undefined));
-    sending.catch(() => undefined);
-
+    if (options.subsetHint) this.#metadata.setSubsetHint(this.#ctx.health.healthyLocal());
     // The EPP sees every client header, but a client's own x-gateway-destination-endpoint* values
-    // must never steer routing: only what the EPP sets survives into the forwarded request.
-    let forwarded: Headers = headers.filter(([name]) => !name.startsWith(':') && !name.startsWith(DESTINATION_HEADER_PREFIX));
-    const first = await this.#nextMessage(sending);
-    const headersResponse = this.#expect(first, 'requestHeaders');
-    forwarded = this.#applyCommon(forwarded, headersResponse);
-    if (!hasBody) return { headers: forwarded, body: undefined };
+    // never go upstream (the route strips them) and never steer routing (override_host reads metadata).
+    const forwarded: Headers = headers.filter(([name]) => !name.startsWith(':') && !name.startsWith(DESTINATION_HEADER_PREFIX));
+    const session = this.#session;
+    const mode = session.bodyMode('request');
+    const body = (toEpp: boolean): BodyReader =>
+      new BodyReader(hasBody ? (req as AsyncIterable<Uint8Array>) : noBody(), {
+        direction: 'request',
+        session,
+        toEpp: toEpp && hasBody,
+        retain: 'keep',
+        limit: options.maxBodyBytes,
+        declaredLength: declared === undefined ? undefined : Number(declared),
+        onFailure: () => session.interrupt(),
+      });
 
-    // FULL_DUPLEX_STREAMED: the body to forward is the one the EPP streams back.
-    const chunks: Uint8Array[] = [];
-    let size = 0;
+    const opened = session.open();
+    if (opened !== undefined) return this.#withoutEpp(opened, forwarded, hasBody ? body(false) : undefined);
+    await session.sendRequestHeaders(headers, !hasBody);
+    // Full duplex: chunks go to the EPP as they arrive, while the headers reply is outstanding.
+    const reader = body(mode === 'full-duplex');
+    return this.#requestReplies(forwarded, reader, hasBody);
+  }
+
+  /** The stream could not start: fail closed, or forward the request as the client sent it. */
+  async #withoutEpp(event: EppEvent, headers: Headers, reader: BodyReader | undefined): Promise<ForwardRequest> {
+    if (event.kind === 'stop') throw new Stop(event.reply);
+    return { headers, body: reader === undefined ? undefined : await this.#bodyOrStop(reader.kept) };
+  }
+
+  async #requestReplies(initial: Headers, reader: BodyReader, hasBody: boolean): Promise<ForwardRequest> {
+    const session = this.#session;
+    const mode = session.bodyMode('request');
+    let headers = initial;
+    const streamed: Uint8Array[] = [];
+    let streamedBytes = 0;
     for (;;) {
-      const message = await this.#nextMessage(sending);
-      const mutation = this.#expect(message, 'requestBody')?.bodyMutation?.mutation;
-      if (mutation?.$case !== 'streamedResponse') {
-        throw this.#violation('a request body response without streamed_response in FULL_DUPLEX_STREAMED mode');
+      const event = await this.#nextEvent(reader);
+      if (event.kind === 'stop') throw new Stop(event.reply);
+      if (event.kind === 'continue') {
+        // Processing ended early (fail open, or the EPP closed cleanly): what the gateway still
+        // holds goes upstream. In full duplex that is the EPP's body so far plus what came after.
+        const rest = await this.#bodyOrStop(reader.kept);
+        return { headers, body: hasBody ? Buffer.concat([...streamed, rest]) : undefined };
       }
-      size += mutation.value.body.length;
-      if (size > this.#ctx.options.maxBodyBytes) {
-        throw new Stop(gatewayError(413, 'request_too_large', `request body exceeds ${this.#ctx.options.maxBodyBytes} bytes`));
+      if (event.direction !== 'request') continue;
+      const common = commonOf(event.message);
+      if (event.phase === 'headers') {
+        headers = this.#applyCommon(headers, common);
+        if (!hasBody || mode === 'none') return { headers, body: hasBody ? await this.#bodyOrStop(reader.kept) : undefined };
+        // BUFFERED: Envoy sends the whole body once the headers reply is in.
+        if (mode === 'buffered') await session.sendBody('request', await this.#bodyOrStop(reader.kept), true);
+        continue;
       }
-      chunks.push(mutation.value.body);
-      if (mutation.value.endOfStream) break;
+      if (event.phase !== 'body') continue;
+      if (mode === 'buffered') {
+        headers = this.#applyCommon(headers, common);
+        return { headers, body: this.#bufferedBody(headers, await this.#bodyOrStop(reader.kept), common) };
+      }
+      const mutation = common?.bodyMutation?.mutation;
+      if (mutation?.$case === 'streamedResponse') {
+        streamedBytes += mutation.value.body.length;
+        if (streamedBytes > this.#ctx.options.maxBodyBytes) {
+          throw new Stop(gatewayError(413, 'request_too_large', `request body exceeds ${this.#ctx.options.maxBodyBytes} bytes`));
+        }
+        streamed.push(mutation.value.body);
+      }
+      if (event.endOfBody) return { headers, body: Buffer.concat(streamed) };
     }
-    return { headers: forwarded, body: Buffer.concat(chunks) };
   }
 
   /**
-   * Client body chunks as they arrive. With a content-length the chunk that completes it carries
-   * end_of_stream; otherwise an empty end_of_stream message follows the last one, as Envoy does.
+   * The body after a BUFFERED body reply (ProcessorState::handleBufferedBodyCallback): a body
+   * mutation replaces or clears it (a streamed_response changes nothing), and a mutated body must
+   * match a content-length header (validateContentLength), else the request fails.
    */
-  async #sendRequestBody(): Promise<void> {
-    const declared = this.#req.headers['content-length'];
-    const length = declared === undefined ? undefined : Number(declared);
-    let seen = 0;
-    let ended = false;
-    for await (const chunk of this.#req as AsyncIterable<Buffer>) {
-      seen += chunk.length;
-      ended = length !== undefined && seen >= length;
-      await this.#stream.send(bodyMessages('request', chunk, ended, this.#metadata.forwarded()));
+  #bufferedBody(headers: Headers, body: Buffer, common: CommonResponse | undefined): Buffer {
+    const mutation = common?.bodyMutation?.mutation;
+    if (mutation === undefined) return body;
+    const replacement = mutation.$case === 'body' ? Buffer.from(mutation.value) : Buffer.alloc(0);
+    const declared = headers.find(([name]) => name === 'content-length')?.[1];
+    if (declared !== undefined && /^\d+$/.test(declared) && Number(declared) !== replacement.length) {
+      throw new Stop(this.#session.mutationFailed('mismatch between content length and the length of the mutated body'));
     }
-    if (!ended) await this.#stream.send(bodyMessages('request', EMPTY, true, this.#metadata.forwarded()));
+    return mutation.$case === 'streamedResponse' ? body : replacement;
   }
 
-  /**
-   * The EPP's next message on the request path. The decision timer starts once everything
-   * was sent: in full duplex the EPP answers only after the end of the body.
-   */
-  async #nextMessage(sending: Promise<void>): Promise<ProcessingResponse> {
-    let timer: NodeJS.Timeout | undefined;
-    let settled = false;
-    const timeoutMs = this.#ctx.options.eppTimeoutMs;
-    const timedOut = new Promise<'timeout'>((resolve) => {
-      const start = (): void => {
-        if (!settled) timer = setTimeout(() => resolve('timeout'), timeoutMs);
-      };
-      void sending.then(start, () => undefined);
-    });
+  /** The session's next event, unless reading the client's body failed first. */
+  async #nextEvent(reader: BodyReader): Promise<EppEvent> {
+    const event = await this.#session.next();
+    if (event.kind === 'interrupted') throw this.#bodyFailure(reader.failure);
+    this.#checkAlive();
+    return event;
+  }
+
+  async #bodyOrStop(body: Promise<Buffer>): Promise<Buffer> {
     try {
-      const event = await Promise.race([this.#stream.next(), timedOut]);
-      if (event === 'timeout') {
-        this.#ctx.stats.eppError();
-        throw new Stop(gatewayError(504, 'epp_timeout', `the endpoint picker sent no decision within ${timeoutMs} ms`));
-      }
-      return this.#message(event, 'request');
-    } finally {
-      settled = true;
-      clearTimeout(timer);
+      return await body;
+    } catch (error) {
+      throw this.#bodyFailure(error);
     }
   }
 
-  /** A message from the stream, or a Stop for how it ended. */
-  #message(event: StreamEvent, phase: 'request' | 'response'): ProcessingResponse {
+  #bodyFailure(error: unknown): Stop {
+    this.#checkAlive();
+    if (error instanceof BodyTooLarge) {
+      return new Stop(gatewayError(413, 'request_too_large', `request body exceeds ${error.limit} bytes`));
+    }
+    if (error instanceof BodyReadError) return new Stop(undefined);
+    throw error;
+  }
+
+  /** The client left or the request timed out while the exchange waited. */
+  #checkAlive(): void {
     if (this.#gone) throw new Stop(undefined);
-    if (this.#timedOut)
+    if (this.#timedOut) {
       throw new Stop(gatewayError(504, 'request_timeout', `no complete response within ${this.#ctx.options.requestTimeoutMs} ms`));
-    if (event.kind === 'message') {
-      const response = event.message.response;
-      if (response?.$case === 'immediateResponse') {
-        const reply = immediateReply(response.value);
-        this.#ctx.stats.eppRejection(reply.status);
-        this.#metadata.receive(event.message.dynamicMetadata);
-        throw new Stop(reply);
-      }
-      return event.message;
-    }
-    this.#ctx.stats.eppError();
-    if (event.kind === 'end') {
-      // Envoy would carry on without the processor, but in full duplex it has already drained
-      // the body into the stream, so there is nothing left to carry on with.
-      throw new Stop(
-        gatewayError(phase === 'request' ? 503 : 502, 'epp_closed', `the endpoint picker closed the stream during the ${phase} phase`),
-      );
-    }
-    const unavailable = event.code === GrpcStatus.UNAVAILABLE;
-    this.#ctx.logger.warn({ code: GrpcStatus[event.code], details: event.details, phase }, 'ext_proc stream failed');
-    if (event.code === GrpcStatus.DEADLINE_EXCEEDED)
-      throw new Stop(gatewayError(504, 'epp_timeout', `endpoint picker deadline exceeded: ${event.details}`));
-    throw new Stop(
-      gatewayError(
-        503,
-        unavailable ? 'epp_unavailable' : 'epp_error',
-        `endpoint picker ${unavailable ? 'unavailable' : 'failed'} (${GrpcStatus[event.code]}): ${event.details}`,
-      ),
-    );
-  }
-
-  /** The CommonResponse of the reply the protocol allows next; anything else is spurious. */
-  #expect(
-    message: ProcessingResponse,
-    kind: 'requestHeaders' | 'requestBody' | 'responseHeaders' | 'responseBody',
-  ): CommonResponse | undefined {
-    const response = message.response;
-    if (response === undefined || response.$case !== kind) {
-      throw this.#violation(`expected a ${kind} response, got ${response?.$case ?? 'an empty response'}`);
-    }
-    this.#metadata.receive(message.dynamicMetadata);
-    switch (response.$case) {
-      case 'requestHeaders':
-      case 'requestBody':
-      case 'responseHeaders':
-      case 'responseBody':
-        return response.value.response;
-      default:
-        throw this.#violation(`unexpected ${kind} response`);
     }
   }
 
@@ -281,187 +303,201 @@ class Exchange {
     try {
       return applyHeaderMutation(headers, response?.headerMutation);
     } catch (error) {
-      if (error instanceof ProtocolViolation) throw this.#violation(error.message);
+      if (error instanceof ProtocolViolation) throw new Stop(this.#session.mutationFailed(error.message));
       throw error;
     }
   }
 
-  #violation(message: string): Stop {
-    this.#ctx.stats.eppError();
-    this.#ctx.logger.warn({ reason: message }, 'ext_proc protocol violation');
-    return new Stop(gatewayError(500, 'epp_protocol_error', `endpoint picker protocol error: ${message}`));
-  }
+  // ---- router: the EPP's list, the fallback policy, retries ------------------------------------
 
-  // ---- override_host: walk the list ----------------------------------------------------------
-
-  async #forward(request: { headers: Headers; body: Buffer | undefined }): Promise<{ address: string; response: UpstreamResponse }> {
-    const { upstreams, health, stats, options } = this.#ctx;
+  async #forward(request: ForwardRequest): Promise<Answer> {
+    const { health, stats, options } = this.#ctx;
     const entries = destinationEntries(destinationOf(this.#metadata, request.headers));
-    this.#destination = entries.join(',');
-    if (entries.length === 0) throw new Stop(gatewayError(503, 'no_destination', 'the endpoint picker returned no destination'));
+    this.#destination = entries.length > 0 ? entries.join(',') : undefined;
+    const walk = new DestinationWalk(entries, this.#ctx.table, options.passthrough);
     // Protocol headers (the EPP's destination) are routing state, not something a model server needs.
-    const upstreamRequest = {
+    const upstreamRequest: UpstreamRequest = {
       method: this.#req.method ?? 'GET',
       path: this.#req.url ?? '/',
       headers: request.headers.filter(([name]) => !name.startsWith(DESTINATION_HEADER_PREFIX) && name !== 'content-length'),
       body: request.body,
     };
     const budget = options.retries + 1;
-    const usable = entries.map((entry) => this.#resolve(entry));
-    stats.unknownSkipped(usable.filter((address) => address === undefined).length);
-    const remaining = usable.filter((address): address is string => address !== undefined);
+    let address: string | undefined;
     let failure: LocalReply | undefined;
-    while (remaining.length > 0 && this.#attempts < budget) {
-      const address = remaining.shift() as string;
-      this.#attempts++;
-      // selected_host_key: written after every pick, so response messages name the endpoint used.
-      this.#metadata.setServed(address);
-      const result = await upstreams.attempt(address, upstreamRequest, this.#abort.signal);
-      if (!result.ok) {
-        if (result.reason === 'aborted') throw this.#aborted();
-        health.reportFailure(address);
-        this.#ctx.logger.info({ endpoint: address, reason: result.reason, message: result.message }, 'upstream attempt failed');
-        failure =
-          result.reason === 'timeout'
-            ? gatewayError(504, 'upstream_timeout', `upstream ${address}: ${result.message}`)
-            : gatewayError(503, 'upstream_unavailable', `upstream ${address} ${result.reason}: ${result.message}`);
-        continue;
-      }
-      const lastChance = remaining.length === 0 || this.#attempts >= budget;
-      if (result.response.statusCode >= 500 && !lastChance) {
-        health.reportFailure(address);
-        this.#ctx.logger.info({ endpoint: address, status: result.response.statusCode }, 'upstream answered 5xx, trying the next endpoint');
-        result.response.discard();
-        continue;
-      }
-      return { address, response: result.response };
-    }
-    if (this.#attempts === 0) {
-      throw new Stop(gatewayError(503, 'no_known_endpoint', `no destination entry is a known endpoint: ${this.#destination}`));
-    }
-    if (failure !== undefined) await this.#reportLocalReply(failure);
-    throw new Stop(failure);
-  }
-
-  /**
-   * Every listed endpoint failed: like Envoy's own local reply, the response headers (the 503 or
-   * 504, and the last host tried as the served endpoint) go through ext_proc, so the EPP sees the
-   * connection failure and penalises its primary. The EPP's answer is awaited briefly; whatever
-   * it is, the client gets the local reply.
-   */
-  async #reportLocalReply(reply: LocalReply): Promise<void> {
     try {
-      await this.#stream.send([responseHeadersMessage([[':status', String(reply.status)]], true, this.#metadata.forwarded())]);
-      let timer: NodeJS.Timeout | undefined;
-      const timeout = new Promise<void>((resolve) => {
-        timer = setTimeout(resolve, this.#ctx.options.eppTimeoutMs);
-      });
-      await Promise.race([this.#stream.next(), timeout]).finally(() => clearTimeout(timer));
+      for (let attempt = 1; attempt <= budget; attempt++) {
+        if (attempt > 1) await this.#backOff(attempt - 1);
+        const listed = walk.next();
+        address = listed ?? this.#ctx.fallback.pick();
+        if (address === undefined) {
+          // Envoy's "no healthy upstream": a local reply, never retried.
+          failure = gatewayError(503, 'no_healthy_upstream', 'no host to send the request to');
+          break;
+        }
+        if (listed === undefined) stats.fallbackPick();
+        this.#attempts = attempt;
+        // selected_host_key: written after every pick, so response messages name the host used.
+        this.#metadata.setServed(address);
+        const result = await this.#attempt(address, upstreamRequest);
+        const retriesLeft = attempt < budget;
+        if (!result.ok) {
+          health.reportFailure(address);
+          this.#ctx.logger.info({ endpoint: address, reason: result.reason, message: result.message }, 'upstream attempt failed');
+          failure =
+            result.reason === 'timeout'
+              ? gatewayError(504, 'upstream_timeout', `upstream ${address}: ${result.message}`)
+              : gatewayError(503, 'upstream_unavailable', `upstream ${address} ${result.reason}: ${result.message}`);
+          if (retriesLeft && retriesFailure(options.retryOn, result.reason)) continue;
+          break;
+        }
+        const status = result.response.statusCode;
+        if (status >= 500 && retriesLeft && retriesStatus(options.retryOn, status)) {
+          health.reportFailure(address);
+          this.#ctx.logger.info({ endpoint: address, status }, 'upstream answered 5xx, retrying');
+          result.response.discard();
+          continue;
+        }
+        return { address, response: result.response, local: false };
+      }
+    } finally {
+      stats.unknownSkipped(walk.skipped);
+    }
+    // The router's local reply goes through the filters' response path like any response.
+    return { address, response: localResponse(failure as LocalReply), local: true };
+  }
+
+  /** One attempt, unless the EPP's stream stops the request meanwhile (an error reply replaces it). */
+  async #attempt(address: string, request: UpstreamRequest): Promise<SettledAttempt> {
+    const cancel = new AbortController();
+    const signal = AbortSignal.any([this.#abort.signal, cancel.signal]);
+    const stopped = this.#session.stopped.then((reply) => ({ stopped: reply }));
+    const outcome = await Promise.race([this.#ctx.upstreams.attempt(address, request, signal), stopped]);
+    if ('stopped' in outcome) {
+      cancel.abort();
+      throw new Stop(outcome.stopped);
+    }
+    if (!outcome.ok && outcome.reason === 'aborted') {
+      this.#checkAlive();
+      throw new Stop(undefined);
+    }
+    return outcome as SettledAttempt;
+  }
+
+  /** The route's retry back-off before retry `retry` (1 = first). */
+  async #backOff(retry: number): Promise<void> {
+    const ms = retryBackOffMs(retry, this.#ctx.random);
+    try {
+      await sleep(ms, undefined, { signal: this.#abort.signal });
     } catch {
-      // The EPP's stream is gone: nothing to report to.
+      this.#checkAlive();
     }
   }
 
-  /** The address to try for one destination entry, or undefined to skip it (override_host). */
-  #resolve(entry: string): string | undefined {
-    const known = this.#ctx.table.lookup(entry);
-    if (known !== undefined) return known.address;
-    if (!this.#ctx.options.passthrough) return undefined;
-    return canonicalAddress(entry);
-  }
+  // ---- response path: headers (and body) to the EPP, then the client ---------------------------
 
-  #aborted(): Stop {
-    return this.#timedOut
-      ? new Stop(gatewayError(504, 'request_timeout', `no complete response within ${this.#ctx.options.requestTimeoutMs} ms`))
-      : new Stop(undefined);
-  }
-
-  // ---- response path: headers and body to the EPP, its echo to the client --------------------
-
-  async #responsePhase({ address, response }: { address: string; response: UpstreamResponse }): Promise<void> {
+  async #responsePhase({ address, response, local }: Answer): Promise<void> {
     const { health, stats } = this.#ctx;
     this.#served = address;
-    if (response.statusCode >= 500) health.reportFailure(address);
-    else health.reportSuccess(address);
-    const first = destinationEntries(this.#destination)[0];
-    stats.served(address, first === undefined || canonicalAddress(first) !== address);
-
+    if (!local && address !== undefined) {
+      if (response.statusCode >= 500) health.reportFailure(address);
+      else health.reportSuccess(address);
+      const first = destinationEntries(this.#destination)[0];
+      stats.served(address, first === undefined || this.#ctx.table.lookup(first)?.address !== address);
+    }
+    const session = this.#session;
+    session.responseHeadersArrived();
     const upstreamHeaders = responseHeaders(response.headers);
     const { bodiless } = response;
-    const headersMessage = responseHeadersMessage(
-      [[':status', String(response.statusCode)], ...upstreamHeaders],
-      bodiless,
-      this.#metadata.forwarded(),
-    );
-    const sending = this.#stream.send([headersMessage]).then(() => (bodiless ? undefined : this.#sendResponseBody(response.body)));
-    // An upstream that fails mid-body ends the exchange at once, as Envoy resets the downstream
-    // stream: the client must not wait for its own timeout on a response that can never complete.
-    let over = false;
-    const upstreamFailed = sending.then(
-      () => NEVER,
-      (error: unknown) => {
-        if (error instanceof UpstreamBodyError && !over) throw this.#upstreamReset(address, error);
-        return NEVER;
-      },
-    );
-    upstreamFailed.catch(() => undefined);
+    // Full duplex: the body goes to the EPP as it arrives, even before the headers reply.
+    const fullDuplex = !bodiless && session.bodyMode('response') === 'full-duplex';
+    let headers = upstreamHeaders;
+    let reader: BodyReader | undefined;
+    const startReader = (): BodyReader =>
+      new BodyReader(response.body, {
+        direction: 'response',
+        session,
+        toEpp: fullDuplex,
+        retain: 'stream',
+        limit: Number.POSITIVE_INFINITY,
+        onFailure: () => session.interrupt(),
+      });
     try {
-      const headersResponse = this.#expect(await this.#nextResponse(upstreamFailed), 'responseHeaders');
+      if (session.sendsHeaders('response')) {
+        await session.sendResponseHeaders([[':status', String(response.statusCode)], ...upstreamHeaders], bodiless);
+        if (fullDuplex) reader = startReader();
+        headers = await this.#responseHeadersReply(headers, reader, address);
+      }
       // In FULL_DUPLEX_STREAMED Envoy drops content-length: the EPP may change the body.
-      const headers = this.#applyCommon(upstreamHeaders, headersResponse).filter(([name]) => name !== 'content-length');
+      const processed = fullDuplex && !session.complete;
+      if (processed) headers = headers.filter(([name]) => name !== 'content-length');
       this.#res.writeHead(response.statusCode, [...flat(headers), ...flat(this.#observability())]);
       this.#res.flushHeaders();
       if (bodiless) {
         this.#res.end();
         return;
       }
-      for (;;) {
-        const mutation = this.#expect(await this.#nextResponse(upstreamFailed), 'responseBody')?.bodyMutation?.mutation;
-        if (mutation?.$case !== 'streamedResponse') {
-          throw this.#violation('a response body response without streamed_response in FULL_DUPLEX_STREAMED mode');
-        }
-        if (mutation.value.body.length > 0) await this.#write(mutation.value.body);
-        if (mutation.value.endOfStream) break;
-      }
+      reader ??= startReader();
+      if (fullDuplex) await this.#streamedResponseBody(reader, address);
+      else await this.#passThrough(reader.passthrough, address);
       this.#res.end();
     } finally {
       // Stops reading the upstream if the EPP or the client ended the exchange early.
-      over = true;
       response.discard();
     }
   }
 
-  /** Upstream body chunks to the EPP; a failure to read the upstream is an UpstreamBodyError. */
-  async #sendResponseBody(body: AsyncIterable<Uint8Array>): Promise<void> {
-    const chunks = body[Symbol.asyncIterator]();
+  /** Waits for the response headers reply; `continue` keeps the headers as they are. */
+  async #responseHeadersReply(headers: Headers, reader: BodyReader | undefined, address: string | undefined): Promise<Headers> {
     for (;;) {
-      let next: IteratorResult<Uint8Array>;
-      try {
-        next = await chunks.next();
-      } catch (error) {
-        // Our own abort (client gone, request timeout) is not the upstream's failure.
-        if (this.#abort.signal.aborted) throw error;
-        throw new UpstreamBodyError(error);
-      }
-      if (next.done === true) break;
-      await this.#stream.send(bodyMessages('response', next.value, false, this.#metadata.forwarded()));
+      const event = await this.#nextResponseEvent(reader, address);
+      if (event.kind === 'stop') throw new Stop(event.reply);
+      if (event.kind === 'continue') return headers;
+      if (event.direction === 'response' && event.phase === 'headers') return this.#applyCommon(headers, commonOf(event.message));
     }
-    await this.#stream.send(bodyMessages('response', EMPTY, true, this.#metadata.forwarded()));
   }
 
-  /** The EPP's next message on the response path, unless the upstream fails first. */
-  async #nextResponse(upstreamFailed: Promise<never>): Promise<ProcessingResponse> {
-    return this.#message(await Promise.race([this.#stream.next(), upstreamFailed]), 'response');
+  /** The EPP's streamed_response replies to the client; once processing ends, the rest passes through. */
+  async #streamedResponseBody(reader: BodyReader, address: string | undefined): Promise<void> {
+    for (;;) {
+      const event = await this.#nextResponseEvent(reader, address);
+      if (event.kind === 'stop') throw new Stop(event.reply);
+      if (event.kind === 'continue') return this.#passThrough(reader.passthrough, address);
+      if (event.direction !== 'response' || event.phase !== 'body') continue;
+      const mutation = commonOf(event.message)?.bodyMutation?.mutation;
+      if (mutation?.$case === 'streamedResponse' && mutation.value.body.length > 0) await this.#write(mutation.value.body);
+      if (event.endOfBody) return;
+    }
   }
 
-  #upstreamReset(address: string, error: UpstreamBodyError): Stop {
-    this.#ctx.health.reportFailure(address);
+  /** The next session event, unless the upstream body fails first (the client response is cut). */
+  async #nextResponseEvent(reader: BodyReader | undefined, address: string | undefined): Promise<EppEvent> {
+    const event = await this.#session.next();
+    if (event.kind === 'interrupted') throw this.#upstreamFailure(reader?.failure, address);
+    this.#checkAlive();
+    return event;
+  }
+
+  async #passThrough(body: AsyncIterable<Uint8Array>, address: string | undefined): Promise<void> {
+    try {
+      for await (const chunk of body) await this.#write(chunk);
+    } catch (error) {
+      throw this.#upstreamFailure(error, address);
+    }
+  }
+
+  /** An upstream that fails mid-body ends the exchange at once, as Envoy resets the downstream stream. */
+  #upstreamFailure(error: unknown, address: string | undefined): unknown {
+    if (error instanceof Stop) return error;
+    this.#checkAlive();
+    const message = error instanceof Error ? error.message : String(error);
+    if (address !== undefined) this.#ctx.health.reportFailure(address);
     this.#ctx.stats.upstreamReset();
     this.#ctx.logger.warn(
-      { endpoint: address, message: error.message, clientHasHeaders: this.#res.headersSent },
+      { endpoint: address, message, clientHasHeaders: this.#res.headersSent },
       'upstream failed mid-response; ending the client response',
     );
-    return new Stop(gatewayError(502, 'upstream_reset', `upstream ${address} failed during the response: ${error.message}`));
+    return new Stop(gatewayError(502, 'upstream_reset', `upstream ${address ?? '(none)'} failed during the response: ${message}`));
   }
 
   async #write(chunk: Uint8Array): Promise<void> {
@@ -488,19 +524,50 @@ class Exchange {
       return;
     }
     const headers = reply.headers.filter(([name]) => name !== 'content-length');
-    res.writeHead(reply.status, [...flat(headers), ...flat(this.#observability()), 'content-length', String(reply.body.length)]);
+    res.writeHead(reply.status, [...flat(headers), ...flat(this.#observability())]);
     res.end(reply.body);
   }
 
   #close(): void {
     if (this.#res.headersSent && !this.#gone) this.#ctx.stats.status(this.#res.statusCode);
     this.#ctx.stats.attempts(this.#attempts);
-    // Envoy closes its side after the last expected response; a stream still open after a
-    // grace period (an EPP that never finishes) is cancelled rather than left to its deadline.
-    this.#stream.end();
-    if (!this.#stream.closed) setTimeout(() => this.#stream.cancel(), 1_000).unref();
+    // Filter::onDestroy: a stream still open is closed (half-close and reset) with the exchange.
+    this.#session.close();
     this.#abort.abort();
   }
+}
+
+async function* noBody(): AsyncIterable<Uint8Array> {
+  // A request without a body: nothing to read.
+}
+
+function commonOf(message: ProcessingResponse): CommonResponse | undefined {
+  const response = message.response;
+  switch (response?.$case) {
+    case 'requestHeaders':
+    case 'responseHeaders':
+    case 'requestBody':
+    case 'responseBody':
+      return response.value.response;
+    default:
+      return undefined;
+  }
+}
+
+/** The router's local reply as a response on the filters' response path (content-length set). */
+function localResponse(reply: LocalReply): UpstreamResponse {
+  const headers: Record<string, string> = { 'content-length': String(reply.body.length) };
+  for (const [name, value] of reply.headers) headers[name] = value;
+  const body = reply.body;
+  return {
+    statusCode: reply.status,
+    headers,
+    bodiless: body.length === 0,
+    body: (async function* () {
+      yield body;
+    })(),
+    discard: () => undefined,
+  };
 }
 
 /** Pseudo-headers first, then the client's headers as received, minus hop-by-hop ones. */

@@ -1,21 +1,28 @@
 // spillway-gateway's flags (each also as SPILLWAY_<FLAG>), validated with zod, to GatewayOptions.
 import { readFileSync } from 'node:fs';
-import { CliError, durationMs, logLevel, nonNegativeInt, parseCommandLine, port, positiveInt } from '@spillway/cli';
+import { CliError, commaList, durationMs, logLevel, nonNegativeInt, parseCommandLine, port, positiveInt } from '@spillway/cli';
 import type { FlagSpecs } from '@spillway/cli';
 import { z } from 'zod';
 import { loadEndpointsFile } from './endpoints.js';
 import { DEFAULTS } from './options.js';
 import type { EppTlsOptions, GatewayOptions } from './options.js';
+import { parseRetryOn } from './retry-policy.js';
 
 export const SUMMARY = [
   'spillway-gateway: a DEVELOPMENT and TEST HTTP gateway that calls the Spillway EPP over ext_proc',
-  'exactly as Envoy does (FULL_DUPLEX_STREAMED, envoy.lb.subset_hint, override_host-style fallbacks,',
-  'the served endpoint reported on response messages). Production deployments use Envoy',
-  '(infra/envoy). Its own paths: GET /gateway/stats (JSON counters, endpoint health), GET /gateway/health.',
+  "as Envoy's ext_proc filter, router and override_host policy do, rule by rule (docs/protocol.md).",
+  'Its defaults are the shipped Envoy config (infra/envoy) on Envoy 1.38: request body FULL_DUPLEX_STREAMED,',
+  'response headers only, the stream closed right after the response-headers reply, fail closed.',
+  'Production deployments use Envoy. Its own paths: GET /gateway/stats (JSON counters, endpoint',
+  'health), GET /gateway/health.',
 ].join('\n');
 
 const text = z.string().min(1);
 const onOff = z.enum(['on', 'off']);
+const sendSkip = z.enum(['send', 'skip']);
+const bodyMode = z.enum(['none', 'buffered', 'full-duplex']);
+const httpStatus = z.coerce.number().int().min(200).max(599);
+const percent = z.coerce.number().min(0).max(100);
 const hostPort = z.string().regex(/^(\[[0-9A-Fa-f:.]+\]|[^\s:/[\]]+):\d{1,5}$/, 'must be HOST:PORT');
 
 export const gatewayFlags = {
@@ -48,9 +55,64 @@ export const gatewayFlags = {
     placeholder: 'on|off',
   },
   retries: {
-    description: `extra attempts walking the EPP's list on connect failure, reset, timeout or 5xx (default ${DEFAULTS.retries})`,
+    description: `num_retries: extra attempts, walking the EPP's list, then the fallback round robin (default ${DEFAULTS.retries})`,
     schema: nonNegativeInt().default(DEFAULTS.retries),
     placeholder: 'N',
+  },
+  retryOn: {
+    description: `retry_on conditions: 5xx, gateway-error, reset, connect-failure (default ${DEFAULTS.retryOn})`,
+    schema: commaList().default(DEFAULTS.retryOn.split(',')),
+    placeholder: 'LIST',
+  },
+  requestBodyMode: {
+    description: `ext_proc request_body_mode (default ${DEFAULTS.requestBodyMode})`,
+    schema: bodyMode.default(DEFAULTS.requestBodyMode),
+    placeholder: 'none|buffered|full-duplex',
+  },
+  requestTrailerMode: {
+    description: `ext_proc request_trailer_mode; full-duplex needs send (default ${DEFAULTS.requestTrailerMode})`,
+    schema: sendSkip.default(DEFAULTS.requestTrailerMode),
+    placeholder: 'send|skip',
+  },
+  responseHeaderMode: {
+    description: `ext_proc response_header_mode (default ${DEFAULTS.responseHeaderMode})`,
+    schema: sendSkip.default(DEFAULTS.responseHeaderMode),
+    placeholder: 'send|skip',
+  },
+  responseBodyMode: {
+    description: `ext_proc response_body_mode: none, or full-duplex to stream response bodies through the EPP (default ${DEFAULTS.responseBodyMode})`,
+    schema: z.enum(['none', 'full-duplex']).default(DEFAULTS.responseBodyMode),
+    placeholder: 'none|full-duplex',
+  },
+  responseTrailerMode: {
+    description: `ext_proc response_trailer_mode; full-duplex needs send (default ${DEFAULTS.responseTrailerMode})`,
+    schema: sendSkip.default(DEFAULTS.responseTrailerMode),
+    placeholder: 'send|skip',
+  },
+  extProcStreamClose: {
+    description: 'close the ext_proc stream after the last expected reply, as Envoy >= 1.37 does; off = older Envoy (default on)',
+    schema: onOff.default('on'),
+    placeholder: 'on|off',
+  },
+  failureModeAllow: {
+    description: 'ext_proc failure_mode_allow: go on without the EPP when it fails, where Envoy allows it (default off)',
+    schema: z.boolean().default(DEFAULTS.failureModeAllow),
+    boolean: true,
+  },
+  statusOnError: {
+    description: `ext_proc status_on_error: the status when failing closed (default ${DEFAULTS.statusOnError})`,
+    schema: httpStatus.default(DEFAULTS.statusOnError),
+    placeholder: 'N',
+  },
+  eppHealthIntervalMs: {
+    description: `gRPC health checks of the EPP, as its Envoy cluster's; 0 disables (default ${DEFAULTS.eppHealthIntervalMs})`,
+    schema: durationMs().default(DEFAULTS.eppHealthIntervalMs),
+    placeholder: 'MS',
+  },
+  eppHealthyPanicThreshold: {
+    description: `the EPP cluster's healthy_panic_threshold in percent; 0 = an unhealthy EPP fails streams at start (default ${DEFAULTS.eppHealthyPanicThreshold})`,
+    schema: percent.default(DEFAULTS.eppHealthyPanicThreshold),
+    placeholder: 'PCT',
   },
   healthIntervalMs: {
     description: `active GET /health period; 0 disables (default ${DEFAULTS.healthIntervalMs})`,
@@ -91,12 +153,12 @@ export const gatewayFlags = {
     placeholder: 'MS',
   },
   eppTimeoutMs: {
-    description: `wait for each EPP reply once the request is sent (default ${DEFAULTS.eppTimeoutMs})`,
+    description: `ext_proc message_timeout: wait for each EPP reply, except in FULL_DUPLEX_STREAMED (default ${DEFAULTS.eppTimeoutMs})`,
     schema: positiveInt().default(DEFAULTS.eppTimeoutMs),
     placeholder: 'MS',
   },
   perTryTimeoutMs: {
-    description: 'per attempt: connect, response headers and the first body byte (never the rest of a stream); 0 = none (default 0)',
+    description: 'per_try_timeout: connect and response headers of each attempt (never the body); 0 = none (default 0)',
     schema: durationMs().default(DEFAULTS.perTryTimeoutMs),
     placeholder: 'MS',
   },
@@ -141,6 +203,17 @@ export function parseGatewayArgs(argv: readonly string[], env: NodeJS.ProcessEnv
         serverName: values.eppTlsServerName,
       }
     : undefined;
+  if (values.requestBodyMode === 'full-duplex' && values.requestTrailerMode !== 'send') {
+    throw new CliError('--request-trailer-mode: must be send with --request-body-mode full-duplex (Envoy rejects the config otherwise)');
+  }
+  if (values.responseBodyMode === 'full-duplex' && values.responseTrailerMode !== 'send') {
+    throw new CliError('--response-trailer-mode: must be send with --response-body-mode full-duplex (Envoy rejects the config otherwise)');
+  }
+  try {
+    parseRetryOn(values.retryOn);
+  } catch (error) {
+    throw new CliError(`--retry-on: ${(error as Error).message}`);
+  }
   let endpoints: GatewayOptions['endpoints'] = [];
   if (values.endpoints !== undefined) {
     try {
@@ -160,6 +233,17 @@ export function parseGatewayArgs(argv: readonly string[], env: NodeJS.ProcessEnv
       host: values.host,
       subsetHint: values.subsetHint === 'on',
       retries: values.retries,
+      retryOn: values.retryOn,
+      requestBodyMode: values.requestBodyMode,
+      requestTrailerMode: values.requestTrailerMode,
+      responseHeaderMode: values.responseHeaderMode,
+      responseBodyMode: values.responseBodyMode,
+      responseTrailerMode: values.responseTrailerMode,
+      streamCloseOptimization: values.extProcStreamClose === 'on',
+      failureModeAllow: values.failureModeAllow,
+      statusOnError: values.statusOnError,
+      eppHealthIntervalMs: values.eppHealthIntervalMs,
+      eppHealthyPanicThreshold: values.eppHealthyPanicThreshold,
       passthrough: values.passthrough,
       healthIntervalMs: values.healthIntervalMs,
       healthTimeoutMs: values.healthTimeoutMs,

@@ -6,12 +6,14 @@ import { pino } from 'pino';
 import type { Logger } from 'pino';
 import { EndpointTable } from './endpoints.js';
 import { createEppClient } from './epp-client.js';
+import { EppHealth } from './epp-health.js';
 import { gatewayError } from './errors.js';
 import { handleExchange } from './exchange.js';
 import type { ExchangeContext } from './exchange.js';
 import { HealthView } from './health.js';
 import type { EndpointHealth } from './health.js';
 import { resolveOptions } from './options.js';
+import { RoundRobin } from './override-host.js';
 import type { GatewayOptions, ResolvedOptions } from './options.js';
 import { Stats } from './stats.js';
 import type { StatsSnapshot } from './stats.js';
@@ -20,6 +22,8 @@ import { Upstreams } from './upstream.js';
 export interface GatewayStats extends StatsSnapshot {
   zone: string | undefined;
   epp: string;
+  /** The EPP's health as the gateway's checks see it. */
+  eppHealthy: boolean;
   subsetHint: boolean;
   endpoints: EndpointHealth[];
 }
@@ -56,14 +60,42 @@ export async function startGateway(input: GatewayOptions): Promise<Gateway> {
     logger,
   );
   const eppClient = createEppClient(options.epp, options.eppTls);
+  // The shipped config's EPP cluster health check: every 2 s (or as set), 1 s timeout, 2 to fail, 1 to recover.
+  const eppHealth = new EppHealth(
+    options.epp,
+    options.eppTls,
+    {
+      intervalMs: options.eppHealthIntervalMs,
+      timeoutMs: 1_000,
+      unhealthyThreshold: 2,
+      healthyThreshold: 1,
+      panicThreshold: options.eppHealthyPanicThreshold,
+    },
+    logger,
+  );
   const upstreams = new Upstreams({ connectTimeoutMs: options.connectTimeoutMs, perTryTimeoutMs: options.perTryTimeoutMs });
   const stats = new Stats();
-  const ctx: ExchangeContext = { eppClient, table, health, upstreams, stats, logger, options };
+  // Round robin starts at a random host, as Envoy's does, so gateways do not move in step.
+  const hosts = table.all.map((endpoint) => endpoint.address);
+  const fallback = new RoundRobin(hosts, (address) => health.isHealthy(address), Math.floor(Math.random() * Math.max(hosts.length, 1)));
+  const ctx: ExchangeContext = {
+    eppClient,
+    eppHealth,
+    table,
+    health,
+    fallback,
+    upstreams,
+    stats,
+    logger,
+    options,
+    random: Math.random,
+  };
 
   const snapshot = (): GatewayStats => ({
     ...stats.snapshot(),
     zone: options.zone,
     epp: options.epp,
+    eppHealthy: eppHealth.healthy,
     subsetHint: options.subsetHint,
     endpoints: health.snapshot(),
   });
@@ -86,7 +118,7 @@ export async function startGateway(input: GatewayOptions): Promise<Gateway> {
     });
   });
 
-  await health.start();
+  await Promise.all([health.start(), eppHealth.start()]);
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(options.port, options.host, () => {
@@ -109,6 +141,7 @@ export async function startGateway(input: GatewayOptions): Promise<Gateway> {
       server.closeAllConnections();
       await closed;
       await health.stop();
+      await eppHealth.stop();
       await upstreams.close();
       eppClient.close();
     })());

@@ -1,6 +1,7 @@
 // ProcessingRequest builders: the messages Envoy's ext_proc filter sends (docs/protocol.md).
 import { BODY_CHUNK_BYTES, BodySendMode } from '@spillway/protocol';
 import type { HeaderValue, HttpHeaders, Metadata, ProcessingRequest } from '@spillway/protocol';
+import type { BodyMode, ProcessingMode } from './ext-proc-filter.js';
 
 export type HeaderList = ReadonlyArray<readonly [name: string, value: string]>;
 
@@ -18,17 +19,29 @@ function base(metadata: Metadata | undefined): Omit<ProcessingRequest, 'request'
   return { metadataContext: metadata, attributes: {}, observabilityMode: false };
 }
 
+const SEND_MODE: Readonly<Record<BodyMode, BodySendMode>> = {
+  none: BodySendMode.NONE,
+  buffered: BodySendMode.BUFFERED,
+  'full-duplex': BodySendMode.FULL_DUPLEX_STREAMED,
+};
+
 /**
  * The first message of a stream: request headers (pseudo-headers first) with protocol_config
- * announcing FULL_DUPLEX_STREAMED both ways; end_of_stream when the request has no body.
+ * announcing both body modes (Filter::encodeProtocolConfig); end_of_stream when the request has
+ * no body.
  */
-export function requestHeadersMessage(headers: HeaderList, endOfStream: boolean, metadata: Metadata | undefined): ProcessingRequest {
+export function requestHeadersMessage(
+  headers: HeaderList,
+  endOfStream: boolean,
+  metadata: Metadata | undefined,
+  mode: ProcessingMode,
+): ProcessingRequest {
   return {
     ...base(metadata),
     request: { $case: 'requestHeaders', value: { headers: headerMap(headers), attributes: {}, endOfStream } },
     protocolConfig: {
-      requestBodyMode: BodySendMode.FULL_DUPLEX_STREAMED,
-      responseBodyMode: BodySendMode.FULL_DUPLEX_STREAMED,
+      requestBodyMode: SEND_MODE[mode.requestBody],
+      responseBodyMode: SEND_MODE[mode.responseBody],
       sendBodyWithoutWaitingForHeaderResponse: false,
     },
   };
@@ -43,20 +56,22 @@ export function responseHeadersMessage(headers: HeaderList, endOfStream: boolean
 
 /**
  * A body chunk as request_body or response_body messages, split so no message exceeds what
- * Envoy sends (64 KiB); end_of_stream on the last piece only. An empty chunk with
- * end_of_stream is how Envoy ends a body whose length it did not know in advance.
+ * Envoy sends of a streamed body (64 KiB; a buffered body goes whole: `maxBytes` Infinity);
+ * end_of_stream on the last piece only. An empty chunk with end_of_stream is how Envoy ends a
+ * body whose length it did not know in advance.
  */
 export function bodyMessages(
   direction: 'request' | 'response',
   chunk: Uint8Array,
   endOfStream: boolean,
   metadata: Metadata | undefined,
+  maxBytes = BODY_CHUNK_BYTES,
 ): ProcessingRequest[] {
   const $case = direction === 'request' ? 'requestBody' : 'responseBody';
   const messages: ProcessingRequest[] = [];
   let offset = 0;
   do {
-    const end = Math.min(offset + BODY_CHUNK_BYTES, chunk.length);
+    const end = Math.min(offset + maxBytes, chunk.length);
     messages.push({
       ...base(metadata),
       request: {

@@ -1,5 +1,8 @@
 // What startGateway needs. The CLI (flags.ts) fills these from flags; tests pass them directly.
 import type { Logger } from 'pino';
+import type { BodyMode, ProcessingMode, SendMode } from './ext-proc-filter.js';
+import { parseRetryOn } from './retry-policy.js';
+import type { RetryOn } from './retry-policy.js';
 
 /** One model server the gateway may forward to (like an endpoint of Envoy's STATIC cluster). */
 export interface EndpointConfig {
@@ -33,6 +36,24 @@ export interface GatewayOptions {
   readonly subsetHint?: boolean | undefined;
   /** Extra upstream attempts after the first, walking the destination list (Envoy num_retries). */
   readonly retries?: number | undefined;
+  /** The route's retry_on conditions (Envoy names: 5xx, gateway-error, reset, connect-failure). */
+  readonly retryOn?: readonly string[] | undefined;
+  /** ext_proc processing_mode (request headers are always sent). */
+  readonly requestBodyMode?: BodyMode | undefined;
+  readonly requestTrailerMode?: SendMode | undefined;
+  readonly responseHeaderMode?: SendMode | undefined;
+  readonly responseBodyMode?: BodyMode | undefined;
+  readonly responseTrailerMode?: SendMode | undefined;
+  /** Envoy >= 1.37's ext_proc_stream_close_optimization: close the stream after the last expected reply. */
+  readonly streamCloseOptimization?: boolean | undefined;
+  /** ext_proc failure_mode_allow: go on without the EPP when it fails (where Envoy allows it). */
+  readonly failureModeAllow?: boolean | undefined;
+  /** ext_proc status_on_error: the status of an error reply when failing closed. */
+  readonly statusOnError?: number | undefined;
+  /** Active gRPC health checks of the EPP (its Envoy cluster's health_checks); 0 disables them. */
+  readonly eppHealthIntervalMs?: number | undefined;
+  /** The EPP cluster's healthy_panic_threshold (percent): below it, unhealthy hosts are used anyway. */
+  readonly eppHealthyPanicThreshold?: number | undefined;
   /** Also try destination entries that are not configured endpoints (agentgateway's Passthrough). */
   readonly passthrough?: boolean | undefined;
   /** Active health check period; 0 disables active checks. */
@@ -47,9 +68,12 @@ export interface GatewayOptions {
   readonly outlierEjectionMs?: number | undefined;
   /** Deadline of the whole exchange: the ext_proc stream and the upstream response. */
   readonly requestTimeoutMs?: number | undefined;
-  /** How long to wait for the EPP's routing decision once the request body is complete. */
+  /**
+   * ext_proc message_timeout: the wait for each reply, armed per message except in a direction whose
+   * body mode is FULL_DUPLEX_STREAMED (there Envoy arms no timer).
+   */
   readonly eppTimeoutMs?: number | undefined;
-  /** Per upstream attempt: connect, response headers and the first body byte; 0 = only the connect timeout. */
+  /** Per upstream attempt: connect and response headers; 0 = only the connect timeout. */
   readonly perTryTimeoutMs?: number | undefined;
   readonly connectTimeoutMs?: number | undefined;
   /** Largest request body (as the EPP returns it) buffered for forwarding and retries. */
@@ -60,13 +84,39 @@ export interface GatewayOptions {
 }
 
 /** GatewayOptions with every default applied. */
-export type ResolvedOptions = Required<Omit<GatewayOptions, 'eppTls' | 'zone' | 'logger'>> & Pick<GatewayOptions, 'eppTls' | 'zone'>;
+export type ResolvedOptions = Required<
+  Omit<
+    GatewayOptions,
+    | 'eppTls'
+    | 'zone'
+    | 'logger'
+    | 'retryOn'
+    | 'requestBodyMode'
+    | 'requestTrailerMode'
+    | 'responseHeaderMode'
+    | 'responseBodyMode'
+    | 'responseTrailerMode'
+  >
+> &
+  Pick<GatewayOptions, 'eppTls' | 'zone'> & { readonly retryOn: RetryOn; readonly processingMode: ProcessingMode };
 
 export const DEFAULTS = {
   port: 8080,
   host: '127.0.0.1',
   subsetHint: true,
   retries: 2,
+  retryOn: '5xx,reset,connect-failure',
+  // What the shipped Envoy config (infra/envoy) does on Envoy 1.38.
+  requestBodyMode: 'full-duplex',
+  requestTrailerMode: 'send',
+  responseHeaderMode: 'send',
+  responseBodyMode: 'none',
+  responseTrailerMode: 'skip',
+  streamCloseOptimization: true,
+  failureModeAllow: false,
+  statusOnError: 500,
+  eppHealthIntervalMs: 2_000,
+  eppHealthyPanicThreshold: 50,
   passthrough: false,
   healthIntervalMs: 1_000,
   healthTimeoutMs: 500,
@@ -75,16 +125,42 @@ export const DEFAULTS = {
   outlierFailures: 1,
   outlierEjectionMs: 5_000,
   requestTimeoutMs: 300_000,
-  eppTimeoutMs: 10_000,
+  eppTimeoutMs: 30_000,
   perTryTimeoutMs: 0,
   connectTimeoutMs: 2_000,
   maxBodyBytes: 16 * 1024 * 1024,
   logLevel: 'info',
 } as const;
 
+/** Envoy rejects a FULL_DUPLEX_STREAMED body without the trailer mode SEND in that direction. */
+function processingModeOf(options: GatewayOptions): ProcessingMode {
+  const mode: ProcessingMode = {
+    requestBody: options.requestBodyMode ?? DEFAULTS.requestBodyMode,
+    requestTrailer: options.requestTrailerMode ?? DEFAULTS.requestTrailerMode,
+    responseHeader: options.responseHeaderMode ?? DEFAULTS.responseHeaderMode,
+    responseBody: options.responseBodyMode ?? DEFAULTS.responseBodyMode,
+    responseTrailer: options.responseTrailerMode ?? DEFAULTS.responseTrailerMode,
+  };
+  if (mode.requestBody === 'full-duplex' && mode.requestTrailer !== 'send') {
+    throw new RangeError('request body mode full-duplex needs request trailer mode send (Envoy rejects the config otherwise)');
+  }
+  if (mode.responseBody === 'full-duplex' && mode.responseTrailer !== 'send') {
+    throw new RangeError('response body mode full-duplex needs response trailer mode send (Envoy rejects the config otherwise)');
+  }
+  return mode;
+}
+
 export function resolveOptions(options: GatewayOptions): ResolvedOptions {
-  const pick = <K extends keyof typeof DEFAULTS>(key: K): ResolvedOptions[K] => (options[key] ?? DEFAULTS[key]) as ResolvedOptions[K];
+  const pick = <K extends keyof typeof DEFAULTS & keyof ResolvedOptions>(key: K): ResolvedOptions[K] =>
+    (options[key] ?? DEFAULTS[key]) as unknown as ResolvedOptions[K];
   return {
+    retryOn: parseRetryOn(options.retryOn ?? DEFAULTS.retryOn.split(',')),
+    processingMode: processingModeOf(options),
+    streamCloseOptimization: pick('streamCloseOptimization'),
+    failureModeAllow: pick('failureModeAllow'),
+    statusOnError: pick('statusOnError'),
+    eppHealthIntervalMs: pick('eppHealthIntervalMs'),
+    eppHealthyPanicThreshold: pick('eppHealthyPanicThreshold'),
     epp: options.epp,
     eppTls: options.eppTls,
     endpoints: options.endpoints,

@@ -12,8 +12,14 @@ export interface StatsSnapshot {
   servedBy: Record<string, number>;
   /** immediate_response replies from the EPP, by status. */
   eppRejections: Record<string, number>;
-  /** EPP unreachable, failed, timed out or broke the protocol. */
+  /** EPP unreachable, failed, timed out or broke the protocol, and the request failed closed. */
   eppErrors: number;
+  /** Requests that went on without the EPP (failure_mode_allow, or the EPP closed its stream early). */
+  eppFailOpen: number;
+  /** ext_proc message timeouts (armed only outside FULL_DUPLEX_STREAMED). */
+  messageTimeouts: number;
+  /** Attempts whose host the fallback policy (round robin over every zone) chose, not the EPP's list. */
+  fallbackPicks: number;
   /** Clients that went away before their response was complete. */
   clientAborts: number;
   /** Responses cut short because their upstream failed after the attempt was committed. */
@@ -34,6 +40,9 @@ export class Stats {
     servedBy: {},
     eppRejections: {},
     eppErrors: 0,
+    eppFailOpen: 0,
+    messageTimeouts: 0,
+    fallbackPicks: 0,
     clientAborts: 0,
     upstreamResets: 0,
   };
@@ -59,6 +68,15 @@ export class Stats {
   }
   eppError(): void {
     this.#data.eppErrors++;
+  }
+  eppFailOpen(): void {
+    this.#data.eppFailOpen++;
+  }
+  messageTimeout(): void {
+    this.#data.messageTimeouts++;
+  }
+  fallbackPick(): void {
+    this.#data.fallbackPicks++;
   }
   clientAbort(): void {
     this.#data.clientAborts++;

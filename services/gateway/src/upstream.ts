@@ -3,6 +3,7 @@
 import { Pool } from 'undici';
 import type { Dispatcher } from 'undici';
 import type { Headers } from './mutations.js';
+import type { AttemptFailure as RetryableFailure } from './retry-policy.js';
 
 export interface UpstreamRequest {
   readonly method: string;
@@ -18,13 +19,14 @@ export interface UpstreamResponse {
   readonly headers: Dispatcher.ResponseData['headers'];
   /** No body follows (HEAD, 204, 304, content-length 0). */
   readonly bodiless: boolean;
-  /** The body, from its first chunk (already read for a committed 2xx–4xx answer). */
+  /** The body, as it arrives. */
   readonly body: AsyncIterable<Uint8Array>;
   /** Stops reading the body and drops the connection (the exchange ended early). */
   discard(): void;
 }
 
-export type AttemptFailure = 'connect-failure' | 'reset' | 'timeout' | 'aborted';
+/** Why an attempt failed: what the retry policy judges, or our own abort (client gone, timeout). */
+export type AttemptFailure = RetryableFailure | 'aborted';
 
 export type AttemptResult =
   | { readonly ok: true; readonly response: UpstreamResponse }
@@ -36,20 +38,18 @@ const TIMEOUT_ERRORS = new Set(['UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT
 export interface UpstreamOptions {
   readonly connectTimeoutMs: number;
   /**
-   * Per attempt: connect, response headers and the first byte of the body (until the attempt is
-   * committed); 0 = no limit beyond the connect timeout. Never applies to the rest of the body.
+   * Per attempt: connect and response headers (until the attempt is committed); 0 = no limit
+   * beyond the connect timeout. Never applies to the body.
    */
   readonly perTryTimeoutMs: number;
 }
 
 /**
- * Sends requests to model servers. An attempt is *committed* only once the first byte of a
- * 2xx–4xx answer's body has arrived (or the answer has no body): a server that dies between its
- * response headers and its first byte (a SIGKILLed vLLM with streaming requests still queued: it
- * flushes their headers at once) fails the attempt like a reset before the headers, so the next
- * entry can be tried while nothing has reached the client or the EPP's response path. Envoy commits
- * at the response headers; waiting for the first byte costs nothing a client could see, because
- * nothing useful reaches it before that byte anyway.
+ * Sends requests to model servers. An attempt is *committed* when its response headers arrive, as
+ * Envoy's router commits (Router::Filter::onUpstreamHeaders): from then on the response goes to
+ * the filters and the client, and a failure while its body streams (a model server killed with
+ * streams open: vLLM flushes a streaming request's headers before its first token) cuts the
+ * client's response instead of moving to another endpoint.
  */
 export class Upstreams {
   readonly #pools = new Map<string, Pool>();
@@ -91,12 +91,7 @@ export class Upstreams {
         body.on('error', () => undefined);
         body.destroy();
       };
-      // A 5xx is either dropped for the next entry or passed on as is: nothing to wait for.
-      if (bodiless || data.statusCode >= 500)
-        return { ok: true, response: { statusCode: data.statusCode, headers: data.headers, bodiless, body, discard } };
-      const rest = body[Symbol.asyncIterator]() as AsyncIterator<Uint8Array>;
-      const first = await rest.next();
-      return { ok: true, response: { statusCode: data.statusCode, headers: data.headers, bodiless, body: resumed(first, rest), discard } };
+      return { ok: true, response: { statusCode: data.statusCode, headers: data.headers, bodiless, body, discard } };
     } catch (error) {
       if (data !== undefined && !data.body.destroyed) data.body.destroy();
       if (signal.aborted) return { ok: false, reason: 'aborted', message: 'request aborted' };
@@ -128,15 +123,4 @@ export class Upstreams {
     }
     return pool;
   }
-}
-
-/** The body again from its already-read first chunk. */
-function resumed(first: IteratorResult<Uint8Array>, rest: AsyncIterator<Uint8Array>): AsyncIterable<Uint8Array> {
-  return {
-    async *[Symbol.asyncIterator]() {
-      if (first.done === true) return;
-      yield first.value;
-      for (let next = await rest.next(); next.done !== true; next = await rest.next()) yield next.value;
-    },
-  };
 }

@@ -70,6 +70,54 @@ describe('parseGatewayArgs', () => {
     expect(parsed.options.eppTls).toBeUndefined();
   });
 
+  it("defaults to the shipped Envoy config's ext_proc behaviour and reads the flags that change it", () => {
+    const base = ['--epp', 'h:1', '--endpoints', endpoints];
+    const defaults = parseGatewayArgs(base, {});
+    if (defaults.help) throw new Error('unexpected help');
+    expect(defaults.options).toMatchObject({
+      requestBodyMode: 'full-duplex',
+      requestTrailerMode: 'send',
+      responseHeaderMode: 'send',
+      responseBodyMode: 'none',
+      responseTrailerMode: 'skip',
+      streamCloseOptimization: true,
+      failureModeAllow: false,
+      statusOnError: 500,
+      eppTimeoutMs: 30_000,
+      retryOn: ['5xx', 'reset', 'connect-failure'],
+    });
+    const changed = parseGatewayArgs(
+      [
+        ...base,
+        '--response-body-mode',
+        'full-duplex',
+        '--response-trailer-mode',
+        'send',
+        '--ext-proc-stream-close',
+        'off',
+        '--failure-mode-allow',
+        '--status-on-error',
+        '503',
+        '--retry-on',
+        'gateway-error',
+        '--epp-healthy-panic-threshold',
+        '0',
+      ],
+      { SPILLWAY_REQUEST_BODY_MODE: 'buffered' },
+    );
+    if (changed.help) throw new Error('unexpected help');
+    expect(changed.options).toMatchObject({
+      requestBodyMode: 'buffered',
+      responseBodyMode: 'full-duplex',
+      responseTrailerMode: 'send',
+      streamCloseOptimization: false,
+      failureModeAllow: true,
+      statusOnError: 503,
+      retryOn: ['gateway-error'],
+      eppHealthyPanicThreshold: 0,
+    });
+  });
+
   const bad: Array<[string[], RegExp]> = [
     [['--epp', 'nope', '--endpoints', endpoints], /--epp: must be HOST:PORT/],
     [['--epp', 'h:1', '--endpoints', endpoints, '--retries', '-1'], /--retries/],
@@ -81,6 +129,12 @@ describe('parseGatewayArgs', () => {
     [['--epp', 'h:1', '--endpoints', file('bad.yaml', '- address: 10.0.0.1\n')], /--endpoints: .*0\.address: must be ip:port/],
     [['--epp', 'h:1', '--endpoints', endpoints, '--epp-tls-cert', endpoints], /--epp-tls-cert and --epp-tls-key/],
     [['--epp', 'h:1', '--endpoints', endpoints, '--bogus'], /bogus/],
+    [['--epp', 'h:1', '--endpoints', endpoints, '--response-body-mode', 'full-duplex'], /--response-trailer-mode: must be send/],
+    [['--epp', 'h:1', '--endpoints', endpoints, '--request-trailer-mode', 'skip'], /--request-trailer-mode: must be send/],
+    [['--epp', 'h:1', '--endpoints', endpoints, '--response-body-mode', 'buffered'], /--response-body-mode/],
+    [['--epp', 'h:1', '--endpoints', endpoints, '--retry-on', '5xx,often'], /--retry-on: unknown retry_on condition "often"/],
+    [['--epp', 'h:1', '--endpoints', endpoints, '--status-on-error', '99'], /--status-on-error/],
+    [['--epp', 'h:1', '--endpoints', endpoints, '--epp-healthy-panic-threshold', '101'], /--epp-healthy-panic-threshold/],
   ];
   for (const [args, message] of bad) {
     it(`rejects ${args.join(' ')}`, () => {

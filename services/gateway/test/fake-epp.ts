@@ -2,11 +2,13 @@
 // records every message, answers full duplex (decision after the body's end, body echoed as
 // streamed_response), echoes the response path, and can reject or misbehave on demand.
 import { Server, ServerCredentials } from '@grpc/grpc-js';
-import type { ServerDuplexStream } from '@grpc/grpc-js';
+import type { ServerDuplexStream, status as GrpcStatus } from '@grpc/grpc-js';
 import {
+  BodySendMode,
   extProcService,
   immediateResponse,
   readRequestHeaders,
+  requestHeadersResponse,
   responseBodyResponse,
   responseHeadersResponse,
   routedResponses,
@@ -34,13 +36,36 @@ export interface RecordedStream {
   cancelled: boolean;
   /** The stream is over (ended, cancelled or failed). */
   readonly finished: Promise<void>;
+  /** When the stream was over, on the shared `tick()` clock (for ordering against other events). */
+  closedAt: number | undefined;
 }
+
+/** One stream as a script sees it: what to answer, and how to end it. */
+export interface ScriptedStream {
+  readonly record: RecordedStream;
+  send(response: ProcessingResponse): void;
+  /** Closes the stream with OK (a clean close). */
+  end(): void;
+  /** Fails the stream with a gRPC status. */
+  fail(code: GrpcStatus, details: string): void;
+}
+
+/** Handles one message instead of the default behaviour; returns true when it did. */
+export type Script = (message: ProcessingRequest, stream: ScriptedStream) => boolean;
 
 export interface FakeEpp {
   readonly address: string;
   readonly streams: RecordedStream[];
   decide: Decide;
+  /** When set, sees every message first. */
+  script: Script | undefined;
   close(): Promise<void>;
+}
+
+let clock = 0;
+/** A shared sequence number: orders what the fake EPP and a test's upstream saw. */
+export function tick(): number {
+  return ++clock;
 }
 
 function applyVia(responses: ProcessingResponse[], via: 'both' | 'header' | 'metadata'): ProcessingResponse[] {
@@ -65,6 +90,7 @@ export async function startFakeEpp(decide: Decide, credentials = ServerCredentia
     address: '',
     streams,
     decide,
+    script: undefined,
     close: () =>
       new Promise<void>((resolve) => {
         server.forceShutdown();
@@ -73,15 +99,37 @@ export async function startFakeEpp(decide: Decide, credentials = ServerCredentia
   };
 
   const process = (call: ServerDuplexStream<ProcessingRequest, ProcessingResponse>): void => {
-    let finish = (): void => undefined;
-    const record: RecordedStream = { messages: [], cancelled: false, finished: new Promise<void>((r) => (finish = r)) };
+    let resolve = (): void => undefined;
+    const record: RecordedStream = {
+      messages: [],
+      cancelled: false,
+      finished: new Promise<void>((r) => (resolve = r)),
+      closedAt: undefined,
+    };
+    const finish = (): void => {
+      record.closedAt ??= tick();
+      resolve();
+    };
     streams.push(record);
+    const scripted: ScriptedStream = {
+      record,
+      send: (response) => {
+        if (!call.cancelled && call.writable) call.write(response);
+      },
+      end: () => {
+        if (call.writable) call.end();
+      },
+      fail: (code, details) => {
+        call.emit('error', { code, details });
+      },
+    };
     let headers: RequestHeaders | undefined;
     const body: Buffer[] = [];
     const send = (responses: ProcessingResponse[]): void => {
       for (const response of responses) if (!call.cancelled) call.write(response);
     };
-    const route = async (mode: 'full-duplex' | 'header-only'): Promise<void> => {
+    let modes = { request: BodySendMode.FULL_DUPLEX_STREAMED, response: BodySendMode.NONE };
+    const route = async (mode: 'full-duplex' | 'buffered' | 'header-only'): Promise<void> => {
       const received = Buffer.concat(body);
       const decision = await epp.decide(headers as RequestHeaders, received);
       if ('hang' in decision) return;
@@ -102,23 +150,34 @@ export async function startFakeEpp(decide: Decide, credentials = ServerCredentia
     };
     call.on('data', (message: ProcessingRequest) => {
       record.messages.push(message);
+      if (epp.script?.(message, scripted) === true) return;
       const request = message.request;
       switch (request?.$case) {
         case 'requestHeaders':
           headers = readRequestHeaders(request.value);
-          if (request.value.endOfStream) void route('header-only');
+          if (message.protocolConfig !== undefined) {
+            modes = { request: message.protocolConfig.requestBodyMode, response: message.protocolConfig.responseBodyMode };
+          }
+          if (request.value.endOfStream || modes.request === BodySendMode.NONE) void route('header-only');
+          // BUFFERED: Envoy waits for this reply before it sends the body.
+          else if (modes.request === BodySendMode.BUFFERED) send([requestHeadersResponse()]);
           break;
         case 'requestBody':
           body.push(Buffer.from(request.value.body));
-          if (request.value.endOfStream) void route('full-duplex');
+          if (request.value.endOfStream) void route(modes.request === BodySendMode.BUFFERED ? 'buffered' : 'full-duplex');
           break;
+        // Like the EPP, the fake never ends the stream itself after the response: the gateway does.
         case 'responseHeaders':
           send([responseHeadersResponse()]);
-          if (request.value.endOfStream) call.end();
           break;
         case 'responseBody':
-          send([responseBodyResponse(Buffer.from(request.value.body), request.value.endOfStream, true)]);
-          if (request.value.endOfStream) call.end();
+          send([
+            responseBodyResponse(
+              Buffer.from(request.value.body),
+              request.value.endOfStream,
+              modes.response === BodySendMode.FULL_DUPLEX_STREAMED,
+            ),
+          ]);
           break;
         default:
           break;

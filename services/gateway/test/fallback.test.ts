@@ -1,5 +1,6 @@
 // The destination list used like Envoy's override_host policy with a retry policy
-// (infra/envoy/README.md): known entries in order, unknown ones skipped, a bounded number of attempts.
+// (infra/envoy/README.md): known entries in order, unknown ones skipped, a bounded number of
+// attempts, and the fallback round robin once the list is used up (more in envoy-rules.test.ts).
 import { LB_NAMESPACE, SERVED_KEY } from '@spillway/protocol';
 import { describe, expect, it } from 'vitest';
 import { messagesOf } from './fake-epp.js';
@@ -31,10 +32,10 @@ describe('fallback along the destination list', () => {
     expect(stats.retries).toBe(1);
   });
 
-  it("when every listed endpoint refuses, its local 503 goes through ext_proc as Envoy's does, naming the last host tried", async () => {
+  it("when every attempt fails, the router's local 503 goes through ext_proc as Envoy's does, naming the last host tried", async () => {
     const [first, second] = [await deadAddress(), await deadAddress()];
     const epp = await fakeEpp(() => ({ destination: `${first},${second}` }));
-    const gw = await gateway({ epp: epp.address, endpoints: [{ address: first }, { address: second }] });
+    const gw = await gateway({ epp: epp.address, retries: 1, endpoints: [{ address: first }, { address: second }] });
     const res = await post(`${gw.url}/v1/completions`, completion());
     expect(res.status).toBe(503);
     expect(((await res.json()) as ErrorBody).error.code).toBe('upstream_unavailable');
@@ -45,7 +46,8 @@ describe('fallback along the destination list', () => {
     const value = headers?.request?.$case === 'responseHeaders' ? headers.request.value : undefined;
     const status = value?.headers?.headers.find((h) => h.key === ':status');
     expect(Buffer.from(status?.rawValue ?? new Uint8Array()).toString()).toBe('503');
-    expect(value?.endOfStream).toBe(true);
+    // The local reply has a body (its JSON error), so its headers do not end the stream.
+    expect(value?.endOfStream).toBe(false);
     expect(headers?.metadataContext?.filterMetadata[LB_NAMESPACE]?.[SERVED_KEY]).toBe(second);
   });
 
@@ -102,13 +104,14 @@ describe('fallback along the destination list', () => {
     expect(res.headers.get('x-spillway-served-endpoint')).toBe(live.address);
   });
 
-  it('answers 503 when no entry is a known endpoint', async () => {
+  it('sends a list of unknown entries to the fallback policy', async () => {
+    const live = await sim();
     const epp = await fakeEpp(() => ({ destination: '10.255.255.1:8000,10.255.255.2:8000' }));
-    const gw = await gateway({ epp: epp.address, endpoints: [{ address: await deadAddress() }] });
+    const gw = await gateway({ epp: epp.address, endpoints: [{ address: live.address }] });
     const res = await post(`${gw.url}/v1/completions`, completion());
-    expect(res.status).toBe(503);
-    expect(((await res.json()) as ErrorBody).error.code).toBe('no_known_endpoint');
-    expect(res.headers.get('x-spillway-attempts')).toBe('0');
+    expect(res.status).toBe(200);
+    expect(res.headers.get('x-spillway-served-endpoint')).toBe(live.address);
+    expect(gw.stats()).toMatchObject({ unknownSkipped: 2, fallbackPicks: 1 });
   });
 
   it('answers 503 with a JSON error when every endpoint refuses connections', async () => {
@@ -120,9 +123,10 @@ describe('fallback along the destination list', () => {
     expect(res.headers.get('content-type')).toBe('application/json');
     const body = (await res.json()) as ErrorBody;
     expect(body.error.code).toBe('upstream_unavailable');
-    expect(body.error.message).toContain(b);
-    expect(res.headers.get('x-spillway-attempts')).toBe('2');
-    expect(gw.stats().byStatus).toEqual({ '503': 1 });
+    // Two listed entries, then the third attempt from the fallback round robin (both hosts dead).
+    expect(res.headers.get('x-spillway-attempts')).toBe('3');
+    expect([a, b].some((address) => body.error.message.includes(address))).toBe(true);
+    expect(gw.stats()).toMatchObject({ byStatus: { '503': 1 }, fallbackPicks: 1 });
   });
 
   it('passes the last 5xx through when every endpoint answers 5xx (as Envoy does)', async () => {
@@ -131,8 +135,10 @@ describe('fallback along the destination list', () => {
     const gw = await gateway({ epp: epp.address, endpoints: [{ address: a.address }, { address: b.address }] });
     const res = await post(`${gw.url}/v1/completions`, completion());
     expect(res.status).toBe(500);
-    expect(res.headers.get('x-spillway-attempts')).toBe('2');
-    expect(res.headers.get('x-spillway-served-endpoint')).toBe(b.address);
+    // The list's two entries, then one from the fallback round robin; its 500 is passed on.
+    expect(res.headers.get('x-spillway-attempts')).toBe('3');
+    expect([a.address, b.address]).toContain(res.headers.get('x-spillway-served-endpoint'));
+    expect(gw.stats().fallbackPicks).toBe(1);
     expect(((await res.json()) as ErrorBody).error.type).toBeTruthy();
   });
 

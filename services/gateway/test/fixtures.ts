@@ -10,7 +10,7 @@ import { freePort } from '@spillway/testkit';
 import { afterEach } from 'vitest';
 import { startGateway } from '../src/index.js';
 import type { Gateway, GatewayOptions } from '../src/index.js';
-import { startFakeEpp } from './fake-epp.js';
+import { startFakeEpp, tick } from './fake-epp.js';
 import type { Decide, FakeEpp } from './fake-epp.js';
 
 export const MODEL = 'test-model';
@@ -24,7 +24,7 @@ export function onCleanup(cleanup: () => Promise<void>): void {
   cleanups.push(cleanup);
 }
 
-export async function sim(options: { errorRate?: number } = {}): Promise<SimServer & { address: string }> {
+export async function sim(options: { errorRate?: number; timeScale?: number } = {}): Promise<SimServer & { address: string }> {
   // admin: the tests stall simulators at runtime through /admin/fault.
   const server = await startSim({ port: 0, preset: 'test', timeScale: 100, logLevel: 'silent', model: MODEL, admin: true, ...options });
   onCleanup(() => server.close());
@@ -46,6 +46,8 @@ export async function gateway(options: Partial<GatewayOptions> & Pick<GatewayOpt
   const gw = await startGateway({
     port: 0,
     healthIntervalMs: 0,
+    // The fake EPP serves no health service: checks only where a test turns them on.
+    eppHealthIntervalMs: 0,
     logger: pino({ level: 'silent' }),
     ...options,
   });
@@ -78,3 +80,33 @@ export async function post(url: string, body: string, headers: Record<string, st
 }
 
 export const utf8 = (bytes: Uint8Array): string => Buffer.from(bytes).toString('utf8');
+
+/**
+ * A model server that sends its response headers and a first chunk at once, then holds the rest
+ * of the body until `release()`, noting (on the fake EPP's `tick()` clock) when the body ended.
+ */
+export async function heldUpstream(): Promise<{
+  address: string;
+  release: () => void;
+  endedAt: () => number | undefined;
+  requests: Buffer[];
+}> {
+  let release: () => void = () => undefined;
+  const released = new Promise<void>((resolve) => (release = resolve));
+  let endedAt: number | undefined;
+  const requests: Buffer[] = [];
+  const { address } = await rawUpstream((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (chunk: Buffer) => chunks.push(chunk));
+    req.on('end', () => {
+      requests.push(Buffer.concat(chunks));
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      res.write('data: {"n":1}\n\n');
+      void released.then(() => {
+        endedAt = tick();
+        res.end('data: [DONE]\n\n');
+      });
+    });
+  });
+  return { address, release, endedAt: () => endedAt, requests };
+}

@@ -89,7 +89,8 @@ describe('health view', () => {
     const gw = await gateway({
       epp: epp.address,
       outlierFailures: 1,
-      outlierEjectionMs: 200,
+      // Long enough that the request (with its retry back-off) is surely over before it expires.
+      outlierEjectionMs: 1_500,
       endpoints: [{ address: failing.address }, { address: live.address }],
     });
     expect((await post(`${gw.url}/v1/completions`, completion())).status).toBe(200);

@@ -28,6 +28,9 @@ describe('ext_proc messages', () => {
     const gw = await gateway({
       epp: epp.address,
       zone: 'zone-a',
+      // Response bodies through the EPP too, so every message kind is seen.
+      responseBodyMode: 'full-duplex',
+      responseTrailerMode: 'send',
       healthIntervalMs: 60_000,
       healthTimeoutMs: 500,
       unhealthyThreshold: 1,
@@ -91,6 +94,22 @@ describe('ext_proc messages', () => {
     for (const m of [first, ...messagesOf(stream, 'requestBody')]) {
       expect(m?.metadataContext?.filterMetadata[LB_NAMESPACE]?.[SERVED_KEY]).toBeUndefined();
     }
+  });
+
+  it('announces the shipped modes by default: request body full duplex, response body none', async () => {
+    const upstream = await sim();
+    const epp = await fakeEpp(() => ({ destination: upstream.address }));
+    const gw = await gateway({ epp: epp.address, endpoints: [{ address: upstream.address }] });
+    expect((await post(`${gw.url}/v1/completions`, completion())).status).toBe(200);
+    const stream = epp.streams[0];
+    if (stream === undefined) throw new Error('no stream');
+    await stream.finished;
+    expect(stream.messages[0]?.protocolConfig).toEqual({
+      requestBodyMode: BodySendMode.FULL_DUPLEX_STREAMED,
+      responseBodyMode: BodySendMode.NONE,
+      sendBodyWithoutWaitingForHeaderResponse: false,
+    });
+    expect(messagesOf(stream, 'responseBody')).toHaveLength(0);
   });
 
   it('sets end_of_stream on the headers of a bodiless GET and sends no body messages', async () => {
@@ -179,6 +198,9 @@ describe('ext_proc messages', () => {
     const gw = await gateway({
       epp: epp.address,
       zone: 'zone-a',
+      // Response bodies through the EPP too, so every message kind is seen.
+      responseBodyMode: 'full-duplex',
+      responseTrailerMode: 'send',
       healthIntervalMs: 60_000,
       unhealthyThreshold: 1,
       endpoints: [

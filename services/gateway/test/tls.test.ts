@@ -53,13 +53,13 @@ describe('TLS to the EPP', () => {
     expect((await post(`${trusted.url}/v1/completions`, completion())).status).toBe(200);
 
     const plaintext = await gateway({ epp: epp.address, endpoints: [{ address: upstream.address }] });
-    expect((await post(`${plaintext.url}/v1/completions`, completion())).status).toBe(503);
+    expect((await post(`${plaintext.url}/v1/completions`, completion())).status).toBe(500);
     const wrongName = await gateway({
       epp: epp.address,
       eppTls: { ca: cert, serverName: 'other.test' },
       endpoints: [{ address: upstream.address }],
     });
-    expect((await post(`${wrongName.url}/v1/completions`, completion())).status).toBe(503);
+    expect((await post(`${wrongName.url}/v1/completions`, completion())).status).toBe(500);
     expect(epp.streams).toHaveLength(1);
   });
 });

@@ -1,6 +1,6 @@
-// A model server that dies while the gateway is forwarding its response (docs/hardening.md).
-// Real processes: `spillway-sim` binaries SIGKILLed mid-request, the gateway in-process between a
-// fake EPP and the simulators. Before the fix the client waited for its own timeout.
+// A model server that dies while the gateway is forwarding its response. Real processes:
+// `spillway-sim` binaries SIGKILLed mid-request, the gateway in-process between a fake EPP and the
+// simulators. The client's response is cut at once, never left open until a timeout.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { createInterface } from 'node:readline';
@@ -119,45 +119,55 @@ describe('an upstream that dies during the response', () => {
     expect(stream.cancelled).toBe(true);
   });
 
-  it('before its first byte reached anyone: the next listed endpoint serves the request', { timeout: 60_000 }, async () => {
-    // One running sequence: a long stream occupies it, so the gateway's request waits in the
-    // queue. The simulator (like vLLM) has already sent that request's response headers.
-    const dying = await simProcess(['--max-num-seqs', '1']);
-    const live = await sim();
-    const hog = await post(`${dying.url}/v1/completions`, streaming(200));
-    expect(hog.status).toBe(200);
-    const epp = await fakeEpp(() => ({ destination: `${dying.address},${live.address}` }));
-    const gw = await gateway({
-      epp: epp.address,
-      requestTimeoutMs: 120_000,
-      endpoints: [{ address: dying.address }, { address: live.address }],
-    });
+  it(
+    'after its response headers, before its first token: the response is committed, so it is cut (as Envoy does)',
+    { timeout: 60_000 },
+    async () => {
+      // One running sequence: a long stream occupies it, so the gateway's request waits in the
+      // queue. The simulator (like vLLM) has already sent that request's response headers, and
+      // Envoy's router commits to an attempt at its response headers: no retry from here.
+      const dying = await simProcess(['--max-num-seqs', '1']);
+      const live = await sim();
+      const hog = await post(`${dying.url}/v1/completions`, streaming(200));
+      expect(hog.status).toBe(200);
+      const epp = await fakeEpp(() => ({ destination: `${dying.address},${live.address}` }));
+      const gw = await gateway({
+        epp: epp.address,
+        requestTimeoutMs: 120_000,
+        endpoints: [{ address: dying.address }, { address: live.address }],
+      });
 
-    const pending = post(`${gw.url}/v1/completions`, streaming(5));
-    await eventually(async () => {
-      const metrics = await (await fetch(`${dying.url}/metrics`)).text();
-      expect(metrics).toMatch(/^vllm:num_requests_waiting\{[^}]*\} 1$/m);
-    }, 15_000);
-    await dying.kill();
-    void hog.body?.cancel().catch(() => undefined);
+      const pending = post(`${gw.url}/v1/completions`, streaming(5));
+      await eventually(async () => {
+        const metrics = await (await fetch(`${dying.url}/metrics`)).text();
+        expect(metrics).toMatch(/^vllm:num_requests_waiting\{[^}]*\} 1$/m);
+      }, 15_000);
+      await dying.kill();
+      void hog.body?.cancel().catch(() => undefined);
 
-    const res = await within(15_000, pending);
-    expect(res).not.toBe('still-open');
-    if (res === 'still-open') return;
-    expect(res.status).toBe(200);
-    expect(res.headers.get('x-spillway-served-endpoint')).toBe(live.address);
-    expect(res.headers.get('x-spillway-attempts')).toBe('2');
-    const body = await res.text();
-    expect(body).toContain('[DONE]');
-    expect(gw.stats()).toMatchObject({ fallbacks: 1, upstreamResets: 0 });
-    // The EPP saw one response path, from the endpoint that served it.
-    const stream = epp.streams[0]!;
-    await stream.finished;
-    const served = messagesOf(stream, 'responseHeaders').map((m) => m.metadataContext?.filterMetadata[LB_NAMESPACE]?.[SERVED_KEY]);
-    expect(served).toEqual([live.address]);
-  });
+      const res = await within(15_000, pending);
+      expect(res).not.toBe('still-open');
+      if (res === 'still-open') return;
+      expect(res.status).toBe(200);
+      expect(res.headers.get('x-spillway-served-endpoint')).toBe(dying.address);
+      expect(res.headers.get('x-spillway-attempts')).toBe('1');
+      const rest = await within(
+        15_000,
+        readUntil(res.body!.getReader(), (text) => text.includes('[DONE]')),
+      );
+      expect(rest).not.toBe('still-open');
+      if (rest !== 'still-open') expect(rest.outcome).not.toBe('matched');
+      await eventually(() => expect(gw.stats()).toMatchObject({ fallbacks: 0, upstreamResets: 1 }));
+      expect(live.engine.stats().submitted).toBe(0);
+      // The EPP saw the response headers of the endpoint that was committed to.
+      const stream = epp.streams[0]!;
+      await stream.finished;
+      const served = messagesOf(stream, 'responseHeaders').map((m) => m.metadataContext?.filterMetadata[LB_NAMESPACE]?.[SERVED_KEY]);
+      expect(served).toEqual([dying.address]);
+    },
+  );
 
-  it('a per-try timeout bounds the wait for the first byte, never the stream after it', { timeout: 60_000 }, async () => {
+  it('a per-try timeout bounds the wait for the response headers, never the stream after them', { timeout: 60_000 }, async () => {
     const slow = await simProcess();
     const epp = await fakeEpp(() => ({ destination: slow.address }));
     const gw = await gateway({ epp: epp.address, perTryTimeoutMs: 2_000, endpoints: [{ address: slow.address }] });

@@ -13,7 +13,7 @@ import {
   type Environment,
   type NatsSettings,
 } from '@spillway/bus';
-import { followInFlight } from './in-flight.js';
+import { followInFlight, OPERATOR_ZONE } from './in-flight.js';
 import { fleetRows, renderFleetStatus, renderFleetTable } from './table.js';
 
 const ms = (min: number) =>
@@ -44,6 +44,11 @@ export const fleetFlags = {
     schema: z.union([z.boolean(), z.enum(['true', 'false']).transform((v) => v === 'true')]).default(true),
     placeholder: 'true|false',
   },
+  zone: {
+    description: `with --in-flight: the zone whose spillway.state subjects the NATS user may publish the EPPs' request on; an EPP user (epp-<zone>) may publish only its own zone's (default ${OPERATOR_ZONE}, for an admin user)`,
+    schema: z.string().min(1).max(253).optional(),
+    placeholder: 'ZONE',
+  },
   ...natsFlags,
 } satisfies FlagSpecs;
 
@@ -59,7 +64,10 @@ export const FLEET_USAGE = renderHelp(
 );
 
 type FleetFlagValues = FlagValues<typeof fleetFlags>;
-export type FleetCliOptions = Pick<FleetFlagValues, 'pool' | 'stream' | 'once' | 'interval' | 'timeout' | 'staleAfter' | 'inFlight'> & {
+export type FleetCliOptions = Pick<
+  FleetFlagValues,
+  'pool' | 'stream' | 'once' | 'interval' | 'timeout' | 'staleAfter' | 'inFlight' | 'zone'
+> & {
   nats: NatsSettings;
 };
 
@@ -71,8 +79,8 @@ export function parseFleetArgs(argv: readonly string[], env: Environment): Fleet
     env,
   );
   if (parsed.help) return undefined;
-  const { pool, stream, once, interval, timeout, staleAfter, inFlight } = parsed.values;
-  return { pool, stream, once, interval, timeout, staleAfter, inFlight, nats: natsSettingsFromValues(parsed.values, env) };
+  const { pool, stream, once, interval, timeout, staleAfter, inFlight, zone } = parsed.values;
+  return { pool, stream, once, interval, timeout, staleAfter, inFlight, zone, nats: natsSettingsFromValues(parsed.values, env) };
 }
 
 export interface CliIo {
@@ -141,13 +149,14 @@ async function show(
   }
   const fleet = new Fleet({ staleAfterMs: options.staleAfter });
   const reader = startReader(nc, { pool: options.pool, stream: options.stream, sink: fleet, jsm, now });
-  const inFlight = options.inFlight ? followInFlight(nc, options.pool, now) : undefined;
+  const inFlight = options.inFlight ? followInFlight(nc, { pool: options.pool, zone: options.zone, now }) : undefined;
   const header = { pool: options.pool, stream: options.stream, server: nc.getServer() };
   const frame = () => {
     const at = now();
     inFlight?.view.prune(at);
     const rows = fleetRows(fleet, options.pool, at, inFlight?.view.byEndpoint());
-    const shared = inFlight === undefined ? undefined : { epps: inFlight.view.eppCount, inFlight: inFlight.view.total };
+    const shared =
+      inFlight === undefined ? undefined : { epps: inFlight.view.eppCount, inFlight: inFlight.view.total, refused: inFlight.refused };
     return `${renderFleetStatus({ header, status: reader.status, counters: fleet.counters, rows, now: at, shared })}\n\n${renderFleetTable(rows)}\n`;
   };
   try {

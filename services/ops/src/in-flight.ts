@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import type { NatsConnection, Subscription } from '@nats-io/nats-core';
+import { errors, type NatsConnection, type Subscription } from '@nats-io/nats-core';
 import { requestStateSync } from '@spillway/bus';
 import {
   decodeStateBatch,
@@ -7,6 +7,7 @@ import {
   STATE_PICK,
   STATE_RELEASE,
   statePoolFilter,
+  stateSyncSubjectFor,
   type StateBatch,
   type StateDecodeResult,
 } from '@spillway/events';
@@ -78,18 +79,39 @@ export class PoolInFlight {
 
 export interface InFlightFollower {
   readonly view: PoolInFlight;
-  /** Resolves once the EPPs' answers are in (or nobody answered, or `waitMs` passed). */
+  /** Resolves once the EPPs' answers are in (or nobody answered, the request was refused, or `waitMs` passed). */
   readonly answered: Promise<void>;
+  /**
+   * The server refused the request (the NATS user may not publish its subject): the view then holds
+   * only requests started since it began following, so the caller must say so.
+   */
+  readonly refused: string | undefined;
   close(): void;
 }
+
+export interface FollowInFlightOptions {
+  readonly pool: string;
+  /**
+   * The zone whose `spillway.state` subjects the NATS user may publish the request on: an EPP user
+   * (`epp-<zone>`) may publish only its own zone's; an admin user any (default `ops`).
+   */
+  readonly zone?: string;
+  readonly now: () => number;
+  readonly waitMs?: number;
+  readonly quietMs?: number;
+}
+
+/** The zone an operator's sync request names when none is given (a user allowed every state subject). */
+export const OPERATOR_ZONE = 'ops';
 
 /**
  * Follows the pool's shared state: subscribes to every EPP's batches, then asks every EPP (the
  * shared-state sync request of @spillway/bus, on a `.sync` subject of the operator's own, `want:
- * in-flight`) for its open requests. Needs a NATS user that may publish a `spillway.state` subject
- * (an admin user in the zone topology).
+ * in-flight`) for its open requests. The request is published in `zone`, so the user needs the
+ * right to publish that zone's `spillway.state` subjects; a refusal is noticed (`refused`), never silent.
  */
-export function followInFlight(nc: NatsConnection, pool: string, now: () => number, waitMs = 2_000, quietMs = 200): InFlightFollower {
+export function followInFlight(nc: NatsConnection, options: FollowInFlightOptions): InFlightFollower {
+  const { pool, now, waitMs = 2_000, quietMs = 200 } = options;
   const view = new PoolInFlight();
   const onBatch = (decoded: StateDecodeResult): void => {
     if (decoded.ok && decoded.batch.pool === pool) view.apply(decoded.batch, now());
@@ -98,14 +120,34 @@ export function followInFlight(nc: NatsConnection, pool: string, now: () => numb
   const live: Subscription = nc.subscribe(statePoolFilter(pool), {
     callback: (error, msg) => (error ? undefined : onBatch(decodeStateBatch(msg.data, parseStateSubject(msg.subject)))),
   });
-  const self = { pool, zone: 'ops', epp: `spillway-fleet-${randomBytes(4).toString('hex')}` };
-  const answered = requestStateSync(nc, { self, want: 'in-flight', deadlineMs: waitMs, quietMs, now, onReply: onBatch }).then(
-    () => undefined,
-  );
+  const self = { pool, zone: options.zone ?? OPERATOR_ZONE, epp: `spillway-fleet-${randomBytes(4).toString('hex')}` };
+  const subject = stateSyncSubjectFor(self);
+  let refused: string | undefined;
+  let onRefused!: () => void;
+  const refusal = new Promise<void>((resolve) => (onRefused = resolve));
+  // The server reports a publish it refuses asynchronously, as a status of the connection.
+  const statuses = nc.status()[Symbol.asyncIterator]();
+  void (async () => {
+    for (let next = await statuses.next(); next.done !== true; next = await statuses.next()) {
+      const status = next.value;
+      if (status.type === 'error' && status.error instanceof errors.PermissionViolationError && status.error.subject === subject) {
+        refused = `the NATS user may not publish ${subject}`;
+        onRefused();
+      }
+    }
+  })();
+  const sync = requestStateSync(nc, { self, want: 'in-flight', deadlineMs: waitMs, quietMs, now, onReply: onBatch });
+  const answered = Promise.race([sync.then(() => undefined), refusal]);
+  void answered.then(() => statuses.return?.());
   return {
     view,
     answered,
+    get refused() {
+      return refused;
+    },
     close: () => {
+      void statuses.return?.();
+      onRefused();
       if (!nc.isClosed()) live.unsubscribe();
     },
   };

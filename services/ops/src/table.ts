@@ -87,19 +87,23 @@ export function renderFleetTable(rows: readonly FleetRow[]): string {
   return lines.join('\n');
 }
 
-/** What the summary lines say. */
-export interface FleetStatus {
+/** What the summary lines above the table show. */
+export interface FleetStatusView {
   readonly header: { pool: string; stream: string; server: string };
   readonly status: ReaderStatus;
   readonly counters: FleetCounters;
   readonly rows: readonly FleetRow[];
   readonly now: number;
-  /** The EPPs' shared state, when it was asked for. */
-  readonly shared?: { epps: number; inFlight: number } | undefined;
+  /**
+   * The pool's requests in flight as its EPPs share them; undefined when not followed. `refused`:
+   * why the EPPs could not be asked for what they held before (then only later requests show).
+   */
+  readonly shared?: { epps: number; inFlight: number; refused?: string | undefined } | undefined;
 }
 
 /** The summary lines above the table: connection, replay, counters. */
-export function renderFleetStatus({ header, status, counters, rows, now, shared }: FleetStatus): string {
+export function renderFleetStatus(view: FleetStatusView): string {
+  const { header, status, counters, rows, now, shared } = view;
   const ready = rows.filter((r) => r.ready === 'ready').length;
   const stale = rows.filter((r) => r.stale).length;
   const staleness = status.staleSince === undefined ? '' : `  STALE for ${formatAge(now - status.staleSince)}`;
@@ -110,13 +114,18 @@ export function renderFleetStatus({ header, status, counters, rows, now, shared 
     `pool ${header.pool}  stream ${header.stream}  nats ${header.server}`,
     `connection ${status.connection}  reconnects ${status.reconnects}  ${status.caughtUp ? 'caught up' : 'replaying'}  seq ${status.lastSequence}${staleness}`,
     `pods ${rows.length}  ready ${ready}  stale metrics ${stale}`,
-    `events applied ${counters.applied}  ignored ${counters.ignored}  rejected ${counters.rejected}${rejected ? ` (${rejected})` : ''}  future ${counters.future}  over capacity ${counters.overCapacity}`,
+    `events applied ${counters.applied}  ignored ${counters.ignored}  rejected ${counters.rejected}${rejected ? ` (${rejected})` : ''}  future ${counters.future}  over capacity ${counters.overCapacity}  too many zones ${counters.tooManyZones}  address conflicts ${counters.addressConflict}`,
     ...(shared === undefined
       ? []
       : [
           shared.epps === 0
             ? 'in flight: no EPP shares its state'
             : `in flight ${shared.inFlight} over ${shared.epps} EPP${shared.epps === 1 ? '' : 's'} (their shared state)`,
+          ...(shared.refused === undefined
+            ? []
+            : [
+                `in flight: INCOMPLETE, only requests started since spillway-fleet did: ${shared.refused} (an EPP user may publish only its own zone's: give --zone <its zone>)`,
+              ]),
         ]),
   ].join('\n');
 }

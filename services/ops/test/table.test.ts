@@ -101,7 +101,7 @@ describe('fleet table', () => {
     const text = renderFleetStatus({
       header: { pool: 'llama', stream: 'SPILLWAY', server: 'nats://x:1' },
       status,
-      counters: { applied: 7, ignored: 0, rejected: 3, future: 0, overCapacity: 0 },
+      counters: { applied: 7, ignored: 0, rejected: 3, future: 0, overCapacity: 0, tooManyZones: 1, addressConflict: 2 },
       rows: [row({}), row({ ready: 'not ready', stale: true })],
       now: 4_000,
     });
@@ -109,12 +109,13 @@ describe('fleet table', () => {
     expect(text).toContain('connection reconnecting  reconnects 2  caught up  seq 42  STALE for 3.0s');
     expect(text).toContain('pods 2  ready 1  stale metrics 1');
     expect(text).toContain('events applied 7  ignored 0  rejected 3 (not-json=2 invalid=1)');
+    expect(text).toContain('too many zones 1  address conflicts 2');
     expect(text).not.toContain('in flight');
     const shared = (epps: number, inFlight: number) =>
       renderFleetStatus({
         header: { pool: 'llama', stream: 'SPILLWAY', server: 'x' },
         status,
-        counters: { applied: 0, ignored: 0, rejected: 0, future: 0, overCapacity: 0 },
+        counters: { applied: 0, ignored: 0, rejected: 0, future: 0, overCapacity: 0, tooManyZones: 0, addressConflict: 0 },
         rows: [],
         now: 0,
         shared: { epps, inFlight },

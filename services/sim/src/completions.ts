@@ -4,7 +4,7 @@ import type { RejectReason, Sequence } from '@spillway/engine';
 import type { ChatMessage, PromptTokenizer } from '@spillway/tokenizer';
 import type { Logger } from 'pino';
 import { readJson, sendError, sendJson } from './http.js';
-import type { SimMetrics } from './metrics.js';
+import type { EngineObserver } from './metrics.js';
 import {
   CHAT,
   COMPLETION,
@@ -20,11 +20,17 @@ import {
 import type { ApiError, Prompt, Shapes } from './openai.js';
 import type { LiveRequest, RealtimeEngine } from './runner.js';
 
+/** One data-parallel rank as the request path sees it: its engine and its metric series. */
+export interface SimRank {
+  runner: RealtimeEngine;
+  observe: EngineObserver;
+}
+
 export interface CompletionContext {
   model: string;
   loras: ReadonlySet<string>;
-  runner: RealtimeEngine;
-  metrics: SimMetrics;
+  /** The data-parallel ranks (one without data parallelism). */
+  ranks: readonly SimRank[];
   /** Whether this request should fail (--error-rate); seeded, so a run is repeatable. */
   errorInjected(): boolean;
   logger: Logger;
@@ -92,6 +98,31 @@ function promptTokens(tokenizer: PromptTokenizer | undefined, p: Parsed): ArrayL
   }
 }
 
+/**
+ * The rank a request goes to, as vLLM's API server picks the engine of a data-parallel deployment
+ * (`vllm/v1/engine/core_client.py`, `DPLBAsyncMPClient.get_core_engine_for_request`): the rank in
+ * the request's `X-data-parallel-rank` header when it names one, else the least loaded by
+ * `waiting * 4 + running`, lowest rank first among equals. (vLLM scores the counts its engines last
+ * reported; here they are exact.) Undefined for a header naming no rank.
+ */
+export function pickRank(ranks: readonly SimRank[], header: string | string[] | undefined): SimRank | undefined {
+  if (header !== undefined) {
+    const rank = Number(Array.isArray(header) ? header[0] : header);
+    return Number.isInteger(rank) ? ranks[rank] : undefined;
+  }
+  let best = ranks[0];
+  let bestScore = Number.POSITIVE_INFINITY;
+  for (const rank of ranks) {
+    const { waiting, running } = rank.runner.engine.stats();
+    const score = waiting * 4 + running;
+    if (score < bestScore) {
+      best = rank;
+      bestScore = score;
+    }
+  }
+  return best;
+}
+
 /** POST /v1/completions and /v1/chat/completions, streaming or not. */
 export async function handleCompletion(
   ctx: CompletionContext,
@@ -106,6 +137,9 @@ export async function handleCompletion(
   if (p.model !== ctx.model && !ctx.loras.has(p.model)) return sendError(res, apiError(404, `The model \`${p.model}\` does not exist.`));
   if (ctx.errorInjected()) return sendError(res, apiError(500, 'injected failure (--error-rate)'));
 
+  const rank = pickRank(ctx.ranks, req.headers['x-data-parallel-rank']);
+  if (rank === undefined) return sendError(res, apiError(400, `X-data-parallel-rank must name one of ${ctx.ranks.length} ranks`));
+  const { runner, observe } = rank;
   const shapes: Shapes = kind === 'chat' ? CHAT : COMPLETION;
   const lora = p.model === ctx.model ? undefined : p.model;
   const tokens = promptTokens(ctx.tokenizer, p);
@@ -113,7 +147,6 @@ export async function handleCompletion(
   const n = ++requestCounter;
   const id = `${shapes.idPrefix}${n.toString(16)}`;
   const head = { id, created: Math.floor(Date.now() / 1000), model: p.model };
-  const { metrics } = ctx;
   let text = '';
 
   const write = (obj: object): void => {
@@ -124,18 +157,19 @@ export async function handleCompletion(
     tokenIds: tokens,
     outputTokens: p.maxTokens,
     // Adapters never share cache blocks with the base model or each other.
-    blockHashes: blockHashes(tokens, ctx.runner.engine.config.blockSize, lora === undefined ? 0 : hashString(lora)),
+    blockHashes: blockHashes(tokens, runner.engine.config.blockSize, lora === undefined ? 0 : hashString(lora)),
     ...(lora === undefined ? {} : { lora }),
     onToken(seq, _at) {
-      if (seq.generated === 1) metrics.firstToken((seq.firstTokenAt - seq.submittedAt) / 1000, seq.queueMs / 1000);
-      else metrics.token(seq.lastItlMs / 1000);
+      if (seq.generated === 1) observe.firstToken((seq.firstTokenAt - seq.submittedAt) / 1000, seq.queueMs / 1000);
+      else observe.token(seq.lastItlMs / 1000);
       const tok = outputToken(n, seq.generated - 1);
       const last = seq.generated === seq.request.outputTokens;
       if (p.stream) write(shapes.chunk(head, tok, last ? 'length' : null, seq.generated === 1));
       else text += tok;
     },
     onFinish(seq, _at) {
-      metrics.finish((seq.finishedAt - seq.submittedAt) / 1000, 'length');
+      const tpot = seq.generated > 1 ? (seq.finishedAt - seq.firstTokenAt) / (seq.generated - 1) / 1000 : undefined;
+      observe.finish((seq.finishedAt - seq.submittedAt) / 1000, 'length', tpot);
       const u = usage(seq.request.promptTokens, seq.generated, seq.cachedTokens);
       if (p.stream) {
         if (p.includeUsage) write(shapes.usageChunk(head, u));
@@ -146,7 +180,7 @@ export async function handleCompletion(
     },
   };
 
-  const seq: Sequence<LiveRequest> = ctx.runner.submit(live);
+  const seq: Sequence<LiveRequest> = runner.submit(live);
   if (seq.state === 'rejected') {
     ctx.logger.debug({ id, reason: seq.rejectReason }, 'request rejected');
     return sendError(res, REJECT_STATUS[seq.rejectReason ?? 'invalid']);
@@ -155,7 +189,7 @@ export async function handleCompletion(
   res.on('close', () => {
     if (seq.state === 'waiting' || seq.state === 'running') {
       ctx.logger.debug({ id, generated: seq.generated }, 'client went away; request cancelled');
-      ctx.runner.cancel(seq);
+      runner.cancel(seq);
     }
   });
   if (p.stream && seq.state !== 'finished') {

@@ -1,4 +1,4 @@
-export { startSim } from './server.js';
+export { startSim, rankEndpoint } from './server.js';
 export type { SimServer, StartSimOptions } from './server.js';
 export { HELP, parseSimArgs, simFlags, simOptions } from './options.js';
 export type { MetricsFlavor, ParsedArgs, SimOptions } from './options.js';

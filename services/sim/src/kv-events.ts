@@ -5,6 +5,10 @@ import { Publisher, Router } from 'zeromq';
 export interface KvEventsOptions {
   /** PUB endpoint, bound: `tcp://*:5557` as vLLM's default (`tcp://127.0.0.1:*` picks a free port). */
   endpoint: string;
+  /** The data-parallel rank this publisher speaks for (each batch says it, as vLLM's do). */
+  dataParallelRank: number;
+  /** vLLM's struct encoding: `map` (the newest vLLM) or `array` (`array_like` structs of earlier releases). */
+  layout: 'map' | 'array';
   /** Optional ROUTER replay endpoint, bound (vLLM's `replay_endpoint`). */
   replayEndpoint?: string | undefined;
   /** First frame of every message (vLLM's `topic`, default empty). */
@@ -29,6 +33,20 @@ export interface KvEventCounters {
   /** Batches dropped unsent because the socket could not keep up (their sequence numbers are skipped). */
   droppedBatches: number;
 }
+
+/** What `stored` reports: blocks `[from, to)` of a request's `tokens`, keyed by the engine's `hashes`. */
+export interface StoredBlocks {
+  tokens: ArrayLike<number>;
+  hashes: ArrayLike<number>;
+  from: number;
+  to: number;
+  blockSize: number;
+  /** The adapter the blocks belong to (vLLM numbers adapters 1, 2, ... in load order). */
+  lora: { id: number; name: string } | null;
+}
+
+/** vLLM's `kv_cache_spec_kind` of a full-attention group (`vllm/v1/kv_cache_interface.py`). */
+const FULL_ATTENTION = 'full_attention';
 
 /** Evictions coalesced into one BlockRemoved event at most (decoders bound hashes per event). */
 const MAX_HASHES_PER_EVENT = 4096;
@@ -87,29 +105,39 @@ export class KvEventPublisher {
     }
   }
 
-  /** Prompt blocks `[from, to)` of a request entered the cache. */
-  stored(
-    tokens: ArrayLike<number>,
-    hashes: ArrayLike<number>,
-    from: number,
-    to: number,
-    blockSize: number,
-    loraId: number | null,
-    loraName: string | null,
-  ): void {
+  /**
+   * Prompt blocks `[from, to)` of a request entered the cache: one BlockStored with every field
+   * vLLM fills (`vllm/v1/core/block_pool.py`): the blocks' hashes chained to the parent block, their
+   * tokens, the LoRA adapter (its number and its name, which vLLM also puts into each block's
+   * extra keys), the medium, and the KV-cache group (one full-attention group here).
+   */
+  stored(blocks: StoredBlocks): void {
+    const { tokens, hashes, from, to, blockSize, lora } = blocks;
     const tokenIds = new Array<number>((to - from) * blockSize);
     for (let i = 0; i < tokenIds.length; i++) tokenIds[i] = tokens[from * blockSize + i] as number;
     const blockHashes = new Array<number>(to - from);
     for (let b = from; b < to; b++) blockHashes[b - from] = hashes[b] as number;
     const parent = from > 0 ? (hashes[from - 1] as number) : null;
-    this.add({ type: 'stored', hashes: blockHashes, parent, tokenIds, blockSize, loraId, medium: VLLM_MEDIUM_GPU, loraName });
+    this.add({
+      type: 'stored',
+      hashes: blockHashes,
+      parent,
+      tokenIds,
+      blockSize,
+      loraId: lora?.id ?? null,
+      medium: VLLM_MEDIUM_GPU,
+      loraName: lora?.name ?? null,
+      extraKeys: blockHashes.map(() => (lora ? [lora.name] : null)),
+      group: 0,
+      groupKind: FULL_ATTENTION,
+    });
   }
 
   /** One cached block was evicted; consecutive evictions share one BlockRemoved event. */
   evicted(hash: number): void {
     const last = this.pending[this.pending.length - 1];
     if (last?.type === 'removed' && last.hashes.length < MAX_HASHES_PER_EVENT) (last.hashes as number[]).push(hash);
-    else this.add({ type: 'removed', hashes: [hash], medium: VLLM_MEDIUM_GPU });
+    else this.add({ type: 'removed', hashes: [hash], medium: VLLM_MEDIUM_GPU, group: 0 });
   }
 
   cleared(): void {
@@ -137,7 +165,7 @@ export class KvEventPublisher {
     if (this.pending.length === 0 || this.closed) return;
     const events = this.pending;
     this.pending = [];
-    const payload = encodeVllmKvBatch(Date.now() / 1000, events, 0);
+    const payload = encodeVllmKvBatch(Date.now() / 1000, events, this.options.dataParallelRank, this.options.layout);
     const seq = this.seq++;
     this.counters.batches++;
     this.counters.events += events.length;

@@ -8,12 +8,18 @@ export interface MetricsSource {
   loraInfo(): LoraInfo;
 }
 
-/** Observations pushed as requests progress; times in seconds of model time (before --time-scale). */
-export interface SimMetrics {
-  readonly registry: Registry;
+/** Observations pushed as requests progress on one engine (data-parallel rank); times in seconds of model time (before --time-scale). */
+export interface EngineObserver {
   firstToken(ttftS: number, queueS: number): void;
   token(itlS: number): void;
-  finish(e2eS: number, reason: string): void;
+  /** `tpotS`: the request's mean time per output token after the first (vLLM's per-request TPOT). */
+  finish(e2eS: number, reason: string, tpotS?: number): void;
+}
+
+export interface SimMetrics {
+  readonly registry: Registry;
+  /** The observer of data-parallel rank `rank` (label `engine`, as vLLM labels each engine's series). */
+  engine(rank: number): EngineObserver;
 }
 
 // vLLM's own buckets (vllm/v1/metrics/loggers.py), so dashboards built for vLLM read the same.
@@ -31,6 +37,10 @@ interface Names {
   kvUsage: string[];
   ttft: string;
   itl: string[];
+  /** A per-request mean time per output token (vLLM's request_time_per_output_token_seconds). */
+  requestTpot?: string;
+  /** Cached prompt tokens (vLLM's prompt_tokens_cached_total). */
+  cachedTokens?: string;
   e2e: string;
   queue: string;
   promptTokens: string;
@@ -46,10 +56,13 @@ const NAMES: Record<MetricsFlavor, Names> = {
   vllm: {
     waiting: 'vllm:num_requests_waiting',
     running: 'vllm:num_requests_running',
-    // The old name is still read by older scrapers (deprecated in vLLM 0.10).
-    kvUsage: ['vllm:kv_cache_usage_perc', 'vllm:gpu_cache_usage_perc'],
+    // The current names (vllm/v1/metrics/loggers.py, PrometheusStatLogger): gpu_cache_usage_perc and
+    // time_per_output_token_seconds, deprecated in 0.10, are gone; the collector still reads them from older servers.
+    kvUsage: ['vllm:kv_cache_usage_perc'],
     ttft: 'vllm:time_to_first_token_seconds',
-    itl: ['vllm:inter_token_latency_seconds', 'vllm:time_per_output_token_seconds'],
+    itl: ['vllm:inter_token_latency_seconds'],
+    requestTpot: 'vllm:request_time_per_output_token_seconds',
+    cachedTokens: 'vllm:prompt_tokens_cached_total',
     e2e: 'vllm:e2e_request_latency_seconds',
     queue: 'vllm:request_queue_time_seconds',
     promptTokens: 'vllm:prompt_tokens_total',
@@ -86,108 +99,164 @@ const NAMES: Record<MetricsFlavor, Names> = {
   },
 };
 
-/** A counter that mirrors an engine counter at scrape time (prom-client counters cannot be set). */
-function mirroredCounter(registry: Registry, name: string, help: string, model: string, read: () => number): void {
+/** One series per engine (data-parallel rank): its labels and what it reads at scrape time. */
+interface PerEngine {
+  labels: (rank: number) => Record<string, string>;
+  read: (stats: EngineStats, rank: number) => number;
+}
+
+/** A counter that mirrors each engine's counter at scrape time (prom-client counters cannot be set). */
+function mirroredCounter(registry: Registry, meta: { name: string; help: string }, stats: () => EngineStats[], series: PerEngine): void {
   new Counter({
-    name,
-    help,
-    labelNames: ['model_name', 'engine'],
+    name: meta.name,
+    help: meta.help,
+    labelNames: Object.keys(series.labels(0)),
     registers: [registry],
     collect() {
       this.reset();
-      this.inc({ model_name: model, engine: '0' }, read());
+      stats().forEach((s, rank) => this.inc(series.labels(rank), series.read(s, rank)));
     },
   });
 }
 
-function gauge(registry: Registry, name: string, help: string, labels: Record<string, string>, read: () => number): void {
+function gauge(registry: Registry, meta: { name: string; help: string }, stats: () => EngineStats[], series: PerEngine): void {
   new Gauge({
-    name,
-    help,
-    labelNames: Object.keys(labels),
+    name: meta.name,
+    help: meta.help,
+    labelNames: Object.keys(series.labels(0)),
     registers: [registry],
     collect() {
-      this.set(labels, read());
+      this.reset();
+      stats().forEach((s, rank) => this.set(series.labels(rank), series.read(s, rank)));
     },
   });
 }
 
-export function createMetrics(flavor: MetricsFlavor, model: string, engine: Engine | MetricsSource): SimMetrics {
+/**
+ * The exposition of one simulated server, in `flavor`'s names, with one series per engine
+ * (data-parallel rank) labelled `engine` as vLLM labels them; the collector sums (counts) or
+ * averages (KV use) them per pod.
+ */
+export function createMetrics(flavor: MetricsFlavor, model: string, engines: ReadonlyArray<Engine | MetricsSource>): SimMetrics {
   const registry = new Registry();
   const n = NAMES[flavor];
-  const labels = { model_name: model, engine: '0' };
-  // One stats() per scrape would be nicer, but collect callbacks run independently; stats() is cheap.
-  const stats = (): EngineStats => engine.stats();
+  const engineLabels = (rank: number) => ({ model_name: model, engine: String(rank) });
+  const modelLabels = () => ({ model_name: model });
+  // One stats() per engine per family per scrape: cheap, and collect callbacks run independently.
+  const stats = (): EngineStats[] => engines.map((e) => e.stats());
+  const per = (read: (s: EngineStats) => number, labels: (rank: number) => Record<string, string> = engineLabels): PerEngine => ({
+    labels,
+    read,
+  });
 
-  gauge(registry, n.waiting, 'Number of requests waiting to be processed.', labels, () => stats().waiting);
-  gauge(registry, n.running, 'Number of requests in model execution batches.', labels, () => stats().running);
-  for (const name of n.kvUsage) gauge(registry, name, 'KV-cache usage. 1 means 100 percent usage.', labels, () => stats().kvUsage);
-  mirroredCounter(registry, n.promptTokens, 'Number of prefill tokens processed.', model, () => stats().promptTokens);
-  mirroredCounter(registry, n.generationTokens, 'Number of generation tokens processed.', model, () => stats().generationTokens);
+  gauge(
+    registry,
+    { name: n.waiting, help: 'Number of requests waiting to be processed.' },
+    stats,
+    per((s) => s.waiting),
+  );
+  gauge(
+    registry,
+    { name: n.running, help: 'Number of requests in model execution batches.' },
+    stats,
+    per((s) => s.running),
+  );
+  for (const name of n.kvUsage)
+    gauge(
+      registry,
+      { name, help: 'KV-cache usage. 1 means 100 percent usage.' },
+      stats,
+      per((s) => s.kvUsage),
+    );
+  mirroredCounter(
+    registry,
+    { name: n.promptTokens, help: 'Number of prefill tokens processed.' },
+    stats,
+    per((s) => s.promptTokens),
+  );
+  mirroredCounter(
+    registry,
+    { name: n.generationTokens, help: 'Number of generation tokens processed.' },
+    stats,
+    per((s) => s.generationTokens),
+  );
+  if (n.cachedTokens)
+    mirroredCounter(
+      registry,
+      { name: n.cachedTokens, help: 'Number of cached prompt tokens (local + external).' },
+      stats,
+      per((s) => s.prefixHitTokens),
+    );
   if (n.prefix.kind === 'tokens') {
     mirroredCounter(
       registry,
-      n.prefix.hits,
-      'Prefix cache hits, in terms of number of cached tokens.',
-      model,
-      () => stats().prefixHitTokens,
+      { name: n.prefix.hits, help: 'Prefix cache hits, in terms of number of cached tokens.' },
+      stats,
+      per((s) => s.prefixHitTokens),
     );
     if (n.prefix.queries)
       mirroredCounter(
         registry,
-        n.prefix.queries,
-        'Prefix cache queries, in terms of number of queried tokens.',
-        model,
-        () => stats().prefixQueryTokens,
+        { name: n.prefix.queries, help: 'Prefix cache queries, in terms of number of queried tokens.' },
+        stats,
+        per((s) => s.prefixQueryTokens),
       );
   } else {
     // Whole blocks of the looked-up prompt tokens, as TensorRT-LLM counts reuse.
-    const { blockSize: size } = engine.stats();
-    mirroredCounter(registry, n.prefix.hits, 'Cumulative number of KV cache blocks reused (cache hits)', model, () =>
-      Math.floor(stats().prefixHitTokens / size),
+    mirroredCounter(
+      registry,
+      { name: n.prefix.hits, help: 'Cumulative number of KV cache blocks reused (cache hits)' },
+      stats,
+      per((s) => Math.floor(s.prefixHitTokens / s.blockSize)),
     );
     mirroredCounter(
       registry,
-      n.prefix.misses,
-      'Cumulative number of KV cache blocks missed (cache misses)',
-      model,
-      () => Math.floor(stats().prefixQueryTokens / size) - Math.floor(stats().prefixHitTokens / size),
+      { name: n.prefix.misses, help: 'Cumulative number of KV cache blocks missed (cache misses)' },
+      stats,
+      per((s) => Math.floor(s.prefixQueryTokens / s.blockSize) - Math.floor(s.prefixHitTokens / s.blockSize)),
     );
   }
-  if (!n.success.finishedReason) mirroredCounter(registry, n.success.name, 'Number of requests processed.', model, () => stats().finished);
+  if (!n.success.finishedReason)
+    mirroredCounter(
+      registry,
+      { name: n.success.name, help: 'Number of requests processed.' },
+      stats,
+      per((s) => s.finished),
+    );
   if (n.preemptions)
-    mirroredCounter(registry, n.preemptions, 'Cumulative number of preemption from the engine.', model, () => stats().preemptions);
+    mirroredCounter(
+      registry,
+      { name: n.preemptions, help: 'Cumulative number of preemption from the engine.' },
+      stats,
+      per((s) => s.preemptions),
+    );
 
-  const { blockSize, numBlocks } = engine.stats();
   if (flavor === 'vllm') {
     gauge(
       registry,
-      'vllm:cache_config_info',
-      'Information of the LLMEngine CacheConfig',
-      {
-        model_name: model,
-        block_size: String(blockSize),
-        num_gpu_blocks: String(numBlocks),
-        enable_prefix_caching: 'True',
-      },
-      () => 1,
+      { name: 'vllm:cache_config_info', help: 'Information of the LLMEngine CacheConfig' },
+      stats,
+      per(
+        () => 1,
+        (rank) => {
+          const { blockSize, numBlocks } = (engines[rank] as Engine | MetricsSource).stats();
+          return { block_size: String(blockSize), num_gpu_blocks: String(numBlocks), enable_prefix_caching: 'True', engine: String(rank) };
+        },
+      ),
     );
+    const first = engines[0] as Engine | MetricsSource;
     new Gauge({
       name: 'vllm:lora_requests_info',
       help: 'Running stats on lora requests.',
-      labelNames: ['model_name', 'max_lora', 'running_lora_adapters', 'waiting_lora_adapters'],
+      labelNames: ['max_lora', 'running_lora_adapters', 'waiting_lora_adapters'],
       registers: [registry],
       collect() {
-        // vLLM's value is the time of the last update; consumers pick the series with the largest value.
-        const info = engine.loraInfo();
+        // vLLM's value is the time of the last update; consumers pick the series with the largest
+        // value. vLLM warns this gauge is misleading with data parallelism: it shows one engine's.
+        const info = first.loraInfo();
         this.reset();
         this.set(
-          {
-            model_name: model,
-            max_lora: String(info.max),
-            running_lora_adapters: info.running.join(','),
-            waiting_lora_adapters: info.waiting.join(','),
-          },
+          { max_lora: String(info.max), running_lora_adapters: info.running.join(','), waiting_lora_adapters: info.waiting.join(',') },
           Date.now() / 1000,
         );
       },
@@ -195,27 +264,44 @@ export function createMetrics(flavor: MetricsFlavor, model: string, engine: Engi
   } else if (flavor === 'sglang') {
     gauge(
       registry,
-      'sglang:cache_config_info',
-      'Cache configuration.',
-      {
-        model_name: model,
-        page_size: String(blockSize),
-        num_pages: String(numBlocks),
-      },
-      () => 1,
+      { name: 'sglang:cache_config_info', help: 'Cache configuration.' },
+      stats,
+      per(
+        () => 1,
+        (rank) => {
+          const { blockSize, numBlocks } = (engines[rank] as Engine | MetricsSource).stats();
+          return { model_name: model, engine: String(rank), page_size: String(blockSize), num_pages: String(numBlocks) };
+        },
+      ),
     );
-    gauge(registry, 'sglang:num_used_tokens', 'The number of used tokens.', { model_name: model }, () => stats().usedBlocks * blockSize);
+    gauge(
+      registry,
+      { name: 'sglang:num_used_tokens', help: 'The number of used tokens.' },
+      stats,
+      per((s) => s.usedBlocks * s.blockSize),
+    );
   } else {
-    gauge(registry, 'trtllm_kv_cache_tokens_per_block', 'Tokens per KV-cache block.', { model_name: model }, () => blockSize);
-    gauge(registry, 'trtllm_kv_cache_max_blocks', 'Maximum KV-cache blocks.', { model_name: model }, () => numBlocks);
+    gauge(
+      registry,
+      { name: 'trtllm_kv_cache_tokens_per_block', help: 'Tokens per KV-cache block.' },
+      stats,
+      per((s) => s.blockSize, modelLabels),
+    );
+    gauge(
+      registry,
+      { name: 'trtllm_kv_cache_max_blocks', help: 'Maximum KV-cache blocks.' },
+      stats,
+      per((s) => s.numBlocks, modelLabels),
+    );
   }
 
   const hist = (name: string, help: string, buckets: number[]): Histogram<string> =>
     new Histogram({ name, help, buckets, labelNames: ['model_name', 'engine'], registers: [registry] });
-  const ttft = hist(n.ttft, 'Histogram of time to first token in seconds.', TTFT_BUCKETS).labels(labels);
-  const itl = n.itl.map((name) => hist(name, 'Histogram of inter-token latency in seconds.', ITL_BUCKETS).labels(labels));
-  const e2e = hist(n.e2e, 'Histogram of end to end request latency in seconds.', E2E_BUCKETS).labels(labels);
-  const queue = hist(n.queue, 'Histogram of time spent in WAITING phase for request.', TTFT_BUCKETS).labels(labels);
+  const ttft = hist(n.ttft, 'Histogram of time to first token in seconds.', TTFT_BUCKETS);
+  const itl = n.itl.map((name) => hist(name, 'Histogram of inter-token latency in seconds.', ITL_BUCKETS));
+  const tpot = n.requestTpot ? hist(n.requestTpot, 'Histogram of time_per_output_token_seconds per request.', ITL_BUCKETS) : undefined;
+  const e2e = hist(n.e2e, 'Histogram of end to end request latency in seconds.', E2E_BUCKETS);
+  const queue = hist(n.queue, 'Histogram of time spent in WAITING phase for request.', TTFT_BUCKETS);
   const success = n.success.finishedReason
     ? new Counter({
         name: n.success.name,
@@ -225,18 +311,27 @@ export function createMetrics(flavor: MetricsFlavor, model: string, engine: Engi
       })
     : undefined;
 
-  return {
-    registry,
-    firstToken(ttftS, queueS) {
-      ttft.observe(ttftS);
-      queue.observe(queueS);
-    },
-    token(itlS) {
-      for (const h of itl) h.observe(itlS);
-    },
-    finish(e2eS, reason) {
-      e2e.observe(e2eS);
-      success?.inc({ ...labels, finished_reason: reason });
-    },
-  };
+  const observers = engines.map((_, rank): EngineObserver => {
+    const labels = engineLabels(rank);
+    const ttftR = ttft.labels(labels);
+    const queueR = queue.labels(labels);
+    const itlR = itl.map((h) => h.labels(labels));
+    const tpotR = tpot?.labels(labels);
+    const e2eR = e2e.labels(labels);
+    return {
+      firstToken(ttftS, queueS) {
+        ttftR.observe(ttftS);
+        queueR.observe(queueS);
+      },
+      token(itlS) {
+        for (const h of itlR) h.observe(itlS);
+      },
+      finish(e2eS, reason, tpotS) {
+        e2eR.observe(e2eS);
+        if (tpotS !== undefined) tpotR?.observe(tpotS);
+        success?.inc({ ...labels, finished_reason: reason });
+      },
+    };
+  });
+  return { registry, engine: (rank) => observers[rank] as EngineObserver };
 }

@@ -36,12 +36,23 @@ export interface SimOptions {
   kvBatchMaxEvents: number;
   kvBatchMs: number;
   kvReplayBuffer: number;
+  /** vLLM's struct encoding of KV events: `map` (the newest vLLM) or `array` (earlier releases). */
+  kvEventsLayout: 'map' | 'array';
+  /** Data-parallel ranks (vLLM --data-parallel-size): engines of their own, each with its KV-event stream. */
+  dataParallelSize: number;
   /** A `@spillway/tokenizer` preset or a tokenizer.json path: prompts are tokenized as the model does. */
   tokenizer?: string;
 }
 
 const int = (min: number) => z.coerce.number().int().min(min);
-const zmqEndpoint = z.string().regex(/^(tcp|ipc|inproc):\/\/.+/, 'a ZeroMQ endpoint such as tcp://*:5557');
+const ZMQ_ENDPOINT = /^(tcp|ipc|inproc):\/\/[^,]+$/;
+/** One ZeroMQ endpoint, or one per data-parallel rank separated by commas. */
+const zmqEndpoint = z
+  .string()
+  .refine(
+    (s) => s.split(',').every((e) => ZMQ_ENDPOINT.test(e)),
+    'a ZeroMQ endpoint such as tcp://*:5557 (or one per rank, comma-separated)',
+  );
 
 /** spillway-sim's flags, each also `SPILLWAY_<FLAG>`; they map one to one onto SimOptions. */
 export const simFlags = {
@@ -114,7 +125,7 @@ export const simFlags = {
   logLevel: { description: 'pino level (default info)', schema: logLevel(), placeholder: 'LEVEL' },
   kvEvents: {
     description:
-      'publish KV-cache events as vLLM does on this ZeroMQ PUB endpoint, bound (e.g. tcp://*:5557; tcp://127.0.0.1:* picks a port)',
+      'publish KV-cache events as vLLM does on this ZeroMQ PUB endpoint, bound (e.g. tcp://*:5557; tcp://127.0.0.1:* picks a port); with --data-parallel-size, rank r binds port + r, or the r-th of a comma-separated list',
     schema: zmqEndpoint.optional(),
     placeholder: 'ENDPOINT',
   },
@@ -141,6 +152,17 @@ export const simFlags = {
   kvReplayBuffer: {
     description: 'KV-event batches kept for replay (default 10000, as vLLM; also at most 64 MiB)',
     schema: int(1).max(1_000_000).default(10_000),
+    placeholder: 'N',
+  },
+  kvEventsLayout: {
+    description: "KV events' struct encoding: map (the newest vLLM) | array (vLLM's earlier array_like structs) (default map)",
+    schema: z.enum(['map', 'array']).default('map'),
+    placeholder: 'LAYOUT',
+  },
+  dataParallelSize: {
+    description:
+      'data-parallel ranks, as vLLM --data-parallel-size: that many engines, each with its own KV cache; requests go to the least loaded (or the rank in an X-data-parallel-rank header); with --kv-events rank r publishes on its port + r (a * port: one free port each) (default 1)',
+    schema: int(1).max(32).default(1),
     placeholder: 'N',
   },
   tokenizer: {

@@ -32,11 +32,16 @@ export interface SimServer {
   /** `http://host:port`, with the bound port when started on port 0. */
   readonly url: string;
   readonly port: number;
+  /** Rank 0's engine (the only one without data parallelism). */
   readonly engine: Engine<LiveRequest>;
+  /** Every data-parallel rank's engine, in rank order. */
+  readonly engines: ReadonlyArray<Engine<LiveRequest>>;
   readonly faults: Faults;
   readonly options: SimOptions;
-  /** The KV-event publisher (`--kv-events`), with its bound endpoints and counters. */
+  /** Rank 0's KV-event publisher (`--kv-events`), with its bound endpoints and counters. */
   readonly kvEvents: KvEventPublisher | undefined;
+  /** Every rank's KV-event publisher, in rank order. */
+  readonly kvPublishers: readonly KvEventPublisher[];
   close(): Promise<void>;
 }
 
@@ -47,28 +52,49 @@ function kvSink(publisher: KvEventPublisher, loras: readonly string[], blockSize
       const r = seq.request;
       const hashes = r.blockHashes;
       if (!hashes) return;
-      const lora = r.lora ?? null;
-      publisher.stored(r.tokenIds, hashes, from, to, blockSize, lora === null ? null : loras.indexOf(lora) + 1, lora);
+      const lora = r.lora === undefined ? null : { id: loras.indexOf(r.lora) + 1, name: r.lora };
+      publisher.stored({ tokens: r.tokenIds, hashes, from, to, blockSize, lora });
     },
     evicted: (hash) => publisher.evicted(hash),
     cleared: () => publisher.cleared(),
   };
 }
 
-export async function startSim(input: StartSimOptions = {}): Promise<SimServer> {
-  const { logger: givenLogger, onCrash, ...rest } = input;
-  const options = simOptions(rest);
-  const logger = givenLogger ?? pino({ level: options.logLevel, base: { service: 'spillway-sim' } });
-  // Loaded before anything binds: a bad --tokenizer fails the start, naming the file or field.
-  const tokenizer =
-    options.tokenizer === undefined ? undefined : loadTokenizer(tokenizerSpecFromFlag(options.tokenizer, TOKENIZER_PRESETS));
+/**
+ * vLLM's `ZmqEventPublisher.offset_endpoint_port` (`vllm/distributed/kv_events.py`): data-parallel
+ * rank `r` binds the configured port plus `r`; a `*` port (any free port) stays `*` for every rank.
+ */
+export function rankEndpoint(configured: string, rank: number): string {
+  // A comma-separated list names each rank's endpoint (what a restart on the ports first bound needs).
+  const list = configured.split(',');
+  const named = list[rank];
+  if (named !== undefined) return list.length > 1 ? named : rankEndpoint1(named, rank);
+  return rankEndpoint1(list[list.length - 1] as string, rank - list.length + 1);
+}
+
+function rankEndpoint1(endpoint: string, rank: number): string {
+  const colon = endpoint.lastIndexOf(':');
+  const port = endpoint.slice(colon + 1);
+  if (rank === 0 || !/^\d+$/.test(port)) return endpoint;
+  return `${endpoint.slice(0, colon)}:${Number(port) + rank}`;
+}
+
+/** One data-parallel rank: its engine, driven in real time, and its KV-event stream. */
+interface SimRankParts {
+  runner: RealtimeEngine;
+  kvEvents: KvEventPublisher | undefined;
+}
+
+function startRank(options: SimOptions, rank: number, logger: Logger): SimRankParts {
   const kvEvents =
     options.kvEvents === undefined
       ? undefined
       : new KvEventPublisher(
           {
-            endpoint: options.kvEvents,
-            replayEndpoint: options.kvReplay,
+            endpoint: rankEndpoint(options.kvEvents, rank),
+            replayEndpoint: options.kvReplay === undefined ? undefined : rankEndpoint(options.kvReplay, rank),
+            dataParallelRank: rank,
+            layout: options.kvEventsLayout,
             topic: options.kvTopic,
             batchMaxEvents: options.kvBatchMaxEvents,
             batchMs: options.kvBatchMs,
@@ -82,7 +108,8 @@ export async function startSim(input: StartSimOptions = {}): Promise<SimServer> 
     {
       preset: options.preset,
       mode: options.engineMode,
-      seed: options.seed,
+      // Each rank's jitter of its own.
+      seed: options.seed + rank,
       ...(options.maxNumSeqs === undefined ? {} : { maxNumSeqs: options.maxNumSeqs }),
       ...(options.numBlocks === undefined ? {} : { numBlocks: options.numBlocks }),
       ...(options.maxWaiting === undefined ? {} : { maxWaiting: options.maxWaiting }),
@@ -92,12 +119,23 @@ export async function startSim(input: StartSimOptions = {}): Promise<SimServer> 
     // The sink needs the engine's block size, known once the engine exists: bound late.
     kvEvents && { stored: (q, f, t) => sink?.stored(q, f, t), evicted: (h) => sink?.evicted(h), cleared: () => sink?.cleared() },
   );
-  const engine = runner.engine;
-  if (kvEvents) {
-    sink = kvSink(kvEvents, options.lora, engine.config.blockSize);
-    await kvEvents.start();
-  }
-  const metrics = createMetrics(options.engineMetrics, options.model, engine);
+  if (kvEvents) sink = kvSink(kvEvents, options.lora, runner.engine.config.blockSize);
+  return { runner, kvEvents };
+}
+
+export async function startSim(input: StartSimOptions = {}): Promise<SimServer> {
+  const { logger: givenLogger, onCrash, ...rest } = input;
+  const options = simOptions(rest);
+  const logger = givenLogger ?? pino({ level: options.logLevel, base: { service: 'spillway-sim' } });
+  // Loaded before anything binds: a bad --tokenizer fails the start, naming the file or field.
+  const tokenizer =
+    options.tokenizer === undefined ? undefined : loadTokenizer(tokenizerSpecFromFlag(options.tokenizer, TOKENIZER_PRESETS));
+  const ranks = Array.from({ length: options.dataParallelSize }, (_, rank) => startRank(options, rank, logger));
+  const engines = ranks.map((r) => r.runner.engine);
+  const engine = engines[0] as Engine<LiveRequest>;
+  const kvPublishers = ranks.flatMap((r) => (r.kvEvents ? [r.kvEvents] : []));
+  for (const publisher of kvPublishers) await publisher.start();
+  const metrics = createMetrics(options.engineMetrics, options.model, engines);
   const errorRng = new Rng(options.seed ^ 0x5eed);
 
   const server = createServer();
@@ -105,9 +143,9 @@ export async function startSim(input: StartSimOptions = {}): Promise<SimServer> 
   const kill = async (): Promise<void> => {
     if (closed) return;
     closed = true;
-    runner.stop();
+    for (const rank of ranks) rank.runner.stop();
     faults.dispose();
-    await kvEvents?.close();
+    await Promise.all(kvPublishers.map((p) => p.close()));
     const done = new Promise<void>((resolve) => server.close(() => resolve()));
     // Hung (stalled) and keep-alive connections would otherwise hold close() open forever.
     server.closeAllConnections();
@@ -125,8 +163,7 @@ export async function startSim(input: StartSimOptions = {}): Promise<SimServer> 
   const ctx: CompletionContext = {
     model: options.model,
     loras: new Set(options.lora),
-    runner,
-    metrics,
+    ranks: ranks.map((r, rank) => ({ runner: r.runner, observe: metrics.engine(rank) })),
     errorInjected: () => faults.errorRate > 0 && errorRng.next() < faults.errorRate,
     logger,
     tokenizer,
@@ -150,7 +187,8 @@ export async function startSim(input: StartSimOptions = {}): Promise<SimServer> 
     const method = req.method ?? 'GET';
     if (path === '/admin/fault' && options.admin) return admin(req, res, method);
     if (path === '/reset_prefix_cache' && options.admin && method === 'POST') {
-      const reset = engine.resetPrefixCache();
+      // Every rank's cache, as vLLM's reset_prefix_cache does for all its engines.
+      const reset = engines.map((e) => e.resetPrefixCache()).every(Boolean);
       return sendJson(res, reset ? 200 : 409, { reset });
     }
     // A stalled server accepts the connection and then says nothing, like a wedged process.
@@ -220,10 +258,19 @@ export async function startSim(input: StartSimOptions = {}): Promise<SimServer> 
       numBlocks: cfg.numBlocks,
       engineMetrics: options.engineMetrics,
       tokenizer: tokenizer?.name,
-      ...(kvEvents ? { kvEvents: kvEvents.endpoint, kvReplay: kvEvents.replayEndpoint, kvTopic: options.kvTopic } : {}),
+      dataParallelSize: options.dataParallelSize,
+      ...(kvPublishers.length > 0
+        ? {
+            kvEvents: kvPublishers[0]?.endpoint,
+            kvReplay: kvPublishers[0]?.replayEndpoint,
+            // Every rank's endpoints, in rank order (what an endpoints file's kvEvents list names).
+            kvRanks: kvPublishers.map((p) => ({ events: p.endpoint, replay: p.replayEndpoint })),
+            kvTopic: options.kvTopic,
+          }
+        : {}),
     },
     'listening',
   );
 
-  return { url, port, engine, faults, options, kvEvents, close: kill };
+  return { url, port, engine, engines, faults, options, kvEvents: kvPublishers[0], kvPublishers, close: kill };
 }

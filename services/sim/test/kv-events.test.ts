@@ -8,7 +8,7 @@ import { loadTokenizer } from '@spillway/tokenizer';
 import { Unpackr } from 'msgpackr';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Dealer, Subscriber } from 'zeromq';
-import { startSim } from '../src/index.js';
+import { rankEndpoint, startSim } from '../src/index.js';
 import type { SimServer } from '../src/index.js';
 import { post } from './helpers.js';
 
@@ -22,7 +22,36 @@ interface Message {
   batch: unknown[];
 }
 
-/** Collects every message a SUB socket receives. */
+/** vLLM's field order (kv_events.py): map-encoded events (the newest vLLM) read as the array form. */
+const FIELDS: Record<string, string[]> = {
+  BlockStored: [
+    'block_hashes',
+    'parent_block_hash',
+    'token_ids',
+    'block_size',
+    'lora_id',
+    'medium',
+    'lora_name',
+    'extra_keys',
+    'group_idx',
+    'kv_cache_spec_kind',
+    'kv_cache_spec_sliding_window',
+  ],
+  BlockRemoved: ['block_hashes', 'medium', 'group_idx'],
+  AllBlocksCleared: [],
+};
+/** Fields without a default (always sent) per event: the array form ends with the last one at least. */
+const REQUIRED: Record<string, number> = { BlockStored: 7, BlockRemoved: 2, AllBlocksCleared: 0 };
+function asArray(e: unknown): unknown[] {
+  if (Array.isArray(e)) return e;
+  const m = e as Record<string, unknown>;
+  const type = m['type'] as string;
+  const out = [type, ...(FIELDS[type] ?? []).map((f) => m[f] ?? null)];
+  while (out.length > (REQUIRED[type] ?? 0) + 1 && out[out.length - 1] === null) out.pop();
+  return out;
+}
+
+/** Collects every message a SUB socket receives (events as arrays, whichever struct encoding the batch used). */
 async function subscribe(endpoint: string): Promise<{ messages: Message[]; stored: Set<unknown>; sub: Subscriber }> {
   const sub = new Subscriber({ linger: 0 });
   sub.connect(endpoint);
@@ -37,6 +66,7 @@ async function subscribe(endpoint: string): Promise<{ messages: Message[]; store
         const [topic, seq, payload] = frames as [Buffer, Buffer, Buffer];
         expect(seq.byteLength).toBe(8);
         const batch = unpackr.unpack(payload) as unknown[];
+        batch[1] = (batch[1] as unknown[]).map(asArray);
         for (const e of batch[1] as unknown[][]) if (e[0] === 'BlockStored') for (const h of e[1] as unknown[]) stored.add(h);
         messages.push({ topic: topic.toString('utf8'), seq: seq.readBigUInt64BE(0), batch });
       }
@@ -80,6 +110,8 @@ describe('spillway-sim --kv-events', () => {
       kvEvents: 'tcp://127.0.0.1:*',
       kvReplay: 'tcp://127.0.0.1:*',
       kvTopic: 'kv@pod-a@m',
+      // vLLM's array_like structs, whose positions this suite checks (the map form: below).
+      kvEventsLayout: 'array',
     });
     ({ messages, stored: everStored, sub } = await subscribe(sim.kvEvents?.endpoint as string));
     // A SUB socket's subscription reaches the PUB socket asynchronously: publish until one arrives.
@@ -102,8 +134,9 @@ describe('spillway-sim --kv-events', () => {
     expect(Math.abs((ts as number) * 1000 - Date.now())).toBeLessThan(60_000);
     expect(rank).toBe(0);
     const stored = (events as unknown[][]).find((e) => e[0] === 'BlockStored') as unknown[];
-    expect(stored).toHaveLength(8);
-    const [tag, hashes, parent, tokenIds, blockSize, loraId, medium, loraName] = stored;
+    // Every field vLLM fills; the sliding window, at its default (nil), is left out (omit_defaults).
+    expect(stored).toHaveLength(11);
+    const [tag, hashes, parent, tokenIds, blockSize, loraId, medium, loraName, extraKeys, group, kind] = stored;
     expect(tag).toBe('BlockStored');
     expect(hashes).toHaveLength(4);
     for (const h of hashes as unknown[]) expect(Number.isSafeInteger(h)).toBe(true);
@@ -113,6 +146,9 @@ describe('spillway-sim --kv-events', () => {
     expect(loraId).toBeNull();
     expect(medium).toBe('GPU');
     expect(loraName).toBeNull();
+    expect(extraKeys).toEqual([null, null, null, null]);
+    expect(group).toBe(0);
+    expect(kind).toBe('full_attention');
   });
 
   it('chains a continuation to its parent and names the LoRA adapter', async () => {
@@ -126,6 +162,8 @@ describe('spillway-sim --kv-events', () => {
     }, 'two BlockStored');
     expect(stored[0]?.[5]).toBe(1);
     expect(stored[0]?.[7]).toBe('sql-lora');
+    // vLLM folds the adapter's name into each block's extra keys.
+    expect(stored[0]?.[8]).toEqual([['sql-lora'], ['sql-lora']]);
     expect(stored[1]?.[1]).toHaveLength(1);
     expect(stored[1]?.[2]).toBe((stored[0]?.[1] as number[])[1]); // parent = the last block of the first prompt
     expect(stored[1]?.[3]).toEqual(Array.from(tokenize('z'.repeat(4 * BLOCK))));
@@ -137,8 +175,9 @@ describe('spillway-sim --kv-events', () => {
     for (const c of ['p', 'q', 'r', 's'])
       await post(`${sim.url}/v1/completions`, { model: MODEL, prompt: c.repeat(4 * 4 * BLOCK), max_tokens: 1 });
     const removed = await until(() => eventsOf(messages).find((e) => e[0] === 'BlockRemoved'), 'BlockRemoved');
-    expect(removed).toHaveLength(3);
+    expect(removed).toHaveLength(4);
     expect(removed[2]).toBe('GPU');
+    expect(removed[3]).toBe(0);
     expect((removed[1] as unknown[]).length).toBeGreaterThan(0);
     // Every removed block was reported stored before (in this test or the ones above).
     for (const h of removed[1] as unknown[]) expect(everStored.has(h)).toBe(true);
@@ -219,5 +258,102 @@ describe('spillway-sim --tokenizer', () => {
     await expect(startSim({ port: 0, logLevel: 'silent', tokenizer: '/nonexistent/tokenizer.json' })).rejects.toThrow(
       /cannot read tokenizer.json \/nonexistent\/tokenizer.json/,
     );
+  });
+});
+
+describe('spillway-sim --data-parallel-size', () => {
+  it("binds rank r's endpoints on the configured port + r, as vLLM's offset_endpoint_port", () => {
+    expect(rankEndpoint('tcp://*:5557', 0)).toBe('tcp://*:5557');
+    expect(rankEndpoint('tcp://*:5557', 3)).toBe('tcp://*:5560');
+    expect(rankEndpoint('tcp://[::1]:5557', 1)).toBe('tcp://[::1]:5558');
+    expect(rankEndpoint('tcp://127.0.0.1:*', 2)).toBe('tcp://127.0.0.1:*');
+    // A list names each rank's endpoint (ranks past it: the last one's port + offset).
+    expect(rankEndpoint('tcp://a:7001,tcp://a:7050', 1)).toBe('tcp://a:7050');
+    expect(rankEndpoint('tcp://a:7001,tcp://a:7050', 3)).toBe('tcp://a:7052');
+  });
+
+  it('runs one engine per rank, each publishing its own stream, map-encoded as the newest vLLM', async () => {
+    const sim = await startSim({
+      port: 0,
+      preset: 'test',
+      timeScale: 200,
+      model: MODEL,
+      logLevel: 'silent',
+      // A free port per rank (the offset rule, base + rank, is checked on its own below: bound here it could collide).
+      kvEvents: 'tcp://127.0.0.1:*',
+      dataParallelSize: 2,
+    });
+    const subs = await Promise.all(sim.kvPublishers.map((p) => subscribe(p.endpoint)));
+    const raw: unknown[][] = [];
+    const rawSub = new Subscriber({ linger: 0 });
+    rawSub.connect(sim.kvPublishers[1]?.endpoint as string);
+    rawSub.subscribe();
+    void (async () => {
+      try {
+        for await (const [, , payload] of rawSub) raw.push(unpackr.unpack(payload as Buffer) as unknown[]);
+      } catch {
+        // closed
+      }
+    })();
+    try {
+      expect(new Set(sim.kvPublishers.map((p) => p.endpoint)).size).toBe(2);
+      expect(sim.engines).toHaveLength(2);
+      // The X-data-parallel-rank header sends a request to one rank: only that rank's stream reports its blocks.
+      const prompt = (rank: number) => `rank ${rank} `.repeat(5 * BLOCK);
+      const stored = (rank: number) =>
+        until(() => {
+          const s = eventsOf(subs[rank]?.messages ?? []).find((e) => e[0] === 'BlockStored');
+          if (!s) {
+            void fetch(`${sim.url}/v1/completions`, {
+              method: 'POST',
+              headers: { 'content-type': 'application/json', 'x-data-parallel-rank': String(rank) },
+              body: JSON.stringify({ model: MODEL, prompt: prompt(rank), max_tokens: 1 }),
+            }).then((r) => r.text().then(() => sim.engines[rank]?.resetPrefixCache()));
+          }
+          return s;
+        }, `BlockStored of rank ${rank}`);
+      const s0 = await stored(0);
+      const s1 = await stored(1);
+      expect(s0[3]).toEqual(Array.from(tokenize(prompt(0)).slice(0, (s0[1] as unknown[]).length * BLOCK)));
+      expect(s1[3]).toEqual(Array.from(tokenize(prompt(1)).slice(0, (s1[1] as unknown[]).length * BLOCK)));
+      for (const m of subs[0]?.messages ?? []) expect(m.batch[2]).toBe(0);
+      for (const m of subs[1]?.messages ?? []) expect(m.batch[2]).toBe(1);
+      // Rank 1's stream never carries rank 0's blocks.
+      for (const e of eventsOf(subs[1]?.messages ?? [])) if (e[0] === 'BlockStored') expect(e[3]).not.toEqual(s0[3]);
+      // The newest vLLM's encoding: each event a map with its tag in `type`, defaults left out.
+      const event = (raw.flatMap((b) => b[1] as unknown[]).find((e) => (e as { type?: string }).type === 'BlockStored') ?? {}) as Record<
+        string,
+        unknown
+      >;
+      expect(Object.keys(event)).toEqual([
+        'type',
+        'block_hashes',
+        'parent_block_hash',
+        'token_ids',
+        'block_size',
+        'lora_id',
+        'medium',
+        'lora_name',
+        'extra_keys',
+        'group_idx',
+        'kv_cache_spec_kind',
+      ]);
+      // A header naming no rank is refused.
+      const bad = await fetch(`${sim.url}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'x-data-parallel-rank': '2' },
+        body: JSON.stringify({ model: MODEL, prompt: 'x', max_tokens: 1 }),
+      });
+      expect(bad.status).toBe(400);
+      // Metrics: one series per engine, labelled as vLLM labels them.
+      const text = await (await fetch(`${sim.url}/metrics`)).text();
+      expect(text).toMatch(/vllm:num_requests_running\{model_name="m",engine="1"\}/);
+      expect(text).toMatch(/vllm:cache_config_info\{block_size="16",num_gpu_blocks="\d+",enable_prefix_caching="True",engine="1"\} 1/);
+      expect(text).not.toContain('vllm:gpu_cache_usage_perc');
+    } finally {
+      rawSub.close();
+      for (const s of subs) s.sub.close();
+      await sim.close();
+    }
   });
 });

@@ -39,7 +39,7 @@ describe('spillway-sim: metrics follow load', () => {
     const idle = await scrape(s.url);
     expect(idle.value('vllm:num_requests_running', { model_name: MODEL })).toBe(0);
     expect(idle.value('vllm:kv_cache_usage_perc')).toBe(0);
-    expect(idle.labels('vllm:cache_config_info')).toMatchObject({ block_size: '16', num_gpu_blocks: '1000', model_name: MODEL });
+    expect(idle.labels('vllm:cache_config_info')).toMatchObject({ block_size: '16', num_gpu_blocks: '1000', engine: '0' });
 
     const base = await openStreams(s.url, 5);
     const lora = await openStreams(s.url, 1, { model: 'sql-lora' });
@@ -47,7 +47,8 @@ describe('spillway-sim: metrics follow load', () => {
     expect(busy.value('vllm:num_requests_running')).toBe(4);
     expect(busy.value('vllm:num_requests_waiting')).toBe(2);
     expect(busy.value('vllm:kv_cache_usage_perc')).toBeGreaterThan(0);
-    expect(busy.value('vllm:gpu_cache_usage_perc')).toBe(busy.value('vllm:kv_cache_usage_perc'));
+    // vLLM's current names only: the deprecated gpu_cache_usage_perc is gone, as in vLLM.
+    expect(busy.families.has('vllm:gpu_cache_usage_perc')).toBe(false);
     const info = busy.labels('vllm:lora_requests_info');
     expect(info.max_lora).toBe('2');
     expect(`${info.running_lora_adapters},${info.waiting_lora_adapters}`).toContain('sql-lora');
@@ -73,7 +74,9 @@ describe('spillway-sim: metrics follow load', () => {
     const m = await scrape(s.url);
     expect(m.value('vllm:time_to_first_token_seconds')).toBe(3);
     expect(m.value('vllm:inter_token_latency_seconds')).toBe(9);
-    expect(m.value('vllm:time_per_output_token_seconds')).toBe(9);
+    // The per-request mean TPOT (vLLM's request_time_per_output_token_seconds), one per request.
+    expect(m.value('vllm:request_time_per_output_token_seconds')).toBe(3);
+    expect(m.families.has('vllm:time_per_output_token_seconds')).toBe(false);
     expect(m.value('vllm:e2e_request_latency_seconds')).toBe(3);
     expect(m.value('vllm:request_success_total', { finished_reason: 'length' })).toBe(3);
     expect(m.value('vllm:generation_tokens_total')).toBe(12);

@@ -1,7 +1,7 @@
 import type { StateDecodeReason } from '@spillway/events';
 
 /** Why a received batch was refused whole. */
-export type StateRejectReason = StateDecodeReason | 'replayed' | 'too-many-peers' | 'misplaced-snapshot' | 'wrong-pool';
+export type StateRejectReason = StateDecodeReason | 'replayed' | 'sequence-jump' | 'too-many-peers' | 'misplaced-snapshot' | 'wrong-pool';
 /** Why entries of this EPP never left. */
 export type StateDropReason = 'buffer-full' | 'not-connected' | 'publish-failed' | 'oversized';
 

@@ -56,11 +56,21 @@ const RESULTS = {
   rejected: 'rejected',
   future: 'future',
   overCapacity: 'over-capacity',
+  tooManyZones: 'too-many-zones',
+  addressConflict: 'address-conflict',
 } as const satisfies Record<keyof FleetCounters, string>;
 
 /** The fleet counts events itself; the Prometheus counters catch up by the difference. */
 function syncEventCounters(metrics: EppMetrics, fleet: Fleet): void {
-  const last = reported.get(metrics) ?? { applied: 0, ignored: 0, rejected: 0, future: 0, overCapacity: 0 };
+  const last = reported.get(metrics) ?? {
+    applied: 0,
+    ignored: 0,
+    rejected: 0,
+    future: 0,
+    overCapacity: 0,
+    tooManyZones: 0,
+    addressConflict: 0,
+  };
   const now = fleet.counters;
   for (const key of Object.keys(RESULTS) as (keyof FleetCounters)[]) {
     if (now[key] > last[key]) metrics.events.inc({ result: RESULTS[key] }, now[key] - last[key]);

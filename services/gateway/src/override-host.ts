@@ -1,0 +1,85 @@
+// Host selection for one request as the shipped config's model-server cluster does it: the
+// override_host policy walks the EPP's list, and its fallback policy (round robin over the whole
+// cluster, every zone) serves whatever the list does not (envoyproxy/envoy,
+// source/extensions/load_balancing_policies/override_host/load_balancer.cc).
+import { canonicalAddress } from './endpoints.js';
+import type { EndpointTable } from './endpoints.js';
+
+/**
+ * One request's walk along its destination list (OverrideHostFilterState::consumeNextHost, one
+ * entry per pick; LoadBalancerImpl::getEndpoint). An entry the cluster does not know is skipped
+ * without using an attempt (LoadBalancerImpl::findHost looks it up in the cluster's host map). A
+ * known host is taken whatever its health: Envoy's findHost does not check it (its TODO says so).
+ */
+export class DestinationWalk {
+  readonly #entries: readonly string[];
+  readonly #table: EndpointTable;
+  readonly #passthrough: boolean;
+  #next = 0;
+  #skipped = 0;
+
+  constructor(entries: readonly string[], table: EndpointTable, passthrough: boolean) {
+    this.#entries = entries;
+    this.#table = table;
+    this.#passthrough = passthrough;
+  }
+
+  /** Entries skipped so far because the cluster does not know them. */
+  get skipped(): number {
+    return this.#skipped;
+  }
+
+  /** The next usable entry, or undefined once the list is used up (the fallback policy picks then). */
+  next(): string | undefined {
+    while (this.#next < this.#entries.length) {
+      const entry = this.#entries[this.#next++] as string;
+      const known = this.#table.lookup(entry)?.address ?? (this.#passthrough ? canonicalAddress(entry) : undefined);
+      if (known !== undefined) return known;
+      this.#skipped++;
+    }
+    return undefined;
+  }
+}
+
+/** Default healthy_panic_threshold of an Envoy cluster (percent). */
+export const DEFAULT_PANIC_THRESHOLD = 50;
+
+/**
+ * The fallback policy: round robin over the cluster's healthy hosts, every zone alike (the
+ * fallback RoundRobin has no locality config); when fewer than the panic threshold are healthy,
+ * over all hosts (LoadBalancerBase panic mode). Shared by all requests, like Envoy's per-worker LB.
+ */
+export class RoundRobin {
+  readonly #hosts: readonly string[];
+  readonly #isHealthy: (address: string) => boolean;
+  readonly #panicThreshold: number;
+  #index: number;
+
+  constructor(hosts: readonly string[], isHealthy: (address: string) => boolean, start = 0, panicThreshold = DEFAULT_PANIC_THRESHOLD) {
+    this.#hosts = hosts;
+    this.#isHealthy = isHealthy;
+    this.#panicThreshold = panicThreshold;
+    this.#index = start;
+  }
+
+  /** The next host, or undefined when the cluster has none ("no healthy upstream"). */
+  pick(): string | undefined {
+    if (this.#hosts.length === 0) return undefined;
+    const healthy = this.#hosts.filter(this.#isHealthy);
+    const panic = (healthy.length * 100) / this.#hosts.length < this.#panicThreshold;
+    const pool = panic ? this.#hosts : healthy;
+    if (pool.length === 0) return undefined;
+    const host = pool[this.#index % pool.length];
+    this.#index = (this.#index + 1) % Number.MAX_SAFE_INTEGER;
+    return host;
+  }
+}
+
+/**
+ * Whether a cluster with one host sends requests to it: yes while healthy, and in panic mode
+ * (below the threshold percent of healthy hosts, which for one host is any unhealthy moment unless
+ * the threshold is 0). False is Envoy's "no healthy upstream".
+ */
+export function singleHostUsable(healthy: boolean, panicThreshold: number): boolean {
+  return healthy || panicThreshold > 0;
+}

@@ -1,0 +1,27 @@
+export { startXds, CONTROL_PLANE } from './xds.js';
+export type { RunningXds, StartXdsOptions } from './xds.js';
+export { loadXdsConfig, xdsFlags, XDS_HELP } from './config.js';
+export type { XdsConfig, XdsFlagValues } from './config.js';
+export { XdsHub, HubCounters } from './hub.js';
+export type { HubOptions, HubMemory, HubObserver, XdsTransport } from './hub.js';
+export { XdsSession, versionOf } from './session.js';
+export type { NodeInfo, Outgoing, RequestOutcome } from './session.js';
+export { distanceOf, prioritiesOf } from './priorities.js';
+export type { Distance, Place } from './priorities.js';
+export {
+  zonesByDistance,
+  clusterLoadAssignment,
+  subsetHintConfig,
+  placeResources,
+  staticResources,
+  SUBSET_HINT_RESOURCE,
+  GATEWAY_ZONE_KEY,
+} from './resources.js';
+export type { EncodedResource, ZoneEndpoints } from './resources.js';
+export { LIMITS } from './limits.js';
+export { RoutingChangeSink } from './view-sink.js';
+export { ADS_SERVICE_NAME } from './health.js';
+export * from './messages.js';
+export { AggregatedDiscoveryServiceClient, AggregatedDiscoveryServiceService } from './gen/envoy/service/discovery/v3/ads.js';
+export { AdsClient } from './client.js';
+export type { AdsClientOptions, AdsClientEnd } from './client.js';
