@@ -241,6 +241,9 @@ describe('metrics after traffic', () => {
         'origin',
         'event',
         'tokens',
+        'tier',
+        'credited',
+        'rank',
       ]).toContain(name);
   });
 
