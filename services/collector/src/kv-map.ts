@@ -134,9 +134,11 @@ function hasExtraKeys(extra: unknown, loraName: string | null): boolean {
  * One model-server rank's blocks as the relay knows them: server block hash → content key
  * (`kvBlockKey`, chained from the parent block's key, seeded by the LoRA name), in store order,
  * oldest first. Turns the rank's events (in the common vocabulary of `@spillway/events`) into
- * content-keyed changes: `[1, keys]` now cached, `[2, keys]` no longer cached, `[3]` the rank's
- * cache is empty. Pure: no I/O, no clock. Bounded by `maxBytes`: past it the oldest blocks are
- * forgotten and reported removed, so receivers never hold a block the relay could no longer report evicted.
+ * content-keyed changes: `[1, keys, info]` now cached (with what the server said of the blocks),
+ * `[2, keys]` no longer cached, `[3]` the rank's cache is empty; what it does not relay it reports
+ * to its `SkipFn`, with the same description. Pure: no I/O, no clock. Bounded by `maxBytes`: past
+ * it the oldest blocks are forgotten and reported removed, so receivers never hold a block the
+ * relay could no longer report evicted.
  *
  * Blocks on other tiers (CPU offload, disk, remote) are held but not reported cached: a tier move
  * back to the GPU (TensorRT-LLM) then knows their keys, and a GPU block chained to one is keyed.
