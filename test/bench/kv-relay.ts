@@ -3,7 +3,16 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { decode } from '@msgpack/msgpack';
 import { natsOptionsFromFlags } from '@spillway/bus';
-import { CollectorMetrics, KvRelay, NatsSink, PodKvUnion, RankKvMap, splitKvEvents } from '@spillway/collector';
+import {
+  chunkKvChanges,
+  CollectorMetrics,
+  KvRelay,
+  NatsSink,
+  PodKvUnion,
+  RankKvMap,
+  SkippedTally,
+  type KvChange,
+} from '@spillway/collector';
 import {
   decodeVllmKvBatch,
   encodeEvent,
@@ -13,7 +22,7 @@ import {
   MAX_KV_EVENTS,
   MAX_KV_KEYS,
   MAX_KV_SNAPSHOT_KEYS,
-  type KvEvent,
+  MAX_KV_STORED_RUNS,
   type KvSnapshotEvent,
   type MetricsEvent,
   type VllmKvEventInput,
@@ -96,11 +105,12 @@ function relayCore(shape: Shape, quick: boolean) {
   const relayOne = (p: Uint8Array): void => {
     const d = decodeVllmKvBatch(p);
     if (!d.ok) throw new Error(d.detail);
-    const changes: KvEvent[] = [];
-    map.fold(d.batch.events, changes, () => undefined);
-    const events: KvEvent[] = [];
+    const changes: KvChange[] = [];
+    const skipped = new SkippedTally();
+    map.fold(d.batch.events, changes, (reason, blocks, what) => skipped.add(reason, blocks, what));
+    const events: KvChange[] = [];
     union.apply(0, changes, events);
-    for (const chunk of splitKvEvents(events, MAX_KV_EVENTS, MAX_KV_KEYS))
+    for (const chunk of chunkKvChanges(events, { maxEvents: MAX_KV_EVENTS, maxKeys: MAX_KV_KEYS, maxRuns: MAX_KV_STORED_RUNS }))
       encodeKvBatch({
         v: 1,
         pool: 'llama',
@@ -109,7 +119,10 @@ function relayCore(shape: Shape, quick: boolean) {
         seq: seq++,
         observedAt: 1_764_420_000_000,
         blockSize: BS,
-        events: chunk,
+        events: chunk.events,
+        rank: 0,
+        stored: chunk.stored,
+        skipped: skipped.list(),
       });
   };
   for (const p of warm) relayOne(p);
@@ -245,7 +258,7 @@ function snapshotCost(blocks: number, quick: boolean) {
   const map = new RankKvMap(1 << 30);
   const union = new PodKvUnion();
   const tokenIds = Array.from({ length: blocks * BS }, (_, i) => (i * 31) % 151_000);
-  const changes: KvEvent[] = [];
+  const changes: KvChange[] = [];
   map.fold(
     [
       {
@@ -268,8 +281,11 @@ function snapshotCost(blocks: number, quick: boolean) {
     () => undefined,
   );
   union.apply(0, changes, []);
-  const build = (): KvSnapshotEvent =>
-    fitKvSnapshot(
+  // As the relay builds it: the keys, and its ranks' and tiers' counts (a walk over the rank's map).
+  const build = (): KvSnapshotEvent => {
+    const held = new Map<string, number>();
+    const ranks = [{ rank: 0, blocks: map.summary(held) }];
+    return fitKvSnapshot(
       {
         v: 1,
         kind: 'kv',
@@ -280,9 +296,12 @@ function snapshotCost(blocks: number, quick: boolean) {
         blockSize: BS,
         seq: 1_764_420_000_000_000,
         keys: union.snapshotKeys(),
+        ranks,
+        tiers: [...held].map(([medium, blocks]) => ({ medium, blocks })),
       },
       1024 * 1024,
     );
+  };
   const reps = quick ? 20 : 100;
   let bytes = 0;
   const cpu = cpuUs(() => {

@@ -23,7 +23,19 @@ async function exported(): Promise<Set<string>> {
     remoteInFlight: () => 0,
   });
   // So do the KV metrics (--kv-events, the default), the token cache's with a tokenizer.
-  const stats = { pods: 0, blocks: 0, bytes: 0, gaps: 0, droppedBatches: 0, lookups: 0, hits: 0, evicted: 0, snapshots: 0, batches: 0 };
+  const stats = {
+    pods: 0,
+    blocks: 0,
+    bytes: 0,
+    gaps: 0,
+    droppedBatches: 0,
+    lookups: 0,
+    hits: 0,
+    evicted: 0,
+    uncredited: 0,
+    snapshots: 0,
+    batches: 0,
+  };
   registerKvMetrics(epp.registry, { counters: new KvCounters(), stats: () => stats, cache: new TokenCache(1024) });
   for (const registry of [epp.registry, new CollectorMetrics().registry]) {
     for (const metric of await registry.getMetricsAsJSON()) names.add(metric.name);

@@ -5,8 +5,11 @@
 // KV cache and a KV-event stream of its own, as vLLM with --data-parallel-size 2: the collector
 // follows both. Prompts are sent straight to a simulator (a path no EPP sees), then requests with
 // the same prefix go through the gateways. Scenarios run in order; the restart last.
+import { connect } from '@nats-io/transport-node';
+import { decodeKvBatch, KV_STORED, type KvBatch } from '@spillway/events';
 import { describe, expect, it } from 'vitest';
 import { eventually } from '@spillway/testkit';
+import type { ManagedProcess } from '../../infra/demo/process.js';
 import type { SimProcess } from '../../infra/demo/system.js';
 import { MODEL } from '../../infra/demo/system.js';
 import { complete, eppMetric, useSystem, type Completion } from './helpers.js';
@@ -107,6 +110,17 @@ describe.sequential("e2e: precise prefix-cache routing from the model servers' K
   it('two data-parallel ranks of one pod: what either rank caches routes requests to the pod', async () => {
     const x = sims('zone-a')[0] as SimProcess;
     expect(x.kvRanks).toHaveLength(2);
+    // What the collector relays on NATS for the pod, as every EPP receives it.
+    const port = (e2e.system.nats.servers.get('single') as (ManagedProcess & { port: number }) | undefined)?.port;
+    const nc = await connect({ servers: `nats://127.0.0.1:${port}` });
+    const relayed: KvBatch[] = [];
+    const sub = nc.subscribe('spillway.kv.>', {
+      callback: (_err, msg) => {
+        const d = decodeKvBatch(msg.subject, msg.data);
+        if (d.ok && d.batch.pod === x.pod) relayed.push(d.batch);
+      },
+    });
+    await nc.flush();
     for (const rank of [1, 0]) {
       const prefix = context(`rank-${rank}`);
       const before = await blocks('zone-a');
@@ -119,6 +133,22 @@ describe.sequential("e2e: precise prefix-cache routing from the model servers' K
       const decision = await lastDecision(metricsPort('zone-a'));
       expect(decision?.prefixSource).toBe('precise');
       expect(decision?.kvMatchedTokens).toBeGreaterThan(2500);
+    }
+    // Each rank's stored blocks came in batches saying that rank, and the tier, group and kind the simulator said (as vLLM).
+    sub.unsubscribe();
+    await nc.close();
+    for (const rank of [0, 1]) {
+      const stores = relayed.filter((b) => b.rank === rank && b.events.some((e) => e[0] === KV_STORED));
+      expect(stores.length, `rank ${rank}`).toBeGreaterThan(0);
+      for (const b of stores) {
+        expect(b.stored?.reduce((n, run) => n + run.events, 0)).toBe(b.events.filter((e) => e[0] === KV_STORED).length);
+        for (const run of b.stored ?? []) expect(run).toMatchObject({ medium: 'GPU', group: 0, kind: 'full_attention' });
+      }
+    }
+    // The EPPs count them by rank and tier.
+    for (const zone of ZONES) {
+      expect(await eppMetric(metricsPort(zone), 'spillway_kv_rank_batches_total', { rank: '1' })).toBeGreaterThan(0);
+      expect(await eppMetric(metricsPort(zone), 'spillway_kv_stored_blocks_total', { tier: 'gpu', credited: 'true' })).toBeGreaterThan(300);
     }
   }, 120_000);
 

@@ -8,10 +8,22 @@ export {
   serviceRatesSchema,
   kvSnapshotEventSchema,
   MAX_KV_SNAPSHOT_KEYS,
+  MAX_KV_SNAPSHOT_RANKS,
+  MAX_KV_SNAPSHOT_TIERS,
   EVENT_KINDS,
   ENGINES,
 } from './schema.js';
-export type { ReadinessEvent, MetricsEvent, KvSnapshotEvent, ServiceRates, SpillwayEvent, EventKind, Engine } from './schema.js';
+export type {
+  ReadinessEvent,
+  MetricsEvent,
+  KvSnapshotEvent,
+  KvSnapshotRank,
+  KvSnapshotTier,
+  ServiceRates,
+  SpillwayEvent,
+  EventKind,
+  Engine,
+} from './schema.js';
 export { SUBJECT_ROOT, ALL_SUBJECTS, subjectFor, subjectOf, isSubjectFor, poolFilter, zoneFilter, parseSubject } from './subject.js';
 export type { SubjectParts } from './subject.js';
 export { encodeEvent, decodeEvent, fitKvSnapshot, MAX_EVENT_BYTES, MAX_KV_SNAPSHOT_BYTES } from './codec.js';
@@ -36,10 +48,20 @@ export {
   kvBlockKey,
   kvBlockKeys,
   kvBatchSchema,
+  kvStoredRunSchema,
+  kvSkippedSchema,
   encodeKvBatch,
   decodeKvBatch,
+  kvCreditable,
+  KvStoredRuns,
+  MAX_KV_INFO_TEXT,
+  MAX_KV_RANK,
+  MAX_KV_STORED_RUNS,
+  MAX_KV_SKIPPED,
+  UNKNOWN_FIELD_DEPTH,
+  UNKNOWN_FIELD_VALUES,
 } from './kv.js';
-export type { KvSubjectParts, KvBatch, KvEvent, KvDecodeResult } from './kv.js';
+export type { KvSubjectParts, KvBatch, KvEvent, KvDecodeResult, KvStoredRun, KvSkipped, KvBlockInfo } from './kv.js';
 export {
   STATE_SUBJECT_ROOT,
   ALL_STATE_SUBJECTS,

@@ -2,6 +2,7 @@ import { encode } from '@msgpack/msgpack';
 import { MsgpackError, MsgpackReader } from './msgpack-reader.js';
 import { z } from 'zod';
 import { escapeToken, unescapeToken } from './token.js';
+import { VLLM_MEDIUM_GPU } from './vllm-kv.js';
 
 /**
  * KV-cache block events relayed from the model servers (precise prefix-cache routing). They are
@@ -143,14 +144,73 @@ const key = z.number().int().min(0).max(MAX_KEY);
 const keys = z.array(key).max(MAX_KV_KEYS);
 const name = z.string().min(1).max(253);
 
+// ---- what the model server said of the blocks (optional: readers before these fields ignore them) --
+
+/** Longest medium, group kind and skip reason relayed, in characters. */
+export const MAX_KV_INFO_TEXT = 64;
+/** Largest data-parallel rank relayed. */
+export const MAX_KV_RANK = 65535;
+/**
+ * Descriptions per batch: runs of stored events, and tallies of blocks not relayed as keys. Each
+ * list is an optional field that readers from before it skip as unknown, and they skip at most 4
+ * levels deep and 256 values per field (`UNKNOWN_FIELD_DEPTH`, `UNKNOWN_FIELD_VALUES`): 16 runs of
+ * at most 7 fields are 240 values, 12 tallies of at most 9 fields 228.
+ */
+export const MAX_KV_STORED_RUNS = 16;
+export const MAX_KV_SKIPPED = 12;
+/** How deep and how large an unknown field of a batch may be: readers skip it within these bounds, or refuse the batch. */
+export const UNKNOWN_FIELD_DEPTH = 4;
+export const UNKNOWN_FIELD_VALUES = 256;
+
+const MAX_U32 = 0xffffffff;
+const infoText = z.string().min(1).max(MAX_KV_INFO_TEXT);
+const u32 = z.number().int().min(0).max(MAX_U32);
+
+/**
+ * What the model server said of a run of blocks, as far as it said it (every field optional):
+ * `medium` its tier (`GPU`; `CPU`, `DISK`, `cache_level:1`, ... for offload tiers), `group` /
+ * `kind` / `window` its KV-cache group (vLLM's `group_idx`, `kv_cache_spec_kind`,
+ * `kv_cache_spec_sliding_window`; TensorRT-LLM's `layer_group_id` or window size), `lora` the
+ * adapter's name, `extraKeys` whether its blocks' content is more than their tokens (multimodal
+ * inputs, a cache salt; the LoRA name alone does not count, it seeds the keys).
+ */
+const kvBlockInfoShape = {
+  medium: infoText.optional(),
+  group: u32.optional(),
+  kind: infoText.optional(),
+  window: u32.optional(),
+  lora: name.optional(),
+  extraKeys: z.boolean().optional(),
+};
+
+/** `events` consecutive stored events of the batch's `events` (in order, removals and clears not counted) and what the server said of their blocks. */
+export const kvStoredRunSchema = z.object({ events: z.number().int().min(1).max(MAX_KV_EVENTS), ...kvBlockInfoShape });
+
+/**
+ * Blocks of the server's events the relay did not put in `events` (so no prefix index credits
+ * them), counted by why (`reason`: the collector's skip reason, e.g. `other-medium`,
+ * `other-group`, `extra-keys`; absent on a tally of blocks whose descriptions did not fit the
+ * batch) and by what the server said of them: `stored` blocks stored, `removed` blocks removed.
+ */
+export const kvSkippedSchema = z.object({
+  reason: infoText.optional(),
+  stored: u32.optional(),
+  removed: u32.optional(),
+  ...kvBlockInfoShape,
+});
+
 /**
  * One relayed batch, msgpack-encoded on the wire:
  * - `seq`: the collector's sequence for this pod, +1 per batch; a receiver that sees a gap has
  *   missed deltas and drops what it knows of the pod until the next `cleared`/snapshot;
  * - `events`: `[1, keys]` blocks stored (chain order, parent first), `[2, keys]` blocks removed,
  *   `[3]` every block gone (the server cleared its cache, or the collector lost track of it and
- *   asks receivers to start the pod afresh);
- * - `blockSize`: tokens per block of this server (keys are only comparable at equal block sizes).
+ *   asks receivers to start the pod afresh); only blocks a request can hit are in it: in GPU
+ *   memory, of the KV-cache group that holds whole prefixes, without extra keys;
+ * - `blockSize`: tokens per block of this server (keys are only comparable at equal block sizes);
+ * - optional, for visibility (docs/events.md): `rank` the data-parallel rank whose events these
+ *   are, `stored` what the server said of the stored events' blocks (runs, in order), `skipped`
+ *   the blocks it reported that are not in `events`, counted by description.
  */
 export const kvBatchSchema = z.object({
   v: z.literal(1),
@@ -163,17 +223,55 @@ export const kvBatchSchema = z.object({
   events: z
     .array(z.union([z.tuple([z.literal(KV_STORED), keys]), z.tuple([z.literal(KV_REMOVED), keys]), z.tuple([z.literal(KV_CLEARED)])]))
     .max(MAX_KV_EVENTS),
+  rank: z.number().int().min(0).max(MAX_KV_RANK).optional(),
+  stored: z.array(kvStoredRunSchema).max(MAX_KV_STORED_RUNS).optional(),
+  skipped: z.array(kvSkippedSchema).max(MAX_KV_SKIPPED).optional(),
 });
 
 export type KvBatch = z.infer<typeof kvBatchSchema>;
 export type KvEvent = KvBatch['events'][number];
+export type KvStoredRun = z.infer<typeof kvStoredRunSchema>;
+export type KvSkipped = z.infer<typeof kvSkippedSchema>;
+/** What a server said of some blocks: the fields a stored run and a skipped tally share. */
+export type KvBlockInfo = Omit<KvStoredRun, 'events'>;
+
+/**
+ * Whether a prefix index may credit blocks so described as cached: in GPU memory (or the tier not
+ * said: servers that do not say are GPU-only) and without extra keys. The group is the relay's
+ * choice (docs/kv-events.md "Hybrid models, tiers and extra keys"), so it is not judged here.
+ */
+export function kvCreditable(info: KvBlockInfo | undefined): boolean {
+  return info === undefined || ((info.medium === undefined || info.medium === VLLM_MEDIUM_GPU) && info.extraKeys !== true);
+}
+
+/**
+ * Walks a batch's `stored` runs alongside its stored events: call `next()` once per stored event,
+ * in order, for its run (undefined past the runs, or without any: a relay that does not describe).
+ */
+export class KvStoredRuns {
+  private run = 0;
+  private left: number;
+
+  constructor(private readonly runs: readonly KvStoredRun[] | undefined) {
+    this.left = runs?.[0]?.events ?? 0;
+  }
+
+  next(): KvStoredRun | undefined {
+    const runs = this.runs;
+    if (runs === undefined || this.run >= runs.length) return undefined;
+    const current = runs[this.run] as KvStoredRun;
+    if (--this.left <= 0) this.left = runs[++this.run]?.events ?? 0;
+    return current;
+  }
+}
 
 export type KvDecodeResult =
   | { ok: true; batch: KvBatch }
   | { ok: false; reason: 'oversized' | 'not-msgpack' | 'invalid' | 'too-many-keys' | 'subject-mismatch'; detail: string };
 
+/** The batch as msgpack; optional fields left undefined are left out (a nil would be an invalid value). */
 export function encodeKvBatch(batch: KvBatch): Uint8Array {
-  return encode(batch);
+  return encode(batch, { ignoreUndefined: true });
 }
 
 /** A layout violation found while reading (reported as `invalid`), or too many keys in all. */
@@ -200,6 +298,77 @@ function readWhole(r: MsgpackReader, path: string, max: number): number {
   const n = r.number(path);
   check(Number.isSafeInteger(n) && n >= 0 && n <= max, path, `a whole number in [0, ${max}]`);
   return n;
+}
+
+function readText(r: MsgpackReader, path: string): string {
+  const s = r.str(4 * MAX_KV_INFO_TEXT, path);
+  check(s.length >= 1 && s.length <= MAX_KV_INFO_TEXT, path, `a text of 1 to ${MAX_KV_INFO_TEXT} characters`);
+  return s;
+}
+
+/** Reads `key` into `info` when it is one of the description's fields (false otherwise: the caller reads or skips it). */
+function readInfoField(r: MsgpackReader, key: string, path: string, info: KvBlockInfo): boolean {
+  switch (key) {
+    case 'medium':
+    case 'kind':
+      info[key] = readText(r, `${path}.${key}`);
+      return true;
+    case 'group':
+    case 'window':
+      info[key] = readWhole(r, `${path}.${key}`, MAX_U32);
+      return true;
+    case 'lora':
+      info.lora = readName(r, `${path}.lora`);
+      return true;
+    case 'extraKeys':
+      info.extraKeys = r.bool(`${path}.extraKeys`);
+      return true;
+    default:
+      return false;
+  }
+}
+
+/** A list of descriptions (`stored` or `skipped`): each entry a map of at most 16 fields, `own` reading the fields of its kind. */
+function readDescriptions<T extends KvBlockInfo>(
+  r: MsgpackReader,
+  field: 'stored' | 'skipped',
+  max: number,
+  own: (key: string, path: string, entry: T) => boolean,
+): T[] {
+  const length = r.arrayHeader(max, field);
+  const list = new Array<T>(length);
+  for (let i = 0; i < length; i++) {
+    const path = `${field}.${i}`;
+    const fields = r.mapHeader(16, path);
+    const entry = {} as T;
+    for (let f = 0; f < fields; f++) {
+      const key = r.str(64, `${path}: a field name`);
+      if (!own(key, path, entry) && !readInfoField(r, key, path, entry))
+        r.skip(UNKNOWN_FIELD_DEPTH, UNKNOWN_FIELD_VALUES, `${path}.${key}`);
+    }
+    list[i] = entry;
+  }
+  return list;
+}
+
+function readStoredRuns(r: MsgpackReader): KvStoredRun[] {
+  const runs = readDescriptions<KvStoredRun>(r, 'stored', MAX_KV_STORED_RUNS, (key, path, run) => {
+    if (key !== 'events') return false;
+    run.events = readWhole(r, `${path}.events`, MAX_KV_EVENTS);
+    check(run.events >= 1, `${path}.events`, 'at least 1');
+    return true;
+  });
+  runs.forEach((run, i) => check(run.events !== undefined, `stored.${i}.events`, 'required'));
+  return runs;
+}
+
+function readSkipped(r: MsgpackReader): KvSkipped[] {
+  return readDescriptions<KvSkipped>(r, 'skipped', MAX_KV_SKIPPED, (key, path, tally) => {
+    if (key === 'reason') tally.reason = readText(r, `${path}.reason`);
+    else if (key === 'stored' || key === 'removed') tally[key] = readWhole(r, `${path}.${key}`, MAX_U32);
+    else return false;
+    return true;
+  });
 }
 
 function readEvents(r: MsgpackReader): KvEvent[] {
@@ -266,9 +435,18 @@ function readKvBatch(data: Uint8Array): KvBatch {
       case 'events':
         seen.events = readEvents(r);
         break;
+      case 'rank':
+        seen.rank = readWhole(r, 'rank', MAX_KV_RANK);
+        break;
+      case 'stored':
+        seen.stored = readStoredRuns(r);
+        break;
+      case 'skipped':
+        seen.skipped = readSkipped(r);
+        break;
       default:
         // Unknown fields are ignored (forward compatible), skipped within bounds.
-        r.skip(4, 256, key);
+        r.skip(UNKNOWN_FIELD_DEPTH, UNKNOWN_FIELD_VALUES, key);
     }
   }
   r.end('the batch');
@@ -276,7 +454,7 @@ function readKvBatch(data: Uint8Array): KvBatch {
   for (const field of ['pool', 'zone', 'pod', 'seq', 'observedAt', 'blockSize', 'events'] as const)
     check(seen[field] !== undefined, field, 'required');
   const batch = seen as KvBatch;
-  return {
+  const out: KvBatch = {
     v: 1,
     pool: batch.pool,
     zone: batch.zone,
@@ -286,6 +464,11 @@ function readKvBatch(data: Uint8Array): KvBatch {
     blockSize: batch.blockSize,
     events: batch.events,
   };
+  // The optional fields only when present, as zod returns them.
+  if (batch.rank !== undefined) out.rank = batch.rank;
+  if (batch.stored !== undefined) out.stored = batch.stored;
+  if (batch.skipped !== undefined) out.skipped = batch.skipped;
+  return out;
 }
 
 /**

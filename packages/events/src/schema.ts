@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { parseEndpointAddress } from './address.js';
+import { MAX_KV_INFO_TEXT, MAX_KV_RANK } from './kv.js';
 
 /**
  * The v1 event contract (docs/events.md). Unknown fields are stripped (forward compatible); every
@@ -80,6 +81,29 @@ export const metricsEventSchema = z.object({
  */
 export const MAX_KV_SNAPSHOT_KEYS = 16384;
 
+/** Ranks and tiers a snapshot describes at most. */
+export const MAX_KV_SNAPSHOT_RANKS = 64;
+export const MAX_KV_SNAPSHOT_TIERS = 16;
+
+const infoText = z.string().min(1).max(MAX_KV_INFO_TEXT);
+const u32 = z.number().int().min(0).max(0xffffffff);
+
+/**
+ * One data-parallel rank of the pod as the relay follows it: `blocks` it holds that are in `keys`
+ * (a block two ranks hold is one key, counted for both), and the KV-cache group those blocks are
+ * of (`group`, `kind`, `window` as the server names it; absent when it names none).
+ */
+const kvSnapshotRankSchema = z.object({
+  rank: z.number().int().min(0).max(MAX_KV_RANK),
+  blocks: count,
+  group: u32.optional(),
+  kind: infoText.optional(),
+  window: u32.optional(),
+});
+
+/** Blocks the relay follows on one tier (`medium` as the server names it; `GPU` when it names none), summed over ranks. */
+const kvSnapshotTierSchema = z.object({ medium: infoText, blocks: count });
+
 /**
  * A pod's whole KV-cache block set (precise prefix-cache routing): the content keys
  * (`kvBlockKeys`, see kv.ts) of the blocks it holds, most recently stored LAST, and `seq`, the
@@ -98,6 +122,10 @@ export const kvSnapshotEventSchema = z.object({
   blockSize: z.number().int().min(1).max(4096),
   seq: count,
   keys: z.array(count).max(MAX_KV_SNAPSHOT_KEYS),
+  /** Optional: the ranks feeding `keys`, for visibility. */
+  ranks: z.array(kvSnapshotRankSchema).max(MAX_KV_SNAPSHOT_RANKS).optional(),
+  /** Optional: every block the relay follows by tier, those not in `keys` included (offload tiers, extra-keyed blocks). */
+  tiers: z.array(kvSnapshotTierSchema).max(MAX_KV_SNAPSHOT_TIERS).optional(),
 });
 
 export const spillwayEventSchema = z.discriminatedUnion('kind', [readinessEventSchema, metricsEventSchema, kvSnapshotEventSchema]);
@@ -105,6 +133,8 @@ export const spillwayEventSchema = z.discriminatedUnion('kind', [readinessEventS
 export type ReadinessEvent = z.infer<typeof readinessEventSchema>;
 export type MetricsEvent = z.infer<typeof metricsEventSchema>;
 export type KvSnapshotEvent = z.infer<typeof kvSnapshotEventSchema>;
+export type KvSnapshotRank = z.infer<typeof kvSnapshotRankSchema>;
+export type KvSnapshotTier = z.infer<typeof kvSnapshotTierSchema>;
 export type ServiceRates = z.infer<typeof serviceRatesSchema>;
 export type SpillwayEvent = z.infer<typeof spillwayEventSchema>;
 export type EventKind = SpillwayEvent['kind'];

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import {
+  compileSchema,
   decodeEvent,
   encodeEvent,
   fitKvSnapshot,
@@ -8,6 +9,8 @@ import {
   MAX_EVENT_BYTES,
   MAX_KV_SNAPSHOT_BYTES,
   MAX_KV_SNAPSHOT_KEYS,
+  MAX_KV_SNAPSHOT_RANKS,
+  MAX_KV_SNAPSHOT_TIERS,
   parseSubject,
   subjectFor,
   subjectOf,
@@ -68,6 +71,23 @@ describe('the kv snapshot kind', () => {
     ['fractional seq', { ...snapshot, seq: 1.5 }, 'seq'],
     ['missing pod', { ...snapshot, pod: undefined }, 'pod'],
     ['observedAt past the schema maximum', { ...snapshot, observedAt: 9e15 }, 'observedAt'],
+    ['a rank past 65535', { ...snapshot, ranks: [{ rank: 65536, blocks: 1 }] }, 'ranks.0.rank'],
+    ['a rank without its blocks', { ...snapshot, ranks: [{ rank: 0 }] }, 'ranks.0.blocks'],
+    ['a negative rank block count', { ...snapshot, ranks: [{ rank: 0, blocks: -1 }] }, 'ranks.0.blocks'],
+    ['a group kind of 65 characters', { ...snapshot, ranks: [{ rank: 0, blocks: 1, kind: 'k'.repeat(65) }] }, 'ranks.0.kind'],
+    [
+      'too many ranks',
+      { ...snapshot, ranks: Array.from({ length: MAX_KV_SNAPSHOT_RANKS + 1 }, (_, rank) => ({ rank, blocks: 0 })) },
+      'ranks',
+    ],
+    ['a tier without a medium', { ...snapshot, tiers: [{ blocks: 1 }] }, 'tiers.0.medium'],
+    ['an empty medium', { ...snapshot, tiers: [{ medium: '', blocks: 1 }] }, 'tiers.0.medium'],
+    ['a fractional tier count', { ...snapshot, tiers: [{ medium: 'CPU', blocks: 0.5 }] }, 'tiers.0.blocks'],
+    [
+      'too many tiers',
+      { ...snapshot, tiers: Array.from({ length: MAX_KV_SNAPSHOT_TIERS + 1 }, () => ({ medium: 'CPU', blocks: 1 })) },
+      'tiers',
+    ],
   ];
   it.each(invalid)('rejects %s with a message naming the field', (_name, value, field) => {
     const result = decodeEvent(JSON.stringify(value), SUBJECT);
@@ -76,6 +96,26 @@ describe('the kv snapshot kind', () => {
       expect(result.error.reason).toBe('invalid');
       expect(result.error.message).toContain(field);
     }
+  });
+
+  it('optionally describes its ranks and tiers; readers from before those fields ignore them', () => {
+    const described: KvSnapshotEvent = {
+      ...snapshot,
+      ranks: [
+        { rank: 0, blocks: 3, group: 0, kind: 'full_attention' },
+        { rank: 1, blocks: 2, group: 0, kind: 'full_attention' },
+      ],
+      tiers: [
+        { medium: 'GPU', blocks: 6 },
+        { medium: 'CPU', blocks: 40 },
+      ],
+    };
+    expect(decodeEvent(encodeEvent(described), SUBJECT)).toEqual({ ok: true, event: described });
+    // The snapshot kind as first released: unknown fields are stripped, by zod and by the compiled check.
+    const first = kvSnapshotEventSchema.omit({ ranks: true, tiers: true });
+    const { ranks: _r, tiers: _t, ...rest } = described;
+    expect(first.parse(JSON.parse(Buffer.from(encodeEvent(described)).toString()))).toEqual(rest);
+    expect(compileSchema(first)(JSON.parse(Buffer.from(encodeEvent(described)).toString()))).toEqual(rest);
   });
 
   it('a full snapshot of 53-bit keys fits its byte limit; other kinds keep theirs', () => {

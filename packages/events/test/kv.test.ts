@@ -10,10 +10,21 @@ import {
   kvPoolFilter,
   kvSubjectFor,
   kvZoneFilter,
+  kvCreditable,
+  KvStoredRuns,
   MAX_KV_BATCH_BYTES,
+  MAX_KV_INFO_TEXT,
+  MAX_KV_SKIPPED,
+  MAX_KV_STORED_RUNS,
   parseKvSubject,
+  scanMsgpack,
+  UNKNOWN_FIELD_DEPTH,
+  UNKNOWN_FIELD_VALUES,
   type KvBatch,
+  type KvSkipped,
+  type KvStoredRun,
 } from '@spillway/events';
+import { readKvBatchAsFirstReleased } from './fixtures/kv-reader-v1-first.js';
 
 const SUBJECT = kvSubjectFor({ pool: 'llama', zone: 'zone-a', pod: 'vllm.0' });
 const batch = (overrides: Partial<KvBatch> = {}): KvBatch => ({
@@ -112,5 +123,108 @@ describe('relayed batches', () => {
     const decoded = decodeKvBatch(SUBJECT, data);
     expect(decoded.ok).toBe(false);
     if (!decoded.ok) expect(decoded.reason).toBe(reason);
+  });
+});
+
+describe('what the server said of the blocks: optional rank, stored runs and skipped tallies', () => {
+  const described = batch({
+    events: [[3], [1, [1, 2]], [2, [9]], [1, [3]], [1, [4, 5]]],
+    rank: 1,
+    stored: [
+      { events: 1, medium: 'GPU', group: 0, kind: 'full_attention' },
+      { events: 2, medium: 'GPU', group: 0, kind: 'full_attention', lora: 'sql-lora' },
+    ],
+    skipped: [
+      { reason: 'other-medium', stored: 40, removed: 3, medium: 'CPU', group: 0, kind: 'full_attention' },
+      { reason: 'other-group', stored: 6, medium: 'GPU', group: 1, kind: 'sliding_window', window: 4096 },
+      { reason: 'extra-keys', stored: 2, medium: 'GPU', group: 0, kind: 'full_attention', extraKeys: true },
+      { stored: 5 },
+    ],
+  });
+
+  it('round-trip when present, and are absent (not undefined) when a batch has none', () => {
+    expect(decodeKvBatch(SUBJECT, encodeKvBatch(described))).toEqual({ ok: true, batch: described });
+    const plain = decodeKvBatch(SUBJECT, encodeKvBatch(batch()));
+    expect(plain.ok && Object.keys(plain.batch).sort()).toEqual(['blockSize', 'events', 'observedAt', 'pod', 'pool', 'seq', 'v', 'zone']);
+    // An optional field left undefined by the publisher is left out of the wire (a nil would be invalid).
+    expect(decodeKvBatch(SUBJECT, encodeKvBatch({ ...batch(), rank: undefined, stored: undefined }))).toEqual({ ok: true, batch: batch() });
+  });
+
+  it('are walked run by run alongside the stored events; only GPU blocks without extra keys are creditable', () => {
+    const runs = new KvStoredRuns(described.stored);
+    const seen = [runs.next(), runs.next(), runs.next(), runs.next()];
+    expect(seen.map((r) => r?.lora)).toEqual([undefined, 'sql-lora', 'sql-lora', undefined]);
+    expect(seen[3]).toBeUndefined();
+    expect(new KvStoredRuns(undefined).next()).toBeUndefined();
+    expect(kvCreditable(undefined)).toBe(true);
+    expect(kvCreditable({})).toBe(true);
+    expect(kvCreditable({ medium: 'GPU', kind: 'full_attention' })).toBe(true);
+    expect(kvCreditable({ medium: 'CPU' })).toBe(false);
+    expect(kvCreditable({ medium: 'GPU', extraKeys: true })).toBe(false);
+    expect(kvCreditable({ medium: 'GPU', extraKeys: false })).toBe(true);
+  });
+
+  /** The largest descriptions the bounds allow: every field, the longest texts. */
+  const text = 'm'.repeat(MAX_KV_INFO_TEXT);
+  const fullInfo = { medium: text, group: 0xffffffff, kind: text, window: 0xffffffff, lora: 'l'.repeat(253), extraKeys: true };
+  const largest = batch({
+    rank: 65535,
+    stored: Array.from({ length: MAX_KV_STORED_RUNS }, (): KvStoredRun => ({ events: 1024, ...fullInfo })),
+    skipped: Array.from({ length: MAX_KV_SKIPPED }, (): KvSkipped => ({ reason: text, stored: 1, removed: 1, ...fullInfo })),
+  });
+
+  it('still decode, with the same events, in the reader EPPs had before these fields (unknown fields ignored)', () => {
+    for (const b of [described, largest]) {
+      const data = encodeKvBatch(b);
+      const { rank: _r, stored: _s, skipped: _k, ...rest } = b;
+      expect(readKvBatchAsFirstReleased(data)).toEqual(rest);
+      expect(decodeKvBatch(SUBJECT, data)).toEqual({ ok: true, batch: b });
+    }
+    // Each list at its bound stays within what such readers skip; a little more would not.
+    for (const field of [largest.stored, largest.skipped])
+      expect(
+        scanMsgpack(encode(field), {
+          maxDepth: UNKNOWN_FIELD_DEPTH,
+          maxElements: UNKNOWN_FIELD_VALUES,
+          maxStrBytes: 1 << 20,
+          maxBinBytes: 0,
+        }),
+      ).toBeUndefined();
+    const tooMany = encode({ ...largest, stored: Array.from({ length: MAX_KV_STORED_RUNS + 2 }, () => ({ events: 1, ...fullInfo })) });
+    expect(() => readKvBatchAsFirstReleased(tooMany)).toThrow(/more than 256/);
+    expect(decodeKvBatch(SUBJECT, tooMany)).toMatchObject({ ok: false, reason: 'invalid' });
+  });
+
+  const hostile: Array<[string, Record<string, unknown>, RegExp]> = [
+    ['a negative rank', { rank: -1 }, /^rank:/],
+    ['a rank past 65535', { rank: 65536 }, /^rank:/],
+    ['a fractional rank', { rank: 1.5 }, /^rank:/],
+    ['a rank that is a string', { rank: '1' }, /^rank/],
+    ['a nil rank', { rank: null }, /^rank/],
+    ['stored that is not a list', { stored: { events: 1 } }, /^stored/],
+    ['more stored runs than 16', { stored: Array.from({ length: 17 }, () => ({ events: 1 })) }, /^stored/],
+    ['a stored run without its count', { stored: [{ medium: 'GPU' }] }, /^stored\.0\.events: required/],
+    ['a stored run of no events', { stored: [{ events: 0 }] }, /^stored\.0\.events/],
+    ['a stored run of more events than a batch has', { stored: [{ events: 1025 }] }, /^stored\.0\.events/],
+    ['an empty medium', { stored: [{ events: 1, medium: '' }] }, /^stored\.0\.medium/],
+    ['a medium of 65 characters', { stored: [{ events: 1, medium: 'x'.repeat(65) }] }, /^stored\.0\.medium/],
+    ['a medium of 4 KiB', { stored: [{ events: 1, medium: 'x'.repeat(4096) }] }, /stored\.0\.medium/],
+    ['a numeric medium', { stored: [{ events: 1, medium: 7 }] }, /stored\.0\.medium/],
+    ['a negative group', { stored: [{ events: 1, group: -1 }] }, /^stored\.0\.group/],
+    ['a group beyond 32 bits', { stored: [{ events: 1, group: 2 ** 32 }] }, /^stored\.0\.group/],
+    ['a fractional window', { skipped: [{ window: 0.5 }] }, /^skipped\.0\.window/],
+    ['a LoRA name of 254 characters', { stored: [{ events: 1, lora: 'l'.repeat(254) }] }, /^stored\.0\.lora/],
+    ['extra keys that are not a boolean', { skipped: [{ extraKeys: 1 }] }, /skipped\.0\.extraKeys/],
+    ['more skipped tallies than 12', { skipped: Array.from({ length: 13 }, () => ({ stored: 1 })) }, /^skipped/],
+    ['a negative skipped count', { skipped: [{ stored: -5 }] }, /^skipped\.0\.stored/],
+    ['an empty reason', { skipped: [{ reason: '' }] }, /^skipped\.0\.reason/],
+    ['a tally that is not a map', { skipped: [[1, 2]] }, /skipped\.0/],
+    ['an unknown field of a run nested too deep', { stored: [{ events: 1, x: [[[[[1]]]]] }] }, /stored\.0\.x/],
+  ];
+
+  it.each(hostile)('refuse %s, saying which field (invalid)', (_name, fields, detail) => {
+    const decoded = decodeKvBatch(SUBJECT, encode({ ...batch(), ...fields }));
+    expect(decoded).toMatchObject({ ok: false, reason: 'invalid' });
+    if (!decoded.ok) expect(decoded.detail).toMatch(detail);
   });
 });

@@ -129,6 +129,25 @@ const kvEvent = mostly(
   ),
   fc.oneof(fc.tuple(fc.constant(3), fc.array(num)), fc.tuple(fc.integer({ min: 0, max: 5 }), num)),
 );
+/** What the server said of blocks: the optional description fields, mostly valid. */
+const text = mostly(fc.constantFrom('GPU', 'CPU', 'full_attention', 'x'.repeat(64)), fc.constantFrom('', 'x'.repeat(65), 3, true));
+const info = {
+  medium: text,
+  group: mostly(fc.integer({ min: 0, max: 2 ** 32 - 1 }), num),
+  kind: text,
+  window: mostly(fc.integer({ min: 0, max: 2 ** 32 - 1 }), num),
+  lora: name,
+  extraKeys: mostly(fc.boolean(), num),
+  unknown: fc.oneof(fc.string(), num),
+};
+const storedRun = mostly(
+  fc.record({ events: mostly(fc.integer({ min: 1, max: 1024 }), num), ...info }, { requiredKeys: ['events'] }),
+  fc.oneof(fc.record(info, { requiredKeys: [] }), fc.array(num, { maxLength: 2 }), num),
+);
+const skippedTally = mostly(
+  fc.record({ reason: text, stored: num, removed: num, ...info }, { requiredKeys: [] }),
+  fc.oneof(fc.array(num, { maxLength: 2 }), fc.string()),
+);
 const kvBatch = fc.record(
   {
     v: mostly(fc.constant(1), num),
@@ -139,13 +158,22 @@ const kvBatch = fc.record(
     observedAt: num,
     blockSize: mostly(fc.integer({ min: 1, max: 4096 }), num),
     events: fc.array(kvEvent, { maxLength: 4 }),
+    rank: mostly(fc.integer({ min: 0, max: 65535 }), fc.constantFrom(-1, 65536, 0.5, 'r')),
+    stored: fc.array(storedRun, { maxLength: 3 }),
+    skipped: fc.array(skippedTally, { maxLength: 3 }),
     extra: fc.oneof(fc.string(), num),
   },
   { requiredKeys: ['v', 'pool', 'zone', 'pod', 'seq', 'observedAt', 'blockSize', 'events'] },
 );
 
-/** Drops fields at null (the readers and zod both treat nil as "not a valid value"; absent optional fields are fine). */
-const present = (o: Record<string, unknown>) => Object.fromEntries(Object.entries(o).filter(([, v]) => v !== null));
+/** Drops fields at null, nested too (the readers and zod both treat nil as "not a valid value"; absent optional fields are fine). */
+const present = (o: Record<string, unknown>): Record<string, unknown> =>
+  Object.fromEntries(
+    Object.entries(o)
+      .filter(([, v]) => v !== null)
+      .map(([k, v]) => [k, Array.isArray(v) ? v.map((e: unknown) => (isRecord(e) ? present(e) : e)) : v]),
+  );
+const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 
 describe('the layout readers accept and reject what zod does', () => {
   it('state batches (property)', () => {
@@ -166,8 +194,9 @@ describe('the layout readers accept and reject what zod does', () => {
     expect(accepted).toBeGreaterThan(200);
   });
 
-  it('relayed KV batches (property)', () => {
+  it('relayed KV batches, with and without the optional descriptions (property)', () => {
     let accepted = 0;
+    let described = 0;
     fc.assert(
       fc.property(kvBatch, (value) => {
         const raw = present(value);
@@ -176,9 +205,11 @@ describe('the layout readers accept and reject what zod does', () => {
         expect(decoded.ok).toBe(zod.success);
         if (decoded.ok && zod.success) expect(decoded.batch).toEqual(zod.data);
         if (decoded.ok) accepted++;
+        if (decoded.ok && (decoded.batch.stored?.length ?? 0) + (decoded.batch.skipped?.length ?? 0) > 0) described++;
       }),
       { numRuns: 2000 },
     );
     expect(accepted).toBeGreaterThan(200);
+    expect(described).toBeGreaterThan(50);
   });
 });

@@ -5,6 +5,7 @@ import {
   compileSchema,
   decodeEvent,
   kvBatchSchema,
+  kvSnapshotEventSchema,
   metricsEventSchema,
   readinessEventSchema,
   REJECTED,
@@ -111,7 +112,27 @@ const metrics = fc.record(
   },
   { requiredKeys: ['v', 'kind', 'pool', 'zone', 'pod', 'observedAt', 'waitingRequests', 'runningRequests', 'kvCacheUsage'] },
 );
-const event = fc.oneof(readiness, metrics);
+const infoText = fc.oneof(fc.string({ minLength: 0, maxLength: 8 }), fc.constantFrom('GPU', 'x'.repeat(64), 'x'.repeat(65)));
+const kvSnapshot = fc.record(
+  {
+    v: fc.constant(1),
+    kind: fc.constant('kv'),
+    pool: name,
+    zone: name,
+    pod: name,
+    observedAt: fc.oneof(fc.integer({ min: 0, max: 2e12 }), edgeNumber),
+    blockSize: count,
+    seq: count,
+    keys: fc.array(count, { maxLength: 4 }),
+    ranks: fc.array(
+      fc.record({ rank: count, blocks: count, group: count, kind: infoText, window: count }, { requiredKeys: ['rank', 'blocks'] }),
+      { maxLength: 3 },
+    ),
+    tiers: fc.array(fc.record({ medium: infoText, blocks: count }), { maxLength: 3 }),
+  },
+  { requiredKeys: ['v', 'kind', 'pool', 'zone', 'pod', 'observedAt', 'blockSize', 'seq', 'keys'] },
+);
+const event = fc.oneof(readiness, metrics, kvSnapshot);
 
 /** One change to a (nested) field of an object: set it to anything, delete it, or add an unknown one. */
 type Mutation = { path: string[]; op: 'set' | 'delete'; value: unknown };
@@ -223,6 +244,10 @@ describe('the precompiled event check agrees with the zod schema', () => {
     );
     fc.assert(
       fc.property(fc.jsonValue(), (value) => agree(kvBatchSchema, value)),
+      { numRuns: 300 },
+    );
+    fc.assert(
+      fc.property(kvSnapshot, (e) => agree(kvSnapshotEventSchema, e)),
       { numRuns: 300 },
     );
   });

@@ -1,5 +1,5 @@
 import type { Endpoint } from '@spillway/fleet';
-import { KV_CLEARED, KV_STORED, kvBlockKeys, type KvBatch, type KvSnapshotEvent } from '@spillway/events';
+import { KV_CLEARED, KV_STORED, kvBlockKeys, kvCreditable, KvStoredRuns, type KvBatch, type KvSnapshotEvent } from '@spillway/events';
 
 /**
  * The precise block index (precise prefix-cache routing, docs/kv-events.md "The EPP's block
@@ -48,6 +48,12 @@ export interface KvIndexStats {
   readonly hits: number;
   /** Entries evicted for the byte bound or a pod's cap (a flooding pod). */
   readonly evicted: number;
+  /**
+   * Stored keys not credited because their batch says they are on another tier than the GPU or
+   * have extra keys (`kvCreditable`). The collector never relays such blocks as keys; another
+   * publisher that does is not believed.
+   */
+  readonly uncredited: number;
   readonly snapshots: number;
   readonly batches: number;
 }
@@ -87,7 +93,7 @@ export class KvBlockIndex {
   private entries = 0;
   /** Pods per block size, so a lookup hashes the prompt once per size actually in use. */
   private readonly sizes = new Map<number, number>();
-  private readonly counters = { gaps: 0, droppedBatches: 0, lookups: 0, hits: 0, evicted: 0, snapshots: 0, batches: 0 };
+  private readonly counters = { gaps: 0, droppedBatches: 0, lookups: 0, hits: 0, evicted: 0, uncredited: 0, snapshots: 0, batches: 0 };
 
   // Per-lookup scratch: the prompt's keys per block size, and the pods matched.
   private epoch = 0;
@@ -129,7 +135,12 @@ export class KvBlockIndex {
     return this.podCount > 0;
   }
 
-  /** Applies one relayed batch (decoded and validated by `decodeKvBatch`). */
+  /**
+   * Applies one relayed batch (decoded and validated by `decodeKvBatch`). Its stored keys are
+   * credited unless the batch's description of them (`stored` runs) says they cannot serve a
+   * request from GPU memory: another tier, or extra keys (docs/kv-events.md). The other
+   * descriptions (rank, group, LoRA name, skipped tallies) are for visibility and change nothing here.
+   */
   applyBatch(batch: KvBatch, receivedAtMs: number): 'applied' | 'dropped' | 'gap' {
     if (batch.pool !== this.pool) return this.drop();
     const pod = this.podFor(batch.zone, batch.pod);
@@ -150,13 +161,20 @@ export class KvBlockIndex {
     }
     pod.seq = batch.seq;
     this.setBlockSize(pod, batch.blockSize);
+    const runs = batch.stored === undefined ? undefined : new KvStoredRuns(batch.stored);
     for (const event of batch.events) {
+      // Every stored event takes its run, whatever becomes of it, so the runs stay in step.
+      const info = event[0] === KV_STORED ? runs?.next() : undefined;
       if (event[0] === KV_CLEARED) {
         this.clearPod(pod);
         pod.blind = false;
       } else if (pod.blind) {
         continue;
       } else if (event[0] === KV_STORED) {
+        if (!kvCreditable(info)) {
+          this.counters.uncredited += event[1].length;
+          continue;
+        }
         // Tail first, so the chain's parents are the most recent: LRU eviction takes tails before heads.
         const keys = event[1];
         for (let i = keys.length - 1; i >= 0; i--) this.hold(pod, keys[i] as number);

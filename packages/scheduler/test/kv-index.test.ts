@@ -211,4 +211,110 @@ describe('KvBlockIndex', () => {
       { numRuns: 300 },
     );
   });
+
+  it('credits stored keys only when their description says GPU memory and no extra keys; rank, group and LoRA change nothing', () => {
+    const index = new KvBlockIndex(POOL);
+    const cpu = keysOf(tokens(8, 300));
+    const image = keysOf(tokens(8, 600));
+    const lora = kvBlockKeys(prompt, BS, { seed: 77 });
+    index.applyBatch(
+      {
+        ...batch('p0', 1, [[3], [1, chain], [1, cpu], [2, [12345]], [1, image], [1, lora]]),
+        rank: 3,
+        stored: [
+          { events: 1, medium: 'GPU', group: 0, kind: 'full_attention' },
+          { events: 1, medium: 'CPU', group: 0, kind: 'full_attention' },
+          { events: 1, medium: 'GPU', extraKeys: true },
+          { events: 1, medium: 'GPU', group: 0, kind: 'full_attention', lora: 'sql-lora' },
+        ],
+        skipped: [{ reason: 'other-medium', medium: 'CPU', stored: 40 }],
+      },
+      T,
+    );
+    expect(matches(index, prompt)).toEqual({ p0: 20 });
+    expect(matches(index, prompt, 77)).toEqual({ p0: 20 });
+    expect(matches(index, tokens(8, 300))).toEqual({});
+    expect(matches(index, tokens(8, 600))).toEqual({});
+    expect(index.stats).toMatchObject({ blocks: chain.length + lora.length, uncredited: cpu.length + image.length });
+  });
+
+  it('keeps the runs in step with the stored events through a blind stretch and a clear in the middle of a batch', () => {
+    const index = new KvBlockIndex(POOL);
+    const other = keysOf(tokens(8, 300));
+    index.applyBatch(batch('p0', 1, [[1, chain]]), T);
+    // A gap: the pod is blind until the clear; the stored event before it still takes its (CPU) run.
+    const gap = index.applyBatch(
+      {
+        ...batch('p0', 5, [[1, other], [3], [1, other], [1, chain]]),
+        stored: [{ events: 1, medium: 'GPU' }, { events: 1, medium: 'CPU' }, { events: 1 }],
+      },
+      T,
+    );
+    expect(gap).toBe('gap');
+    expect(matches(index, tokens(8, 300))).toEqual({});
+    expect(matches(index, prompt)).toEqual({ p0: 20 });
+    // Stored events past the runs have no description: credited.
+    index.applyBatch(
+      {
+        ...batch('p0', 6, [
+          [1, other],
+          [1, other],
+        ]),
+        stored: [{ events: 1, medium: 'CPU' }],
+      },
+      T,
+    );
+    expect(matches(index, tokens(8, 300))).toEqual({ p0: 8 });
+  });
+
+  it('a batch whose description says every stored block is creditable changes the index exactly as the bare batch (property)', () => {
+    const prompts = [tokens(32), [...tokens(16), ...tokens(16, 100)], tokens(32, 1000)];
+    const chains = prompts.map(keysOf);
+    const said = fc.record(
+      {
+        medium: fc.constantFrom('GPU', 'CPU', 'DISK', 'cache_level:1'),
+        group: fc.nat(3),
+        kind: fc.constantFrom('full_attention', 'sliding_window'),
+        lora: fc.constantFrom('a', 'b'),
+        extraKeys: fc.boolean(),
+      },
+      { requiredKeys: [] },
+    );
+    const event = fc.record({
+      kind: fc.constantFrom(1, 1, 2, 3),
+      chain: fc.integer({ min: 0, max: 2 }),
+      from: fc.integer({ min: 0, max: 7 }),
+      to: fc.integer({ min: 0, max: 8 }),
+      said,
+    });
+    const step = fc.record({ pod: fc.integer({ min: 0, max: 2 }), events: fc.array(event, { minLength: 1, maxLength: 6 }) });
+    fc.assert(
+      fc.property(fc.array(step, { maxLength: 30 }), (steps) => {
+        const described = new KvBlockIndex(POOL);
+        const bare = new KvBlockIndex(POOL);
+        const seqs = [0, 0, 0];
+        for (const s of steps) {
+          const events: KvBatch['events'] = [];
+          const credited: KvBatch['events'] = [];
+          const stored: NonNullable<KvBatch['stored']> = [];
+          for (const e of s.events) {
+            const keys = (chains[e.chain] as number[]).slice(Math.min(e.from, e.to), Math.max(e.from, e.to));
+            const ev: KvBatch['events'][number] = e.kind === 3 ? [3] : [e.kind as 1 | 2, keys];
+            events.push(ev);
+            if (e.kind === 1) {
+              stored.push({ events: 1, ...e.said });
+              const gpu = (e.said.medium === undefined || e.said.medium === 'GPU') && e.said.extraKeys !== true;
+              if (gpu) credited.push(ev);
+            } else credited.push(ev);
+          }
+          const seq = ++(seqs[s.pod] as number);
+          described.applyBatch({ ...batch(`p${s.pod}`, seq, events), rank: s.pod, stored }, T);
+          bare.applyBatch(batch(`p${s.pod}`, seq, credited), T);
+        }
+        for (const prompt of prompts) expect(matches(described, prompt)).toEqual(matches(bare, prompt));
+        expect(described.stats.blocks).toBe(bare.stats.blocks);
+      }),
+      { numRuns: 300 },
+    );
+  });
 });

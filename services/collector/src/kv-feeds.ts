@@ -7,7 +7,7 @@ import {
   type VllmKvEvent,
 } from '@spillway/events';
 import { Dealer, Subscriber } from 'zeromq';
-import { SeqTracker } from './kv-map.js';
+import { MAX_RANKS_PER_POD, SeqTracker } from './kv-map.js';
 import type { PodRelay } from './kv-relay.js';
 import type { KvRankEndpoint } from './kv-sources.js';
 
@@ -136,7 +136,7 @@ export class ZmqRankFeed implements KvFeed {
       return this.pod.fresh(this.rank);
     }
     if (decoded.batch.unknownEvents > 0) relay.options.metrics.kvDropped.inc({ reason: 'unknown-tag' }, decoded.batch.unknownEvents);
-    this.pod.apply(this.rank, decoded.batch.events, fresh);
+    this.pod.apply(this.rank, decoded.batch.events, fresh, decoded.batch.dataParallelRank);
   }
 
   /**
@@ -301,10 +301,17 @@ export class TrtllmFeed implements KvFeed {
       return;
     }
     if (decoded.unknownEvents > 0) o.metrics.kvDropped.inc({ reason: 'unknown-tag' }, decoded.unknownEvents);
+    // Each rank has a block map of its own and a bit in the pod's union: a rank past those is not one this pod can have.
+    const beyond = decoded.events.find((e) => (e.rank ?? 0) >= MAX_RANKS_PER_POD);
+    if (beyond !== undefined) {
+      relay.dropped(this.pod.pod, 'malformed', `attention_dp_rank ${beyond.rank} (at most ${MAX_RANKS_PER_POD - 1})`);
+      for (const rank of this.expectedByRank.keys()) this.pod.fresh(rank);
+      return;
+    }
     // Consecutive events of one rank are folded together; a gap or restart starts the rank afresh first.
     let run: { rank: number; events: VllmKvEvent[]; fresh: boolean } | undefined;
     const flush = (): void => {
-      if (run !== undefined && (run.events.length > 0 || run.fresh)) this.pod.apply(run.rank, run.events, run.fresh);
+      if (run !== undefined && (run.events.length > 0 || run.fresh)) this.pod.apply(run.rank, run.events, run.fresh, run.rank);
       run = undefined;
     };
     for (const e of decoded.events) {

@@ -6,11 +6,12 @@ import {
   kvKeySeed,
   MAX_KV_SNAPSHOT_KEYS,
   VLLM_MEDIUM_GPU,
-  type KvEvent,
+  type KvBlockInfo,
   type VllmBlockHash,
   type VllmBlockStored,
   type VllmKvEvent,
 } from '@spillway/events';
+import { blockInfo, relayText, type KvChange } from './kv-info.js';
 
 /** Why part of a model server's batch was not relayed (each counted by the collector). */
 export type KvSkipReason =
@@ -29,12 +30,22 @@ export type KvSkipReason =
   /** The pod's map reached its byte bound: its oldest blocks were forgotten (and relayed as removed). */
   | 'pod-overflow';
 
-export type SkipFn = (reason: KvSkipReason, blocks: number) => void;
+/** Told of blocks not relayed as cached: why, how many, what the server said of them, and whether they were removals. */
+export type SkipFn = (reason: KvSkipReason, blocks: number, what?: { info?: KvBlockInfo; removed?: boolean }) => void;
 
-/** A block as a rank's map holds it: its content key (-1: not matchable by any request) and whether it is relayed as cached. */
+/**
+ * A block as a rank's map holds it: its content key (-1: not matchable by any request), whether it
+ * is relayed as cached, and the tier it is followed on (as the server names it; GPU when it names none).
+ */
 interface Held {
   key: number;
   relayed: boolean;
+  medium: string;
+}
+
+/** The medium a held block is counted on: what the server said (cut to a description's length), GPU when it said nothing. */
+function tierOf(medium: string | null): string {
+  return medium === null ? VLLM_MEDIUM_GPU : (relayText(medium) ?? '(empty)');
 }
 
 /** Content key of a block no EPP request can match (extra keys, or chained from such a block). */
@@ -58,7 +69,7 @@ function fullAttention(kind: string): boolean {
   return kind.endsWith('full_attention') || kind === 'mla_attention';
 }
 
-interface GroupInfo {
+export interface GroupInfo {
   readonly group: number;
   readonly kind: string | null;
   readonly window: number | null;
@@ -123,9 +134,11 @@ function hasExtraKeys(extra: unknown, loraName: string | null): boolean {
  * One model-server rank's blocks as the relay knows them: server block hash → content key
  * (`kvBlockKey`, chained from the parent block's key, seeded by the LoRA name), in store order,
  * oldest first. Turns the rank's events (in the common vocabulary of `@spillway/events`) into
- * content-keyed changes: `[1, keys]` now cached, `[2, keys]` no longer cached, `[3]` the rank's
- * cache is empty. Pure: no I/O, no clock. Bounded by `maxBytes`: past it the oldest blocks are
- * forgotten and reported removed, so receivers never hold a block the relay could no longer report evicted.
+ * content-keyed changes: `[1, keys, info]` now cached (with what the server said of the blocks),
+ * `[2, keys]` no longer cached, `[3]` the rank's cache is empty; what it does not relay it reports
+ * to its `SkipFn`, with the same description. Pure: no I/O, no clock. Bounded by `maxBytes`: past
+ * it the oldest blocks are forgotten and reported removed, so receivers never hold a block the
+ * relay could no longer report evicted.
  *
  * Blocks on other tiers (CPU offload, disk, remote) are held but not reported cached: a tier move
  * back to the GPU (TensorRT-LLM) then knows their keys, and a GPU block chained to one is keyed.
@@ -152,8 +165,23 @@ export class RankKvMap {
     this.bytesHeld = 0;
   }
 
+  /** The KV-cache group followed (undefined before the first BlockStored). */
+  get group(): GroupInfo | undefined {
+    return this.groups.chosen;
+  }
+
+  /** Blocks held that are relayed as cached; every block held is counted into `tiers` by its tier. */
+  summary(tiers: Map<string, number>): number {
+    let relayed = 0;
+    for (const held of this.byHash.values()) {
+      if (held.relayed) relayed++;
+      tiers.set(held.medium, (tiers.get(held.medium) ?? 0) + 1);
+    }
+    return relayed;
+  }
+
   /** Folds one batch's events; appends the changes to relay (in order) to `out` and reports what it skipped. */
-  fold(events: readonly VllmKvEvent[], out: KvEvent[], skip: SkipFn): void {
+  fold(events: readonly VllmKvEvent[], out: KvChange[], skip: SkipFn): void {
     // The groups first: a batch that stores into several groups settles which one is followed before any is applied.
     let moved = false;
     for (const e of events) if (e.type === 'stored' && this.groups.learn(e)) moved = true;
@@ -173,18 +201,20 @@ export class RankKvMap {
     this.enforceBound(out, skip);
   }
 
-  private stored(e: VllmBlockStored, out: KvEvent[], skip: SkipFn): void {
+  private stored(e: VllmBlockStored, out: KvChange[], skip: SkipFn): void {
     const n = e.hashes.length;
-    if (!this.groups.follows(e.group)) return skip('other-group', n);
+    const said = { medium: e.medium, group: e.group, kind: e.groupKind, window: e.slidingWindow, lora: e.loraName };
+    const info = blockInfo(said);
+    if (!this.groups.follows(e.group)) return skip('other-group', n, { info });
     // SGLang leaves a request's cache salt out of its block hashes: kept under those hashes, a salted
     // block would alias the unsalted one. Such blocks are never matchable anyway, so they are not kept.
-    if (e.unhashedSalt !== null) return skip('extra-keys', n);
-    if (e.tokenIds.length !== n * e.blockSize) return skip('token-mismatch', n);
-    if (e.loraId !== null && e.loraName === null) return skip('unnamed-lora', n);
+    if (e.unhashedSalt !== null) return skip('extra-keys', n, { info: blockInfo({ ...said, extraKeys: true }) });
+    if (e.tokenIds.length !== n * e.blockSize) return skip('token-mismatch', n, { info });
+    if (e.loraId !== null && e.loraName === null) return skip('unnamed-lora', n, { info });
     let parentKey: number | undefined;
     if (e.parent !== null) {
       parentKey = this.byHash.get(e.parent)?.key;
-      if (parentKey === undefined) return skip('orphan', n);
+      if (parentKey === undefined) return skip('orphan', n, { info });
     }
     if (this.blockSize !== e.blockSize) {
       // Keys are only comparable at one block size: a server that changed it starts afresh.
@@ -195,6 +225,7 @@ export class RankKvMap {
       this.blockSize = e.blockSize;
     }
     const cached = onGpu(e.medium);
+    const medium = tierOf(e.medium);
     const seed = kvKeySeed(e.loraName ?? undefined);
     const keys: number[] = [];
     let unmatchable = 0;
@@ -215,20 +246,21 @@ export class RankKvMap {
         this.bytesHeld -= entryBytes(h);
       }
       // Re-stored: moved to the newest end (Map order is insertion order).
-      this.byHash.set(h, { key, relayed: cached && key !== UNMATCHABLE });
+      this.byHash.set(h, { key, relayed: cached && key !== UNMATCHABLE, medium });
       this.bytesHeld += entryBytes(h);
       if (cached && key !== UNMATCHABLE) keys.push(key);
     }
-    if (unmatchable > 0) skip('extra-keys', unmatchable);
-    if (!cached) skip('other-medium', n);
-    if (keys.length > 0) out.push([KV_STORED, keys]);
+    if (unmatchable > 0) skip('extra-keys', unmatchable, { info: blockInfo({ ...said, extraKeys: true }) });
+    if (!cached) skip('other-medium', n, { info });
+    if (keys.length > 0) out.push([KV_STORED, keys, info]);
   }
 
   // Five parameters at most (lint): the removal's fields, then where the outcome goes.
-  private removed(hashes: readonly VllmBlockHash[], medium: string | null, group: number | null, out: KvEvent[], skip: SkipFn): void {
+  private removed(hashes: readonly VllmBlockHash[], medium: string | null, group: number | null, out: KvChange[], skip: SkipFn): void {
+    const what = { info: blockInfo({ medium, group }), removed: true };
     if (!this.groups.follows(group)) {
       // Before any store nothing is held, so there is nothing to skip either.
-      if (this.groups.chosen !== undefined) skip('other-group', hashes.length);
+      if (this.groups.chosen !== undefined) skip('other-group', hashes.length, what);
       return;
     }
     const otherTier = !onGpu(medium);
@@ -242,27 +274,30 @@ export class RankKvMap {
       this.bytesHeld -= entryBytes(h);
       if (held.relayed) keys.push(held.key);
     }
-    if (otherTier) skip('other-medium', hashes.length);
+    if (otherTier) skip('other-medium', hashes.length, what);
     if (keys.length > 0) out.push([KV_REMOVED, keys]);
   }
 
   /** Blocks that changed tier (TensorRT-LLM): cached from the moment they reach the GPU, not once they leave it. */
-  private moved(hashes: readonly VllmBlockHash[], medium: string, group: number | null, out: KvEvent[]): void {
+  private moved(hashes: readonly VllmBlockHash[], medium: string, group: number | null, out: KvChange[]): void {
     if (!this.groups.follows(group)) return;
     const toGpu = onGpu(medium);
+    const tier = tierOf(medium);
     const cached: number[] = [];
     const gone: number[] = [];
     for (const h of hashes) {
       const held = this.byHash.get(h);
-      if (held === undefined || held.key === UNMATCHABLE || held.relayed === toGpu) continue;
+      if (held === undefined) continue;
+      held.medium = tier;
+      if (held.key === UNMATCHABLE || held.relayed === toGpu) continue;
       held.relayed = toGpu;
       (toGpu ? cached : gone).push(held.key);
     }
     if (gone.length > 0) out.push([KV_REMOVED, gone]);
-    if (cached.length > 0) out.push([KV_STORED, cached]);
+    if (cached.length > 0) out.push([KV_STORED, cached, blockInfo({ medium, group, window: this.groups.chosen?.window })]);
   }
 
-  private enforceBound(out: KvEvent[], skip: SkipFn): void {
+  private enforceBound(out: KvChange[], skip: SkipFn): void {
     if (this.bytesHeld <= this.maxBytes) return;
     const forgotten: number[] = [];
     let count = 0;
@@ -273,7 +308,7 @@ export class RankKvMap {
       count++;
       if (held.relayed) forgotten.push(held.key);
     }
-    skip('pod-overflow', count);
+    skip('pod-overflow', count, { removed: true });
     if (forgotten.length > 0) out.push([KV_REMOVED, forgotten]);
   }
 }
@@ -305,8 +340,8 @@ export class PodKvUnion {
     this.holders.clear();
   }
 
-  /** Applies one rank's changes (from `RankKvMap.fold`), appending the pod's to `out`. */
-  apply(rank: number, changes: readonly KvEvent[], out: KvEvent[]): void {
+  /** Applies one rank's changes (from `RankKvMap.fold`), appending the pod's to `out` (stored ones with their description). */
+  apply(rank: number, changes: readonly KvChange[], out: KvChange[]): void {
     const bit = 1 << rank;
     for (const change of changes) {
       if (change[0] === KV_CLEARED) {
@@ -319,7 +354,7 @@ export class PodKvUnion {
           this.holders.delete(key);
           this.holders.set(key, mask | bit);
         }
-        out.push([KV_STORED, change[1]]);
+        out.push(change);
         continue;
       }
       const gone: number[] = [];
@@ -336,7 +371,7 @@ export class PodKvUnion {
   }
 
   /** Everything `rank` held is gone: keys no other rank holds are relayed removed, or the pod cleared when none is left. */
-  clearRank(rank: number, out: KvEvent[]): void {
+  clearRank(rank: number, out: KvChange[]): void {
     if (this.holders.size === 0) return;
     const bit = 1 << rank;
     const gone: number[] = [];
@@ -359,35 +394,6 @@ export class PodKvUnion {
     for (const key of this.holders.keys()) if (i++ >= skip) out.push(key);
     return out;
   }
-}
-
-/**
- * Splits relayed events into batches within the relay's bounds (`maxEvents` events and
- * `maxKeys` keys per batch), cutting a long key list where needed. Order is kept.
- */
-export function splitKvEvents(events: readonly KvEvent[], maxEvents: number, maxKeys: number): KvEvent[][] {
-  const batches: KvEvent[][] = [];
-  let current: KvEvent[] = [];
-  let keys = 0;
-  const push = (e: KvEvent, n: number): void => {
-    if (current.length >= maxEvents || keys + n > maxKeys) {
-      batches.push(current);
-      current = [];
-      keys = 0;
-    }
-    current.push(e);
-    keys += n;
-  };
-  for (const e of events) {
-    if (e[0] === KV_CLEARED) {
-      push(e, 0);
-      continue;
-    }
-    const list = e[1];
-    for (let i = 0; i < list.length || i === 0; i += maxKeys) push([e[0], list.slice(i, i + maxKeys)], Math.min(maxKeys, list.length - i));
-  }
-  if (current.length > 0) batches.push(current);
-  return batches;
 }
 
 /** What to do with a server message, given its sequence number. */

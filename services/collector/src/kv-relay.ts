@@ -5,9 +5,15 @@ import {
   KV_STORED,
   MAX_KV_EVENTS,
   MAX_KV_KEYS,
+  MAX_KV_RANK,
+  MAX_KV_SNAPSHOT_RANKS,
+  MAX_KV_SNAPSHOT_TIERS,
+  MAX_KV_STORED_RUNS,
   type KvBatch,
-  type KvEvent,
+  type KvSkipped,
   type KvSnapshotEvent,
+  type KvSnapshotRank,
+  type KvSnapshotTier,
   type VllmDecodeReason,
   type VllmKvEvent,
   type VllmKvLimits,
@@ -16,7 +22,8 @@ import type { Logger } from 'pino';
 import type { Dispatcher } from 'undici';
 import type { EndpointSpec } from './endpoint.js';
 import { TrtllmFeed, ZmqRankFeed, type KvFeed } from './kv-feeds.js';
-import { PodKvUnion, RankKvMap, splitKvEvents, type KvSkipReason } from './kv-map.js';
+import { blockInfo, chunkKvChanges, SkippedTally, type KvChange } from './kv-info.js';
+import { PodKvUnion, RankKvMap, type KvSkipReason } from './kv-map.js';
 import { kvSourceOf, sameSource, type KvEventsFormat, type KvSource } from './kv-sources.js';
 import type { CollectorMetrics } from './self-metrics.js';
 
@@ -175,6 +182,8 @@ export class KvRelay {
 export class PodRelay {
   private readonly union = new PodKvUnion();
   private readonly maps: RankKvMap[] = [];
+  /** Per rank (its place in the pod's rank list), the data-parallel rank it last said it is. */
+  private readonly saidRanks: number[] = [];
   private readonly feeds: KvFeed[];
   /**
    * The relay's own sequence for this pod: +1 per published batch, starting from the clock in
@@ -224,25 +233,40 @@ export class PodRelay {
     };
   }
 
-  /** Folds one rank's decoded events and publishes what they changed for the pod. `fresh`: start the rank over first. */
-  apply(rank: number, events: readonly VllmKvEvent[], fresh: boolean): void {
-    const out: KvEvent[] = [];
+  /**
+   * Folds one rank's decoded events and publishes what they changed for the pod. `fresh`: start the
+   * rank over first. `said`: the data-parallel rank the server says these events are of (vLLM's
+   * `data_parallel_rank`, TensorRT-LLM's `attention_dp_rank`), relayed as the batch's `rank`.
+   */
+  apply(rank: number, events: readonly VllmKvEvent[], fresh: boolean, said?: number | null): void {
+    // A rank the batch field cannot carry is relayed as its place in the pod's rank list.
+    if (said !== undefined && said !== null && Number.isInteger(said) && said >= 0 && said <= MAX_KV_RANK) this.saidRanks[rank] = said;
+    const out: KvChange[] = [];
     const map = this.mapOf(rank);
     if (fresh) this.startRankAfresh(rank, out);
-    const changes: KvEvent[] = [];
-    map.fold(events, changes, (reason, blocks) => this.relay.skipped(this.pod, reason, blocks));
+    const changes: KvChange[] = [];
+    const skipped = new SkippedTally();
+    map.fold(events, changes, (reason, blocks, what) => {
+      this.relay.skipped(this.pod, reason, blocks);
+      skipped.add(reason, blocks, what);
+    });
     this.union.apply(rank, changes, out);
-    this.publish(out);
+    this.publish(out, { rank: this.rankOf(rank), skipped: skipped.list() });
   }
 
   /** A rank's events were lost (a gap with no replay, a dropped batch, a reconnect): what it held is no longer vouched for. */
   fresh(rank: number): void {
-    const out: KvEvent[] = [];
+    const out: KvChange[] = [];
     this.startRankAfresh(rank, out);
-    this.publish(out);
+    this.publish(out, { rank: this.rankOf(rank) });
   }
 
-  private startRankAfresh(rank: number, out: KvEvent[]): void {
+  /** The data-parallel rank relayed for the rank at `index` of the pod's list: what it said, else its place. */
+  private rankOf(index: number): number {
+    return this.saidRanks[index] ?? index;
+  }
+
+  private startRankAfresh(rank: number, out: KvChange[]): void {
     this.mapOf(rank).clear();
     this.union.clearRank(rank, out);
   }
@@ -252,23 +276,31 @@ export class PodRelay {
     if (this.closed) return;
     this.closed = true;
     for (const feed of this.feeds) feed.close();
-    if (gone && this.published) this.publish([[KV_CLEARED]]);
+    if (gone && this.published) this.publish([[KV_CLEARED]], {});
   }
 
   get isClosed(): boolean {
     return this.closed;
   }
 
-  private publish(events: KvEvent[]): void {
-    if (events.length === 0) return;
+  /**
+   * Publishes the pod's changes, cut into batches within their bounds, each saying the rank they
+   * are of and what the server said of their stored blocks; the first also carries the tallies of
+   * blocks not relayed as keys. A server batch whose blocks were all skipped is still published
+   * (its events empty) when it has tallies: the blocks were reported, and receivers may count them.
+   */
+  private publish(changes: KvChange[], what: { rank?: number; skipped?: KvSkipped[] | undefined }): void {
+    if (changes.length === 0 && what.skipped === undefined) return;
     const o = this.relay.options;
     // The first batch a collector relays for a pod starts it afresh: receivers may hold what an
     // earlier collector said, which this one cannot vouch for. (Until then the union was empty:
     // everything it takes in is relayed.)
-    if (!this.published && events[0]?.[0] !== KV_CLEARED) events = [[KV_CLEARED], ...events];
+    if (!this.published && changes[0]?.[0] !== KV_CLEARED) changes = [[KV_CLEARED], ...changes];
     // Before the server's first BlockStored only `cleared` events go out, which no block size qualifies.
     const blockSize = this.maps.find((m) => m !== undefined && m.blockSize > 0)?.blockSize ?? 16;
-    for (const chunk of splitKvEvents(events, MAX_KV_EVENTS, MAX_KV_KEYS)) {
+    const chunks = chunkKvChanges(changes, { maxEvents: MAX_KV_EVENTS, maxKeys: MAX_KV_KEYS, maxRuns: MAX_KV_STORED_RUNS });
+    if (chunks.length === 0) chunks.push({ events: [], stored: [] });
+    chunks.forEach((chunk, i) => {
       const batch: KvBatch = {
         v: 1,
         pool: o.pool,
@@ -277,17 +309,20 @@ export class PodRelay {
         seq: this.relaySeq++,
         observedAt: this.relay.now(),
         blockSize,
-        events: chunk,
+        events: chunk.events,
       };
+      if (what.rank !== undefined) batch.rank = what.rank;
+      if (chunk.stored.length > 0) batch.stored = chunk.stored;
+      if (i === 0 && what.skipped !== undefined) batch.skipped = what.skipped;
       this.published = true;
       if (o.sink.publishKvBatch(batch)) {
         o.metrics.kvBatchesPublished.inc();
-        for (const e of chunk)
+        for (const e of chunk.events)
           o.metrics.kvEventsRelayed.inc({ type: e[0] === KV_STORED ? 'stored' : e[0] === KV_REMOVED ? 'removed' : 'cleared' });
       } else {
         o.metrics.kvDropped.inc({ reason: 'nats-down' });
       }
-    }
+    });
   }
 
   publishSnapshot(): void {
@@ -305,10 +340,34 @@ export class PodRelay {
         blockSize,
         seq: this.relaySeq - 1,
         keys: this.union.snapshotKeys(),
+        ...this.describeRanks(),
       },
       o.sink.maxPayload(),
     );
     if (o.sink.publishKvSnapshot(event)) o.metrics.kvSnapshots.inc();
     else o.metrics.kvDropped.inc({ reason: 'nats-down' });
+  }
+
+  /**
+   * The snapshot's `ranks` (each rank's blocks in `keys` and its KV-cache group) and `tiers` (every
+   * block followed, by tier; past the bound the smallest tiers are summed as `other`). A walk over
+   * the ranks' maps, once per snapshot interval.
+   */
+  private describeRanks(): { ranks: KvSnapshotRank[]; tiers: KvSnapshotTier[] } {
+    const ranks: KvSnapshotRank[] = [];
+    const held = new Map<string, number>();
+    this.maps.forEach((map, index) => {
+      if (map === undefined || ranks.length >= MAX_KV_SNAPSHOT_RANKS) return;
+      const entry: KvSnapshotRank = { rank: this.rankOf(index), blocks: map.summary(held) };
+      const group = map.group;
+      if (group !== undefined) Object.assign(entry, blockInfo({ group: group.group, kind: group.kind, window: group.window }));
+      ranks.push(entry);
+    });
+    const tiers = [...held].map(([medium, blocks]) => ({ medium, blocks })).sort((a, b) => b.blocks - a.blocks);
+    if (tiers.length > MAX_KV_SNAPSHOT_TIERS) {
+      const rest = tiers.splice(MAX_KV_SNAPSHOT_TIERS - 1);
+      tiers.push({ medium: 'other', blocks: rest.reduce((n, t) => n + t.blocks, 0) });
+    }
+    return { ranks, tiers };
   }
 }

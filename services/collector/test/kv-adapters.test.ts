@@ -144,6 +144,14 @@ describe('vLLM adapter against its fixtures', () => {
     expect(await counter('spillway_collector_kv_skipped_blocks_total', { reason: 'other-medium' })).toBe(1);
     expect(await counter('spillway_collector_kv_skipped_blocks_total', { reason: 'extra-keys' })).toBe(1);
     expect(await counter('spillway_collector_kv_dropped_total', { reason: 'malformed' })).toBe(0);
+    // What the server said rides along: its rank, each stored run's tier, group and adapter, the blocks not relayed by tier.
+    expect(sink.batches.every((b) => b.rank === 0)).toBe(true);
+    const runs = sink.batches.flatMap((b) => b.stored ?? []);
+    expect(runs.map((r) => r.lora)).toEqual([undefined, undefined, 'sql-lora']);
+    for (const run of runs) expect(run).toMatchObject({ medium: 'GPU', group: 0, kind: 'full_attention' });
+    const skipped = sink.batches.flatMap((b) => b.skipped ?? []);
+    expect(skipped).toContainEqual(expect.objectContaining({ reason: 'other-medium', medium: 'CPU', stored: 1 }));
+    expect(skipped).toContainEqual(expect.objectContaining({ reason: 'extra-keys', extraKeys: true, stored: 1 }));
   });
 
   it('array-encoded vLLM structs with trailing fields omitted, 64-bit and byte hashes, a data-parallel rank', async () => {
@@ -153,6 +161,8 @@ describe('vLLM adapter against its fixtures', () => {
     const c = kvBlockKeys(toks(7, 16), 16);
     await until(() => sink.events().length >= 6, 'the removals');
     expect(sink.events()).toEqual([[KV_CLEARED], stored(a), stored([chained]), stored(c), removedOf([a[1] as number]), removedOf(c)]);
+    // The batch's data_parallel_rank, on the rank the relay follows in the pod's first place.
+    expect(sink.batches.every((b) => b.rank === 1)).toBe(true);
   });
 
   it('a hybrid-attention model: the full-attention group is followed, whatever its index; the sliding-window group never removes its blocks', async () => {
@@ -228,6 +238,24 @@ describe('TensorRT-LLM adapter against its fixtures', () => {
     expect(sink.events()).toEqual([[KV_CLEARED], stored(k), [KV_CLEARED]]);
     expect(await counter('spillway_collector_kv_skipped_blocks_total', { reason: 'extra-keys' })).toBe(1);
     expect(await counter('spillway_collector_kv_gaps_total', { handling: 'cleared' })).toBe(1);
+    // Each attention-DP rank's batches say their rank; the group is the V2 layer group, the window its size.
+    const stores = sink.batches.filter((b) => b.events.some((e) => e[0] === KV_STORED));
+    expect(stores.map((b) => b.rank)).toEqual([0]);
+    expect(stores[0]?.stored).toEqual([{ events: 1, medium: 'GPU', group: 0, window: 128 }]);
+    // Rank 1's multimodal block is relayed as a tally only: a batch with no events, saying its rank.
+    const tallied = sink.batches.filter((b) => b.skipped !== undefined);
+    expect(tallied.map((b) => [b.rank, b.events, b.skipped])).toEqual([
+      [1, [], [{ reason: 'extra-keys', medium: 'GPU', group: 0, window: 128, extraKeys: true, stored: 1 }]],
+    ]);
+  });
+
+  it('an attention-DP rank past what a pod can have: the answer is dropped as malformed, and the ranks start afresh', async () => {
+    const answer = fixture<{ answers: unknown[][] }>('trtllm-v2').answers[0] as Array<Record<string, unknown>>;
+    const { url, polls } = await serve([answer, [{ ...answer[0], event_id: 9, attention_dp_rank: 40 }]]);
+    const { sink, counter } = relayFor(url);
+    await until(() => polls() > 2, 'both answers');
+    expect(await counter('spillway_collector_kv_dropped_total', { reason: 'malformed' })).toBe(1);
+    expect(sink.batches.every((b) => b.rank === undefined || b.rank < 32)).toBe(true);
   });
 
   it('an answer that is not the documented JSON is dropped, counted, and starts the ranks afresh', async () => {

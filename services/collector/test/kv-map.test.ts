@@ -4,13 +4,15 @@ import {
   KV_STORED,
   kvBlockKeys,
   kvKeySeed,
+  type KvBlockInfo,
   type KvEvent,
   type VllmBlockStored,
   type VllmKvEvent,
 } from '@spillway/events';
 import { KvBlockIndex } from '@spillway/scheduler';
 import { describe, expect, it } from 'vitest';
-import { PodKvUnion, RankKvMap, SeqTracker, splitKvEvents, type KvSkipReason } from '../src/kv-map.js';
+import type { KvChange } from '../src/kv-info.js';
+import { PodKvUnion, RankKvMap, SeqTracker, type KvSkipReason } from '../src/kv-map.js';
 
 const BS = 4;
 const stored = (hashes: number[], parent: number | null, tokenIds: number[], extra: Partial<VllmBlockStored> = {}): VllmBlockStored => ({
@@ -37,11 +39,20 @@ const removed = (hashes: number[], extra: { medium?: string | null; group?: numb
 });
 const tokens = (n: number, base = 0) => Array.from({ length: n }, (_, i) => base + i);
 
+/** The relayed event of a change (a stored change without what the server said of its blocks). */
+const eventOf = (c: KvChange): KvEvent => (c[0] === KV_STORED ? [KV_STORED, c[1]] : c);
+
+/** Folds `events`: the relayed events, the descriptions of the stored ones, and what was skipped (with its descriptions). */
 function fold(map: RankKvMap, ...events: VllmKvEvent[]) {
   const skipped: Array<[KvSkipReason, number]> = [];
-  const out: KvEvent[] = [];
-  map.fold(events, out, (reason, blocks) => void skipped.push([reason, blocks]));
-  return { events: out, skipped };
+  const described: Array<{ reason: KvSkipReason; blocks: number; info?: KvBlockInfo; removed?: boolean }> = [];
+  const out: KvChange[] = [];
+  map.fold(events, out, (reason, blocks, what) => {
+    skipped.push([reason, blocks]);
+    described.push({ reason, blocks, ...what });
+  });
+  const infos = out.map((c) => (c[0] === KV_STORED ? c[2] : undefined));
+  return { events: out.map(eventOf), infos, skipped, described, changes: out };
 }
 
 /** Relayed events applied to an EPP's block index, as the EPP does; the pod's longest leading match of `prompt`. */
@@ -215,14 +226,61 @@ describe('RankKvMap: server hashes to content keys', () => {
   });
 });
 
+describe('RankKvMap: what the server said of the blocks', () => {
+  it('each stored change carries its medium, group, kind, window and LoRA name; skipped blocks are told with theirs', () => {
+    const map = new RankKvMap(1 << 20);
+    const t = tokens(2 * BS, 5);
+    const full = { medium: 'GPU', group: 0, groupKind: 'full_attention' };
+    const r = fold(
+      map,
+      stored([1, 2], null, t, full),
+      stored([1, 2], null, t, { ...full, group: 1, groupKind: 'sliding_window', slidingWindow: 4096 }),
+      stored([3], null, tokens(BS, 50), { ...full, loraId: 1, loraName: 'sql-lora', extraKeys: [['sql-lora']] }),
+      stored([1, 2], null, t, { ...full, medium: 'CPU' }),
+      stored([4], null, tokens(BS, 90), { ...full, extraKeys: [['img']] }),
+      removed([1, 2], { medium: 'CPU', group: 0 }),
+    );
+    expect(r.infos.filter((i) => i !== undefined)).toEqual([
+      { medium: 'GPU', group: 0, kind: 'full_attention' },
+      { medium: 'GPU', group: 0, kind: 'full_attention', lora: 'sql-lora' },
+    ]);
+    expect(r.described).toEqual([
+      { reason: 'other-group', blocks: 2, info: { medium: 'GPU', group: 1, kind: 'sliding_window', window: 4096 } },
+      { reason: 'other-medium', blocks: 2, info: { medium: 'CPU', group: 0, kind: 'full_attention' } },
+      { reason: 'extra-keys', blocks: 1, info: { medium: 'GPU', group: 0, kind: 'full_attention', extraKeys: true } },
+      { reason: 'other-medium', blocks: 2, info: { medium: 'CPU', group: 0 }, removed: true },
+    ]);
+  });
+
+  it('counts every block it follows by tier, and those relayed as cached, for the snapshot', () => {
+    const map = new RankKvMap(1 << 20);
+    fold(
+      map,
+      stored([1, 2], null, tokens(2 * BS), { medium: null }),
+      stored([3], null, tokens(BS, 30), { medium: 'CPU' }),
+      stored([4], null, tokens(BS, 60), { extraKeys: [['img']] }),
+      stored([5], null, tokens(BS, 90), { medium: 'x'.repeat(300) }),
+    );
+    const tiers = new Map<string, number>();
+    expect(map.summary(tiers)).toBe(2);
+    expect(Object.fromEntries(tiers)).toEqual({ GPU: 3, CPU: 1, ['x'.repeat(64)]: 1 });
+    expect(map.group).toEqual({ group: 0, kind: null, window: null });
+    // TensorRT-LLM moves a block to the host: it is counted there from then on.
+    fold(map, { type: 'moved', hashes: [1], medium: 'cache_level:1', group: null });
+    tiers.clear();
+    expect(map.summary(tiers)).toBe(1);
+    expect(tiers.get('cache_level:1')).toBe(1);
+  });
+});
+
 describe('PodKvUnion: one pod over its data-parallel ranks', () => {
   it('two ranks of one pod: a block is cached while any rank holds it; a rank clear leaves the other rank', () => {
     const union = new PodKvUnion();
     const ranks = [new RankKvMap(1 << 20), new RankKvMap(1 << 20)];
     const apply = (rank: number, ...events: VllmKvEvent[]) => {
-      const out: KvEvent[] = [];
-      union.apply(rank, fold(ranks[rank] as RankKvMap, ...events).events, out);
-      return out;
+      const out: KvChange[] = [];
+      union.apply(rank, fold(ranks[rank] as RankKvMap, ...events).changes, out);
+      return out.map(eventOf);
     };
     const shared = tokens(2 * BS);
     const own = tokens(BS, 500);
@@ -239,29 +297,13 @@ describe('PodKvUnion: one pod over its data-parallel ranks', () => {
     // Rank 1 clears its cache: what no rank holds goes, and the pod is then empty.
     expect(apply(1, { type: 'cleared' })).toEqual([[KV_CLEARED]]);
     expect(apply(0, stored([12], null, own))).toEqual([[KV_STORED, kvBlockKeys(own, BS)]]);
-    const out: KvEvent[] = [];
-    union.apply(1, fold(ranks[1] as RankKvMap, stored([23], null, tokens(BS, 900))).events, out);
+    const out: KvChange[] = [];
+    union.apply(1, fold(ranks[1] as RankKvMap, stored([23], null, tokens(BS, 900))).changes, out);
     // Rank 1 starting afresh removes only its own block.
-    const fresh: KvEvent[] = [];
+    const fresh: KvChange[] = [];
     union.clearRank(1, fresh);
     expect(fresh).toEqual([[KV_REMOVED, kvBlockKeys(tokens(BS, 900), BS)]]);
     expect(union.snapshotKeys()).toEqual(kvBlockKeys(own, BS));
-  });
-});
-
-describe('splitKvEvents', () => {
-  it('cuts batches at the event and key bounds, keeping order', () => {
-    const events = [[KV_CLEARED], [KV_STORED, tokens(5)], [KV_REMOVED, tokens(2, 50)], [KV_STORED, [9]]] as const;
-    const out = splitKvEvents(events as never, 2, 3);
-    expect(out).toEqual([
-      [[KV_CLEARED], [KV_STORED, [0, 1, 2]]],
-      [[KV_STORED, [3, 4]]],
-      [
-        [KV_REMOVED, [50, 51]],
-        [KV_STORED, [9]],
-      ],
-    ]);
-    for (const b of out) expect(b.length).toBeLessThanOrEqual(2);
   });
 });
 

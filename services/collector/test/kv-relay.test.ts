@@ -156,6 +156,14 @@ describe('spillway-collector KV relay against spillway-sim processes and nats-se
       expect(list[0]?.events[0], `${pod} starts afresh`).toEqual([KV_CLEARED]);
     }
     expect(batches.get('sim-c')?.[0]).toMatchObject({ pool: 'llama', zone: 'zone-b', pod: 'sim-c', blockSize: BLOCK });
+    // Each batch says the rank it relays and what the simulator said of its stored blocks (as vLLM: GPU, group 0, full attention).
+    const withStores = (batches.get('sim-a') ?? []).filter((b) => b.events.some((e) => e[0] === KV_STORED));
+    expect(withStores.length).toBeGreaterThan(0);
+    for (const b of withStores) {
+      expect(b.rank).toBe(0);
+      expect(b.stored?.reduce((n, run) => n + run.events, 0)).toBe(b.events.filter((e) => e[0] === KV_STORED).length);
+      for (const run of b.stored ?? []) expect(run).toMatchObject({ medium: 'GPU', group: 0, kind: 'full_attention' });
+    }
     expect(bad).toEqual([]);
   });
 
@@ -179,6 +187,10 @@ describe('spillway-collector KV relay against spillway-sim processes and nats-se
       expect(batches.get('sim-a')?.some((b) => b.seq === last?.seq)).toBe(true);
     }, 10_000);
     await eventually(() => expect(snapshots.get('sim-c')?.at(-1)).toMatchObject({ kind: 'kv', zone: 'zone-b', blockSize: BLOCK }), 10_000);
+    // ...with its one rank (all its blocks cached, on the GPU, in the full-attention group).
+    const last = snapshots.get('sim-a')?.at(-1);
+    expect(last?.ranks).toEqual([{ rank: 0, blocks: last?.keys.length, group: 0, kind: 'full_attention' }]);
+    expect(last?.tiers).toEqual([{ medium: 'GPU', blocks: last?.keys.length }]);
   });
 
   it('relays evictions and a server restart', async () => {

@@ -242,6 +242,9 @@ describe('metrics after traffic', () => {
         'origin',
         'event',
         'tokens',
+        'tier',
+        'credited',
+        'rank',
       ]).toContain(name);
   });
 

@@ -1,4 +1,5 @@
 import type { KvDecodeResult } from '@spillway/events';
+import { emptyBlockTierCounts, type BlockTierCounts } from './block-tiers.js';
 
 /** Why a relayed KV batch or a KV snapshot was refused whole. */
 export type KvRejectReason = Extract<KvDecodeResult, { ok: false }>['reason'];
@@ -16,6 +17,8 @@ export class KvCounters {
   keysApplied = 0;
   /** Snapshots (stream kind `kv`) handed to the block index, replayed or live. */
   snapshotsApplied = 0;
+  /** What applied batches say of the blocks stored: by tier, credited or tallied, and batches by data-parallel rank. */
+  readonly blockTiers: BlockTierCounts = emptyBlockTierCounts();
   readonly rejected: Record<KvRejectReason, number> = {
     oversized: 0,
     'not-msgpack': 0,

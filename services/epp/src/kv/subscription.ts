@@ -1,6 +1,7 @@
 import type { NatsConnection, Subscription } from '@nats-io/nats-core';
 import { decodeKvBatch, kvPoolFilter, type KvBatch } from '@spillway/events';
 import type { Logger } from 'pino';
+import { countAppliedBatch } from './block-tiers.js';
 import type { KvCounters, KvRejectReason } from './counters.js';
 
 const LOG_EVERY_MS = 60_000;
@@ -62,6 +63,7 @@ export class KvSubscription {
     this.sink.applyKvBatch(batch, this.now());
     this.counters.batchesApplied++;
     for (const event of batch.events) if (event.length === 2) this.counters.keysApplied += event[1].length;
+    countAppliedBatch(batch, this.counters.blockTiers);
   }
 
   async close(): Promise<void> {

@@ -51,7 +51,7 @@ export function registerKvMetrics(
   });
   const indexEvents: Counter<'event'> = new Counter({
     name: 'spillway_kv_index_events_total',
-    help: "The block index's bookkeeping: sequence gaps seen in a pod's batches (gap; the pod is not believed until its next snapshot or clear), batches and snapshots it did not apply: stale, duplicate, future-dated, past the pod bound (dropped), entries evicted for the byte bound or a flooding pod's cap (evicted), prefix lookups with token ids (lookup) and those where some pod held the first block (hit).",
+    help: "The block index's bookkeeping: sequence gaps seen in a pod's batches (gap; the pod is not believed until its next snapshot or clear), batches and snapshots it did not apply: stale, duplicate, future-dated, past the pod bound (dropped), entries evicted for the byte bound or a flooding pod's cap (evicted), prefix lookups with token ids (lookup) and those where some pod held the first block (hit), stored keys not credited because their batch describes them as off the GPU or extra-keyed (uncredited).",
     labelNames: ['event'] as const,
     registers,
     collect: () => collectIndexEvents(),
@@ -62,6 +62,7 @@ export function registerKvMetrics(
     [{ event: 'evicted' }, () => sources.stats().evicted],
     [{ event: 'lookup' }, () => sources.stats().lookups],
     [{ event: 'hit' }, () => sources.stats().hits],
+    [{ event: 'uncredited' }, () => sources.stats().uncredited],
   ]);
   const batches: Counter<'result'> = new Counter({
     name: 'spillway_kv_batches_total',
@@ -92,6 +93,35 @@ export function registerKvMetrics(
     collect: () => collectKeys(),
   });
   const collectKeys = mirrorCounter(keys, [[{}, () => counters.keysApplied]]);
+  // What the relayed batches say of the blocks the servers stored (their optional descriptions); labels are the counts' own keys.
+  const tiers = counters.blockTiers;
+  const storedBlocks: Counter<'tier' | 'credited'> = new Counter({
+    name: 'spillway_kv_stored_blocks_total',
+    help: 'Blocks the model servers reported stored, as the relayed batches describe them: by tier (gpu; cpu: host memory, CPU offload, a TensorRT-LLM cache level past 0; disk; other; unsaid: no tier said, e.g. a collector from before descriptions), relayed as keys the block index credits (credited="true") or only counted (credited="false": another tier, another KV-cache group, extra keys, a parent never seen, ...).',
+    labelNames: ['tier', 'credited'] as const,
+    registers,
+    collect: () => collectStoredBlocks(),
+  });
+  const collectStoredBlocks = mirrorCounter(
+    storedBlocks,
+    (Object.keys(tiers.credited) as Array<keyof typeof tiers.credited>).flatMap((tier) => [
+      [{ tier, credited: 'true' }, () => tiers.credited[tier]] as [{ tier: string; credited: string }, () => number],
+      [{ tier, credited: 'false' }, () => tiers.tallied[tier]] as [{ tier: string; credited: string }, () => number],
+    ]),
+  );
+  const rankBatches: Counter<'rank'> = new Counter({
+    name: 'spillway_kv_rank_batches_total',
+    help: 'Relayed KV batches applied, by the data-parallel rank of the model server they say they relay (0-7, 8+ for the higher ones, none when a batch says none): a rank whose count stops growing is not reporting.',
+    labelNames: ['rank'] as const,
+    registers,
+    collect: () => collectRankBatches(),
+  });
+  const collectRankBatches = mirrorCounter(
+    rankBatches,
+    (Object.keys(tiers.rankBatches) as Array<keyof typeof tiers.rankBatches>).map(
+      (rank) => [{ rank }, () => tiers.rankBatches[rank]] as [{ rank: string }, () => number],
+    ),
+  );
   const snapshots: Counter = new Counter({
     name: 'spillway_kv_snapshots_total',
     help: "Pods' KV snapshots (stream kind kv) applied to the block index, replayed or live.",
