@@ -38,16 +38,16 @@ export function measureCapacity(o: CalibrationOptions): Capacity {
   const seed = o.seed ?? 1;
   const end = warmupMs + measureMs;
   // The stream only supplies request shapes; its arrival times are ignored.
-  const stream = new ArrivalStream(
-    o.workload,
-    prefixGroupsOf(o.workload, seed),
-    constantRate(1000),
-    0,
-    1,
+  const stream = new ArrivalStream({
+    workload: o.workload,
+    groups: prefixGroupsOf(o.workload, seed),
+    schedule: constantRate(1000),
+    gateway: 0,
+    gateways: 1,
     seed,
-    Number.POSITIVE_INFINITY,
-    o.groupLimit,
-  );
+    endMs: Number.POSITIVE_INFINITY,
+    groupLimit: o.groupLimit,
+  });
   let finished = 0;
   let tokens = 0;
   let hits = 0;

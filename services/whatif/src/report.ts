@@ -1,5 +1,5 @@
 import type { ScenarioReport } from './run.js';
-import type { RunResult, WindowResult } from './simulation.js';
+import type { RunResult, WindowResult } from './measure.js';
 import type { Figures } from './tally.js';
 
 /**

@@ -1,7 +1,8 @@
 import { availableParallelism } from 'node:os';
 import { Worker } from 'node:worker_threads';
 import type { ResolvedScenario } from './resolve.js';
-import { runStrategy, type RunResult } from './simulation.js';
+import type { RunResult } from './measure.js';
+import { runStrategy } from './simulation.js';
 import { SHARING_KINDS, sharesState, STRATEGY_DESCRIPTIONS, type StrategyKind, type StrategySpec } from './strategies.js';
 
 /** What `--json` writes: one scenario instance (file, load) and one result per (strategy, seed). */

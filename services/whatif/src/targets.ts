@@ -1,6 +1,6 @@
 import { median } from './report.js';
 import type { ScenarioReport } from './run.js';
-import type { RunResult, WindowResult } from './simulation.js';
+import type { RunResult, WindowResult } from './measure.js';
 import { ZONE_UNAWARE } from './strategies.js';
 import type { Figures } from './tally.js';
 

@@ -178,23 +178,41 @@ export const constantRate = (rate: number): RateSchedule => ({ startsMs: [0], ra
  * At a rate change the pending gap is redrawn at the new rate (the process is memoryless, so this
  * is exact and stays deterministic).
  */
+export interface ArrivalOptions {
+  readonly workload: WorkloadSpec;
+  readonly groups: readonly (PrefixGroups | undefined)[];
+  readonly schedule: RateSchedule;
+  /** This gateway's index, and how many there are (request ids interleave over gateways). */
+  readonly gateway: number;
+  readonly gateways: number;
+  readonly seed: number;
+  /** No arrival at or after this time. */
+  readonly endMs: number;
+  /** Draw shared-prefix groups from the first `groupLimit` only (capacity calibration). */
+  readonly groupLimit?: number | undefined;
+}
+
 export class ArrivalStream {
   private readonly rng: Rng;
   private k = 0;
   private nextAt: number;
+  private readonly workload: WorkloadSpec;
+  private readonly groups: readonly (PrefixGroups | undefined)[];
+  private readonly schedule: RateSchedule;
+  private readonly gateway: number;
+  private readonly gateways: number;
+  private readonly endMs: number;
+  private readonly groupLimit: number;
 
-  constructor(
-    private readonly workload: WorkloadSpec,
-    private readonly groups: readonly (PrefixGroups | undefined)[],
-    private readonly schedule: RateSchedule,
-    private readonly gateway: number,
-    private readonly gateways: number,
-    seed: number,
-    private readonly endMs: number,
-    /** Draw shared-prefix groups from the first `groupLimit` only (capacity calibration). */
-    private readonly groupLimit = Number.POSITIVE_INFINITY,
-  ) {
-    this.rng = new Rng((seed * 7919 + gateway * 104_729 + 17) >>> 0);
+  constructor(o: ArrivalOptions) {
+    this.workload = o.workload;
+    this.groups = o.groups;
+    this.schedule = o.schedule;
+    this.gateway = o.gateway;
+    this.gateways = o.gateways;
+    this.endMs = o.endMs;
+    this.groupLimit = o.groupLimit ?? Number.POSITIVE_INFINITY;
+    this.rng = new Rng((o.seed * 7919 + o.gateway * 104_729 + 17) >>> 0);
     this.nextAt = this.after(0);
   }
 

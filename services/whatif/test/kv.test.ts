@@ -47,7 +47,15 @@ describe('KV events in the simulation', () => {
       sheddableShare: 0,
     };
     const groups = new PrefixGroups(workload.parts[0]?.spec as never, 3);
-    const stream = new ArrivalStream(workload, [groups], constantRate(10), 0, 1, 3, 10_000);
+    const stream = new ArrivalStream({
+      workload,
+      groups: [groups],
+      schedule: constantRate(10),
+      gateway: 0,
+      gateways: 1,
+      seed: 3,
+      endMs: 10_000,
+    });
     for (let i = 0; i < 20; i++) {
       const r = stream.next();
       if (!r) break;

@@ -25,11 +25,11 @@ const SHARED_PREFIX: WorkloadSpec = {
 
 describe('building blocks', () => {
   it('event queue pops in time order, equal times in insertion order', () => {
-    const q = new EventQueue<'x'>();
+    const q = new EventQueue<{ id: number }>();
     const times = [5, 1, 3, 3, 0, 9, 1, 3];
-    times.forEach((t, i) => q.push(t, 'x', i));
+    times.forEach((t, i) => q.push(t, { id: i }));
     const out: [number, number][] = [];
-    for (let e = q.pop(); e; e = q.pop()) out.push([e.at, e.target]);
+    for (let e = q.pop(); e; e = q.pop()) out.push([e.at, e.event.id]);
     expect(out).toEqual([
       [0, 4],
       [1, 1],
@@ -46,7 +46,15 @@ describe('building blocks', () => {
     const part = SHARED_PREFIX.parts[0]?.spec;
     if (part?.kind !== 'shared-prefix') throw new Error('unreachable');
     const groups = new PrefixGroups(part, 3);
-    const stream = new ArrivalStream(SHARED_PREFIX, [groups], constantRate(10), 0, 1, 3, 60_000);
+    const stream = new ArrivalStream({
+      workload: SHARED_PREFIX,
+      groups: [groups],
+      schedule: constantRate(10),
+      gateway: 0,
+      gateways: 1,
+      seed: 3,
+      endMs: 60_000,
+    });
     const seen = new Map<number, number[]>();
     for (let i = 0; i < 40; i++) {
       const r = stream.next();
@@ -67,8 +75,8 @@ describe('building blocks', () => {
       sheddableShare: 0.25,
     };
     const schedule = { startsMs: [0, 10_000, 20_000], rates: [50, 0, 200] };
-    const a = new ArrivalStream(w, [undefined], schedule, 1, 3, 5, 30_000);
-    const b = new ArrivalStream(w, [undefined], schedule, 1, 3, 5, 30_000);
+    const a = new ArrivalStream({ workload: w, groups: [undefined], schedule, gateway: 1, gateways: 3, seed: 5, endMs: 30_000 });
+    const b = new ArrivalStream({ workload: w, groups: [undefined], schedule, gateway: 1, gateways: 3, seed: 5, endMs: 30_000 });
     const counts = [0, 0, 0];
     let sheddable = 0;
     for (let r = a.next(); r; r = a.next()) {
