@@ -3,22 +3,20 @@ import { availableParallelism, loadavg } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import {
-  allTargets,
   byStrategy,
   lineChart,
   loadScenario,
   renderMarkdown,
   resolveScenario,
-  ResultSet,
   runScenario,
   SimPool,
   summaryTable,
   windowTables,
   type ScenarioFile,
   type ScenarioReport,
-  type Verdict,
 } from '@spillway/whatif';
 import type { BenchContext, BenchPart } from './part.js';
+import { allTargets, ResultSet, type Verdict } from './targets.js';
 
 /**
  * `routing`: routing quality by simulation. Every scenario file in infra/scenarios/ runs through

@@ -16,16 +16,3 @@ export { measureCapacity, capacityOf } from './calibrate.js';
 export type { Capacity } from './calibrate.js';
 export { lineChart } from './svg.js';
 export type { ChartOptions, Series } from './svg.js';
-export {
-  ResultSet,
-  allTargets,
-  balancedTargets,
-  hotZoneTargets,
-  zoneLossTargets,
-  prefixTargets,
-  preciseTargets,
-  llmdTargets,
-  outageTargets,
-  twoEppTargets,
-} from './targets.js';
-export type { Verdict } from './targets.js';

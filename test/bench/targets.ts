@@ -1,8 +1,4 @@
-import { median } from './report.js';
-import type { ScenarioReport } from './run.js';
-import type { RunResult, WindowResult } from './measure.js';
-import { ZONE_UNAWARE } from './strategies.js';
-import type { Figures } from './tally.js';
+import { median, ZONE_UNAWARE, type Figures, type RunResult, type ScenarioReport, type WindowResult } from '@spillway/whatif';
 
 /**
  * The routing targets of the spill-decision and shared-state work, evaluated over whatif results

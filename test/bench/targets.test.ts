@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import type { RunResult, ScenarioReport, WindowResult } from '@spillway/whatif';
 import {
   allTargets,
   balancedTargets,
@@ -9,10 +10,7 @@ import {
   prefixTargets,
   ResultSet,
   twoEppTargets,
-  type RunResult,
-  type ScenarioReport,
-  type WindowResult,
-} from '../src/index.js';
+} from './targets.js';
 
 /** A run with the given figures (everything else neutral). */
 function result(
