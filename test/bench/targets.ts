@@ -97,14 +97,13 @@ export function balancedTargets(set: ResultSet, strategy = 'spillway'): Verdict[
 }
 
 function hotBounds(
-  target: string,
-  scenario: string,
-  load: number | null,
+  where: { readonly target: string; readonly scenario: string; readonly load: number | null },
   s: RunResult[],
   balanced: RunResult[],
-  overflow: number,
-  tolerance: number,
+  bounds: { readonly overflow: number; readonly tolerance: number },
 ): Verdict {
+  const { target, scenario, load } = where;
+  const { overflow, tolerance } = bounds;
   const ratio = p90(s) / p90(balanced);
   const cross = med(s, (r) => r.crossZoneShare);
   const e503 = s.reduce((n, r) => n + r.rejected503, 0);
@@ -137,7 +136,7 @@ export function hotZoneTargets(set: ResultSet, strategy = 'spillway'): Verdict[]
         out.push(missing(target, scenario, load, `needs ${scenario} and ${balancedName} at ${loadPc(load)}`));
         continue;
       }
-      out.push(hotBounds(target, scenario, load, s, balanced, report?.overflowShare ?? 0, 0.25));
+      out.push(hotBounds({ target, scenario, load }, s, balanced, { overflow: report?.overflowShare ?? 0, tolerance: 0.25 }));
     }
   }
   return out;

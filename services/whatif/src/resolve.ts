@@ -122,7 +122,7 @@ export function resolveScenario(file: ScenarioFile, options: ResolveOptions = {}
   const inRun = file.faults.filter((f) => f.atS * 1000 < durationMs);
   const faults = inRun.map((f) => resolveFault(f, zones, file.epps.perZone)).sort((a, b) => a.atMs - b.atMs);
   const windows = windowsOf(inRun, zones, durationMs);
-  const overflowShare = overflowOf(rates, faults, zones, capacity.perReplica, warmupMs, durationMs);
+  const overflowShare = overflowOf({ rates, faults, zones, perReplica: capacity.perReplica, fromMs: warmupMs, toMs: durationMs });
   const rtt = new RoundTrips(zones, file.network);
 
   return {
@@ -309,14 +309,15 @@ function windowsOf(faults: readonly FaultInput[], zones: readonly ZoneSpec[], du
  * calibrated per-replica capacity), over the measured window, / all arrivals in it — from the
  * offered rates, so it does not depend on any strategy.
  */
-function overflowOf(
-  rates: readonly RateSchedule[],
-  faults: readonly ResolvedFault[],
-  zones: readonly ZoneSpec[],
-  perReplica: readonly number[],
-  fromMs: number,
-  toMs: number,
-): number {
+function overflowOf(o: {
+  readonly rates: readonly RateSchedule[];
+  readonly faults: readonly ResolvedFault[];
+  readonly zones: readonly ZoneSpec[];
+  readonly perReplica: readonly number[];
+  readonly fromMs: number;
+  readonly toMs: number;
+}): number {
+  const { rates, faults, zones, perReplica, fromMs, toMs } = o;
   const cuts = new Set<number>([fromMs, toMs]);
   for (const r of rates) for (const s of r.startsMs) if (s > fromMs && s < toMs) cuts.add(s);
   for (const f of faults) if ((f.kind === 'replica-down' || f.kind === 'replica-up') && f.atMs > fromMs && f.atMs < toMs) cuts.add(f.atMs);
