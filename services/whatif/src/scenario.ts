@@ -35,6 +35,7 @@ const engineSchema = z.strictObject({
   stepOverheadMs: z.number().finite().min(0).optional(),
   stepPerTokenMs: z.number().finite().min(0).optional(),
   stepPerContextTokenMs: z.number().finite().min(0).optional(),
+  stepPerAttentionPairMs: z.number().finite().min(0).optional(),
   prefillOverheadMs: z.number().finite().min(0).optional(),
   prefillPerTokenMs: z.number().finite().min(0).optional(),
   interTokenMs: z.number().finite().min(0).optional(),
