@@ -68,7 +68,15 @@ export function measureCapacity(o: CalibrationOptions): Capacity {
     while (engine.waitingCount < backlog) {
       const r = stream.next();
       if (!r) return;
-      engine.submit({ promptTokens: r.promptTokens, outputTokens: r.outputTokens, blockHashes: r.blockHashes }, now);
+      engine.submit(
+        {
+          promptTokens: r.promptTokens,
+          outputTokens: r.outputTokens,
+          blockHashes: r.blockHashes,
+          ...(r.lora !== undefined ? { lora: r.lora } : {}),
+        },
+        now,
+      );
     }
   };
   let runningSum = 0;

@@ -3,19 +3,25 @@ import type { StateBatch } from '@spillway/events';
 import { Fleet } from '@spillway/fleet';
 import type { SimEvent } from './events.js';
 import type { KvChannel } from './kv-events.js';
+import type { Network } from './network.js';
 import type { EventQueue } from './queue.js';
 import type { ReplicaSet } from './replicas.js';
 import type { ResolvedScenario } from './resolve.js';
-import { createRouter, GLOBAL_ZONE, type EppRouter } from './routers.js';
+import { createRouter } from './router-factory.js';
+import type { EppRouter } from './routers.js';
 import { PEER_TIMEOUT_MS, REMOTE_ENTRY_TTL_MS, SharingChannel } from './sharing.js';
 import type { SignalBus } from './signals.js';
-import { schedulerConfigFor, sharesState, type StrategySpec } from './strategies.js';
+import { DEPLOYMENTS, schedulerConfigFor, sharesState, type Deployment, type StrategySpec } from './strategies.js';
 
 export interface Epp {
   readonly index: number;
+  /** The zone it runs in. */
   readonly zoneIndex: number;
+  /** The replicas it picks among. */
+  readonly scope: readonly number[];
   /** Its id on the shared-state channel: a new one per process (restart). */
   id: string;
+  /** Its view fed by the collectors' events (the NATS path; stays empty on the others). */
   fleet: Fleet;
   router: EppRouter;
   restarts: number;
@@ -32,17 +38,22 @@ export interface RunObserver {
 }
 
 /**
- * The run's EPPs: each a production `Fleet` and a router, per zone (`epps.perZone` of them) or,
- * for the reference, one pool-wide picker every gateway asks. With sharing (the default for
- * Spillway's strategies), every EPP of the pool folds the others' picks, prefix placements and
- * penalties into its own state after the channel's delay (sharing.ts). An EPP restart rebuilds
- * its fleet from the stream and starts a new router, warm-started from its peers when shared.
+ * The run's pickers, deployed as the strategy is (`DEPLOYMENTS`): in each gateway, per zone
+ * (`epps.perZone` for the Spillway kinds), one for the pool (in `epps.referenceZone`) or one per
+ * region. Each gateway asks its chain of EPPs: its own, then — for the failover deployments — the
+ * other zones' (regions') in Envoy priority order, and its own again when every pool is saturated.
+ * With sharing (the Spillway kinds' default) every EPP folds the others' picks, prefix placements
+ * and penalties into its own state after the channel's delay (sharing.ts). An EPP restart gives it
+ * empty state: a fleet rebuilt from the stream (NATS path) and a new router, warm-started from its
+ * peers when shared.
  */
 export class EppSet {
-  /** Every EPP, by index (filled by the constructor; the signal paths hold this array). */
-  readonly all: Epp[];
-  /** EPPs each gateway spreads its picks over. */
+  readonly all: Epp[] = [];
+  readonly deployment: Deployment;
+  /** The EPPs a gateway spreads its picks over (its own zone's or pool's). */
   private readonly gatewayEpps: Epp[][];
+  /** Failover: each gateway's other pools, in priority order (same region first). */
+  private readonly failoverLevels: Epp[][][];
   private readonly gatewayNext: number[];
   private readonly spreadRng: Rng;
   /** The state channel between the EPPs, when this strategy's EPPs share state. */
@@ -57,42 +68,15 @@ export class EppSet {
       readonly queue: EventQueue<SimEvent>;
       readonly replicas: ReplicaSet;
       readonly signals: SignalBus;
-      readonly global: boolean;
+      readonly network: Network;
       readonly observer: RunObserver;
-      /** The array to fill (shared with the signal paths). */
-      readonly all: Epp[];
     },
   ) {
+    this.deployment = DEPLOYMENTS[strategy.kind];
     this.spreadRng = new Rng((seed * 69_069 + 3) >>> 0);
-    this.all = wiring.all;
-    if (!wiring.global && sharesState(strategy, s.epps.sharing)) {
-      const queue = wiring.queue;
-      const schedule = (at: number, what: 'flush' | 'deliver', peer: number, batch?: StateBatch): void => {
-        if (what === 'flush') queue.push(at, { kind: 'share-flush', peer });
-        else if (batch) queue.push(at, { kind: 'share-deliver', peer, batch });
-      };
-      this.sharing = new SharingChannel({
-        batchMs: s.epps.batchMs,
-        delayMs: s.signals.sharingDelayMs,
-        lossRate: s.signals.lossRate,
-        rng: new Rng((seed * 7_919 + 11) >>> 0),
-        schedule,
-        up: () => wiring.signals.natsUp,
-      });
-    }
-    if (wiring.global) {
-      const epp = this.newEpp(0, 0);
-      this.all.push(epp);
-      this.gatewayEpps = s.zones.map(() => [epp]);
-    } else {
-      this.gatewayEpps = s.zones.map((_, zi) =>
-        Array.from({ length: s.epps.perZone }, () => {
-          const epp = this.newEpp(this.all.length, zi);
-          this.all.push(epp);
-          return epp;
-        }),
-      );
-    }
+    if (this.deployment.signals === 'nats' && sharesState(strategy, s.epps.sharing)) this.sharing = this.sharingChannel();
+    this.gatewayEpps = this.place();
+    this.failoverLevels = this.levels();
     this.gatewayNext = s.zones.map(() => 0);
   }
 
@@ -101,8 +85,49 @@ export class EppSet {
     this.kv = kv;
   }
 
-  /** The EPP a gateway asks next. */
-  pick(gateway: number): Epp {
+  /** EPPs fed by the collectors' events. */
+  get natsEpps(): readonly Epp[] {
+    return this.deployment.signals === 'nats' ? this.all : [];
+  }
+
+  /**
+   * The EPPs a gateway asks for one request, in order: its own (spread over its zone's EPPs), then
+   * for the failover deployments one EPP of each other priority level (drawn at random within the
+   * level) and its own again, which answers whatever the load.
+   */
+  chain(gateway: number): readonly Epp[] {
+    const own = this.pick(gateway);
+    const levels = this.failoverLevels[gateway];
+    if (!this.deployment.failover || !levels || levels.length === 0) return [own];
+    const out = [own];
+    for (const level of levels) {
+      const order = level.slice();
+      for (let i = order.length - 1; i > 0; i--) {
+        const j = this.spreadRng.int(i + 1);
+        [order[i], order[j]] = [order[j] as Epp, order[i] as Epp];
+      }
+      out.push(...order);
+    }
+    out.push(own);
+    return out;
+  }
+
+  /** The EPPs located in a zone restart (all of them, or the zone's `index`-th). */
+  restartFault(zone: number, index: number | undefined, now: number): void {
+    if (this.deployment.placement === 'gateway') return;
+    const local = this.all.filter((e) => e.zoneIndex === zone);
+    local.forEach((epp, i) => {
+      if (index === undefined || index === i) this.restart(epp, now);
+    });
+  }
+
+  /** NATS is back: EPPs that restarted during the outage replay now. */
+  natsUp(now: number): void {
+    for (const epp of this.all) if (epp.awaitingReplay) this.replay(epp, now);
+    this.wiring.observer.onNatsUp?.({ at: now, fleets: this.all.map((e) => e.fleet) });
+  }
+
+  private pick(gateway: number): Epp {
     const list = this.gatewayEpps[gateway];
     if (!list || list.length === 0) throw new Error(`no EPP for gateway #${gateway}`);
     if (list.length === 1) return list[0] as Epp;
@@ -112,38 +137,104 @@ export class EppSet {
     return list[i] as Epp;
   }
 
-  /** The EPPs of a restart fault: the zone's, or one of them. */
-  restartFault(zone: number, index: number | undefined, now: number): void {
-    if (this.wiring.global) return;
-    const list = this.gatewayEpps[zone] ?? [];
-    for (const epp of this.all) {
-      if (epp.zoneIndex !== zone) continue;
-      if (index !== undefined && list[index] !== epp) continue;
-      this.restart(epp, now);
+  /** Builds the EPPs where the deployment puts them; returns each gateway's own. */
+  private place(): Epp[][] {
+    const s = this.s;
+    const zones = s.zones.map((_, i) => i);
+    const replicasOf = (keep: (zone: number) => boolean): number[] =>
+      this.wiring.replicas.all.filter((r) => keep(r.info.zoneIndex)).map((r) => r.info.index);
+    const regionOf = (z: number): string => s.zones[z]?.region ?? '';
+    const scopeFor = (z: number): number[] =>
+      this.deployment.scope === 'pool'
+        ? replicasOf(() => true)
+        : this.deployment.scope === 'zone'
+          ? replicasOf((x) => x === z)
+          : replicasOf((x) => regionOf(x) === regionOf(z));
+    switch (this.deployment.placement) {
+      case 'pool': {
+        const epp = this.add(s.epps.referenceZone, scopeFor(s.epps.referenceZone));
+        return zones.map(() => [epp]);
+      }
+      case 'region': {
+        const byRegion = new Map<string, Epp>();
+        return zones.map((z) => {
+          const region = regionOf(z);
+          let epp = byRegion.get(region);
+          if (!epp) {
+            // The region's EPP runs in its first zone.
+            epp = this.add(zones.find((x) => regionOf(x) === region) ?? z, scopeFor(z));
+            byRegion.set(region, epp);
+          }
+          return [epp];
+        });
+      }
+      case 'zone': {
+        const perZone = this.deployment.signals === 'nats' ? s.epps.perZone : 1;
+        return zones.map((z) => Array.from({ length: perZone }, () => this.add(z, scopeFor(z))));
+      }
+      case 'gateway':
+        return zones.map((z) => [this.add(z, scopeFor(z))]);
     }
   }
 
-  /** NATS is back: EPPs that restarted during the outage replay now. */
-  natsUp(now: number): void {
-    for (const epp of this.all) if (epp.awaitingReplay) this.replay(epp, now);
-    this.wiring.observer.onNatsUp?.({ at: now, fleets: this.all.map((e) => e.fleet) });
+  /** Failover priority levels per gateway: the other pools of its region, then of the other regions. */
+  private levels(): Epp[][][] {
+    return this.gatewayEpps.map((own, z) => {
+      const mine = new Set(own);
+      const region = this.s.zones[z]?.region;
+      const others = [...new Set(this.gatewayEpps.flat())].filter((e) => !mine.has(e));
+      const near = others.filter((e) => this.s.zones[e.zoneIndex]?.region === region);
+      const far = others.filter((e) => this.s.zones[e.zoneIndex]?.region !== region);
+      return [near, far].filter((l) => l.length > 0);
+    });
+  }
+
+  private add(zoneIndex: number, scope: readonly number[]): Epp {
+    const index = this.all.length;
+    const fleet = new Fleet({ staleAfterMs: this.s.signals.staleAfterMs });
+    const id = `epp-${index}-0`;
+    const partial = { index, zoneIndex, scope, id, fleet, restarts: 0, awaitingReplay: false };
+    const epp: Epp = { ...partial, router: this.newRouter(partial) };
+    this.all.push(epp);
+    return epp;
+  }
+
+  private sharingChannel(): SharingChannel {
+    const { queue, network, signals } = this.wiring;
+    const schedule = (at: number, what: 'flush' | 'deliver', peer: number, batch?: StateBatch): void => {
+      if (what === 'flush') queue.push(at, { kind: 'share-flush', peer });
+      else if (batch) queue.push(at, { kind: 'share-deliver', peer, batch });
+    };
+    const rng = new Rng((this.seed * 7_919 + 11) >>> 0);
+    // A batch between two EPPs crosses their zones' network: half the round trip plus the channel's own delay.
+    const zoneOf = (peer: number): number => this.all[peer]?.zoneIndex ?? 0;
+    return new SharingChannel({
+      batchMs: this.s.epps.batchMs,
+      delay: (from, to) => network.delay(zoneOf(from), zoneOf(to), this.s.signals.sharingDelayMs, rng),
+      lossRate: this.s.signals.lossRate,
+      rng,
+      schedule,
+      up: () => signals.natsUp,
+    });
   }
 
   /**
    * An EPP restarts: a new fleet rebuilt from the last event per subject (the stream's replay,
-   * staleness measured from each event's stream timestamp) and a new scheduler with empty
-   * in-flight accounting, prefix index and penalties — filled from its peers' snapshots when the
-   * EPPs share state (warm start). Requests it routed before are released to the old state, which
-   * is gone with them.
+   * staleness measured from each event's stream timestamp) and a new router with empty in-flight
+   * accounting, prefix index and penalties — filled from its peers' snapshots when the EPPs share
+   * state (warm start). A scraping EPP starts empty and learns the pods at its next scrapes.
+   * Requests it routed before are released to the old state, which is gone with them.
    */
   private restart(epp: Epp, now: number): void {
     const before = epp.fleet;
     epp.restarts++;
     epp.id = `epp-${epp.index}-${epp.restarts}`;
     epp.fleet = new Fleet({ staleAfterMs: this.s.signals.staleAfterMs });
-    epp.router = this.newRouter(epp.index, epp.zoneIndex, epp.fleet, epp.restarts, epp.id);
-    if (this.wiring.signals.natsUp) this.replay(epp, now);
-    else epp.awaitingReplay = true;
+    epp.router = this.newRouter(epp);
+    if (this.deployment.signals === 'nats') {
+      if (this.wiring.signals.natsUp) this.replay(epp, now);
+      else epp.awaitingReplay = true;
+    }
     const zone = this.s.zones[epp.zoneIndex]?.zone ?? '';
     this.wiring.observer.onEppRestart?.({ at: now, zone, before, after: epp.fleet });
   }
@@ -159,31 +250,35 @@ export class EppSet {
     this.sharing?.warmStart(epp.index, now);
   }
 
-  private newEpp(index: number, zoneIndex: number): Epp {
-    const fleet = new Fleet({ staleAfterMs: this.s.signals.staleAfterMs });
-    const id = `epp-${index}-0`;
-    return { index, zoneIndex, id, fleet, router: this.newRouter(index, zoneIndex, fleet, 0, id), restarts: 0, awaitingReplay: false };
-  }
-
-  private newRouter(index: number, zoneIndex: number, fleet: Fleet, restarts: number, id: string): EppRouter {
-    const zone = this.s.zones[zoneIndex];
-    if (!zone) throw new Error(`no zone #${zoneIndex}`);
+  private newRouter(epp: Omit<Epp, 'router'>): EppRouter {
+    const zone = this.s.zones[epp.zoneIndex];
+    if (!zone) throw new Error(`no zone #${epp.zoneIndex}`);
     const sharing = this.sharing;
-    const outbox = sharing === undefined ? undefined : restarts === 0 ? sharing.join(index, zone.zone, id) : sharing.restart(index, id);
+    const outbox =
+      sharing === undefined
+        ? undefined
+        : epp.restarts === 0
+          ? sharing.join(epp.index, zone.zone, epp.id)
+          : sharing.restart(epp.index, epp.id);
     const replicas = this.wiring.replicas;
-    const global = this.wiring.global;
     const router = createRouter(this.strategy.kind, {
       replicas: replicas.all.map((r) => r.info),
-      fleet,
+      scope: epp.scope,
+      isReady: (r) => replicas.get(r).gatewayReady,
       readyReplicas: () => replicas.readyReplicas(),
       localSubset: (z) => replicas.localSubset(z),
-      zone: global ? GLOBAL_ZONE : zone.zone,
-      region: global ? GLOBAL_ZONE : zone.region,
-      seed: (this.seed * 13 + index * 101 + restarts * 7919 + 1) >>> 0,
+      zoneIndex: epp.zoneIndex,
+      regionOf: (z) => this.s.zones[z]?.region ?? '',
+      zone: zone.zone,
+      region: zone.region,
+      network: this.wiring.network,
+      engines: this.s.engines,
+      seed: (this.seed * 13 + epp.index * 101 + epp.restarts * 7919 + 1) >>> 0,
+      fleet: epp.fleet,
       config: schedulerConfigFor(this.strategy, { zones: this.s.zones, rttMs: this.s.rttMs }),
       shared: outbox === undefined ? undefined : { outbox, peerTimeoutMs: PEER_TIMEOUT_MS, remoteEntryTtlMs: REMOTE_ENTRY_TTL_MS },
     });
-    sharing?.attach(index, router.shared);
+    sharing?.attach(epp.index, router.shared);
     return router;
   }
 }

@@ -1,6 +1,8 @@
 import type { KvBatch, KvSnapshotEvent, MetricsEvent, ReadinessEvent, StateBatch } from '@spillway/events';
 import type { ResolvedFault } from './resolve.js';
+import type { ScrapeSample } from './routers.js';
 import type { Tally } from './tally.js';
+import type { Trip } from './trip.js';
 
 /**
  * Every kind of event the simulation schedules, with what it carries. One handler per kind
@@ -10,6 +12,18 @@ import type { Tally } from './tally.js';
 export interface EventMap {
   /** The next request at a zone's gateway. */
   arrival: { readonly gateway: number };
+  /** A request reaches the next EPP of its trip. */
+  decide: { readonly trip: Trip };
+  /** A request reaches a replica. */
+  dispatch: { readonly trip: Trip; readonly replica: number };
+  /** A picker's scrape reaches a pod, which renders its metrics (or refuses: dead). */
+  'scrape-read': { readonly epp: number; readonly replica: number; readonly startedAt: number };
+  /** A scrape's reply reaches its picker (no sample: the scrape failed). */
+  'scrape-reply': { readonly epp: number; readonly replica: number; readonly startedAt: number; readonly sample: ScrapeSample | undefined };
+  /** An ORCA load report (in a response's headers) reaches a gateway. */
+  'load-report': { readonly epp: number; readonly replica: number; readonly utilization: number };
+  /** A picker's periodic work. */
+  'router-tick': { readonly epp: number };
   /** A replica's collector takes a metrics sample. */
   sample: { readonly replica: number };
   /** A replica's collector re-publishes its readiness. */

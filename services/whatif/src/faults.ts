@@ -74,9 +74,9 @@ export class Faults {
     const measure = this.wiring.measure;
     // Requests on a dead replica fail mid-stream: the client sees an error (counted as aborted).
     for (const flight of this.wiring.replicas.kill(r)) {
-      flight.route.router.release(flight.route, now);
-      measure.backlog--;
-      measure.count(flight.request.arrivalAt, (t) => t.aborted++);
+      const route = flight.trip.route;
+      route?.router.release(route, now);
+      measure.count(flight.trip.request.arrivalAt, (t) => t.aborted++);
     }
     this.wiring.queue.push(now + this.s.signals.detectMs, { kind: 'detect', replica: index, generation: r.generation });
   }

@@ -2,6 +2,7 @@ import { Rng, type Sequence } from '@spillway/engine';
 import type { KvBatch, KvSnapshotEvent } from '@spillway/events';
 import type { SimEvent } from './events.js';
 import type { KvRelay } from './kv-relay.js';
+import type { Network } from './network.js';
 import type { EventQueue } from './queue.js';
 import type { ReplicaSet, ReplicaState, SimEngineRequest } from './replicas.js';
 import type { ResolvedScenario } from './resolve.js';
@@ -17,6 +18,7 @@ export const KV_BLOCK_SIZE = 16;
 /** What the KV path needs of an EPP: the router whose block index it feeds. */
 export interface KvSink {
   readonly index: number;
+  readonly zoneIndex: number;
   readonly router: EppRouter;
 }
 
@@ -24,7 +26,8 @@ export interface KvSink {
  * The precise strategies' KV events, as each replica's collector relays them: prompt blocks the
  * engine stores and evicts become content keys (KvRelay); a batch leaves every `kvBatchMs` and a
  * snapshot of the pod's block set every `kvSnapshotEveryS` (stored in the stream, so a restarted
- * EPP replays it); each reaches every EPP after its own delay, in order per replica, unless lost.
+ * EPP replays it); each reaches every EPP after half the round trip between their zones plus the
+ * path's jitter (`kvDelayMs`), in order per replica, unless lost.
  * The oracle instead applies every event to every EPP the instant it happens.
  */
 export class KvChannel {
@@ -37,6 +40,7 @@ export class KvChannel {
     private readonly wiring: {
       readonly queue: EventQueue<SimEvent>;
       readonly replicas: ReplicaSet;
+      readonly network: Network;
       readonly epps: readonly KvSink[];
       readonly signals: SignalBus;
     },
@@ -58,7 +62,7 @@ export class KvChannel {
   /** The engine stored prompt blocks `[from, to)` of a request: the relay records them (the oracle applies them at once). */
   stored(r: ReplicaState, seq: Sequence<SimEngineRequest>, range: { from: number; to: number }, at: number): void {
     const relay = r.kv;
-    const request = seq.request.flight.request;
+    const request = seq.request.flight.trip.request;
     if (relay === undefined || request.blockHashes === undefined || request.contentKeys === undefined) return;
     relay.stored(request.blockHashes, request.contentKeys, range.from, range.to);
     if (this.mode === 'oracle') this.applyNow(r, at);
@@ -77,7 +81,7 @@ export class KvChannel {
     const relay = r.kv;
     const taken = relay?.take();
     if (relay === undefined || taken === undefined || !this.wiring.signals.canPublish(r.info.zoneIndex)) return;
-    this.send(relay, this.batch(r, taken, now), now);
+    this.send(r, relay, this.batch(r, taken, now), now);
   }
 
   /** The collector publishes the pod's block set into the stream (last per subject), and every EPP receives it. */
@@ -89,7 +93,7 @@ export class KvChannel {
     if (relay === undefined || !r.engine || !this.wiring.signals.canPublish(r.info.zoneIndex)) return;
     const event = this.snapshotOf(r, relay, now);
     this.wiring.signals.stream.set(`${r.info.pod}/kv`, { event, storedAt: now });
-    this.send(relay, event, now);
+    this.send(r, relay, event, now);
   }
 
   deliver(e: SimEvent<'kv-deliver'>, now: number): void {
@@ -141,11 +145,12 @@ export class KvChannel {
     for (const epp of this.wiring.epps) epp.router.applyKvBatch?.(batch, now);
   }
 
-  private send(relay: KvRelay, message: KvBatch | KvSnapshotEvent, now: number): void {
+  private send(r: ReplicaState, relay: KvRelay, message: KvBatch | KvSnapshotEvent, now: number): void {
     const { kvDelayMs, kvLossRate } = this.s.signals;
     for (const epp of this.wiring.epps) {
       if (kvLossRate > 0 && this.rng.next() < kvLossRate) continue;
-      const at = Math.max(now + kvDelayMs[0] + this.rng.next() * (kvDelayMs[1] - kvDelayMs[0]), relay.deliveredAt[epp.index] ?? 0);
+      const delay = this.wiring.network.delay(r.info.zoneIndex, epp.zoneIndex, kvDelayMs, this.rng);
+      const at = Math.max(now + delay, relay.deliveredAt[epp.index] ?? 0);
       relay.deliveredAt[epp.index] = at;
       this.wiring.queue.push(at, { kind: 'kv-deliver', epp: epp.index, message });
     }

@@ -1,9 +1,8 @@
 import type { SimEvent } from './events.js';
 import type { EventQueue } from './queue.js';
 import type { ResolvedScenario, WindowSpec } from './resolve.js';
-import { GLOBAL_ZONE, POOL } from './routers.js';
+import type { EppRouter } from './routers.js';
 import { slope, Tally, type Figures } from './tally.js';
-import type { Fleet } from '@spillway/fleet';
 import type { ReplicaSet } from './replicas.js';
 
 export interface WindowResult extends Figures {
@@ -21,9 +20,13 @@ export interface WindowResult extends Figures {
 export interface RunResult extends Figures {
   readonly strategy: string;
   readonly seed: number;
-  /** Served rate below arrival rate: the backlog grows (by over 5 % of the arrival rate per second, late in the window). */
+  /**
+   * Served rate below arrival rate: the replicas' waiting queues grow (by over 5 % of the arrival
+   * rate per second, late in the window). A batch growing towards its limit is not counted: it is
+   * bounded by the batch size.
+   */
   readonly unbounded: boolean;
-  /** Growth of the backlog (requests accepted but not finished) over the measured window, req/s. */
+  /** Growth of the replicas' waiting queues (summed) over the measured window, req/s. */
   readonly queueGrowthPerS: number;
   readonly windows: readonly WindowResult[];
 }
@@ -40,23 +43,21 @@ interface Window {
 const PROBE_EVERY_MS = 250;
 const BACKLOG_EVERY_MS = 1000;
 /**
- * Backlog growth above this share of the arrival rate, over the second half of the measured window
+ * Queue growth above this share of the arrival rate, over the second half of the measured window
  * (after queues near the knee have settled), counts as unbounded.
  */
 const UNBOUNDED_SHARE = 0.05;
 
 /**
  * What a run measures: counts over the measured window and over each fault window and the span
- * before it (ranges of arrival times, `Tally`), output-token totals at range edges, the backlog
- * every second, and each EPP's view of each endpoint (fresh or stale) during fault windows.
+ * before it (ranges of arrival times, `Tally`), output-token totals at range edges, the replicas'
+ * waiting queues every second, and each picker's view of each endpoint (fresh or stale) during fault windows.
  */
 export class Measurements {
   private readonly measured: Tally;
   private readonly windows: Window[];
   /** The measured window, then per fault window: window, before. */
   readonly ranges: Tally[];
-  /** Requests accepted and not finished. */
-  backlog = 0;
   private readonly backlogTimes: number[] = [];
   private readonly backlogValues: number[] = [];
 
@@ -65,8 +66,8 @@ export class Measurements {
     private readonly wiring: {
       readonly queue: EventQueue<SimEvent>;
       readonly replicas: ReplicaSet;
-      readonly fleets: () => Iterable<Fleet>;
-      readonly global: boolean;
+      /** Every picker's current router (its view of the replicas). */
+      readonly routers: () => Iterable<EppRouter>;
     },
   ) {
     const zones = s.zones.length;
@@ -114,7 +115,7 @@ export class Measurements {
 
   backlogSample(now: number): void {
     this.backlogTimes.push(now / 1000);
-    this.backlogValues.push(this.backlog);
+    this.backlogValues.push(this.wiring.replicas.waiting());
     if (now + BACKLOG_EVERY_MS <= this.s.durationMs) this.wiring.queue.push(now + BACKLOG_EVERY_MS, { kind: 'backlog' });
   }
 
@@ -123,15 +124,14 @@ export class Measurements {
     for (const w of this.windows) if (now >= w.spec.fromMs && now < w.spec.toMs) w.delivered++;
   }
 
-  /** Every EPP's view of every endpoint: fresh or stale, by the endpoint's zone, for the windows in force. */
+  /** Every picker's view of every endpoint: fresh or stale (older than `staleAfterMs`), by the endpoint's zone, for the windows in force. */
   probe(now: number): void {
     if (now + PROBE_EVERY_MS < this.s.durationMs) this.wiring.queue.push(now + PROBE_EVERY_MS, { kind: 'probe' });
     const open = this.windows.filter((w) => now >= w.spec.fromMs && now < w.spec.toMs);
     if (open.length === 0) return;
-    for (const fleet of this.wiring.fleets()) {
+    for (const router of this.wiring.routers()) {
       for (const r of this.wiring.replicas.all) {
-        const endpoint = fleet.get(POOL, this.wiring.global ? GLOBAL_ZONE : r.info.zone, r.info.pod);
-        const stale = !endpoint || !fleet.isFresh(endpoint, now);
+        const stale = router.isStale(r.info.index, now, this.s.signals.staleAfterMs);
         for (const w of open) {
           (w.observed[r.info.zoneIndex] as number)++;
           if (stale) (w.stale[r.info.zoneIndex] as number)++;

@@ -5,7 +5,8 @@ import type { SimEvent } from './events.js';
 import type { EventQueue } from './queue.js';
 import type { ReplicaSet, ReplicaState } from './replicas.js';
 import type { ResolvedScenario } from './resolve.js';
-import { GLOBAL_ZONE, POOL } from './routers.js';
+import type { Network } from './network.js';
+import { POOL } from './routers.js';
 
 /** An event as the stream keeps it: the last per (pod, kind), with its stream time. */
 export interface Stored {
@@ -13,17 +14,20 @@ export interface Stored {
   readonly storedAt: number;
 }
 
-/** What the signal path needs of an EPP: where events land. */
+/** What the signal path needs of an EPP: where it runs and where events land. */
 export interface EventSink {
   readonly index: number;
+  readonly zoneIndex: number;
   readonly fleet: Fleet;
 }
 
 /**
- * The collectors and NATS: every replica's metrics every `sampleEveryMs` and its readiness at
- * start, on changes and every re-publish period, each stored as the stream keeps it (the last per
- * subject) and delivered to every EPP after its own jittered delay. Collectors and NATS can be
- * down: nothing leaves then, and what is in flight when NATS goes down is lost with it.
+ * The collectors and NATS (the signal path of Spillway's EPPs and of the per-zone baselines fed by
+ * the same events): every replica's metrics every `sampleEveryMs` and its readiness at start, on
+ * changes and every re-publish period, each stored as the stream keeps it (the last per subject)
+ * and delivered to every such EPP after half the round trip between the pod's zone and the EPP's
+ * plus the path's own jitter (`delayMs`). Collectors and NATS can be down: nothing leaves then,
+ * and what is in flight when NATS goes down is lost with it.
  */
 export class SignalBus {
   /** The stream: last event per (pod, kind), as JetStream keeps it (max_msgs_per_subject 1). */
@@ -39,9 +43,9 @@ export class SignalBus {
     private readonly wiring: {
       readonly queue: EventQueue<SimEvent>;
       readonly replicas: ReplicaSet;
+      readonly network: Network;
+      /** The EPPs fed by these events (filled once they exist). */
       readonly epps: readonly EventSink[];
-      /** The reference strategy's fleet sees every replica in one zone. */
-      readonly global: boolean;
       /** An event was applied to an EPP's fleet (window counts). */
       onDelivered(now: number): void;
     },
@@ -107,7 +111,7 @@ export class SignalBus {
       v: 1,
       kind: 'metrics',
       pool: POOL,
-      zone: this.wiring.global ? GLOBAL_ZONE : r.info.zone,
+      zone: r.info.zone,
       pod: r.info.pod,
       observedAt: now,
       waitingRequests: engine.waitingCount,
@@ -115,6 +119,8 @@ export class SignalBus {
       kvCacheUsage: engine.kvUsage,
       cache: { blockSize: engine.config.blockSize, numBlocks: engine.config.numBlocks },
     };
+    // vLLM's lora_requests_info, when the server serves adapters.
+    if (engine.config.maxLoras > 0 && this.s.workload.lora) event.lora = engine.loraInfo();
     const rates = this.ratesOf(r, engine.stats(), now);
     if (rates !== undefined) event.rates = rates;
     this.publish(r, event, now, delayed);
@@ -125,8 +131,8 @@ export class SignalBus {
       v: 1,
       kind: 'readiness',
       pool: POOL,
-      zone: this.wiring.global ? GLOBAL_ZONE : r.info.zone,
-      region: this.wiring.global ? GLOBAL_ZONE : r.info.region,
+      zone: r.info.zone,
+      region: r.info.region,
       pod: r.info.pod,
       address: r.info.address,
       ready: r.published,
@@ -163,7 +169,7 @@ export class SignalBus {
         continue;
       }
       if (event.kind === 'metrics' && lossRate > 0 && this.lossRng.next() < lossRate) continue;
-      const delay = delayMs[0] + this.jitter.next() * (delayMs[1] - delayMs[0]);
+      const delay = this.wiring.network.delay(r.info.zoneIndex, epp.zoneIndex, delayMs, this.jitter);
       this.wiring.queue.push(now + delay, { kind: 'deliver', epp: epp.index, message: event });
     }
   }

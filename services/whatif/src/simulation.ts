@@ -4,9 +4,11 @@ import { Faults } from './faults.js';
 import { Gateways } from './gateway.js';
 import { KvChannel, type KvMode } from './kv-events.js';
 import { Measurements, type RunResult } from './measure.js';
+import { Network } from './network.js';
 import { EventQueue } from './queue.js';
 import { ReplicaSet } from './replicas.js';
 import type { ResolvedScenario } from './resolve.js';
+import { Scraper } from './scraper.js';
 import { HEARTBEAT_MS } from './sharing.js';
 import { SignalBus } from './signals.js';
 import { PRECISE_KINDS, type StrategySpec } from './strategies.js';
@@ -16,18 +18,15 @@ export type { RunResult, WindowResult } from './measure.js';
 
 /**
  * The routing simulation: a deterministic discrete-event run in virtual time (ms) of one gateway
- * per zone and `epps.perZone` EPPs per zone in front of `@spillway/engine` replicas. EPPs are the
- * production `Fleet` and `Scheduler`; metrics reach each EPP's fleet as v1 events every sample
- * interval after a jittered delay, readiness at start, on changes and every re-publish period.
- * Collectors and NATS can fail (their events stop); an EPP can restart (its fleet is rebuilt from
- * the last event per subject, as the stream replays it, and its scheduler starts empty).
- * Engines keep their own clocks; before each simulation event every engine is advanced to its
- * time, so completions (and the EPPs' in-flight releases) happen in time order.
+ * per zone in front of `@spillway/engine` replicas, with the strategy's pickers deployed as it
+ * would be (epps.ts) and each on its own signal path: the collectors' events over NATS
+ * (signals.ts, kv-events.ts; Spillway's EPPs share state, sharing.ts), the picker's own scrapes
+ * (scraper.ts), or ORCA reports in the responses (gateway.ts). Every message between zones takes
+ * at least half their round trip (network.ts). Engines keep their own clocks; before each event
+ * every engine is advanced to its time, so completions (and the pickers' releases) happen in order.
  *
- * The parts, each in its own module: replicas (replicas.ts), collectors and NATS (signals.ts),
- * KV events (kv-events.ts), EPPs and their shared state (epps.ts, sharing.ts), gateways
- * (gateway.ts), faults (faults.ts) and what is measured (measure.ts). Each event kind has one
- * handler (events.ts).
+ * The parts, each in its own module: replicas (replicas.ts), gateways (gateway.ts), faults
+ * (faults.ts) and what is measured (measure.ts). Each event kind has one handler (events.ts).
  */
 export function runStrategy(scenario: ResolvedScenario, strategy: StrategySpec, seed: number, observer: RunObserver = {}): RunResult {
   return new Simulation(scenario, strategy, seed, observer).run();
@@ -39,6 +38,7 @@ class Simulation {
   private readonly signals: SignalBus;
   private readonly epps: EppSet;
   private readonly kv: KvChannel;
+  private readonly scraper: Scraper;
   private readonly gateways: Gateways;
   private readonly faults: Faults;
   private readonly measure: Measurements;
@@ -50,22 +50,26 @@ class Simulation {
     private readonly seed: number,
     observer: RunObserver,
   ) {
-    // The reference EPP is one pool-wide picker for every gateway; the others run per zone.
-    const global = strategy.kind === 'reference';
     const kvMode: KvMode = PRECISE_KINDS.includes(strategy.kind) ? (strategy.kind === 'oracle' ? 'oracle' : 'relay') : 'off';
     const queue = this.queue;
-    const all: Epp[] = [];
+    const network = new Network(s.rttMs);
+    // Filled once the EPPs exist: the pickers each signal path feeds.
+    const natsEpps: Epp[] = [];
+    const scrapeEpps: Epp[] = [];
     this.replicas = new ReplicaSet(s, seed, kvMode !== 'off', {
       onFinish: (seq, at) => this.gateways.finish(seq, at),
       onBlocksStored: (r, seq, range, at) => this.kv.stored(r, seq, range, at),
     });
     const replicas = this.replicas;
-    this.signals = new SignalBus(s, seed, { queue, replicas, epps: all, global, onDelivered: (now) => this.measure.delivered(now) });
-    this.epps = new EppSet(s, strategy, seed, { queue, replicas, signals: this.signals, global, observer, all });
-    this.kv = new KvChannel(s, seed, kvMode, { queue, replicas, epps: all, signals: this.signals });
+    this.signals = new SignalBus(s, seed, { queue, replicas, network, epps: natsEpps, onDelivered: (now) => this.measure.delivered(now) });
+    this.epps = new EppSet(s, strategy, seed, { queue, replicas, signals: this.signals, network, observer });
+    if (this.epps.deployment.signals === 'nats') natsEpps.push(...this.epps.all);
+    if (this.epps.deployment.signals === 'scrape') scrapeEpps.push(...this.epps.all);
+    this.kv = new KvChannel(s, seed, kvMode, { queue, replicas, network, epps: natsEpps, signals: this.signals });
     this.epps.attachKv(this.kv);
-    this.measure = new Measurements(s, { queue, replicas, global, fleets: () => all.map((e) => e.fleet) });
-    this.gateways = new Gateways(s, seed, { queue, replicas, epps: this.epps, kv: this.kv, measure: this.measure });
+    this.scraper = new Scraper(s, seed, { queue, replicas, network, epps: scrapeEpps });
+    this.measure = new Measurements(s, { queue, replicas, routers: () => this.epps.all.map((e) => e.router) });
+    this.gateways = new Gateways(s, seed, { queue, replicas, epps: this.epps, kv: this.kv, measure: this.measure, network });
     this.faults = new Faults(s, { queue, replicas, signals: this.signals, epps: this.epps, measure: this.measure });
     this.handlers = this.handlersOf();
   }
@@ -73,11 +77,23 @@ class Simulation {
   private handlersOf(): Handlers {
     const sharing = this.epps.sharing;
     const durationMs = this.s.durationMs;
+    const router = (epp: number) => this.epps.all[epp]?.router;
     return {
       arrival: (e, at) => this.gateways.arrive(e, at),
+      decide: (e, at) => this.gateways.decide(e, at),
+      dispatch: (e, at) => this.gateways.dispatch(e, at),
       sample: (e, at) => this.signals.sample(e, at),
       readiness: (e, at) => this.signals.republish(e, at),
       deliver: (e, at) => this.signals.deliver(e, at),
+      'scrape-read': (e, at) => this.scraper.read(e, at),
+      'scrape-reply': (e, at) => this.scraper.reply(e, at),
+      'load-report': (e, at) => router(e.epp)?.applyLoadReport?.(e.replica, e.utilization, at),
+      'router-tick': (e, at) => {
+        const r = router(e.epp);
+        if (!r?.tickEveryMs) return;
+        r.tick?.(at);
+        if (at + r.tickEveryMs < durationMs) this.queue.push(at + r.tickEveryMs, { kind: 'router-tick', epp: e.epp });
+      },
       fault: (e, at) => this.faults.apply(e.fault, at),
       detect: (e, at) => this.faults.detect(e, at),
       mark: (e) => this.measure.mark(e),
@@ -104,6 +120,11 @@ class Simulation {
     const sharing = this.epps.sharing;
     if (sharing) this.queue.push(HEARTBEAT_MS, { kind: 'share-tick' });
     this.kv.start();
+    this.scraper.start();
+    for (const epp of this.epps.all) {
+      const every = epp.router.tickEveryMs;
+      if (every) this.queue.push(every, { kind: 'router-tick', epp: epp.index });
+    }
 
     for (let e = this.queue.pop(); e !== undefined; e = this.queue.pop()) {
       if (!Number.isFinite(e.at)) continue;

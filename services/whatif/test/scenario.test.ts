@@ -122,8 +122,14 @@ describe('scenario file: validation', () => {
     expect(a).toBeCloseTo(1.5 * zoneCap, 6);
     expect(b).toBeCloseTo(c as number, 6);
     expect((a as number) + (b as number) + (c as number)).toBeCloseTo(0.9 * s.capacity.clusterRps, 6);
-    // zone-a cannot serve a third of its arrivals: overflow = (1.5 − 1) × cap / (0.9 × 3 × cap).
-    expect(s.overflowShare).toBeCloseTo(0.5 / 2.7, 3);
+    // zone-a cannot serve a third of its arrivals: overflow = (1.5 − 1) × cap / (0.9 × 3 × cap), and
+    // the others have room for it (0.6 × cap each), so all of it is required spill.
+    expect(s.spill.overflowShare).toBeCloseTo(0.5 / 2.7, 3);
+    expect(s.spill.requiredShare).toBeCloseTo(0.5 / 2.7, 3);
+    // Equal utilisation (0.9 everywhere) moves zone-a's arrivals above 0.9 × cap: (1.5 − 0.9) / 2.7.
+    expect(s.spill.equalUtilisationShare).toBeCloseTo(0.6 / 2.7, 3);
+    expect(s.spill.meanLoad).toBeCloseTo(0.9, 6);
+    expect(s.spill.peakLoad).toBeCloseTo(0.9, 6);
   });
 
   it('rejects zone fractions that ask for more than the cluster load', () => {
@@ -154,7 +160,8 @@ describe('scenario file: validation', () => {
     const network = { rttMs: { a: { b: 30 }, b: { a: 30 } } };
     expect(schedulerConfigFor(spill!, ctx)).toEqual({ subsetMode: 'locality', network, weights: { prefixCache: 6 } });
     expect(schedulerConfigFor(local!, ctx)).toEqual({ subsetMode: 'strict', crossZoneFallbacks: 0 });
-    expect(schedulerConfigFor(ref!, ctx)).toEqual({ policy: 'weighted' });
+    // The reference family is not Spillway's scheduler: no scheduler config.
+    expect(schedulerConfigFor(ref!, ctx)).toEqual({});
     expect(schedulerConfigFor(variant!, ctx)).toEqual({ subsetMode: 'locality', network, queueThreshold: 2, crossZoneFallbacks: 2 });
   });
 

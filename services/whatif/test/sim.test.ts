@@ -71,7 +71,7 @@ describe('building blocks', () => {
 
   it('arrivals follow the rate schedule and depend on the seed only', () => {
     const w: WorkloadSpec = {
-      parts: [{ weight: 1, spec: { kind: 'sharegpt', inputMean: 250, outputMean: 225, sigma: 0.8 } }],
+      parts: [{ weight: 1, spec: { kind: 'sharegpt', inputMean: 250, outputMean: 225, sigma: 0.8, inputMax: 2048, outputMax: 1024 } }],
       sheddableShare: 0.25,
     };
     const schedule = { startsMs: [0, 10_000, 20_000], rates: [50, 0, 200] };
