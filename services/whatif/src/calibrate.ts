@@ -26,13 +26,15 @@ export interface CalibrationOptions {
 }
 
 /**
- * One replica's maximum sustainable throughput for a workload: a closed loop keeps `backlog`
- * requests waiting at all times (shapes drawn from the same generator as the runs), and
+ * One replica's maximum sustainable throughput for a workload: a closed loop keeps a batch's worth
+ * of requests waiting at all times (shapes drawn from the same generator as the runs), and
  * completions are counted over the measured span after a warm-up. It depends on the workload and
  * the engine only, never on a routing strategy. Cluster capacity = the sum over replicas.
  */
 export function measureCapacity(o: CalibrationOptions): Capacity {
-  const backlog = 8;
+  // A full batch's worth waiting: with LoRA a waiting request whose adapter cannot get a slot is
+  // skipped, so a short queue would starve the batch; without LoRA any queue keeps it full.
+  const backlog = Math.max(8, o.engine.maxNumSeqs);
   const warmupMs = o.warmupMs ?? 60_000;
   const measureMs = o.measureMs ?? 120_000;
   const seed = o.seed ?? 1;

@@ -35,6 +35,16 @@ export interface RunObserver {
   onEppRestart?(info: { readonly at: number; readonly zone: string; readonly before: Fleet; readonly after: Fleet }): void;
   /** NATS came back at `at`; the EPPs' fleets right after any delayed replay. */
   onNatsUp?(info: { readonly at: number; readonly fleets: readonly Fleet[] }): void;
+  /** A message reached an EPP: what it was, the zones it crossed, when it left and when it arrived. */
+  onMessage?(info: MessageInfo): void;
+}
+
+export interface MessageInfo {
+  readonly kind: 'metrics' | 'readiness' | 'kv' | 'state';
+  readonly fromZone: number;
+  readonly toZone: number;
+  readonly sentAt: number;
+  readonly at: number;
 }
 
 /**
@@ -273,6 +283,7 @@ export class EppSet {
       region: zone.region,
       network: this.wiring.network,
       engines: this.s.engines,
+      servesLora: this.s.workload.lora !== undefined,
       seed: (this.seed * 13 + epp.index * 101 + epp.restarts * 7919 + 1) >>> 0,
       fleet: epp.fleet,
       config: schedulerConfigFor(this.strategy, { zones: this.s.zones, rttMs: this.s.rttMs }),

@@ -7,6 +7,7 @@ export { runScenario, SimPool } from './run.js';
 export type { ScenarioReport, RunOptions } from './run.js';
 export { runStrategy } from './simulation.js';
 export type { RunObserver, RunResult, WindowResult } from './simulation.js';
+export type { MessageInfo } from './epps.js';
 export type { Figures } from './tally.js';
 export {
   DEPLOYMENTS,

@@ -3,6 +3,7 @@ import type { KvBatch, KvSnapshotEvent } from '@spillway/events';
 import type { SimEvent } from './events.js';
 import type { KvRelay } from './kv-relay.js';
 import type { Network } from './network.js';
+import type { RunObserver } from './epps.js';
 import type { EventQueue } from './queue.js';
 import type { ReplicaSet, ReplicaState, SimEngineRequest } from './replicas.js';
 import type { ResolvedScenario } from './resolve.js';
@@ -43,6 +44,7 @@ export class KvChannel {
       readonly network: Network;
       readonly epps: readonly KvSink[];
       readonly signals: SignalBus;
+      readonly observer: RunObserver;
     },
   ) {
     this.rng = new Rng((seed * 48_271 + 5) >>> 0);
@@ -98,8 +100,13 @@ export class KvChannel {
 
   deliver(e: SimEvent<'kv-deliver'>, now: number): void {
     if (!this.wiring.signals.natsUp) return;
-    const router = this.wiring.epps[e.epp]?.router;
+    const epp = this.wiring.epps[e.epp];
+    const router = epp?.router;
     const message = e.message;
+    if (epp && this.wiring.observer.onMessage) {
+      const fromZone = this.s.zones.findIndex((z) => z.zone === message.zone);
+      this.wiring.observer.onMessage({ kind: 'kv', fromZone, toZone: epp.zoneIndex, sentAt: message.observedAt, at: now });
+    }
     if ('kind' in message) router?.applyKvSnapshot?.(message, now);
     else router?.applyKvBatch?.(message, now);
   }

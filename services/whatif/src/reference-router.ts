@@ -17,7 +17,8 @@ import type { SimRequest } from './workload.js';
  *   prefix LRU updated with every pick (reference-state.ts).
  * The deployments add `countsPicks` (reference-plus), `failover` (zonal, regional: a saturated
  * pool defers to the gateway's next priority), and llm-d's `capacityFilter` and topology scorer
- * (llm-d-topology).
+ * (llm-d-topology). Where the servers serve LoRA adapters, the lora-affinity scorer (weight 1, as
+ * in the reference's own configurations with it) is on, as an operator serving adapters enables it.
  */
 export interface ReferenceProfile {
   /** Picks since the last scrape count as waiting (in-flight accounting): `reference-plus`. */
@@ -36,7 +37,7 @@ export interface ReferenceProfile {
   readonly topology: { readonly weight: number; readonly sameRegion: number };
 }
 
-export const REFERENCE_WEIGHTS = { queue: 2, kvCache: 2, prefix: 3 } as const;
+export const REFERENCE_WEIGHTS = { queue: 2, kvCache: 2, prefix: 3, lora: 1 } as const;
 /** The utilization detector's defaults. */
 export const SATURATION = { queue: 5, kv: 0.8, staleMs: 200 } as const;
 /** The approximate prefix producer's defaults: 16-token blocks of 4 characters, at most 256 of a prompt. */
@@ -68,7 +69,7 @@ export class ReferenceRouter implements EppRouter {
     if (this.profile.failover && ask.mayDefer && saturation >= 1) return { status: 'defer', list: [], router: this, token: undefined };
     const pool = this.filtered(candidates, now);
     const blocks = hashPromptBlocks(request.prompt, this.seed, BLOCK_CHARS, MAX_BLOCKS, this.hashes);
-    const best = this.pick(pool, blocks, ask.gatewayZone);
+    const best = this.pick(pool, blocks, ask.gatewayZone, request.lora);
     // PreRequest: the prefix index learns the pick (an LRU sized from the server's cache, auto-tune);
     // reference-plus counts it until a scrape does.
     const capacity = this.ctx.engines[this.ctx.replicas[best]?.zoneIndex ?? 0]?.numBlocks ?? 31_250;
@@ -115,7 +116,7 @@ export class ReferenceRouter implements EppRouter {
   }
 
   /** The weighted scorers over the pool and the max-score picker (ties broken at random). */
-  private pick(pool: readonly number[], blocks: number, gatewayZone: number): number {
+  private pick(pool: readonly number[], blocks: number, gatewayZone: number, adapter: string | undefined): number {
     let min = Number.POSITIVE_INFINITY;
     let max = Number.NEGATIVE_INFINITY;
     for (const r of pool) {
@@ -135,6 +136,7 @@ export class ReferenceRouter implements EppRouter {
         REFERENCE_WEIGHTS.queue * clamp(queue) +
         REFERENCE_WEIGHTS.kvCache * clamp(kv) +
         REFERENCE_WEIGHTS.prefix * clamp(prefix) +
+        (this.ctx.servesLora ? REFERENCE_WEIGHTS.lora * this.loraAffinity(r, adapter) : 0) +
         this.topology(r, gatewayZone);
       scores[i] = score;
       if (score > bestScore) bestScore = score;
@@ -148,6 +150,19 @@ export class ReferenceRouter implements EppRouter {
       if (this.rng.int(ties) === 0) chosen = pool[i] as number;
     }
     return chosen;
+  }
+
+  /**
+   * The lora-affinity scorer: 1 when the target model (the adapter, or the base model) is running,
+   * 0.8 when the server has room for another adapter, 0.6 when it is waiting, else 0.
+   */
+  private loraAffinity(replica: number, adapter: string | undefined): number {
+    const lora = this.view.get(replica).lora;
+    if (!lora) return 0;
+    const model = adapter ?? MODEL;
+    if (lora.running.includes(model)) return 1;
+    if (lora.running.length + lora.waiting.length < lora.max) return 0.8;
+    return lora.waiting.includes(model) ? 0.6 : 0;
   }
 
   private topology(replica: number, gatewayZone: number): number {

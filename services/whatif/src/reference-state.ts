@@ -13,12 +13,20 @@ export interface PodView {
   readonly waiting: number;
   readonly running: number;
   readonly kvUsage: number;
+  readonly lora: ScrapeSample['lora'];
   /** When the scrape returned (the datastore's UpdateTime). */
   readonly updatedAt: number;
   readonly readAt: number;
 }
 
-const NEVER: PodView = { waiting: 0, running: 0, kvUsage: 0, updatedAt: Number.NEGATIVE_INFINITY, readAt: Number.NEGATIVE_INFINITY };
+const NEVER: PodView = {
+  waiting: 0,
+  running: 0,
+  kvUsage: 0,
+  lora: undefined,
+  updatedAt: Number.NEGATIVE_INFINITY,
+  readAt: Number.NEGATIVE_INFINITY,
+};
 
 /** Per replica: the latest scrape, as the datastore holds it (zeros before the first, as a fresh pod's metrics). */
 export class ScrapedView {
@@ -32,6 +40,7 @@ export class ScrapedView {
       waiting: sample.waiting,
       running: sample.running,
       kvUsage: sample.kvUsage,
+      lora: sample.lora,
       updatedAt: now,
       readAt: sample.readAt,
     };

@@ -171,7 +171,7 @@ function calibrate(
       perReplica,
       clusterRps,
       detail,
-      method: 'one replica kept saturated (8 requests always waiting), completions over 120 s after 60 s of warm-up',
+      method: 'one replica kept saturated (a full batch of requests always waiting), completions over 120 s after 60 s of warm-up',
     };
   }
   const blind = engines.map((engine) => capacityOf({ workload, engine }).requestsPerSec);

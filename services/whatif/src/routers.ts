@@ -46,6 +46,8 @@ export interface ScrapeSample {
   readonly waiting: number;
   readonly running: number;
   readonly kvUsage: number;
+  /** `vllm:lora_requests_info`, when the server serves adapters. */
+  readonly lora?: { readonly running: readonly string[]; readonly waiting: readonly string[]; readonly max: number } | undefined;
   /** When the pod rendered it. */
   readonly readAt: number;
 }
@@ -92,6 +94,8 @@ export interface RouterContext {
   readonly network: Network;
   /** Each zone's engine config (cache sizes, as the servers' metrics report them). */
   readonly engines: readonly EngineConfig[];
+  /** The servers serve LoRA adapters (an operator then enables the pickers' LoRA affinity). */
+  readonly servesLora: boolean;
   readonly seed: number;
   /** The EPP's view fed by the collectors' events (the NATS path; empty on the others). */
   readonly fleet: Fleet;

@@ -68,7 +68,8 @@ export class Scraper {
       this.begin(epp, e.replica, e.startedAt + SCRAPE_TIMEOUT_MS);
       return;
     }
-    const sample = { waiting: engine.waitingCount, running: engine.runningCount, kvUsage: engine.kvUsage, readAt: now };
+    const lora = engine.config.maxLoras > 0 && this.s.workload.lora ? engine.loraInfo() : undefined;
+    const sample = { waiting: engine.waitingCount, running: engine.runningCount, kvUsage: engine.kvUsage, lora, readAt: now };
     this.wiring.queue.push(now + back, { kind: 'scrape-reply', epp: e.epp, replica: e.replica, startedAt: e.startedAt, sample });
   }
 

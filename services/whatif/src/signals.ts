@@ -46,8 +46,16 @@ export class SignalBus {
       readonly network: Network;
       /** The EPPs fed by these events (filled once they exist). */
       readonly epps: readonly EventSink[];
-      /** An event was applied to an EPP's fleet (window counts). */
-      onDelivered(now: number): void;
+      /** An event was applied to an EPP's fleet (window counts, the observer). */
+      onDelivered(
+        now: number,
+        message: {
+          readonly kind: 'metrics' | 'readiness';
+          readonly observedAt: number;
+          readonly fromZone: number;
+          readonly toZone: number;
+        },
+      ): void;
     },
   ) {
     this.jitter = new Rng((seed * 2_654_435_761) >>> 0);
@@ -55,8 +63,12 @@ export class SignalBus {
     this.collectorUp = s.zones.map(() => true);
   }
 
-  /** t = 0: every EPP has the readiness of every replica and one idle sample (a replayed stream); the schedules start. */
+  /**
+   * t = 0: every EPP has the readiness of every replica and one idle sample (a replayed stream);
+   * the schedules start. Nothing to do when no picker is fed by these events.
+   */
   start(): void {
+    if (this.wiring.epps.length === 0) return;
     const s = this.s;
     const { replicas, queue } = this.wiring;
     const interval = s.signals.sampleEveryMs;
@@ -95,7 +107,8 @@ export class SignalBus {
     const epp = this.wiring.epps[e.epp];
     if (!epp) return;
     epp.fleet.apply(e.message, now);
-    this.wiring.onDelivered(now);
+    const fromZone = this.s.zones.findIndex((z) => z.zone === e.message.zone);
+    this.wiring.onDelivered(now, { kind: e.message.kind, observedAt: e.message.observedAt, fromZone, toZone: epp.zoneIndex });
   }
 
   /** A starting collector (or NATS coming back) publishes the pod's readiness and a sample at once. */

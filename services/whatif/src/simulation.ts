@@ -48,7 +48,7 @@ class Simulation {
     private readonly s: ResolvedScenario,
     private readonly strategy: StrategySpec,
     private readonly seed: number,
-    observer: RunObserver,
+    private readonly observer: RunObserver,
   ) {
     const kvMode: KvMode = PRECISE_KINDS.includes(strategy.kind) ? (strategy.kind === 'oracle' ? 'oracle' : 'relay') : 'off';
     const queue = this.queue;
@@ -61,11 +61,20 @@ class Simulation {
       onBlocksStored: (r, seq, range, at) => this.kv.stored(r, seq, range, at),
     });
     const replicas = this.replicas;
-    this.signals = new SignalBus(s, seed, { queue, replicas, network, epps: natsEpps, onDelivered: (now) => this.measure.delivered(now) });
+    this.signals = new SignalBus(s, seed, {
+      queue,
+      replicas,
+      network,
+      epps: natsEpps,
+      onDelivered: (now, m) => {
+        this.measure.delivered(now);
+        observer.onMessage?.({ kind: m.kind, fromZone: m.fromZone, toZone: m.toZone, sentAt: m.observedAt, at: now });
+      },
+    });
     this.epps = new EppSet(s, strategy, seed, { queue, replicas, signals: this.signals, network, observer });
     if (this.epps.deployment.signals === 'nats') natsEpps.push(...this.epps.all);
     if (this.epps.deployment.signals === 'scrape') scrapeEpps.push(...this.epps.all);
-    this.kv = new KvChannel(s, seed, kvMode, { queue, replicas, network, epps: natsEpps, signals: this.signals });
+    this.kv = new KvChannel(s, seed, kvMode, { queue, replicas, network, epps: natsEpps, signals: this.signals, observer });
     this.epps.attachKv(this.kv);
     this.scraper = new Scraper(s, seed, { queue, replicas, network, epps: scrapeEpps });
     this.measure = new Measurements(s, { queue, replicas, routers: () => this.epps.all.map((e) => e.router) });
@@ -100,7 +109,14 @@ class Simulation {
       probe: (_e, at) => this.measure.probe(at),
       backlog: (_e, at) => this.measure.backlogSample(at),
       'share-flush': (e, at) => sharing?.flush(e.peer, at),
-      'share-deliver': (e, at) => sharing?.deliver(e.peer, e.batch, at),
+      'share-deliver': (e, at) => {
+        sharing?.deliver(e.peer, e.batch, at);
+        const to = this.epps.all[e.peer];
+        if (to && this.observer.onMessage) {
+          const fromZone = this.s.zones.findIndex((z) => z.zone === e.batch.zone);
+          this.observer.onMessage({ kind: 'state', fromZone, toZone: to.zoneIndex, sentAt: e.batch.sentAt, at });
+        }
+      },
       'share-tick': (_e, at) => {
         sharing?.tick(at);
         if (at + HEARTBEAT_MS < durationMs) this.queue.push(at + HEARTBEAT_MS, { kind: 'share-tick' });

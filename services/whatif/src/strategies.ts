@@ -126,15 +126,16 @@ export interface StrategySpec {
 export const SWEPT_KINDS: readonly StrategyKind[] = ['spillway', 'spillway-precise', 'oracle'];
 
 /**
- * A sweep's points: after each Spillway strategy, one variant per value (`spillway zoneBiasMs=4`)
- * with the field set in its config. The other strategies run once: their points stand beside the curve.
+ * A sweep's points: after each Spillway strategy listed by its kind, one variant per value
+ * (`spillway zoneBiasMs=4`) with the field set in its config. The other strategies run once: their points stand beside the curve.
  */
 export function withSweep(specs: readonly StrategySpec[], sweep: Readonly<Record<string, readonly number[]>> | undefined): StrategySpec[] {
   const entry = sweep ? Object.entries(sweep)[0] : undefined;
   if (!entry) return [...specs];
   const [field, values] = entry;
   return specs.flatMap((spec) => {
-    if (!SWEPT_KINDS.includes(spec.kind) || spec.sweep) return [spec];
+    // Named variants (`spillway-unshared`, ...) are points of their own, not swept.
+    if (!SWEPT_KINDS.includes(spec.kind) || spec.name !== spec.kind || spec.sweep) return [spec];
     // The strategy's own value is one of the points: it runs once, as itself.
     const own = (schedulerConfigSchema.parse(spec.config) as Record<string, unknown>)[field];
     const base = typeof own === 'number' && values.includes(own) ? { ...spec, sweep: { of: spec.name, field, value: own } } : spec;
