@@ -119,13 +119,23 @@ export class Gateways {
     else this.wiring.queue.push(at, { kind: 'dispatch', trip, replica });
   }
 
-  /** The list's next entry, then the gateway's fallback policy: a random ready replica not tried yet. */
+  /**
+   * The list's next entry, then the gateway's fallback policy: a random ready replica not tried yet,
+   * of the pool, of the answering EPP's pool, or of the gateway's zone (as the deployment's clusters are).
+   */
   private nextTarget(trip: Trip): number | undefined {
     const list = trip.route?.list ?? [];
     const n = trip.tried.length;
     if (n < list.length) return list[n];
     if (n >= MAX_ATTEMPTS) return undefined;
-    const ready = this.wiring.replicas.readyReplicas().filter((r) => !trip.tried.includes(r));
+    const { replicas, epps } = this.wiring;
+    const fallback = epps.deployment.fallback;
+    const scope = fallback === 'scope' ? new Set(trip.chain[trip.stage]?.scope ?? []) : undefined;
+    const ready = replicas.readyReplicas().filter((r) => {
+      if (trip.tried.includes(r)) return false;
+      if (scope) return scope.has(r);
+      return fallback === 'pool' || replicas.get(r).info.zoneIndex === trip.gateway;
+    });
     return ready.length === 0 ? undefined : ready[this.rng.int(ready.length)];
   }
 

@@ -81,27 +81,34 @@ export interface Deployment {
   readonly scope: 'pool' | 'zone' | 'region';
   /** A gateway asks the EPPs of other zones (regions) only when its own pool is saturated (Envoy priorities). */
   readonly failover: boolean;
+  /**
+   * Where the gateway's own fallback (after the list) may send a request: the whole pool (Envoy's
+   * fallback over the pool's cluster), the answering EPP's pool (one cluster per zone or region), or
+   * the gateway's zone (a zone-local deployment).
+   */
+  readonly fallback: 'pool' | 'scope' | 'gateway-zone';
 }
 
-const atGateway = (signals: SignalPath): Deployment => ({ placement: 'gateway', signals, scope: 'pool', failover: false });
-const perZone = (signals: SignalPath, scope: Deployment['scope'] = 'pool'): Deployment => ({
-  placement: 'zone',
+const atGateway = (signals: SignalPath): Deployment => ({
+  placement: 'gateway',
   signals,
-  scope,
+  scope: 'pool',
   failover: false,
+  fallback: 'pool',
 });
+const perZone = (signals: SignalPath): Deployment => ({ placement: 'zone', signals, scope: 'pool', failover: false, fallback: 'pool' });
 
 export const DEPLOYMENTS: Readonly<Record<StrategyKind, Deployment>> = {
   random: atGateway('none'),
   'round-robin': atGateway('none'),
   'least-queue': perZone('nats'),
-  reference: { placement: 'pool', signals: 'scrape', scope: 'pool', failover: false },
-  'reference-plus': { placement: 'pool', signals: 'scrape', scope: 'pool', failover: false },
-  'reference-zonal': { placement: 'zone', signals: 'scrape', scope: 'zone', failover: true },
-  'reference-regional': { placement: 'region', signals: 'scrape', scope: 'region', failover: true },
+  reference: { placement: 'pool', signals: 'scrape', scope: 'pool', failover: false, fallback: 'pool' },
+  'reference-plus': { placement: 'pool', signals: 'scrape', scope: 'pool', failover: false, fallback: 'pool' },
+  'reference-zonal': { placement: 'zone', signals: 'scrape', scope: 'zone', failover: true, fallback: 'scope' },
+  'reference-regional': { placement: 'region', signals: 'scrape', scope: 'region', failover: true, fallback: 'scope' },
   'envoy-load-aware': atGateway('orca'),
   'llm-d-topology': perZone('scrape'),
-  'zone-local': perZone('nats'),
+  'zone-local': { ...perZone('nats'), fallback: 'gateway-zone' },
   spillway: perZone('nats'),
   'spillway-precise': perZone('nats'),
   oracle: perZone('nats'),
