@@ -4,6 +4,7 @@ import { Fleet } from '@spillway/fleet';
 import type { SimEvent } from './events.js';
 import type { KvChannel } from './kv-events.js';
 import type { Network } from './network.js';
+import { failoverLevels, placePickers } from './placement.js';
 import type { EventQueue } from './queue.js';
 import type { ReplicaSet } from './replicas.js';
 import type { ResolvedScenario } from './resolve.js';
@@ -85,8 +86,18 @@ export class EppSet {
     this.deployment = DEPLOYMENTS[strategy.kind];
     this.spreadRng = new Rng((seed * 69_069 + 3) >>> 0);
     if (this.deployment.signals === 'nats' && sharesState(strategy, s.epps.sharing)) this.sharing = this.sharingChannel();
-    this.gatewayEpps = this.place();
-    this.failoverLevels = this.levels();
+    this.gatewayEpps = placePickers(
+      {
+        zones: s.zones,
+        replicas: wiring.replicas.all.map((r) => r.info),
+        deployment: this.deployment,
+        // Spillway's EPPs scale out per zone; a scraping EPP is active-passive: one per place.
+        perZone: this.deployment.signals === 'nats' ? s.epps.perZone : 1,
+        referenceZone: s.epps.referenceZone,
+      },
+      (zone, scope) => this.add(zone, scope),
+    );
+    this.failoverLevels = failoverLevels(this.gatewayEpps, s.zones);
     this.gatewayNext = s.zones.map(() => 0);
   }
 
@@ -145,58 +156,6 @@ export class EppSet {
     const i = (this.gatewayNext[gateway] as number) % list.length;
     this.gatewayNext[gateway] = i + 1;
     return list[i] as Epp;
-  }
-
-  /** Builds the EPPs where the deployment puts them; returns each gateway's own. */
-  private place(): Epp[][] {
-    const s = this.s;
-    const zones = s.zones.map((_, i) => i);
-    const replicasOf = (keep: (zone: number) => boolean): number[] =>
-      this.wiring.replicas.all.filter((r) => keep(r.info.zoneIndex)).map((r) => r.info.index);
-    const regionOf = (z: number): string => s.zones[z]?.region ?? '';
-    const scopeFor = (z: number): number[] =>
-      this.deployment.scope === 'pool'
-        ? replicasOf(() => true)
-        : this.deployment.scope === 'zone'
-          ? replicasOf((x) => x === z)
-          : replicasOf((x) => regionOf(x) === regionOf(z));
-    switch (this.deployment.placement) {
-      case 'pool': {
-        const epp = this.add(s.epps.referenceZone, scopeFor(s.epps.referenceZone));
-        return zones.map(() => [epp]);
-      }
-      case 'region': {
-        const byRegion = new Map<string, Epp>();
-        return zones.map((z) => {
-          const region = regionOf(z);
-          let epp = byRegion.get(region);
-          if (!epp) {
-            // The region's EPP runs in its first zone.
-            epp = this.add(zones.find((x) => regionOf(x) === region) ?? z, scopeFor(z));
-            byRegion.set(region, epp);
-          }
-          return [epp];
-        });
-      }
-      case 'zone': {
-        const perZone = this.deployment.signals === 'nats' ? s.epps.perZone : 1;
-        return zones.map((z) => Array.from({ length: perZone }, () => this.add(z, scopeFor(z))));
-      }
-      case 'gateway':
-        return zones.map((z) => [this.add(z, scopeFor(z))]);
-    }
-  }
-
-  /** Failover priority levels per gateway: the other pools of its region, then of the other regions. */
-  private levels(): Epp[][][] {
-    return this.gatewayEpps.map((own, z) => {
-      const mine = new Set(own);
-      const region = this.s.zones[z]?.region;
-      const others = [...new Set(this.gatewayEpps.flat())].filter((e) => !mine.has(e));
-      const near = others.filter((e) => this.s.zones[e.zoneIndex]?.region === region);
-      const far = others.filter((e) => this.s.zones[e.zoneIndex]?.region !== region);
-      return [near, far].filter((l) => l.length > 0);
-    });
   }
 
   private add(zoneIndex: number, scope: readonly number[]): Epp {

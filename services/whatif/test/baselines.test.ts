@@ -11,6 +11,9 @@ import { layout } from '../src/topology.js';
 import type { SimRequest } from '../src/workload.js';
 import { parse, smallScenario } from './helpers.js';
 
+/** Whole simulations: generous on a busy machine. */
+const SIM_TIMEOUT_MS = 180_000;
+
 /** Four replicas in zone-a, two in zone-b (same region) and two in zone-c (another region); a picker in zone-a. */
 function context(scope?: readonly number[]): RouterContext {
   const zones = [
@@ -179,36 +182,48 @@ const run = (s: ResolvedScenario, name: string, seed = 7): RunResult => {
 describe('the baselines in whole runs', () => {
   const hot = { durationS: 25, load: { clusterFraction: 0.85, zoneFractions: { 'zone-a': 1.6 } } };
 
-  it('envoy-load-aware shifts weight off a hot zone: the hot gateway sends far more across zones than under balanced load', () => {
-    const strategies = ['envoy-load-aware'];
-    const balanced = run(resolve({ strategies, durationS: 25, load: { clusterFraction: 0.6 } }), 'envoy-load-aware');
-    const skewed = run(resolve({ strategies, ...hot }), 'envoy-load-aware');
-    // Balanced: local but for the probe.
-    expect(balanced.crossZoneShare).toBeLessThan(0.06);
-    expect(skewed.crossZoneShareByZone['zone-a']).toBeGreaterThan(3 * balanced.crossZoneShare);
-  });
+  it(
+    'envoy-load-aware shifts weight off a hot zone: the hot gateway sends far more across zones than under balanced load',
+    () => {
+      const strategies = ['envoy-load-aware'];
+      const balanced = run(resolve({ strategies, durationS: 25, load: { clusterFraction: 0.6 } }), 'envoy-load-aware');
+      const skewed = run(resolve({ strategies, ...hot }), 'envoy-load-aware');
+      // Balanced: local but for the probe.
+      expect(balanced.crossZoneShare).toBeLessThan(0.06);
+      expect(skewed.crossZoneShareByZone['zone-a']).toBeGreaterThan(3 * balanced.crossZoneShare);
+    },
+    SIM_TIMEOUT_MS,
+  );
 
-  it('reference-zonal stays in its zone under balanced load and fails over from a saturated one', () => {
-    const strategies = ['reference-zonal'];
-    expect(run(resolve({ strategies, durationS: 20, load: { clusterFraction: 0.5 } }), 'reference-zonal').crossZoneShare).toBe(0);
-    const skewed = run(resolve({ strategies, ...hot }), 'reference-zonal');
-    expect(skewed.crossZoneShareByZone['zone-a']).toBeGreaterThan(0.05);
-    expect(skewed.crossZoneShareByZone['zone-b']).toBeLessThan(0.02);
-  });
+  it(
+    'reference-zonal stays in its zone under balanced load and fails over from a saturated one',
+    () => {
+      const strategies = ['reference-zonal'];
+      expect(run(resolve({ strategies, durationS: 20, load: { clusterFraction: 0.5 } }), 'reference-zonal').crossZoneShare).toBe(0);
+      const skewed = run(resolve({ strategies, ...hot }), 'reference-zonal');
+      expect(skewed.crossZoneShareByZone['zone-a']).toBeGreaterThan(0.05);
+      expect(skewed.crossZoneShareByZone['zone-b']).toBeLessThan(0.02);
+    },
+    SIM_TIMEOUT_MS,
+  );
 
-  it('the pool-wide reference costs a gateway in another region the round trip to it; one picker per region does not', () => {
-    const s = resolve({
-      durationS: 12,
-      zones: [
-        { zone: 'zone-a', region: 'r1', replicas: 2 },
-        { zone: 'zone-c', region: 'r2', replicas: 2 },
-      ],
-      network: { crossRegionMs: 60 },
-      load: { clusterFraction: 0.3, zoneShares: { 'zone-a': 0, 'zone-c': 1 } },
-      strategies: ['reference', 'reference-regional'],
-    });
-    // Every request arrives in zone-c; the pool-wide picker runs in zone-a, 60 ms away.
-    expect(run(s, 'reference').ttftMs.p50).toBeGreaterThan(60);
-    expect(run(s, 'reference-regional').ttftMs.p50).toBeLessThan(60);
-  });
+  it(
+    'the pool-wide reference costs a gateway in another region the round trip to it; one picker per region does not',
+    () => {
+      const s = resolve({
+        durationS: 12,
+        zones: [
+          { zone: 'zone-a', region: 'r1', replicas: 2 },
+          { zone: 'zone-c', region: 'r2', replicas: 2 },
+        ],
+        network: { crossRegionMs: 60 },
+        load: { clusterFraction: 0.3, zoneShares: { 'zone-a': 0, 'zone-c': 1 } },
+        strategies: ['reference', 'reference-regional'],
+      });
+      // Every request arrives in zone-c; the pool-wide picker runs in zone-a, 60 ms away.
+      expect(run(s, 'reference').ttftMs.p50).toBeGreaterThan(60);
+      expect(run(s, 'reference-regional').ttftMs.p50).toBeLessThan(60);
+    },
+    SIM_TIMEOUT_MS,
+  );
 });

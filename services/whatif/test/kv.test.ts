@@ -7,7 +7,7 @@ import { ArrivalStream, constantRate, PrefixGroups, type WorkloadSpec } from '..
 import { parse, smallScenario } from './helpers.js';
 
 /** Whole simulations (several strategies): generous on a busy machine; they run ~10 s of CPU. */
-const SIM_TIMEOUT_MS = 120_000;
+const SIM_TIMEOUT_MS = 300_000;
 
 const resolve = (overrides: Record<string, unknown> = {}): ResolvedScenario => resolveScenario(parse(smallScenario(overrides)));
 const run = (s: ResolvedScenario, name: string, seed = 7): RunResult => {

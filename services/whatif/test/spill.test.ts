@@ -5,6 +5,9 @@ import { spillOf } from '../src/spill.js';
 import type { ZoneSpec } from '../src/topology.js';
 import { parse, smallScenario } from './helpers.js';
 
+/** Whole simulations: generous on a busy machine. */
+const SIM_TIMEOUT_MS = 180_000;
+
 const zones: ZoneSpec[] = [
   { zone: 'zone-a', region: 'r1', replicas: 2 },
   { zone: 'zone-b', region: 'r1', replicas: 2 },
@@ -100,23 +103,27 @@ describe('the latency / cross-zone curve', () => {
     expect(specs[3]?.config).toEqual({ zoneBiasMs: 16 });
   });
 
-  it('reports, per value, p50/p90/p99 and the cross-zone share, beside every other strategy’s point', async () => {
-    const s = resolveScenario(
-      parse(
-        smallScenario({
-          durationS: 10,
-          strategies: ['random', 'spillway'],
-          load: { clusterFraction: 0.8, zoneFractions: { 'zone-a': 1.5 } },
-        }),
-      ),
-      { sweep: { zoneBiasMs: [0, 32] } },
-    );
-    const report = await runScenario(s, { workers: 0 });
-    const [table] = sweepTables(report);
-    expect(table?.table.header).toEqual(['strategy', 'TTFT p50 (ms)', 'p90', 'p99', 'cross-zone %']);
-    expect(table?.table.rows.map((r) => r[0])).toEqual(['spillway zoneBiasMs=0', 'spillway zoneBiasMs=32', 'random']);
-    const crossOf = (name: string) => report.results.find((r) => r.strategy === name)?.crossZoneShare ?? Number.NaN;
-    // A higher bias buys locality.
-    expect(crossOf('spillway zoneBiasMs=32')).toBeLessThan(crossOf('spillway zoneBiasMs=0'));
-  });
+  it(
+    'reports, per value, p50/p90/p99 and the cross-zone share, beside every other strategy’s point',
+    async () => {
+      const s = resolveScenario(
+        parse(
+          smallScenario({
+            durationS: 10,
+            strategies: ['random', 'spillway'],
+            load: { clusterFraction: 0.8, zoneFractions: { 'zone-a': 1.5 } },
+          }),
+        ),
+        { sweep: { zoneBiasMs: [0, 32] } },
+      );
+      const report = await runScenario(s, { workers: 0 });
+      const [table] = sweepTables(report);
+      expect(table?.table.header).toEqual(['strategy', 'TTFT p50 (ms)', 'p90', 'p99', 'cross-zone %']);
+      expect(table?.table.rows.map((r) => r[0])).toEqual(['spillway zoneBiasMs=0', 'spillway zoneBiasMs=32', 'random']);
+      const crossOf = (name: string) => report.results.find((r) => r.strategy === name)?.crossZoneShare ?? Number.NaN;
+      // A higher bias buys locality.
+      expect(crossOf('spillway zoneBiasMs=32')).toBeLessThan(crossOf('spillway zoneBiasMs=0'));
+    },
+    SIM_TIMEOUT_MS,
+  );
 });
