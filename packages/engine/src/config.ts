@@ -8,9 +8,11 @@
  *   neighbours.
  * - `step`: vLLM-style continuous batching. Each engine step computes at most
  *   `maxNumBatchedTokens` tokens: one per running decode, the rest chunks of waiting prefills; it
- *   takes `stepOverheadMs + stepPerTokenMs × tokens + stepPerContextTokenMs × context` where
- *   context is the KV the step's sequences attend to. A long uncached prompt therefore stretches
- *   the steps every batch-mate is waiting on, as in vLLM.
+ *   takes `stepOverheadMs + stepPerTokenMs × tokens + stepPerContextTokenMs × context +
+ *   stepPerAttentionPairMs × pairs` where context is the KV the step's sequences attend to and
+ *   pairs the (query, key) pairs of its prefill chunks' causal attention. A long uncached prompt
+ *   therefore stretches the steps every batch-mate is waiting on, as in vLLM, and prefill
+ *   throughput falls as prompts grow (about −40 % at 32k tokens on the 8B presets).
  * The step constants of each preset are calibrated against published vLLM measurements; the
  * sources and the figures reproduced are in the package README and pinned by a test.
  */
@@ -37,6 +39,11 @@ export interface LatencyProfile {
   readonly stepPerTokenMs: number;
   /** Cost of each token of KV the step's sequences attend to (step mode). */
   readonly stepPerContextTokenMs: number;
+  /**
+   * Cost of each (prompt token, earlier token) pair a prefill chunk's attention computes (step
+   * mode): the term that grows with the square of the prompt, so prefill slows on long prompts.
+   */
+  readonly stepPerAttentionPairMs: number;
 }
 
 export interface EngineConfig extends LatencyProfile {
@@ -76,6 +83,7 @@ export const PRESETS = {
     stepOverheadMs: 6.5,
     stepPerTokenMs: 0.04,
     stepPerContextTokenMs: 0.00004,
+    stepPerAttentionPairMs: 1.75e-6,
     maxNumSeqs: 256,
     numBlocks: 28_000,
   },
@@ -89,6 +97,7 @@ export const PRESETS = {
     stepOverheadMs: 11,
     stepPerTokenMs: 0.085,
     stepPerContextTokenMs: 0.000064,
+    stepPerAttentionPairMs: 3.72e-6,
     maxNumSeqs: 256,
     numBlocks: 26_000,
   },
@@ -103,6 +112,7 @@ export const PRESETS = {
     stepOverheadMs: 12,
     stepPerTokenMs: 0.09,
     stepPerContextTokenMs: 0.00004,
+    stepPerAttentionPairMs: 2.41e-6,
     maxNumSeqs: 256,
     numBlocks: 24_000,
   },
@@ -117,6 +127,7 @@ export const PRESETS = {
     stepOverheadMs: 14,
     stepPerTokenMs: 0.1,
     stepPerContextTokenMs: 0.000025,
+    stepPerAttentionPairMs: 2.5e-6,
     maxNumSeqs: 256,
     numBlocks: 29_000,
   },
@@ -131,6 +142,8 @@ export const PRESETS = {
     stepOverheadMs: 5,
     stepPerTokenMs: 0.1,
     stepPerContextTokenMs: 0.001,
+    // No attention term: the step tests reason about exact step times.
+    stepPerAttentionPairMs: 0,
     maxNumSeqs: 4,
     numBlocks: 64,
     maxLoras: 2,
@@ -171,6 +184,7 @@ export function validateConfig(cfg: EngineConfig): void {
     'stepOverheadMs',
     'stepPerTokenMs',
     'stepPerContextTokenMs',
+    'stepPerAttentionPairMs',
   ] as const) {
     if (!Number.isFinite(cfg[k]) || cfg[k] < 0) throw new RangeError(`engine config: ${k} must be >= 0, got ${cfg[k]}`);
   }

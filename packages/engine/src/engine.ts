@@ -409,7 +409,7 @@ export class Engine<R extends EngineRequest = EngineRequest> {
     const batch = this.batch;
     batch.reset(cfg.maxNumBatchedTokens);
     for (let s = this.running.head; s !== null && batch.budget > 0; s = s._next) {
-      batch.add(s, s._prefillLeft > 0 ? s._prefillLeft : 1);
+      batch.add(s, s._prefillLeft > 0 ? s._prefillLeft : 1, s._prefillLeft > 0);
     }
     let s = this.waiting.head;
     while (s !== null && batch.budget > 0 && this.running.size < cfg.maxNumSeqs) {
@@ -424,11 +424,11 @@ export class Engine<R extends EngineRequest = EngineRequest> {
       const next = s._next;
       this.unlinkWaiting(s);
       this.start(s, at);
-      batch.add(s, s._prefillLeft);
+      batch.add(s, s._prefillLeft, true);
       s = next;
     }
     if (batch.size === 0) return;
-    const duration = stepMs(cfg, batch.totalTokens, batch.context) * this.jitter();
+    const duration = stepMs(cfg, batch) * this.jitter();
     this.steps++;
     this.stepTokens += batch.totalTokens;
     this.busyMs += duration;

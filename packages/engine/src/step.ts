@@ -13,17 +13,23 @@ export class StepBatch<R extends EngineRequest> {
   /** Tokens computed in the step, and tokens of KV its sequences attend to. */
   totalTokens = 0;
   context = 0;
+  /** Prefill attention work: (query token, earlier token) pairs of the step's prefill chunks. */
+  attentionPairs = 0;
   budget = 0;
 
   reset(budget: number): void {
     this.size = 0;
     this.totalTokens = 0;
     this.context = 0;
+    this.attentionPairs = 0;
     this.budget = budget;
   }
 
-  /** Adds `s` computing up to `wanted` tokens within the budget; returns the tokens granted. */
-  add(s: Sequence<R>, wanted: number): number {
+  /**
+   * Adds `s` computing up to `wanted` tokens within the budget (a prefill chunk, or one decode);
+   * returns the tokens granted.
+   */
+  add(s: Sequence<R>, wanted: number, prefill: boolean): number {
     const granted = Math.min(wanted, this.budget);
     if (granted <= 0) return 0;
     this.seqs[this.size] = s;
@@ -33,6 +39,9 @@ export class StepBatch<R extends EngineRequest> {
     this.totalTokens += granted;
     // Each new token attends to the KV before it; the step reads each sequence's KV once.
     this.context += s._context + granted;
+    // A prefill chunk's queries attend to everything before them (causal): its attention is compute,
+    // growing with the square of the prompt. A decode's one query is the KV read above.
+    if (prefill) this.attentionPairs += granted * s._context + (granted * (granted + 1)) / 2;
     return granted;
   }
 
@@ -44,6 +53,14 @@ export class StepBatch<R extends EngineRequest> {
 }
 
 /** The duration of a step before jitter (see EngineConfig). */
-export function stepMs(cfg: EngineConfig, tokens: number, context: number): number {
-  return cfg.stepOverheadMs + cfg.stepPerTokenMs * tokens + cfg.stepPerContextTokenMs * context;
+export function stepMs(
+  cfg: EngineConfig,
+  work: { readonly totalTokens: number; readonly context: number; readonly attentionPairs: number },
+): number {
+  return (
+    cfg.stepOverheadMs +
+    cfg.stepPerTokenMs * work.totalTokens +
+    cfg.stepPerContextTokenMs * work.context +
+    cfg.stepPerAttentionPairMs * work.attentionPairs
+  );
 }

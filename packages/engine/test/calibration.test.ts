@@ -53,4 +53,26 @@ describe('engine (step mode): calibration against published vLLM figures', () =>
     expect(engine.stats().finished).toBe(1000);
     within(1000 / (end / 1000), 20.72);
   });
+
+  it('llama-8b-h100: prefill throughput falls as prompts grow — about 40 % lower at 32k tokens than at 256, from the attention term', () => {
+    // 256k prompt tokens in prompts of one length, one output token each: the engine does nothing
+    // but prefill, in full 8k-token steps.
+    const prefillTokensPerSecond = (promptTokens: number): number => {
+      const engine = new Engine({ preset: 'llama-8b-h100', mode: 'step', jitter: 0, numBlocks: 200_000 });
+      for (let i = 0; i < 262_144 / promptTokens; i++) engine.submit(req(promptTokens, 1), 0);
+      drain(engine);
+      const st = engine.stats();
+      return st.stepTokens / (st.busyMs / 1000);
+    };
+    const short = prefillTokensPerSecond(256);
+    const long = prefillTokensPerSecond(32_768);
+    // Full 8k-token steps of short prompts: the README's ~24.5k tokens/s.
+    within(short, 24_500);
+    expect(long / short).toBeGreaterThan(0.55);
+    expect(long / short).toBeLessThan(0.65);
+    // Quadratic, not linear: the first doubling from 16k costs more than the one from 8k.
+    const at8k = prefillTokensPerSecond(8192);
+    const at16k = prefillTokensPerSecond(16_384);
+    expect(at8k / at16k).toBeLessThan(at16k / long);
+  });
 });

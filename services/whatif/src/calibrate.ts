@@ -26,28 +26,30 @@ export interface CalibrationOptions {
 }
 
 /**
- * One replica's maximum sustainable throughput for a workload: a closed loop keeps `backlog`
- * requests waiting at all times (shapes drawn from the same generator as the runs), and
+ * One replica's maximum sustainable throughput for a workload: a closed loop keeps a batch's worth
+ * of requests waiting at all times (shapes drawn from the same generator as the runs), and
  * completions are counted over the measured span after a warm-up. It depends on the workload and
  * the engine only, never on a routing strategy. Cluster capacity = the sum over replicas.
  */
 export function measureCapacity(o: CalibrationOptions): Capacity {
-  const backlog = 8;
+  // A full batch's worth waiting: with LoRA a waiting request whose adapter cannot get a slot is
+  // skipped, so a short queue would starve the batch; without LoRA any queue keeps it full.
+  const backlog = Math.max(8, o.engine.maxNumSeqs);
   const warmupMs = o.warmupMs ?? 60_000;
   const measureMs = o.measureMs ?? 120_000;
   const seed = o.seed ?? 1;
   const end = warmupMs + measureMs;
   // The stream only supplies request shapes; its arrival times are ignored.
-  const stream = new ArrivalStream(
-    o.workload,
-    prefixGroupsOf(o.workload, seed),
-    constantRate(1000),
-    0,
-    1,
+  const stream = new ArrivalStream({
+    workload: o.workload,
+    groups: prefixGroupsOf(o.workload, seed),
+    schedule: constantRate(1000),
+    gateway: 0,
+    gateways: 1,
     seed,
-    Number.POSITIVE_INFINITY,
-    o.groupLimit,
-  );
+    endMs: Number.POSITIVE_INFINITY,
+    groupLimit: o.groupLimit,
+  });
   let finished = 0;
   let tokens = 0;
   let hits = 0;
@@ -68,7 +70,15 @@ export function measureCapacity(o: CalibrationOptions): Capacity {
     while (engine.waitingCount < backlog) {
       const r = stream.next();
       if (!r) return;
-      engine.submit({ promptTokens: r.promptTokens, outputTokens: r.outputTokens, blockHashes: r.blockHashes }, now);
+      engine.submit(
+        {
+          promptTokens: r.promptTokens,
+          outputTokens: r.outputTokens,
+          blockHashes: r.blockHashes,
+          ...(r.lora !== undefined ? { lora: r.lora } : {}),
+        },
+        now,
+      );
     }
   };
   let runningSum = 0;

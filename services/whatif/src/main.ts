@@ -1,7 +1,7 @@
 import { writeFileSync } from 'node:fs';
 import { runMain } from '@spillway/cli';
 import { HELP, parseWhatifArgs } from './options.js';
-import { describe, renderText, summaryTable, windowTables } from './report.js';
+import { describe, renderText, summaryTable, sweepTables, windowTables } from './report.js';
 import { runScenario } from './run.js';
 
 /** The spillway-whatif binary: load a scenario, run every (strategy, seed), print the tables. */
@@ -26,6 +26,7 @@ runMain(async () => {
   const zones = resolved.zones.map((z) => z.zone);
   const out = [describe(report), '', renderText(summaryTable(report))];
   for (const w of windowTables(report, zones)) out.push('', w.title, renderText(w.table));
+  for (const w of sweepTables(report)) out.push('', w.title, renderText(w.table));
   process.stdout.write(`${out.join('\n')}\n`);
   if (json) writeFileSync(json, `${JSON.stringify(report, null, 2)}\n`);
   if (!quiet) process.stderr.write(`${report.results.length} runs in ${((Date.now() - started) / 1000).toFixed(1)} s\n`);

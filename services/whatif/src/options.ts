@@ -1,4 +1,5 @@
 import { CliError, commaList, loadConfigFile, nonNegativeInt, parseCommandLine, renderHelp, type FlagSpecs } from '@spillway/cli';
+import { schedulerConfigSchema } from '@spillway/scheduler';
 import { z } from 'zod';
 import { resolveScenario, type ResolvedScenario } from './resolve.js';
 import { scenarioSchema, type ScenarioFile } from './scenario.js';
@@ -30,6 +31,20 @@ export const whatifFlags = {
     description: "seconds of arrivals (overrides the file's durationS; faults keep their times)",
     schema: z.coerce.number().finite().positive().max(3600).optional(),
     placeholder: 'S',
+  },
+  sweep: {
+    description:
+      "the latency / cross-zone curve: run each Spillway strategy once per value of this scheduler config field, e.g. zoneBiasMs=0,2,4,8,16,32 (overrides the file's sweep)",
+    schema: z
+      .string()
+      .regex(/^[A-Za-z][A-Za-z0-9]*=[^=]+$/, 'FIELD=v1,v2,... (one scheduler config field and its values)')
+      .transform((text) => {
+        const [field, list] = text.split('=') as [string, string];
+        return { [field]: list.split(',').map((v) => Number(v.trim())) };
+      })
+      .pipe(z.record(z.string(), z.array(z.number().finite().min(0)).min(1).max(32)))
+      .optional(),
+    placeholder: 'FIELD=a,b',
   },
   workers: {
     description: 'worker threads running strategies in parallel (0 = none; default: one per core, at most 4)',
@@ -82,12 +97,20 @@ export function parseWhatifArgs(argv: readonly string[], env: NodeJS.ProcessEnv 
     const keep = new Set(v.strategies);
     file = { ...scenario, strategies: scenario.strategies.filter((s) => keep.has(typeof s === 'string' ? s : s.name)) };
   }
+  for (const [field, values] of Object.entries(v.sweep ?? {})) {
+    for (const value of values) {
+      const r = schedulerConfigSchema.safeParse({ [field]: value });
+      if (!r.success)
+        throw new CliError(`--sweep: ${field}=${value}: ${r.error.issues[0]?.message ?? 'not a scheduler config value'}`, 'sweep');
+    }
+  }
   let resolved: ResolvedScenario;
   try {
     resolved = resolveScenario(file, {
       load: v.load,
       seeds: v.seeds ?? (v.seed !== undefined ? [v.seed] : undefined),
       durationS: v.duration,
+      sweep: v.sweep,
     });
   } catch (error) {
     throw new CliError(`${v.scenario}: ${(error as Error).message}`);

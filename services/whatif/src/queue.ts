@@ -1,46 +1,43 @@
 /**
  * The simulation's event queue: a binary min-heap on (time, insertion order), so events due at the
- * same instant run in the order they were scheduled and a run is reproducible. Events are small
- * plain objects; the heap is an array of them.
+ * same instant run in the order they were scheduled and a run is reproducible. Each entry wraps
+ * the event (any plain object) with its time and insertion order.
  */
-export interface SimEvent<K extends string = string> {
+export interface Scheduled<E> {
   readonly at: number;
-  readonly kind: K;
-  /** Replica, zone or fleet index, by kind. */
-  readonly target: number;
-  readonly payload?: unknown;
-  /** Insertion order, the tie-break. Set by the queue. */
-  order: number;
+  readonly event: E;
+  /** Insertion order, the tie-break. */
+  readonly order: number;
 }
 
-export class EventQueue<K extends string = string> {
-  private readonly heap: SimEvent<K>[] = [];
+export class EventQueue<E> {
+  private readonly heap: Scheduled<E>[] = [];
   private counter = 0;
 
   get size(): number {
     return this.heap.length;
   }
 
-  push(at: number, kind: K, target: number, payload?: unknown): void {
-    const event: SimEvent<K> = { at, kind, target, payload, order: this.counter++ };
+  push(at: number, event: E): void {
+    const entry: Scheduled<E> = { at, event, order: this.counter++ };
     const heap = this.heap;
     let i = heap.length;
-    heap.push(event);
+    heap.push(entry);
     while (i > 0) {
       const parent = (i - 1) >> 1;
-      const p = heap[parent] as SimEvent<K>;
-      if (!before(event, p)) break;
+      const p = heap[parent] as Scheduled<E>;
+      if (!before(entry, p)) break;
       heap[i] = p;
       i = parent;
     }
-    heap[i] = event;
+    heap[i] = entry;
   }
 
-  peek(): SimEvent<K> | undefined {
+  peek(): Scheduled<E> | undefined {
     return this.heap[0];
   }
 
-  pop(): SimEvent<K> | undefined {
+  pop(): Scheduled<E> | undefined {
     const heap = this.heap;
     const top = heap[0];
     const last = heap.pop();
@@ -51,8 +48,8 @@ export class EventQueue<K extends string = string> {
       const l = 2 * i + 1;
       if (l >= n) break;
       const r = l + 1;
-      const child = r < n && before(heap[r] as SimEvent<K>, heap[l] as SimEvent<K>) ? r : l;
-      const c = heap[child] as SimEvent<K>;
+      const child = r < n && before(heap[r] as Scheduled<E>, heap[l] as Scheduled<E>) ? r : l;
+      const c = heap[child] as Scheduled<E>;
       if (!before(c, last)) break;
       heap[i] = c;
       i = child;
@@ -62,6 +59,6 @@ export class EventQueue<K extends string = string> {
   }
 }
 
-function before(a: SimEvent, b: SimEvent): boolean {
+function before<E>(a: Scheduled<E>, b: Scheduled<E>): boolean {
   return a.at < b.at || (a.at === b.at && a.order < b.order);
 }

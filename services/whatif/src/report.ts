@@ -1,5 +1,5 @@
 import type { ScenarioReport } from './run.js';
-import type { RunResult, WindowResult } from './simulation.js';
+import type { RunResult, WindowResult } from './measure.js';
 import type { Figures } from './tally.js';
 
 /**
@@ -67,7 +67,7 @@ export function summaryTable(report: ScenarioReport): Table {
     '429 %',
     '503 %',
     ...(aborted ? ['aborted %'] : []),
-    'backlog',
+    'queue',
   ];
   const rows = byStrategy(report).map(({ name, runs }) => {
     const unbounded = runs.filter((r) => r.unbounded).length;
@@ -173,22 +173,54 @@ export function renderMarkdown(t: Table, bold?: (row: readonly string[]) => bool
   return [line(t.header), line(t.header.map(() => '---')), ...rows.map(line)].join('\n');
 }
 
+/** The latency / cross-zone curve: per swept strategy, one row per value, then every other strategy's point. */
+export function sweepTables(report: ScenarioReport): { title: string; table: Table }[] {
+  const points = report.strategies.filter((s) => s.sweep !== undefined);
+  const swept = [...new Set(points.map((p) => p.sweep?.of ?? ''))];
+  const figures = (name: string): string[] => {
+    const runs = report.results.filter((r) => r.strategy === name);
+    return [
+      ms(median(runs, (r) => r.ttftMs.p50)),
+      ms(median(runs, (r) => r.ttftMs.p90)),
+      ms(median(runs, (r) => r.ttftMs.p99)),
+      pc(median(runs, (r) => r.crossZoneShare)),
+    ];
+  };
+  return swept.map((of) => {
+    const mine = points.filter((p) => p.sweep?.of === of).sort((a, b) => (a.sweep?.value ?? 0) - (b.sweep?.value ?? 0));
+    const field = mine[0]?.sweep?.field ?? '';
+    const others = report.strategies.filter((s) => s.sweep === undefined && s.name !== of);
+    const rows = [
+      ...mine.map((p) => [`${of} ${field}=${p.sweep?.value}`, ...figures(p.name)]),
+      ...others.map((s) => [s.name, ...figures(s.name)]),
+    ];
+    return {
+      title: `${of}: the latency / cross-zone curve over ${field}, beside every other strategy's point`,
+      table: { header: ['strategy', 'TTFT p50 (ms)', 'p90', 'p99', 'cross-zone %'], rows },
+    };
+  });
+}
+
 /** The header the CLI prints above the table: what was run and what each baseline is. */
 export function describe(report: ScenarioReport): string {
   const c = report.capacity;
   const perReplica = [...new Set(Object.values(c.perReplicaRps))].map((v) => v.toFixed(2)).join(' / ');
+  const pct = (v: number) => `${(v * 100).toFixed(1)} %`;
+  const shaped = Math.abs(report.meanLoad - (report.load ?? report.meanLoad)) > 0.005 || report.peakLoad - report.meanLoad > 0.005;
   const lines = [
     `${report.scenario}${report.title !== report.scenario ? ` — ${report.title}` : ''}`,
-    `load: ${report.load !== null ? `${(report.load * 100).toFixed(0)} % of calibrated capacity (${(report.load * c.clusterRps).toFixed(1)} of ${c.clusterRps.toFixed(1)} req/s)` : 'given in req/s'}; ` +
-      `overflow share ${(report.overflowShare * 100).toFixed(1)} %; seeds ${report.seeds.join(', ')}; ${report.durationS} s of arrivals, the first ${report.warmupS} s not measured`,
+    `load: ${report.load !== null ? `${(report.load * 100).toFixed(0)} % of calibrated capacity (${(report.load * c.clusterRps).toFixed(1)} of ${c.clusterRps.toFixed(1)} req/s)` : 'given in req/s'}` +
+      (shaped ? `; over the measured window mean ${pct(report.meanLoad)}, peak ${pct(report.peakLoad)}` : '') +
+      `; seeds ${report.seeds.join(', ')}; ${report.durationS} s of arrivals, the first ${report.warmupS} s not measured`,
+    `spill asked of routing: required ${pct(report.requiredSpillShare)} of arrivals, equal utilisation ${pct(report.equalUtilisationShare)} (overflow ${pct(report.overflowShare)})`,
     `capacity: ${perReplica} req/s per replica — ${c.method}` +
       (c.cacheBlindPerReplicaRps
         ? `; a replica seeing every group manages ${[...new Set(Object.values(c.cacheBlindPerReplicaRps))].map((v) => v.toFixed(2)).join(' / ')} req/s`
         : ''),
     'strategies:',
-    ...report.strategies.map(
-      (s) => `  ${s.name.padEnd(14)} ${s.description}${Object.keys(s.config).length ? ` — config ${JSON.stringify(s.config)}` : ''}`,
-    ),
+    ...report.strategies
+      .filter((s) => s.sweep === undefined || s.sweep.of === s.name)
+      .map((s) => `  ${s.name.padEnd(19)} ${s.description}${Object.keys(s.config).length ? ` — config ${JSON.stringify(s.config)}` : ''}`),
   ];
   return lines.join('\n');
 }

@@ -1,7 +1,9 @@
 import type { EngineConfig } from '@spillway/engine';
 import { capacityOf, type Capacity } from './calibrate.js';
+import { rateSchedules } from './load.js';
 import { resolveEngine, type FaultInput, type ScenarioFile, type SingleWorkloadInput, type WorkloadInput } from './scenario.js';
-import { strategySpecs, type StrategySpec } from './strategies.js';
+import { spillOf, type SpillFigures } from './spill.js';
+import { strategySpecs, withSweep, type StrategySpec } from './strategies.js';
 import { RoundTrips, type ZoneSpec } from './topology.js';
 import type { RateSchedule, SingleWorkload, WorkloadSpec } from './workload.js';
 
@@ -32,13 +34,15 @@ export interface ResolvedScenario {
     readonly spread: 'round-robin' | 'random';
     readonly sharing: boolean;
     readonly batchMs: number;
+    /** Index of the zone the pool-wide reference EPP runs in. */
+    readonly referenceZone: number;
   };
   readonly faults: readonly ResolvedFault[];
   readonly windows: readonly WindowSpec[];
   readonly strategies: readonly StrategySpec[];
   readonly capacity: CapacityReport;
-  /** Arrivals each zone cannot serve at its own capacity, summed, / all arrivals (measured window). */
-  readonly overflowShare: number;
+  /** What the offered load asks of routing across zones, and the load itself (measured window). */
+  readonly spill: SpillFigures;
   readonly ladder: readonly number[] | undefined;
 }
 
@@ -74,12 +78,14 @@ export interface ResolveOptions {
   readonly load?: number | undefined;
   readonly seeds?: readonly number[] | undefined;
   readonly durationS?: number | undefined;
+  /** Overrides the file's sweep (one scheduler config field and its values). */
+  readonly sweep?: Readonly<Record<string, readonly number[]>> | undefined;
 }
 
 export function toWorkloadSpec(input: WorkloadInput): WorkloadSpec {
   const one = (w: SingleWorkloadInput): SingleWorkload =>
     w.kind === 'sharegpt'
-      ? { kind: 'sharegpt', inputMean: w.inputMean, outputMean: w.outputMean, sigma: w.sigma }
+      ? { kind: 'sharegpt', inputMean: w.inputMean, outputMean: w.outputMean, sigma: w.sigma, inputMax: w.inputMax, outputMax: w.outputMax }
       : {
           kind: 'shared-prefix',
           groups: w.groups,
@@ -87,9 +93,10 @@ export function toWorkloadSpec(input: WorkloadInput): WorkloadSpec {
           questionTokens: w.questionTokens,
           outputTokens: w.outputTokens,
         };
+  const lora = input.lora ? { lora: { adapters: input.lora.adapters, share: input.lora.share, skew: input.lora.skew } } : {};
   if (input.kind === 'mixed')
-    return { parts: input.parts.map((p) => ({ weight: p.weight, spec: one(p) })), sheddableShare: input.sheddableShare };
-  return { parts: [{ weight: 1, spec: one(input) }], sheddableShare: input.sheddableShare };
+    return { parts: input.parts.map((p) => ({ weight: p.weight, spec: one(p) })), sheddableShare: input.sheddableShare, ...lora };
+  return { parts: [{ weight: 1, spec: one(input) }], sheddableShare: input.sheddableShare, ...lora };
 }
 
 export function resolveScenario(file: ScenarioFile, options: ResolveOptions = {}): ResolvedScenario {
@@ -104,25 +111,14 @@ export function resolveScenario(file: ScenarioFile, options: ResolveOptions = {}
   const capacity = calibrate(workload, engines, zones, totalReplicas);
   const zoneCapacity = zones.map((z, i) => z.replicas * (capacity.perReplica[i] as number));
 
-  const base = file.load;
-  const scale =
-    options.load !== undefined && base.clusterFraction !== undefined && base.clusterFraction > 0 ? options.load / base.clusterFraction : 1;
-  const clusterFraction = options.load ?? base.clusterFraction;
-  const segments = loadSegments(file, options.load, scale);
-  const zoneRates = segments.map((seg, i) => ({
-    fromMs: seg.atMs,
-    rates: zoneRatesOf(seg, zones, zoneCapacity, capacity.clusterRps, i === 0 ? 'load' : `load.timeline[${i - 1}]`),
-  }));
-  const rates: RateSchedule[] = zones.map((_, z) => ({
-    startsMs: zoneRates.map((s) => s.fromMs),
-    rates: zoneRates.map((s) => s.rates[z] as number),
-  }));
+  const clusterFraction = options.load ?? file.load.clusterFraction;
+  const rates = rateSchedules({ file, zones, zoneCapacity, clusterRps: capacity.clusterRps, loadOverride: options.load, durationMs });
 
   // A shorter --duration drops the faults it no longer reaches.
   const inRun = file.faults.filter((f) => f.atS * 1000 < durationMs);
   const faults = inRun.map((f) => resolveFault(f, zones, file.epps.perZone)).sort((a, b) => a.atMs - b.atMs);
   const windows = windowsOf(inRun, zones, durationMs);
-  const overflowShare = overflowOf(rates, faults, zones, capacity.perReplica, warmupMs, durationMs);
+  const spill = spillOf({ rates, faults, zones, perReplica: capacity.perReplica, fromMs: warmupMs, toMs: durationMs });
   const rtt = new RoundTrips(zones, file.network);
 
   return {
@@ -139,12 +135,21 @@ export function resolveScenario(file: ScenarioFile, options: ResolveOptions = {}
     clusterFraction,
     rates,
     signals: file.signals,
-    epps: { perZone: file.epps.perZone, spread: file.epps.spread, sharing: file.epps.sharing, batchMs: file.epps.batchMs },
+    epps: {
+      perZone: file.epps.perZone,
+      spread: file.epps.spread,
+      sharing: file.epps.sharing,
+      batchMs: file.epps.batchMs,
+      referenceZone: Math.max(
+        0,
+        zones.findIndex((z) => z.zone === file.epps.referenceZone),
+      ),
+    },
     faults,
     windows,
-    strategies: strategySpecs(file.strategies, file.config),
+    strategies: withSweep(strategySpecs(file.strategies, file.config), options.sweep ?? file.sweep),
     capacity,
-    overflowShare,
+    spill,
     ladder: file.ladder,
   };
 }
@@ -166,7 +171,7 @@ function calibrate(
       perReplica,
       clusterRps,
       detail,
-      method: 'one replica kept saturated (8 requests always waiting), completions over 120 s after 60 s of warm-up',
+      method: 'one replica kept saturated (a full batch of requests always waiting), completions over 120 s after 60 s of warm-up',
     };
   }
   const blind = engines.map((engine) => capacityOf({ workload, engine }).requestsPerSec);
@@ -179,63 +184,6 @@ function calibrate(
       `one replica kept saturated while it sees only its share of the prefix groups (${groupLimit} of ${prefixGroups}: groups ÷ ${totalReplicas} replicas), ` +
       'i.e. the capacity of a cluster whose router keeps every group on one replica; completions over 120 s after 60 s of warm-up',
   };
-}
-
-interface LoadState {
-  atMs: number;
-  clusterFraction: number | undefined;
-  rps: number | undefined;
-  zoneShares: Record<string, number> | undefined;
-  zoneFractions: Record<string, number> | undefined;
-}
-
-/** The load in force from each change on: every timeline entry changes only the fields it gives. */
-function loadSegments(file: ScenarioFile, loadOverride: number | undefined, scale: number): LoadState[] {
-  const b = file.load;
-  let state: LoadState = {
-    atMs: 0,
-    clusterFraction: loadOverride ?? b.clusterFraction,
-    rps: loadOverride !== undefined ? undefined : b.rps,
-    zoneShares: b.zoneShares,
-    zoneFractions: b.zoneFractions,
-  };
-  const out = [state];
-  for (const c of b.timeline) {
-    state = { ...state, atMs: c.atS * 1000 };
-    if (c.clusterFraction !== undefined) state = { ...state, clusterFraction: c.clusterFraction * scale, rps: undefined };
-    if (c.rps !== undefined) state = { ...state, rps: c.rps, clusterFraction: undefined };
-    if (c.zoneShares) state = { ...state, zoneShares: c.zoneShares, zoneFractions: undefined };
-    if (c.zoneFractions) state = { ...state, zoneFractions: c.zoneFractions, zoneShares: undefined };
-    out.push(state);
-  }
-  return out;
-}
-
-function zoneRatesOf(
-  seg: LoadState,
-  zones: readonly ZoneSpec[],
-  zoneCapacity: readonly number[],
-  clusterRps: number,
-  where: string,
-): number[] {
-  const total = seg.rps ?? (seg.clusterFraction ?? 0) * clusterRps;
-  if (seg.zoneShares) {
-    const shares = seg.zoneShares;
-    return zones.map((z) => total * (shares[z.zone] ?? 0));
-  }
-  // By default every zone at the same fraction of its own capacity.
-  const fixed = seg.zoneFractions ?? {};
-  const rates = zones.map((z, i) => (z.zone in fixed ? (fixed[z.zone] as number) * (zoneCapacity[i] as number) : Number.NaN));
-  const taken = rates.reduce((a, r) => a + (Number.isNaN(r) ? 0 : r), 0);
-  const rest = total - taken;
-  if (rest < -1e-9)
-    throw new Error(
-      `${where}.zoneFractions: the listed zones alone are offered ${taken.toFixed(1)} req/s, more than the cluster load of ${total.toFixed(1)} req/s`,
-    );
-  const freeCapacity = zones.reduce((a, _z, i) => a + (Number.isNaN(rates[i] as number) ? (zoneCapacity[i] as number) : 0), 0);
-  return rates.map((r, i) =>
-    Number.isNaN(r) ? (freeCapacity > 0 ? (Math.max(0, rest) * (zoneCapacity[i] as number)) / freeCapacity : 0) : r,
-  );
 }
 
 function replicasOf(f: { zone: string; count?: number | undefined; pods?: string[] | undefined }, zones: readonly ZoneSpec[]): number[] {
@@ -302,47 +250,4 @@ function windowsOf(faults: readonly FaultInput[], zones: readonly ZoneSpec[], du
     }
   });
   return out;
-}
-
-/**
- * Σ over zones of the arrivals that exceed the zone's own capacity (its live replicas × the
- * calibrated per-replica capacity), over the measured window, / all arrivals in it — from the
- * offered rates, so it does not depend on any strategy.
- */
-function overflowOf(
-  rates: readonly RateSchedule[],
-  faults: readonly ResolvedFault[],
-  zones: readonly ZoneSpec[],
-  perReplica: readonly number[],
-  fromMs: number,
-  toMs: number,
-): number {
-  const cuts = new Set<number>([fromMs, toMs]);
-  for (const r of rates) for (const s of r.startsMs) if (s > fromMs && s < toMs) cuts.add(s);
-  for (const f of faults) if ((f.kind === 'replica-down' || f.kind === 'replica-up') && f.atMs > fromMs && f.atMs < toMs) cuts.add(f.atMs);
-  const points = [...cuts].sort((a, b) => a - b);
-  let over = 0;
-  let all = 0;
-  for (let i = 0; i + 1 < points.length; i++) {
-    const a = points[i] as number;
-    const len = (points[i + 1] as number) - a;
-    zones.forEach((z, zi) => {
-      const schedule = rates[zi] as RateSchedule;
-      let seg = 0;
-      while (seg + 1 < schedule.startsMs.length && (schedule.startsMs[seg + 1] as number) <= a) seg++;
-      const rate = schedule.rates[seg] as number;
-      const down = new Set<number>();
-      for (const f of faults) {
-        if (f.atMs > a || (f.kind !== 'replica-down' && f.kind !== 'replica-up') || f.zone !== zi) continue;
-        for (const r of f.replicas) {
-          if (f.kind === 'replica-down') down.add(r);
-          else down.delete(r);
-        }
-      }
-      const cap = (z.replicas - down.size) * (perReplica[zi] as number);
-      over += Math.max(0, rate - cap) * len;
-      all += rate * len;
-    });
-  }
-  return all > 0 ? over / all : 0;
 }

@@ -1,25 +1,32 @@
-import { Rng } from '@spillway/engine';
-import type { Endpoint, Fleet } from '@spillway/fleet';
+import { Rng, type EngineConfig } from '@spillway/engine';
 import type { KvBatch, KvSnapshotEvent } from '@spillway/events';
-import { Scheduler, type Decision, type SchedulerConfigInput, type SharedState, type SharedStateOptions } from '@spillway/scheduler';
-import type { StrategyKind } from './strategies.js';
+import type { Endpoint, Fleet } from '@spillway/fleet';
+import type { SchedulerConfigInput, SharedState, SharedStateOptions } from '@spillway/scheduler';
+import type { Network } from './network.js';
 import type { ReplicaInfo } from './topology.js';
 import type { SimRequest } from './workload.js';
 
 /**
- * The routing logic of one EPP under each strategy. A route is an ordered list of replicas the
- * gateway walks like Envoy's override_host; it remembers the router that made it, so a request
- * picked before an EPP restart is released to the state that counted it.
+ * The routing logic of one picker (an EPP, or a gateway's own load balancer) under each strategy.
+ * A route is an ordered list of replicas the gateway walks like Envoy's override_host; it
+ * remembers the router that made it, so a request picked before an EPP restart is released to the
+ * state that counted it. The strategies' own modules: Spillway's scheduler (spillway-router.ts),
+ * the reference EPP and its deployments (reference-router.ts), Envoy's load-aware locality policy
+ * (envoy-router.ts); the simple baselines are here.
  */
 export const POOL = 'sim';
 export const MODEL = 'llama-3-8b';
-/** The zone label the reference strategy's fleet sees for every replica: one flat pool. */
-export const GLOBAL_ZONE = 'global';
 
 export const LIST_LENGTH = 3;
 
+/**
+ * `defer`: this pool is saturated and the gateway has other pools to fail over to (the zonal and
+ * regional reference deployments); the gateway asks the next one.
+ */
+export type RouteStatus = 'routed' | 'defer' | 429 | 503;
+
 export interface Route {
-  readonly status: 'routed' | 429 | 503;
+  readonly status: RouteStatus;
   /** Replica indices, primary first. */
   readonly list: readonly number[];
   readonly router: EppRouter;
@@ -27,59 +34,87 @@ export interface Route {
   token: unknown;
 }
 
+/** What the gateway tells a picker beside the request. */
+export interface RouteAsk {
+  readonly gatewayZone: number;
+  /** Another pool remains to fail over to: a saturated pool may answer `defer`. */
+  readonly mayDefer: boolean;
+}
+
+/** A replica's load as a scrape of its `/metrics` reads it. */
+export interface ScrapeSample {
+  readonly waiting: number;
+  readonly running: number;
+  readonly kvUsage: number;
+  /** `vllm:lora_requests_info`, when the server serves adapters. */
+  readonly lora?: { readonly running: readonly string[]; readonly waiting: readonly string[]; readonly max: number } | undefined;
+  /** When the pod rendered it. */
+  readonly readAt: number;
+}
+
 export interface EppRouter {
-  route(request: SimRequest, gatewayZone: number, now: number): Route;
+  route(request: SimRequest, ask: RouteAsk, now: number): Route;
   /** The gateway served the request at `replica` (primary or not). */
   served(route: Route, replica: number, now: number): void;
   /** The request ended at `now`, however. Idempotent. */
   release(route: Route, now: number): void;
+  /** This picker's view of the replica's load is older than `limitMs`, or absent (the fault windows' probe). */
+  isStale(replica: number, now: number, limitMs: number): boolean;
   /** The state this EPP shares with the pool's other EPPs (Spillway's scheduler only). */
   readonly shared?: SharedState | undefined;
   /** KV events for the precise block index (the precise kinds only). */
   applyKvBatch?(batch: KvBatch, now: number): void;
   applyKvSnapshot?(event: KvSnapshotEvent, now: number): void;
+  /** A scrape of `replica` came back (the scrape path). */
+  applyScrape?(replica: number, sample: ScrapeSample, now: number): void;
+  /** A response from `replica` carried this ORCA utilisation (the ORCA path). */
+  applyLoadReport?(replica: number, utilization: number, now: number): void;
+  /** Periodic work every `tickEveryMs` (a load balancer's weight update). */
+  readonly tickEveryMs?: number;
+  tick?(now: number): void;
 }
 
-/** What one EPP's router may look at. */
+/** What one picker may look at. */
 export interface RouterContext {
   readonly replicas: readonly ReplicaInfo[];
-  /** This EPP's view of the pool, fed by the simulation's event delivery. */
-  readonly fleet: Fleet;
-  /** Replicas the gateways believe ready (Kubernetes endpoints), all zones. */
+  /** The replicas it picks among (its pool), ascending. */
+  readonly scope: readonly number[];
+  /** Kubernetes' view of a replica's readiness (the gateways' endpoints, the reference's pod informer). */
+  isReady(replica: number): boolean;
+  /** Replicas the gateways believe ready, all zones. */
   readyReplicas(): readonly number[];
   /** Addresses of the ready replicas of a zone: the gateway's zone-local subset hint. */
   localSubset(zone: number): readonly string[];
-  /** The EPP's own zone and region (GLOBAL_ZONE for the reference strategy). */
+  /** Where the picker runs. */
+  readonly zoneIndex: number;
+  /** The region of a zone (by index). */
+  regionOf(zone: number): string;
   readonly zone: string;
   readonly region: string;
+  readonly network: Network;
+  /** Each zone's engine config (cache sizes, as the servers' metrics report them). */
+  readonly engines: readonly EngineConfig[];
+  /** The servers serve LoRA adapters (an operator then enables the pickers' LoRA affinity). */
+  readonly servesLora: boolean;
   readonly seed: number;
+  /** The EPP's view fed by the collectors' events (the NATS path; empty on the others). */
+  readonly fleet: Fleet;
   /** Scheduler config for the scheduler-based kinds (from schedulerConfigFor). */
   readonly config: SchedulerConfigInput;
   /** The shared-state channel of the scheduler-based kinds (its outbox), when the EPPs share state. */
   readonly shared?: SharedStateOptions | undefined;
 }
 
-export function createRouter(kind: StrategyKind, ctx: RouterContext): EppRouter {
-  switch (kind) {
-    case 'random':
-      return new RandomRouter(ctx);
-    case 'round-robin':
-      return new RoundRobinRouter(ctx);
-    case 'least-queue':
-      return new LeastQueueRouter(ctx);
-    case 'reference':
-      return new ReferenceRouter(ctx);
-    case 'spillway-precise':
-    case 'oracle':
-      return new PreciseRouter(ctx);
-    default:
-      return new SchedulerRouter(ctx, kind === 'zone-local' || kind === 'spillway');
-  }
+export const unavailable = (router: EppRouter): Route => ({ status: 503, list: [], router, token: undefined });
+
+/** A fleet-fed picker's staleness: the fleet's own rule. */
+export function fleetStale(ctx: RouterContext, replica: number, now: number): boolean {
+  const info = ctx.replicas[replica];
+  const endpoint = info ? ctx.fleet.get(POOL, info.zone, info.pod) : undefined;
+  return !endpoint || !ctx.fleet.isFresh(endpoint, now);
 }
 
-const unavailable = (router: EppRouter): Route => ({ status: 503, list: [], router, token: undefined });
-
-class RandomRouter implements EppRouter {
+export class RandomRouter implements EppRouter {
   private readonly rng: Rng;
   constructor(private readonly ctx: RouterContext) {
     this.rng = new Rng(ctx.seed ^ 0x7a11);
@@ -99,12 +134,15 @@ class RandomRouter implements EppRouter {
 
   served(): void {}
   release(): void {}
+  isStale(): boolean {
+    return false;
+  }
 }
 
-class RoundRobinRouter implements EppRouter {
+export class RoundRobinRouter implements EppRouter {
   private next: number;
   constructor(private readonly ctx: RouterContext) {
-    // Each EPP starts at its own offset, as independent proxies do.
+    // Each gateway starts at its own offset, as independent proxies do.
     this.next = new Rng(ctx.seed ^ 0x0bb1).int(Math.max(1, ctx.replicas.length));
   }
 
@@ -120,6 +158,9 @@ class RoundRobinRouter implements EppRouter {
 
   served(): void {}
   release(): void {}
+  isStale(): boolean {
+    return false;
+  }
 }
 
 interface Charge {
@@ -131,15 +172,15 @@ interface Charge {
  * Zone-unaware least-queue: lowest waiting + running of the latest sample plus the requests this
  * EPP sent since that sample (the fleet's unsampled picks), over every ready replica.
  */
-class LeastQueueRouter implements EppRouter {
+export class LeastQueueRouter implements EppRouter {
   private readonly rng: Rng;
   constructor(private readonly ctx: RouterContext) {
     this.rng = new Rng(ctx.seed ^ 0x1ea5);
   }
 
   private endpoint(replica: number): Endpoint | undefined {
-    const info = this.ctx.replicas[replica] as ReplicaInfo;
-    return this.ctx.fleet.get(POOL, this.ctx.zone === GLOBAL_ZONE ? GLOBAL_ZONE : info.zone, info.pod);
+    const info = this.ctx.replicas[replica];
+    return info ? this.ctx.fleet.get(POOL, info.zone, info.pod) : undefined;
   }
 
   private load(replica: number): number {
@@ -149,7 +190,7 @@ class LeastQueueRouter implements EppRouter {
     return m.waitingRequests + m.runningRequests + e.unsampledPicks;
   }
 
-  route(_request: SimRequest, _gatewayZone: number, now: number): Route {
+  route(_request: SimRequest, _ask: RouteAsk, now: number): Route {
     const ready = this.ctx.readyReplicas();
     if (ready.length === 0) return unavailable(this);
     // Random tie keys so equal loads spread; a handful of replicas, so a full sort is fine.
@@ -180,116 +221,8 @@ class LeastQueueRouter implements EppRouter {
     this.ctx.fleet.releasePick(charge.endpoint, charge.at);
     route.token = undefined;
   }
-}
 
-/**
- * The production scheduler behind one EPP:
- * - `spillway`: locality mode with the gateway's zone-local subset;
- * - `zone-local`: strict mode with the same subset, so nothing ever leaves the zone;
- * the mode itself comes from the strategy's config (schedulerConfigFor).
- */
-class SchedulerRouter implements EppRouter {
-  protected readonly scheduler: Scheduler;
-  private readonly byAddress = new Map<string, number>();
-
-  constructor(
-    protected readonly ctx: RouterContext,
-    private readonly sendsSubset: boolean,
-    /** Hand the scheduler the request's token ids (the EPP tokenizes: precise prefix routing). */
-    private readonly tokenized = false,
-  ) {
-    this.scheduler = new Scheduler({
-      fleet: ctx.fleet,
-      pool: POOL,
-      zone: ctx.zone,
-      region: ctx.region,
-      config: ctx.config,
-      seed: ctx.seed,
-      shared: ctx.shared,
-    });
-    for (const r of ctx.replicas) this.byAddress.set(r.address, r.index);
+  isStale(replica: number, now: number): boolean {
+    return fleetStale(this.ctx, replica, now);
   }
-
-  get shared(): SharedState {
-    return this.scheduler.shared;
-  }
-
-  route(request: SimRequest, gatewayZone: number, now: number, priority = request.priority): Route {
-    const subset = this.sendsSubset ? this.ctx.localSubset(gatewayZone) : undefined;
-    const promptTokenIds = this.tokenized ? request.tokenIds : undefined;
-    const d = this.scheduler.pick({ model: MODEL, prompt: request.prompt, subset, priority, promptTokenIds }, now);
-    if (d.status !== 'routed') return { status: d.status, list: [], router: this, token: d };
-    this.scheduler.commit(d, now);
-    const list = d.entries.map((e) => this.byAddress.get(e.address) as number);
-    return { status: 'routed', list, router: this, token: d };
-  }
-
-  served(route: Route, replica: number, now: number): void {
-    this.scheduler.reportServed(route.token as Decision, (this.ctx.replicas[replica] as ReplicaInfo).address, now);
-  }
-
-  release(route: Route, now: number): void {
-    this.scheduler.release(route.token as Decision, now);
-  }
-}
-
-/** `spillway`, plus the precise block index: token ids per request, KV events from every replica. */
-class PreciseRouter extends SchedulerRouter {
-  constructor(ctx: RouterContext) {
-    super(ctx, true, true);
-  }
-
-  applyKvBatch(batch: KvBatch, now: number): void {
-    this.scheduler.applyKvBatch(batch, now);
-  }
-
-  applyKvSnapshot(event: KvSnapshotEvent, now: number): void {
-    this.scheduler.applyKvSnapshot(event, now);
-  }
-}
-
-/** The reference EPP's utilization detector defaults (queue 5, KV 0.8, metrics stale after 200 ms). */
-const REFERENCE_QUEUE = 5;
-const REFERENCE_KV = 0.8;
-const REFERENCE_STALE_MS = 200;
-
-/**
- * The reference EPP as deployed: one pool-wide picker (one scheduler, one fleet) for every gateway,
- * zone-unaware (its fleet sees every replica in one zone and no subset is sent). Sheddable requests
- * are admitted by the reference saturation rule — 429 when the average over candidates of
- * max(waiting / 5, KV / 0.8), stale metrics counting 1, reaches 1 — and then picked like the rest.
- */
-class ReferenceRouter extends SchedulerRouter {
-  constructor(ctx: RouterContext) {
-    super(ctx, false);
-  }
-
-  override route(request: SimRequest, gatewayZone: number, now: number): Route {
-    if (request.priority < 0 && this.saturation(now) >= 1) return { status: 429, list: [], router: this, token: undefined };
-    return super.route(request, gatewayZone, now, 0);
-  }
-
-  override release(route: Route, now: number): void {
-    if (route.token) super.release(route, now);
-  }
-
-  private saturation(now: number): number {
-    const pool = this.ctx.fleet.pool(POOL);
-    if (!pool) return 1;
-    let sum = 0;
-    let n = 0;
-    for (const e of pool.readyInZone(GLOBAL_ZONE)) {
-      const m = e.metrics;
-      n++;
-      if (!m || now - m.receivedAt > REFERENCE_STALE_MS) sum += 1;
-      else sum += Math.max(m.waitingRequests / REFERENCE_QUEUE, m.kvCacheUsage / REFERENCE_KV);
-    }
-    return n === 0 ? 1 : sum / n;
-  }
-}
-
-/** The decision behind a route, when a scheduler made it (for spill statistics). */
-export function decisionOf(route: Route): Decision | undefined {
-  const token = route.token as Partial<Decision> | undefined;
-  return token && typeof token === 'object' && 'rule' in token ? (token as Decision) : undefined;
 }

@@ -1,7 +1,8 @@
 import { availableParallelism } from 'node:os';
 import { Worker } from 'node:worker_threads';
 import type { ResolvedScenario } from './resolve.js';
-import { runStrategy, type RunResult } from './simulation.js';
+import type { RunResult } from './measure.js';
+import { runStrategy } from './simulation.js';
 import { SHARING_KINDS, sharesState, STRATEGY_DESCRIPTIONS, type StrategyKind, type StrategySpec } from './strategies.js';
 
 /** What `--json` writes: one scenario instance (file, load) and one result per (strategy, seed). */
@@ -11,7 +12,13 @@ export interface ScenarioReport {
   readonly seeds: readonly number[];
   /** Offered cluster load as a fraction of calibrated capacity (null when the file gives rps). */
   readonly load: number | null;
+  /** The offered load over the measured window (live capacity): its time-weighted mean and its peak. */
+  readonly meanLoad: number;
+  readonly peakLoad: number;
+  /** What the offered load asks of routing across zones, as shares of arrivals (spill.ts): overflow, required spill, equal-utilisation spill. */
   readonly overflowShare: number;
+  readonly requiredSpillShare: number;
+  readonly equalUtilisationShare: number;
   readonly durationS: number;
   readonly warmupS: number;
   readonly capacity: {
@@ -25,6 +32,8 @@ export interface ScenarioReport {
     readonly kind: StrategyKind;
     readonly description: string;
     readonly config: Readonly<Record<string, unknown>>;
+    /** A point of a sweep: the strategy it varies, the field and its value. */
+    readonly sweep?: { readonly of: string; readonly field: string; readonly value: number };
   }[];
   readonly results: readonly RunResult[];
 }
@@ -72,6 +81,8 @@ export async function runScenario(scenario: ResolvedScenario, options: RunOption
   return reportOf(scenario, results);
 }
 
+const share = (v: number): number => Math.round(v * 10_000) / 10_000;
+
 function reportOf(scenario: ResolvedScenario, results: RunResult[]): ScenarioReport {
   const zones = scenario.zones.map((z) => z.zone);
   const perZone = (values: readonly number[]) =>
@@ -81,7 +92,11 @@ function reportOf(scenario: ResolvedScenario, results: RunResult[]): ScenarioRep
     title: scenario.title,
     seeds: scenario.seeds,
     load: scenario.clusterFraction ?? null,
-    overflowShare: Math.round(scenario.overflowShare * 10_000) / 10_000,
+    meanLoad: share(scenario.spill.meanLoad),
+    peakLoad: share(scenario.spill.peakLoad),
+    overflowShare: share(scenario.spill.overflowShare),
+    requiredSpillShare: share(scenario.spill.requiredShare),
+    equalUtilisationShare: share(scenario.spill.equalUtilisationShare),
     durationS: scenario.durationMs / 1000,
     warmupS: scenario.warmupMs / 1000,
     capacity: {
@@ -95,6 +110,7 @@ function reportOf(scenario: ResolvedScenario, results: RunResult[]): ScenarioRep
       kind: s.kind,
       description: describeStrategy(s, scenario.epps.sharing),
       config: s.config,
+      ...(s.sweep ? { sweep: s.sweep } : {}),
     })),
     results,
   };

@@ -35,6 +35,7 @@ const engineSchema = z.strictObject({
   stepOverheadMs: z.number().finite().min(0).optional(),
   stepPerTokenMs: z.number().finite().min(0).optional(),
   stepPerContextTokenMs: z.number().finite().min(0).optional(),
+  stepPerAttentionPairMs: z.number().finite().min(0).optional(),
   prefillOverheadMs: z.number().finite().min(0).optional(),
   prefillPerTokenMs: z.number().finite().min(0).optional(),
   interTokenMs: z.number().finite().min(0).optional(),
@@ -60,9 +61,12 @@ const networkSchema = z.strictObject({
 
 const shareGpt = z.strictObject({
   kind: z.literal('sharegpt'),
-  inputMean: z.number().min(1).max(32_768).default(250),
+  inputMean: z.number().min(1).max(131_072).default(250),
   outputMean: z.number().min(1).max(8192).default(225),
   sigma: z.number().min(0).max(3).default(0.8),
+  /** Lengths are clamped to these (long-context parts raise inputMax). */
+  inputMax: z.number().int().min(4).max(131_072).default(2048),
+  outputMax: z.number().int().min(4).max(8192).default(1024),
 });
 const sharedPrefix = z.strictObject({
   kind: z.literal('shared-prefix'),
@@ -72,16 +76,26 @@ const sharedPrefix = z.strictObject({
   outputTokens: z.number().min(1).max(8192).default(200),
 });
 const weighted = (s: typeof shareGpt | typeof sharedPrefix) => s.extend({ weight: z.number().positive().finite() });
+/**
+ * LoRA traffic: `share` of the requests name one of `adapters` adapters (`adapter-0` …), drawn with
+ * Zipf weights 1 / (k + 1)^skew, so a few adapters are hot and many are cold.
+ */
+const loraSchema = z.strictObject({
+  adapters: positiveInt.max(1000),
+  share: fraction,
+  skew: z.number().finite().min(0).max(4).default(1),
+});
+const common = { sheddableShare: fraction.default(0), lora: loraSchema.optional() };
 const workloadSchema = z.discriminatedUnion('kind', [
-  shareGpt.extend({ sheddableShare: fraction.default(0) }),
-  sharedPrefix.extend({ sheddableShare: fraction.default(0) }),
+  shareGpt.extend(common),
+  sharedPrefix.extend(common),
   z.strictObject({
     kind: z.literal('mixed'),
     parts: z
       .array(z.discriminatedUnion('kind', [weighted(shareGpt), weighted(sharedPrefix)]))
       .min(1)
       .max(16),
-    sheddableShare: fraction.default(0),
+    ...common,
   }),
 ]);
 export type WorkloadInput = z.output<typeof workloadSchema>;
@@ -96,21 +110,42 @@ const loadChange = z.strictObject({
   /** Zones offered this multiple of their own capacity; the other zones share what is left of the cluster load. */
   zoneFractions: z.record(name, z.number().finite().min(0).max(10)).optional(),
 });
+/** Each zone's rate swings as 1 − amplitude · cos(2π (t − lag) / period): from its trough `lagS[zone]` seconds in (default 0) to its peak half a period later. */
+const diurnalSchema = z.strictObject({
+  periodS: z.number().finite().positive().max(86_400),
+  amplitude: z.number().finite().min(0).max(0.95),
+  lagS: z.record(name, seconds).default({}),
+});
+/** Bursts: every `everyS` from `startS`, for `lengthS`, `factor` times the rate between bursts; each zone's mean stays its unshaped rate. */
+const burstsSchema = z.strictObject({
+  everyS: z.number().finite().positive().max(86_400),
+  lengthS: z.number().finite().positive().max(86_400),
+  factor: z.number().finite().min(1).max(20),
+  startS: seconds.default(0),
+  /** `all`: every zone at once (correlated); `rotate`: one zone per burst, in turn; or the zones listed. */
+  zones: z.union([z.literal('all'), z.literal('rotate'), z.array(name).min(1)]).default('all'),
+});
 const loadSchema = z.strictObject({
   clusterFraction: z.number().finite().min(0).max(10).optional(),
   rps: z.number().finite().min(0).max(1_000_000).optional(),
   zoneShares: shares.optional(),
   zoneFractions: z.record(name, z.number().finite().min(0).max(10)).optional(),
   timeline: z.array(loadChange).max(1000).default([]),
+  diurnal: diurnalSchema.optional(),
+  bursts: burstsSchema.optional(),
 });
+
+/** A path's own delay, uniform in [min, max] ms (on top of half the round trip between the zones). */
+const jitterRange = (lo: number, hi: number) =>
+  z
+    .tuple([z.number().finite().min(0).max(60_000), z.number().finite().min(0).max(60_000)])
+    .refine(([a, b]) => a <= b, 'the first number must not exceed the second')
+    .default([lo, hi]);
 
 const signalsSchema = z.strictObject({
   sampleEveryMs: z.number().finite().min(10).max(60_000).default(100),
-  /** Delivery delay from a collector to each EPP, uniform in [min, max] ms. */
-  delayMs: z
-    .tuple([z.number().finite().min(0).max(60_000), z.number().finite().min(0).max(60_000)])
-    .refine(([lo, hi]) => lo <= hi, 'the first number must not exceed the second')
-    .default([5, 20]),
+  /** Delivery delay from a collector to each EPP beyond half the zones' round trip, uniform in [min, max] ms. */
+  delayMs: jitterRange(5, 20),
   /** Share of metric samples lost on the way to each EPP (readiness is acknowledged, never lost). */
   lossRate: z.number().min(0).max(0.99).default(0),
   staleAfterMs: z.number().finite().min(1).max(600_000).default(1000),
@@ -118,11 +153,8 @@ const signalsSchema = z.strictObject({
   readinessEveryS: z.number().finite().min(1).max(3600).default(30),
   /** From a replica's death until probes mark it not ready (gateways and readiness events). */
   detectMs: z.number().finite().min(0).max(600_000).default(2000),
-  /** Delivery delay of a shared-state batch from one EPP to another (core NATS, any zone), uniform in [min, max] ms; batches are lost at `lossRate` too. */
-  sharingDelayMs: z
-    .tuple([z.number().finite().min(0).max(60_000), z.number().finite().min(0).max(60_000)])
-    .refine(([lo, hi]) => lo <= hi, 'the first number must not exceed the second')
-    .default([1, 3]),
+  /** Delivery delay of a shared-state batch from one EPP to another (core NATS) beyond half their zones' round trip; batches are lost at `lossRate` too. */
+  sharingDelayMs: jitterRange(1, 3),
   /**
    * KV events (the `spillway-precise` strategy): each replica's collector relays its server's block
    * events in batches every `kvBatchMs`, delivered to each EPP after `kvDelayMs` (uniform), lost at
@@ -130,12 +162,16 @@ const signalsSchema = z.strictObject({
    * snapshot), and publishes the pod's block set every `kvSnapshotEveryS`.
    */
   kvBatchMs: z.number().finite().min(1).max(10_000).default(20),
-  kvDelayMs: z
-    .tuple([z.number().finite().min(0).max(60_000), z.number().finite().min(0).max(60_000)])
-    .refine(([lo, hi]) => lo <= hi, 'the first number must not exceed the second')
-    .default([2, 10]),
+  kvDelayMs: jitterRange(2, 10),
   kvLossRate: z.number().min(0).max(0.99).default(0),
   kvSnapshotEveryS: z.number().finite().min(0.1).max(3600).default(10),
+  /**
+   * The scrape path (the reference EPP and the pickers built on it): each picker scrapes each pod
+   * it picks among every `scrapeEveryMs` (the reference's --refresh-metrics-interval); a scrape
+   * takes the round trip between the zones plus `scrapeMs` (rendering and parsing the metrics).
+   */
+  scrapeEveryMs: z.number().finite().min(1).max(60_000).default(50),
+  scrapeMs: jitterRange(1, 5),
 });
 
 const eppsSchema = z.strictObject({
@@ -150,6 +186,8 @@ const eppsSchema = z.strictObject({
   sharing: z.boolean().default(true),
   /** A batch leaves this long after its first entry (the EPP's `sharedState.batchMs`). */
   batchMs: z.number().finite().min(0).max(1000).default(5),
+  /** The zone the pool-wide reference EPP runs in (`reference`, `reference-plus`); default the first zone. */
+  referenceZone: name.optional(),
 });
 
 const faultSchema = z.discriminatedUnion('kind', [
@@ -240,6 +278,11 @@ const scenarioObject = z.strictObject({
     .default(['random', 'round-robin', 'least-queue', 'reference', 'zone-local', 'spillway']),
   /** Scheduler config overrides per strategy name (merged over the strategy's own). */
   config: z.record(name, configOverrides).default({}),
+  /**
+   * The latency / cross-zone curve: each Spillway strategy also runs once per value of this
+   * scheduler config field (e.g. `zoneBiasMs: [0, 2, 4, 8, 16, 32]`); `--sweep` overrides it.
+   */
+  sweep: z.record(z.string().min(1).max(63), z.array(z.number().finite().min(0).max(1e9)).min(1).max(32)).optional(),
 });
 
 export const scenarioSchema = scenarioObject.superRefine(checkScenario);
@@ -269,12 +312,28 @@ function checkScenario(s: z.output<typeof scenarioObject>, ctx: Ctx): void {
     issue(ctx, path, `unknown zone ${zone} (zones: ${[...zones].join(', ')})`);
     return false;
   };
+  if (s.epps.referenceZone !== undefined) knownZone(['epps', 'referenceZone'], s.epps.referenceZone);
   for (const [from, row] of Object.entries(s.network.rttMs ?? {})) {
     knownZone(['network', 'rttMs', from], from);
     for (const to of Object.keys(row)) knownZone(['network', 'rttMs', from, to], to);
   }
 
   checkLoad(ctx, ['load'], s.load, knownZone, true);
+  for (const z of Object.keys(s.load.diurnal?.lagS ?? {})) knownZone(['load', 'diurnal', 'lagS', z], z);
+  const bursts = s.load.bursts;
+  if (bursts) {
+    if (bursts.lengthS >= bursts.everyS) issue(ctx, ['load', 'bursts', 'lengthS'], `must be less than everyS (${bursts.everyS})`);
+    if (Array.isArray(bursts.zones)) bursts.zones.forEach((z, i) => knownZone(['load', 'bursts', 'zones', i], z));
+  }
+  if (s.sweep) {
+    if (Object.keys(s.sweep).length !== 1) issue(ctx, ['sweep'], 'sweep one scheduler config field at a time');
+    for (const [field, values] of Object.entries(s.sweep)) {
+      for (const v of values) {
+        const r = schedulerConfigSchema.safeParse({ [field]: v });
+        if (!r.success) issue(ctx, ['sweep', field], r.error.issues[0]?.message ?? 'not a scheduler config field');
+      }
+    }
+  }
   s.load.timeline.forEach((c, i) => {
     checkLoad(ctx, ['load', 'timeline', i], c, knownZone, false);
     if (c.atS >= s.durationS) issue(ctx, ['load', 'timeline', i, 'atS'], `must be before durationS (${s.durationS})`);

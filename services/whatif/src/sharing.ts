@@ -6,15 +6,16 @@ import { POOL } from './routers.js';
 /**
  * The shared-state channel between a run's EPPs (every zone's), modelled as the EPP runs it: each
  * EPP's scheduler pushes its entries (picks, releases, penalties) into an outbox; `batchMs` after
- * the first one the batch leaves, and reaches each other EPP after its own delay (uniform in
- * `delayMs`), unless it is lost (`lossRate`) or NATS is down; it is applied there through the
+ * the first one the batch leaves, and reaches each other EPP after the delay between the two (half
+ * their zones' round trip plus the channel's own jitter), unless it is lost (`lossRate`) or NATS is down; it is applied there through the
  * production `SharedState.apply`. Idle EPPs send heartbeats; every EPP expires old entries and
  * silent peers on the same schedule. A restarted EPP is a new peer and warm-starts from the
  * others' snapshots. The simulation owns the clock and the event queue; this owns the bookkeeping.
  */
 export interface SharingOptions {
   readonly batchMs: number;
-  readonly delayMs: readonly [number, number];
+  /** How long a batch from EPP `from` takes to reach EPP `to` (drawn per batch and receiver). */
+  delay(from: number, to: number): number;
   readonly lossRate: number;
   readonly rng: Rng;
   /** Schedules a flush of `peer`'s batch, or the delivery of `batch` to `peer`, at `at`. */
@@ -128,14 +129,14 @@ export class SharingChannel {
     peer.lastSentAt = now;
     this.sent++;
     const batch: StateBatch = { v: 1, pool: POOL, zone: peer.zone, epp: peer.id, seq: peer.seq, sentAt: now, entries };
-    const { delayMs, lossRate, rng } = this.options;
+    const { lossRate, rng } = this.options;
     for (const other of this.peers) {
       if (!other || other === peer) continue;
       if (!this.options.up() || (lossRate > 0 && rng.next() < lossRate)) {
         this.lost++;
         continue;
       }
-      this.options.schedule(now + delayMs[0] + rng.next() * (delayMs[1] - delayMs[0]), 'deliver', other.index, batch);
+      this.options.schedule(now + this.options.delay(peer.index, other.index), 'deliver', other.index, batch);
     }
   }
 

@@ -13,6 +13,9 @@ export interface ShareGptSpec {
   readonly inputMean: number;
   readonly outputMean: number;
   readonly sigma: number;
+  /** Lengths are clamped to these. */
+  readonly inputMax: number;
+  readonly outputMax: number;
 }
 
 export interface SharedPrefixSpec {
@@ -28,10 +31,18 @@ export interface SharedPrefixSpec {
 
 export type SingleWorkload = ShareGptSpec | SharedPrefixSpec;
 
-/** A workload: one or more request shapes drawn by weight, and the share of sheddable (priority −1) requests. */
+/** Requests naming LoRA adapters: `share` of them, adapter k drawn with weight 1 / (k + 1)^skew. */
+export interface LoraSpec {
+  readonly adapters: number;
+  readonly share: number;
+  readonly skew: number;
+}
+
+/** A workload: one or more request shapes drawn by weight, the share of sheddable (priority −1) requests, LoRA use. */
 export interface WorkloadSpec {
   readonly parts: readonly { readonly weight: number; readonly spec: SingleWorkload }[];
   readonly sheddableShare: number;
+  readonly lora?: LoraSpec | undefined;
 }
 
 export interface SimRequest {
@@ -54,6 +65,8 @@ export interface SimRequest {
   readonly group: number;
   /** 0, or −1 for sheddable requests. */
   readonly priority: number;
+  /** The LoRA adapter it names (the model it asks for), or undefined for the base model. */
+  readonly lora: string | undefined;
 }
 
 /** Deterministic filler text; slices of it make prompts of any length. */
@@ -91,6 +104,19 @@ function text(header: string, chars: number, offset: number): string {
 
 function lognormal(rng: Rng, mean: number, sigma: number): number {
   return Math.exp(Math.log(mean) - (sigma * sigma) / 2 + sigma * rng.gaussian());
+}
+
+/** The adapter a LoRA request names: Zipf over the adapters, or none (the base model). */
+function adapterOf(spec: LoraSpec, rng: Rng): string | undefined {
+  if (rng.next() >= spec.share) return undefined;
+  let total = 0;
+  for (let k = 0; k < spec.adapters; k++) total += 1 / (k + 1) ** spec.skew;
+  let u = rng.next() * total;
+  for (let k = 0; k < spec.adapters; k++) {
+    u -= 1 / (k + 1) ** spec.skew;
+    if (u < 0) return `adapter-${k}`;
+  }
+  return `adapter-${spec.adapters - 1}`;
 }
 
 function clampInt(x: number, lo: number, hi: number): number {
@@ -178,23 +204,41 @@ export const constantRate = (rate: number): RateSchedule => ({ startsMs: [0], ra
  * At a rate change the pending gap is redrawn at the new rate (the process is memoryless, so this
  * is exact and stays deterministic).
  */
+export interface ArrivalOptions {
+  readonly workload: WorkloadSpec;
+  readonly groups: readonly (PrefixGroups | undefined)[];
+  readonly schedule: RateSchedule;
+  /** This gateway's index, and how many there are (request ids interleave over gateways). */
+  readonly gateway: number;
+  readonly gateways: number;
+  readonly seed: number;
+  /** No arrival at or after this time. */
+  readonly endMs: number;
+  /** Draw shared-prefix groups from the first `groupLimit` only (capacity calibration). */
+  readonly groupLimit?: number | undefined;
+}
+
 export class ArrivalStream {
   private readonly rng: Rng;
   private k = 0;
   private nextAt: number;
+  private readonly workload: WorkloadSpec;
+  private readonly groups: readonly (PrefixGroups | undefined)[];
+  private readonly schedule: RateSchedule;
+  private readonly gateway: number;
+  private readonly gateways: number;
+  private readonly endMs: number;
+  private readonly groupLimit: number;
 
-  constructor(
-    private readonly workload: WorkloadSpec,
-    private readonly groups: readonly (PrefixGroups | undefined)[],
-    private readonly schedule: RateSchedule,
-    private readonly gateway: number,
-    private readonly gateways: number,
-    seed: number,
-    private readonly endMs: number,
-    /** Draw shared-prefix groups from the first `groupLimit` only (capacity calibration). */
-    private readonly groupLimit = Number.POSITIVE_INFINITY,
-  ) {
-    this.rng = new Rng((seed * 7919 + gateway * 104_729 + 17) >>> 0);
+  constructor(o: ArrivalOptions) {
+    this.workload = o.workload;
+    this.groups = o.groups;
+    this.schedule = o.schedule;
+    this.gateway = o.gateway;
+    this.gateways = o.gateways;
+    this.endMs = o.endMs;
+    this.groupLimit = o.groupLimit ?? Number.POSITIVE_INFINITY;
+    this.rng = new Rng((o.seed * 7919 + o.gateway * 104_729 + 17) >>> 0);
     this.nextAt = this.after(0);
   }
 
@@ -238,10 +282,11 @@ export class ArrivalStream {
       while (part < parts.length - 1 && u >= (parts[part] as { weight: number }).weight) u -= (parts[part++] as { weight: number }).weight;
     }
     const priority = this.workload.sheddableShare > 0 && rng.next() < this.workload.sheddableShare ? -1 : 0;
+    const lora = this.workload.lora ? adapterOf(this.workload.lora, rng) : undefined;
     const spec = (parts[part] as { spec: SingleWorkload }).spec;
     if (spec.kind === 'sharegpt') {
-      const promptTokens = clampInt(lognormal(rng, spec.inputMean, spec.sigma), 4, 2048);
-      const outputTokens = clampInt(lognormal(rng, spec.outputMean, spec.sigma), 4, 1024);
+      const promptTokens = clampInt(lognormal(rng, spec.inputMean, spec.sigma), 4, spec.inputMax);
+      const outputTokens = clampInt(lognormal(rng, spec.outputMean, spec.sigma), 4, spec.outputMax);
       const prompt = text(`[user request ${id}] `, promptTokens * CHARS_PER_TOKEN, id * 131);
       return {
         id,
@@ -255,6 +300,7 @@ export class ArrivalStream {
         contentKeys: undefined,
         group: -1,
         priority,
+        lora,
       };
     }
     const groups = this.groups[part] as PrefixGroups;
@@ -280,6 +326,7 @@ export class ArrivalStream {
       contentKeys,
       group: part * 1_000_000 + group,
       priority,
+      lora,
     };
   }
 }

@@ -7,7 +7,7 @@ import { ArrivalStream, constantRate, PrefixGroups, type WorkloadSpec } from '..
 import { parse, smallScenario } from './helpers.js';
 
 /** Whole simulations (several strategies): generous on a busy machine; they run ~10 s of CPU. */
-const SIM_TIMEOUT_MS = 120_000;
+const SIM_TIMEOUT_MS = 300_000;
 
 const resolve = (overrides: Record<string, unknown> = {}): ResolvedScenario => resolveScenario(parse(smallScenario(overrides)));
 const run = (s: ResolvedScenario, name: string, seed = 7): RunResult => {
@@ -47,7 +47,15 @@ describe('KV events in the simulation', () => {
       sheddableShare: 0,
     };
     const groups = new PrefixGroups(workload.parts[0]?.spec as never, 3);
-    const stream = new ArrivalStream(workload, [groups], constantRate(10), 0, 1, 3, 10_000);
+    const stream = new ArrivalStream({
+      workload,
+      groups: [groups],
+      schedule: constantRate(10),
+      gateway: 0,
+      gateways: 1,
+      seed: 3,
+      endMs: 10_000,
+    });
     for (let i = 0; i < 20; i++) {
       const r = stream.next();
       if (!r) break;

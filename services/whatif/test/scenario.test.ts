@@ -13,6 +13,7 @@ describe('scenario file: validation', () => {
     expect(s.signals).toMatchObject({ sampleEveryMs: 100, delayMs: [5, 20], lossRate: 0, staleAfterMs: 1000, sharingDelayMs: [1, 3] });
     // Sharing is the product's default: the scheduler-based strategies run with it unless told otherwise.
     expect(s.epps).toEqual({ perZone: 1, spread: 'round-robin', sharing: true, batchMs: 5 });
+    expect(s.signals).toMatchObject({ scrapeEveryMs: 50, scrapeMs: [1, 5] });
     expect(s.network).toMatchObject({ sameRegionMs: 1, crossRegionMs: 30 });
   });
 
@@ -91,6 +92,30 @@ describe('scenario file: validation', () => {
       /^faults\.0\.index: zone zone-a has 1 EPP/,
     ],
     ['unknown strategy', { strategies: ['random', 'magic'] }, /^strategies\.1: a strategy is one of random, round-robin/],
+    ['a reference zone that does not exist', { epps: { referenceZone: 'zone-x' } }, /^epps\.referenceZone: unknown zone zone-x/],
+    ['scrape interval of zero', { signals: { scrapeEveryMs: 0 } }, /^signals\.scrapeEveryMs: /],
+    ['scrape time range reversed', { signals: { scrapeMs: [9, 1] } }, /^signals\.scrapeMs: /],
+    [
+      'bursts as long as their period',
+      { load: { clusterFraction: 0.5, bursts: { everyS: 5, lengthS: 5, factor: 2 } } },
+      /^load\.bursts\.lengthS: must be less than everyS/,
+    ],
+    [
+      'bursts of an unknown zone',
+      { load: { clusterFraction: 0.5, bursts: { everyS: 5, lengthS: 1, factor: 2, zones: ['zone-x'] } } },
+      /^load\.bursts\.zones\.0: unknown zone zone-x/,
+    ],
+    [
+      'a diurnal lag of an unknown zone',
+      { load: { clusterFraction: 0.5, diurnal: { periodS: 60, amplitude: 0.3, lagS: { 'zone-x': 5 } } } },
+      /^load\.diurnal\.lagS\.zone-x: unknown zone/,
+    ],
+    ['a diurnal amplitude of 1', { load: { clusterFraction: 0.5, diurnal: { periodS: 60, amplitude: 1 } } }, /^load\.diurnal\.amplitude: /],
+    ['a LoRA share above 1', { workload: { kind: 'sharegpt', lora: { adapters: 4, share: 1.5 } } }, /^workload\.lora\.share: /],
+    ['an input limit below 4 tokens', { workload: { kind: 'sharegpt', inputMax: 2 } }, /^workload\.inputMax: /],
+    ['a sweep of an unknown field', { sweep: { zoneBais: [0, 8] } }, /^sweep\.zoneBais: .*zoneBais/],
+    ['a sweep of two fields', { sweep: { zoneBiasMs: [0], shedAboveMs: [1] } }, /^sweep: sweep one scheduler config field/],
+    ['a sweep value the scheduler refuses', { sweep: { maxEndpoints: [0, 3] } }, /^sweep\.maxEndpoints: /],
     ['strategy listed twice', { strategies: ['random', 'random'] }, /^strategies\.1: strategy random is listed twice/],
     [
       'config for a strategy not in the list',
@@ -122,8 +147,31 @@ describe('scenario file: validation', () => {
     expect(a).toBeCloseTo(1.5 * zoneCap, 6);
     expect(b).toBeCloseTo(c as number, 6);
     expect((a as number) + (b as number) + (c as number)).toBeCloseTo(0.9 * s.capacity.clusterRps, 6);
-    // zone-a cannot serve a third of its arrivals: overflow = (1.5 − 1) × cap / (0.9 × 3 × cap).
-    expect(s.overflowShare).toBeCloseTo(0.5 / 2.7, 3);
+    // zone-a cannot serve a third of its arrivals: overflow = (1.5 − 1) × cap / (0.9 × 3 × cap), and
+    // the others have room for it (0.6 × cap each), so all of it is required spill.
+    expect(s.spill.overflowShare).toBeCloseTo(0.5 / 2.7, 3);
+    expect(s.spill.requiredShare).toBeCloseTo(0.5 / 2.7, 3);
+    // Equal utilisation (0.9 everywhere) moves zone-a's arrivals above 0.9 × cap: (1.5 − 0.9) / 2.7.
+    expect(s.spill.equalUtilisationShare).toBeCloseTo(0.6 / 2.7, 3);
+    expect(s.spill.meanLoad).toBeCloseTo(0.9, 6);
+    expect(s.spill.peakLoad).toBeCloseTo(0.9, 6);
+  });
+
+  it('replicas are full size by default (the preset batch and KV cache); shrinking them is a field of the file', () => {
+    const full = resolveScenario(parse(smallScenario({ engine: { preset: 'llama-8b-h100' } })));
+    expect(full.engines[0]).toMatchObject({ maxNumSeqs: 256, numBlocks: 28_000, mode: 'step' });
+    const shrunk = resolveScenario(parse(smallScenario({ engine: { preset: 'llama-8b-h100', maxNumSeqs: 64, numBlocks: 7000 } })));
+    expect(shrunk.engines[0]).toMatchObject({ maxNumSeqs: 64, numBlocks: 7000 });
+    // A zone's own engine: another preset, full size too.
+    const mixed = resolveScenario(
+      parse(smallScenario({ engine: {}, zones: [{ zone: 'zone-a', region: 'r1', replicas: 1, engine: { preset: 'llama-8b-a100' } }] })),
+    );
+    expect(mixed.engines[0]).toMatchObject({ maxNumSeqs: 256, numBlocks: 26_000 });
+  });
+
+  it('the pool-wide reference runs in the first zone unless epps.referenceZone says otherwise', () => {
+    expect(resolveScenario(parse(smallScenario())).epps.referenceZone).toBe(0);
+    expect(resolveScenario(parse(smallScenario({ epps: { referenceZone: 'zone-c' } }))).epps.referenceZone).toBe(2);
   });
 
   it('rejects zone fractions that ask for more than the cluster load', () => {
@@ -154,7 +202,8 @@ describe('scenario file: validation', () => {
     const network = { rttMs: { a: { b: 30 }, b: { a: 30 } } };
     expect(schedulerConfigFor(spill!, ctx)).toEqual({ subsetMode: 'locality', network, weights: { prefixCache: 6 } });
     expect(schedulerConfigFor(local!, ctx)).toEqual({ subsetMode: 'strict', crossZoneFallbacks: 0 });
-    expect(schedulerConfigFor(ref!, ctx)).toEqual({ policy: 'weighted' });
+    // The reference family is not Spillway's scheduler: no scheduler config.
+    expect(schedulerConfigFor(ref!, ctx)).toEqual({});
     expect(schedulerConfigFor(variant!, ctx)).toEqual({ subsetMode: 'locality', network, queueThreshold: 2, crossZoneFallbacks: 2 });
   });
 

@@ -10,11 +10,13 @@ import { HEARTBEAT_MS, SharingChannel } from '../src/sharing.js';
 function setup(options: { lossRate?: number; delayMs?: [number, number] } = {}) {
   const scheduled: { at: number; what: 'flush' | 'deliver'; peer: number; batch?: StateBatch }[] = [];
   let up = true;
+  const rng = new Rng(1);
+  const [lo, hi] = options.delayMs ?? [1, 3];
   const channel = new SharingChannel({
     batchMs: 5,
-    delayMs: options.delayMs ?? [1, 3],
+    delay: () => lo + rng.next() * (hi - lo),
     lossRate: options.lossRate ?? 0,
-    rng: new Rng(1),
+    rng,
     schedule: (at: number, what: 'flush' | 'deliver', peer: number, batch?: StateBatch) =>
       void scheduled.push({ at, what, peer, ...(batch ? { batch } : {}) }),
     up: () => up,

@@ -1,0 +1,76 @@
+import type { KvBatch, KvSnapshotEvent } from '@spillway/events';
+import { Scheduler, type Decision, type SharedState } from '@spillway/scheduler';
+import { fleetStale, MODEL, POOL, type EppRouter, type Route, type RouteAsk, type RouterContext } from './routers.js';
+import type { SimRequest } from './workload.js';
+
+/**
+ * The production scheduler behind one EPP:
+ * - `spillway`: locality mode with the gateway's zone-local subset;
+ * - `zone-local`: strict mode with the same subset, so nothing ever leaves the zone;
+ * the mode itself comes from the strategy's config (schedulerConfigFor).
+ */
+export class SchedulerRouter implements EppRouter {
+  protected readonly scheduler: Scheduler;
+  private readonly byAddress = new Map<string, number>();
+
+  constructor(
+    protected readonly ctx: RouterContext,
+    /** Hand the scheduler the request's token ids (the EPP tokenizes: precise prefix routing). */
+    private readonly tokenized = false,
+  ) {
+    this.scheduler = new Scheduler({
+      fleet: ctx.fleet,
+      pool: POOL,
+      zone: ctx.zone,
+      region: ctx.region,
+      config: ctx.config,
+      seed: ctx.seed,
+      shared: ctx.shared,
+    });
+    for (const r of ctx.replicas) this.byAddress.set(r.address, r.index);
+  }
+
+  get shared(): SharedState {
+    return this.scheduler.shared;
+  }
+
+  route(request: SimRequest, ask: RouteAsk, now: number): Route {
+    const subset = this.ctx.localSubset(ask.gatewayZone);
+    const promptTokenIds = this.tokenized ? request.tokenIds : undefined;
+    // A LoRA request asks for its adapter by name: the model the scheduler's LoRA affinity looks for.
+    const model = request.lora ?? MODEL;
+    const d = this.scheduler.pick({ model, prompt: request.prompt, subset, priority: request.priority, promptTokenIds }, now);
+    if (d.status !== 'routed') return { status: d.status, list: [], router: this, token: d };
+    this.scheduler.commit(d, now);
+    const list = d.entries.map((e) => this.byAddress.get(e.address) as number);
+    return { status: 'routed', list, router: this, token: d };
+  }
+
+  served(route: Route, replica: number, now: number): void {
+    const address = this.ctx.replicas[replica]?.address;
+    if (address !== undefined) this.scheduler.reportServed(route.token as Decision, address, now);
+  }
+
+  release(route: Route, now: number): void {
+    this.scheduler.release(route.token as Decision, now);
+  }
+
+  isStale(replica: number, now: number): boolean {
+    return fleetStale(this.ctx, replica, now);
+  }
+}
+
+/** `spillway`, plus the precise block index: token ids per request, KV events from every replica. */
+export class PreciseRouter extends SchedulerRouter {
+  constructor(ctx: RouterContext) {
+    super(ctx, true);
+  }
+
+  applyKvBatch(batch: KvBatch, now: number): void {
+    this.scheduler.applyKvBatch(batch, now);
+  }
+
+  applyKvSnapshot(event: KvSnapshotEvent, now: number): void {
+    this.scheduler.applyKvSnapshot(event, now);
+  }
+}
