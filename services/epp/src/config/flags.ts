@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { commaList, durationMs, logLevel, port, positiveInt, renderHelp, type FlagSpecs } from '@spillway/cli';
 import { DEFAULT_STREAM, natsFlags, streamNameSchema } from '@spillway/bus';
-import { DEFAULT_MAX_CLOCK_SKEW_MS, DEFAULT_MAX_PODS_PER_ZONE } from '@spillway/fleet';
+import { DEFAULT_MAX_CLOCK_SKEW_MS, DEFAULT_MAX_PODS_PER_ZONE, DEFAULT_MAX_ZONES_PER_POOL } from '@spillway/fleet';
 import { schedulerConfigSchema, sharedStateConfigSchema } from '@spillway/scheduler';
 
 import { kvFlags, tokenizersFileSchema } from '../kv/config.js';
@@ -92,6 +92,11 @@ export const eppFlags = {
   maxPodsPerZone: {
     description: 'most pods one zone of the pool may hold; events for further new pods are refused',
     schema: positiveInt().default(DEFAULT_MAX_PODS_PER_ZONE),
+    placeholder: 'N',
+  },
+  maxZonesPerPool: {
+    description: 'most zones the pool may hold; events for pods of further zones are refused',
+    schema: positiveInt().default(DEFAULT_MAX_ZONES_PER_POOL),
     placeholder: 'N',
   },
   metricModels: {

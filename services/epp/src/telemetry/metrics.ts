@@ -156,6 +156,11 @@ export class EppMetrics {
     help: 'Malformed, oversized or surplus entries in the gateway subset hint, ignored.',
     registers: [this.registry],
   });
+  readonly subsetEntriesUnmatched = new Counter({
+    name: 'spillway_subset_entries_unmatched_total',
+    help: 'Well-formed entries of the gateway subset hint that named no routable pod of the pool (a stale hint: pods rescheduled, not ready, or unknown to this EPP).',
+    registers: [this.registry],
+  });
   readonly zoneReadyPods = new Gauge({
     name: 'spillway_zone_ready_pods',
     help: 'Ready pods per zone in this EPP view.',
