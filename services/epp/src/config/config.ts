@@ -5,7 +5,7 @@ import { CliError, parseCommandLine, readConfigFile } from '@spillway/cli';
 import { connectionOptions, NatsOptionsError, natsSettingsFromValues, type NatsSettings } from '@spillway/bus';
 import { schedulerConfigSchema, type SchedulerConfig, type SharedStateConfig } from '@spillway/scheduler';
 import type { ModelRewriteRule } from '@spillway/protocol';
-import type { PromptTokenizer } from '@spillway/tokenizer';
+import type { PromptTokenizer, TokenizerSpec } from '@spillway/tokenizer';
 
 import { loadTokenizers } from '../kv/config.js';
 import { eppConfigFileSchema, eppFlags, flagKeys, type EppConfigFile, type EppFlagValues } from './flags.js';
@@ -22,6 +22,15 @@ export interface EppConfigSource {
   readonly hash: string;
   readonly argv: readonly string[];
   readonly env: NodeJS.ProcessEnv;
+  /** The file's sections read only at start, as in force: a reload that changes them names them in its restart warning. */
+  readonly startOnly: StartOnlySections;
+}
+
+/** The config file's sections a running EPP does not change: the shared-state channel and the tokenizers. */
+export interface StartOnlySections {
+  /** As in force (`enabled` is `--share-state` when given). */
+  readonly sharedState: SharedStateConfig;
+  readonly tokenizers: Readonly<Record<string, TokenizerSpec>>;
 }
 
 export interface EppConfig {
@@ -90,10 +99,18 @@ export function loadEppConfig(argv: readonly string[], env: NodeJS.ProcessEnv): 
     warnings.push('--view-stale-limit-ms is deprecated and ignored: readiness stays SERVING while NATS is unreachable');
   }
   const scheduler = schedulerConfigOf(file, flags, path);
-  const source = path === undefined || read === undefined ? undefined : { path, hash: read.hash, argv: [...argv], env };
-  const sharedState = { ...file.sharedState, enabled: flags.shareState ?? file.sharedState.enabled };
+  const sharedState = sharedStateOf(file, flags);
   const tokenizers = loadTokenizers(file.tokenizers, flags.tokenizer);
+  const source =
+    path === undefined || read === undefined
+      ? undefined
+      : { path, hash: read.hash, argv: [...argv], env, startOnly: { sharedState, tokenizers: file.tokenizers } };
   return { flags, nats, scheduler, modelRewrites: file.modelRewrites, sharedState, tokenizers, tls, warnings, source };
+}
+
+/** The shared-state channel's settings: the file's, with `--share-state` over `enabled`. */
+export function sharedStateOf(file: EppConfigFile, flags: EppFlagValues): SharedStateConfig {
+  return { ...file.sharedState, enabled: flags.shareState ?? file.sharedState.enabled };
 }
 
 /** Flags over environment over the file's flag fields; undefined for `--help`. Throws CliError naming the bad flag. */
