@@ -9,6 +9,7 @@ import { refreshViewGauges } from '../telemetry/view-gauges.js';
 import { createView, startViewServer } from '../ui/view.js';
 import type { EppCore } from './core.js';
 import { bindGrpc, grpcCredentials, isLoopback, newGrpcServer, shutdownGrpc } from './grpc.js';
+import { GrpcListener } from './grpc-listener.js';
 import type { HealthState } from './health.js';
 import { closeHttp, startMetricsServer } from './http.js';
 
@@ -28,6 +29,9 @@ export interface RunningServers {
   readonly metricsPort: number;
   /** Where the operators' view is served (the metrics port unless --ui-port); undefined with --ui false. */
   readonly uiPort: number | undefined;
+  /** The ext_proc port's listener: its open connections, and a graceful stop of them. */
+  readonly extProc: GrpcListener;
+  /** Closes every server: streams in flight get 2 s to finish. */
   close(): Promise<void>;
 }
 
@@ -46,7 +50,9 @@ export async function startServers(parts: ServerParts): Promise<RunningServers> 
   grpc.addService(HealthService, health.implementation());
   const healthServer = newGrpcServer(flags.connectionTimeoutMs);
   healthServer.addService(HealthService, health.implementation());
-  const grpcPort = await bindGrpc(grpc, flags.host, flags.grpcPort, credentials);
+  // A listener of the EPP's own: a graceful stop needs to know who is connected (app/drain.ts).
+  const extProc = await GrpcListener.listen(grpc, flags.host, flags.grpcPort, credentials);
+  const grpcPort = extProc.port;
   // Kubelet gRPC probes cannot present client certificates: plaintext unless asked otherwise.
   const healthTls = flags.healthTls && config.tls !== undefined;
   const healthPort = await bindGrpc(
@@ -111,8 +117,10 @@ export async function startServers(parts: ServerParts): Promise<RunningServers> 
     healthPort,
     metricsPort: metricsServer.port,
     uiPort,
+    extProc,
     close: async () => {
       await Promise.all([
+        extProc.drain(2000),
         shutdownGrpc(grpc, 2000),
         shutdownGrpc(healthServer, 2000),
         closeHttp(metricsServer.server),

@@ -124,6 +124,17 @@ export const eppFlags = {
     schema: positiveInt().default(512 * 1024 * 1024),
     placeholder: 'BYTES',
   },
+  drainDelayMs: {
+    description:
+      "on SIGTERM, report NOT_SERVING and keep serving this long before refusing new connections, so the gateways' health checks notice first (Envoy's EPP cluster: 2 checks, 2 s apart, 1 s timeout); skipped when no gateway is connected or the EPP never reported SERVING",
+    schema: durationMs().default(6000),
+    placeholder: 'MS',
+  },
+  drainTimeoutMs: {
+    description: 'then let streams in flight (requests waiting for their response headers) finish for at most this long',
+    schema: durationMs().default(30_000),
+    placeholder: 'MS',
+  },
   shareState: {
     description:
       "share picks in flight, prefix placements and penalties with the pool's other EPPs over NATS (on unless false; the config file's sharedState holds its settings)",
