@@ -2,16 +2,17 @@ import type { Logger } from 'pino';
 import { ServerCredentials } from '@grpc/grpc-js';
 import type { ReaderStatus } from '@spillway/bus';
 import { extProcService, HealthService } from '@spillway/protocol';
-import type { EppConfig } from '../config/config.js';
+import type { EppConfig, ServerTls } from '../config/config.js';
 import { handleStream } from '../request/stream.js';
 import type { EppMetrics } from '../telemetry/metrics.js';
 import { refreshViewGauges } from '../telemetry/view-gauges.js';
 import { createView, startViewServer } from '../ui/view.js';
 import type { EppCore } from './core.js';
-import { bindGrpc, grpcCredentials, isLoopback, newGrpcServer, shutdownGrpc } from './grpc.js';
+import { bindGrpc, isLoopback, newGrpcServer, shutdownGrpc } from './grpc.js';
 import { GrpcListener } from './grpc-listener.js';
 import type { HealthState } from './health.js';
 import { closeHttp, startMetricsServer } from './http.js';
+import { ReloadingTls } from './tls-reload.js';
 
 export interface ServerParts {
   readonly config: EppConfig;
@@ -44,7 +45,9 @@ export interface RunningServers {
 export async function startServers(parts: ServerParts): Promise<RunningServers> {
   const { config, core, metrics, health, logger } = parts;
   const { flags } = config;
-  const credentials = grpcCredentials(config.tls);
+  // TLS material follows its files: new connections get the version in force (app/tls-reload.ts).
+  const tls = config.tls === undefined ? undefined : reloadingTls(config.tls, metrics, logger);
+  const credentials = tls?.credentials() ?? ServerCredentials.createInsecure();
   const grpc = newGrpcServer(flags.connectionTimeoutMs);
   grpc.addService(extProcService, { process: (call: Parameters<typeof handleStream>[1]) => handleStream(core.control, call) });
   grpc.addService(HealthService, health.implementation());
@@ -119,6 +122,7 @@ export async function startServers(parts: ServerParts): Promise<RunningServers> 
     uiPort,
     extProc,
     close: async () => {
+      tls?.close();
       await Promise.all([
         extProc.drain(2000),
         shutdownGrpc(grpc, 2000),
@@ -128,4 +132,14 @@ export async function startServers(parts: ServerParts): Promise<RunningServers> 
       ]);
     },
   };
+}
+
+function reloadingTls(tls: ServerTls, metrics: EppMetrics, logger: Logger): ReloadingTls {
+  const { reloads, expiry } = metrics.registerTls();
+  return new ReloadingTls(tls, logger, {
+    inForce: (notAfterMs) => {
+      if (Number.isFinite(notAfterMs)) expiry.set(notAfterMs / 1000);
+    },
+    reloaded: (result) => reloads.inc({ result }),
+  });
 }
