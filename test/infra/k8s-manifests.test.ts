@@ -124,6 +124,7 @@ interface Container {
   readinessProbe?: Probe;
   livenessProbe?: Probe;
   volumeMounts?: { name: string; mountPath: string }[];
+  lifecycle?: { preStop?: { exec?: { command: string[] } } };
 }
 interface Probe {
   grpc?: { port: number; service?: string };
@@ -134,6 +135,7 @@ interface PodTemplate {
   metadata: { labels: Record<string, string> };
   spec: {
     serviceAccountName?: string;
+    terminationGracePeriodSeconds?: number;
     containers: Container[];
     volumes?: { name: string; configMap?: { name: string }; emptyDir?: object }[];
     affinity?: {
