@@ -440,6 +440,17 @@ topology (kubectl -n ${topology.namespace} delete job -l app.kubernetes.io/name=
 // ---------------------------------------------------------------------------------------------
 // Spillway
 
+/**
+ * How an EPP pod stops (docs/operations.md, "Restarts"). preStop: a short wait while the pod leaves
+ * its Services' endpoints (kube-proxy, DNS), the EPP still serving as before; then SIGTERM starts the
+ * EPP's own drain: NOT_SERVING at once, `drainDelayMs` more of picking while the gateways' health
+ * checks notice (Envoy's EPP cluster: 2 failed checks, 2 s apart, 1 s timeout), then no new
+ * connection while the streams in flight finish (at most `drainTimeoutMs`), then closing (the
+ * binary exits by itself within `closeSeconds` more). The grace period covers all of it.
+ */
+export const EPP_STOP = { preStopSeconds: 2, drainDelayMs: 6_000, drainTimeoutMs: 30_000, closeSeconds: 10 } as const;
+const EPP_GRACE_SECONDS = EPP_STOP.preStopSeconds + (EPP_STOP.drainDelayMs + EPP_STOP.drainTimeoutMs) / 1000 + EPP_STOP.closeSeconds;
+
 function eppFile(topology: Topology): ManifestFile {
   const perZone = topology.zones.flatMap((z): Manifest[] => {
     const name = names.epp(z.name);
@@ -448,6 +459,7 @@ function eppFile(topology: Topology): ManifestFile {
       app: 'spillway-epp',
       name,
       automountToken: false,
+      terminationGracePeriodSeconds: EPP_GRACE_SECONDS,
       container: {
         name: 'epp',
         image: topology.image,
@@ -466,8 +478,11 @@ function eppFile(topology: Topology): ManifestFile {
           `--metrics-port=${PORTS.eppMetrics}`,
           '--subset-mode=locality',
           `--config=${CONFIG_DIR}/config.yaml`,
+          `--drain-delay-ms=${EPP_STOP.drainDelayMs}`,
+          `--drain-timeout-ms=${EPP_STOP.drainTimeoutMs}`,
         ],
         env: natsUserEnv(`epp-${z.name}`),
+        lifecycle: { preStop: { exec: { command: ['sleep', String(EPP_STOP.preStopSeconds)] } } },
         ports: [
           { name: 'grpc', containerPort: PORTS.eppGrpc },
           { name: 'health', containerPort: PORTS.eppHealth },
@@ -493,6 +508,11 @@ function eppFile(topology: Topology): ManifestFile {
       kind: 'Service',
       metadata: meta(topology, name, labels),
       spec: {
+        // Headless: the name resolves to each ready EPP of the zone, so a gateway's STRICT_DNS
+        // cluster (infra/envoy) holds every EPP as a host of its own, health-checks each and stops
+        // sending to one that drains while the other takes its streams. (A virtual IP would be one
+        // host whose connections land on either EPP.)
+        clusterIP: 'None',
         selector: labels,
         ports: [
           // Plaintext gRPC: HTTP/2 without TLS.
@@ -517,8 +537,10 @@ function eppFile(topology: Topology): ManifestFile {
   };
   return {
     file: 'epp.yaml',
-    header: `Per zone: the EPP Deployment (2 replicas pinned to the zone, --zone and --region from the topology),
-its PodDisruptionBudget and Service ${names.epp('<zone>')} (for a gateway per zone, e.g. infra/envoy).
+    header: `Per zone: the EPP Deployment (2 replicas pinned to the zone, --zone and --region from the topology,
+a graceful stop: preStop, drain delay, streams in flight, covered by terminationGracePeriodSeconds),
+its PodDisruptionBudget (one of the two may be disrupted at a time) and headless Service
+${names.epp('<zone>')} (each EPP a host of a gateway per zone, e.g. infra/envoy).
 Service ${names.eppService} spans every zone's EPPs for the InferencePool.`,
     objects: [...perZone, poolService],
   };

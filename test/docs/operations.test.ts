@@ -14,6 +14,8 @@ const metricsDoc = readFileSync(join(root, 'docs/metrics.md'), 'utf8');
 async function exported(): Promise<Set<string>> {
   const names = new Set<string>();
   const epp = new EppMetrics();
+  // The TLS metrics join it when the EPP serves TLS (--tls-cert).
+  epp.registerTls();
   // The shared-state channel's metrics join the EPP's registry when sharing is on (the default).
   registerSharedStateMetrics(epp.registry, {
     counters: new SharedStateCounters(),

@@ -124,6 +124,7 @@ interface Container {
   readinessProbe?: Probe;
   livenessProbe?: Probe;
   volumeMounts?: { name: string; mountPath: string }[];
+  lifecycle?: { preStop?: { exec?: { command: string[] } } };
 }
 interface Probe {
   grpc?: { port: number; service?: string };
@@ -134,6 +135,7 @@ interface PodTemplate {
   metadata: { labels: Record<string, string> };
   spec: {
     serviceAccountName?: string;
+    terminationGracePeriodSeconds?: number;
     containers: Container[];
     volumes?: { name: string; configMap?: { name: string }; emptyDir?: object }[];
     affinity?: {
@@ -415,6 +417,33 @@ describe.each([
       }
     } finally {
       rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it("each zone's EPPs stop gracefully: preStop, drain delay, streams in flight and closing fit in the grace period; the zone's Service resolves to each EPP", () => {
+    for (const d of byApp('spillway-epp')) {
+      const zone = zoneOf(d);
+      const c = containerOf(d);
+      const config = loadEppConfig(
+        (c.args ?? []).filter((a) => !a.startsWith('--config=')),
+        containerEnv(c, secret),
+      );
+      const preStop = c.lifecycle?.preStop?.exec?.command ?? [];
+      expect(preStop[0], `${d.name}: preStop sleeps (the image's coreutils)`).toBe('sleep');
+      const preStopSeconds = Number(preStop[1]);
+      // What the binary may take after SIGTERM: the drain delay, streams in flight, then close() (its own 10 s guard).
+      const { drainDelayMs, drainTimeoutMs } = config!.flags;
+      expect(
+        drainDelayMs,
+        `${d.name}: long enough for Envoy's EPP cluster (2 checks 2 s apart, 1 s timeout) to notice`,
+      ).toBeGreaterThanOrEqual(2 * (2000 + 1000));
+      const needed = preStopSeconds + (drainDelayMs + drainTimeoutMs) / 1000 + 10;
+      expect(Number(template(d).spec.terminationGracePeriodSeconds), d.name).toBeGreaterThanOrEqual(needed);
+      // Two EPPs, one of which may be disrupted at a time, behind a headless Service: every EPP a host of the zone's gateway.
+      expect(spec(d)['replicas']).toBe(2);
+      const pdb = find('PodDisruptionBudget', d.name)!;
+      expect(spec(pdb)['minAvailable']).toBe(1);
+      expect(spec(find('Service', `spillway-epp-${zone}`)!)['clusterIP']).toBe('None');
     }
   });
 

@@ -3,8 +3,8 @@ import { loadEppConfig } from './config/config.js';
 import { EPP_HELP } from './config/flags.js';
 import { startEpp } from './app/epp.js';
 
-/** close() stops every part promptly; this only guards against a part that hangs anyway. */
-const SHUTDOWN_LIMIT_MS = 10_000;
+/** After the drain, close() stops every part promptly; this only guards against a part that hangs anyway. */
+const CLOSE_LIMIT_MS = 10_000;
 
 runMain(async () => {
   const config = loadEppConfig(process.argv.slice(2), process.env);
@@ -13,20 +13,24 @@ runMain(async () => {
     return;
   }
   const epp = await startEpp(config);
+  const limitMs = config.flags.drainDelayMs + config.flags.drainTimeoutMs + CLOSE_LIMIT_MS;
   let stopping = false;
+  // The first signal drains (app/drain.ts); a second one closes at once.
   const stop = (signal: string) => {
-    if (stopping) return;
+    const exit = (code: number) => () => process.exit(code);
+    if (stopping) {
+      epp.core.logger.info({ signal }, 'second signal: closing now');
+      epp.close().then(exit(0), exit(1));
+      return;
+    }
     stopping = true;
     epp.core.logger.info({ signal }, 'shutting down');
     setTimeout(() => {
-      epp.core.logger.error({ limitMs: SHUTDOWN_LIMIT_MS }, 'shutdown did not finish in time; exiting');
+      epp.core.logger.error({ limitMs }, 'shutdown did not finish in time; exiting');
       process.exit(1);
-    }, SHUTDOWN_LIMIT_MS).unref();
-    epp.close().then(
-      () => process.exit(0),
-      () => process.exit(1),
-    );
+    }, limitMs).unref();
+    epp.drain().then(exit(0), exit(1));
   };
-  process.once('SIGTERM', () => stop('SIGTERM'));
-  process.once('SIGINT', () => stop('SIGINT'));
+  process.on('SIGTERM', () => stop('SIGTERM'));
+  process.on('SIGINT', () => stop('SIGINT'));
 });

@@ -1,5 +1,7 @@
+import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { mkdirSync, mkdtempSync, renameSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { constants, mkdirSync, mkdtempSync, renameSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { open } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -229,6 +231,64 @@ describe('live config', () => {
       expect(epp.core.scheduler.config.policy).toBe('weighted');
     } finally {
       await epp.close();
+    }
+  });
+
+  it('names sharedState and tokenizers changes in the restart warning (they are read at start only)', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'spillway-config-'));
+    dirs.push(dir);
+    const path = join(dir, 'epp.yaml');
+    writeFileSync(path, `${V1}sharedState: { batchMs: 5 }\n`);
+    const { epp, lines } = await start(path, []);
+    try {
+      writeFileSync(
+        join(dir, 'epp.yaml.tmp'),
+        `${V1}sharedState: { batchMs: 20, heartbeatMs: 500 }\ntokenizers: { llama: { preset: qwen3 } }\n`,
+      );
+      renameSync(join(dir, 'epp.yaml.tmp'), path);
+      await eventually(() => expect(lines.some((l) => l['msg'] === 'config reloaded')).toBe(true));
+      const warning = lines.find((l) => String(l['msg']).startsWith('config changes that take effect only after a restart'));
+      expect(warning?.['flags']).toEqual([]);
+      expect(warning?.['fields']).toEqual(['sharedState.batchMs', 'sharedState.heartbeatMs', 'tokenizers.llama']);
+    } finally {
+      await epp.close();
+    }
+  });
+
+  it('reads at most 1 MiB of a new version, however much the file holds (a FIFO fed 32 MiB is cut off)', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'spillway-config-'));
+    dirs.push(dir);
+    const path = join(dir, 'epp.yaml');
+    writeFileSync(path, V1);
+    const { epp, lines } = await start(path, []);
+    // The file becomes a FIFO: what the EPP reads is what this test writes, and it sees when reading stops.
+    execFileSync('mkfifo', [join(dir, 'fifo')]);
+    renameSync(join(dir, 'fifo'), path);
+    let written = 0;
+    try {
+      const fifo = await open(path, 'w');
+      const chunk = Buffer.alloc(64 * 1024, 'a');
+      try {
+        while (written < 32 * 1024 * 1024) written += (await fifo.write(chunk)).bytesWritten;
+      } catch (error) {
+        // EPIPE: the EPP stopped reading and closed its end.
+        expect((error as NodeJS.ErrnoException).code).toBe('EPIPE');
+      } finally {
+        await fifo.close();
+      }
+      expect(written).toBeLessThan(4 * 1024 * 1024);
+      await eventually(async () => expect(await scrape(epp)).toContain('spillway_config_reloads_total{result="rejected"} 1'));
+      const rejected = lines.find((l) => l['msg'] === 'config change rejected; keeping the running config');
+      expect(String(rejected?.['error'])).toMatch(/larger than 1048576 bytes/);
+      expect(epp.core.scheduler.config.zoneBiasMs).toBe(8);
+    } finally {
+      await epp.close();
+      // A read the watcher may still have waiting on the FIFO ends with an empty file.
+      try {
+        (await open(path, constants.O_WRONLY | constants.O_NONBLOCK)).close().catch(() => undefined);
+      } catch {
+        // no reader waits
+      }
     }
   });
 

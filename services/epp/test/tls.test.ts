@@ -1,13 +1,15 @@
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { X509Certificate } from 'node:crypto';
+import { mkdtempSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { connect as connectTls } from 'node:tls';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { credentials } from '@grpc/grpc-js';
-import { startNatsServer, type NatsServerHandle } from '@spillway/testkit';
+import { eventually, HealthClient, startNatsServer, type NatsServerHandle } from '@spillway/testkit';
 import { ServingStatus } from '@spillway/protocol';
 import type { RunningEpp } from '@spillway/epp';
-import { healthStatus, startTestEpp } from './helpers.js';
+import { capturingLogger, healthStatus, startTestEpp } from './helpers.js';
 
 /** A throwaway CA, a server certificate for 127.0.0.1 and a client certificate, made with openssl. */
 function makeCertificates(dir: string) {
@@ -56,6 +58,26 @@ function makeCertificates(dir: string) {
     clientCert: file('client.crt'),
     clientKey: file('client.key'),
   };
+}
+
+/** The fingerprint of the certificate the server at `port` presents to a new TLS connection (with a client certificate). */
+function presented(port: number, ca: Buffer, client: { clientCert: string; clientKey: string }): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const socket = connectTls({
+      host: '127.0.0.1',
+      port,
+      ca,
+      cert: readFileSync(client.clientCert),
+      key: readFileSync(client.clientKey),
+      ALPNProtocols: ['h2'],
+      checkServerIdentity: () => undefined,
+    });
+    socket.once('secureConnect', () => {
+      resolve(socket.getPeerX509Certificate()?.fingerprint256 ?? '');
+      socket.destroy();
+    });
+    socket.once('error', reject);
+  });
 }
 
 let nats: NatsServerHandle;
@@ -122,6 +144,59 @@ describe('TLS', () => {
     const withClientCert = credentials.createSsl(ca, readFileSync(certs.clientKey), readFileSync(certs.clientCert));
     expect(await healthStatus(epp.grpcPort, 'liveness', withClientCert)).toBe(ServingStatus.SERVING);
     await expect(healthStatus(epp.grpcPort, 'liveness', credentials.createSsl(ca))).rejects.toThrow();
+  });
+
+  it('reloads the certificate, key and client CA when their files change: new connections get them, open ones keep theirs', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'spillway-tls-rotate-'));
+    const other = makeCertificates(mkdtempSync(join(tmpdir(), 'spillway-tls-other-')));
+    const files = { cert: join(dir, 'tls.crt'), key: join(dir, 'tls.key'), ca: join(dir, 'ca.crt') };
+    // Each file replaced the way an editor or a Secret update does it: written aside, renamed over.
+    const put = (path: string, from: string) => {
+      writeFileSync(`${path}.tmp`, readFileSync(from));
+      renameSync(`${path}.tmp`, path);
+    };
+    put(files.cert, certs.serverCert);
+    put(files.key, certs.serverKey);
+    put(files.ca, certs.ca);
+    const { logger, lines } = capturingLogger();
+    const epp = await startTestEpp(
+      nats.url,
+      'zone-a',
+      ['--tls-cert', files.cert, '--tls-key', files.key, '--tls-client-ca', files.ca],
+      logger,
+    );
+    running.push(epp);
+    const both = Buffer.concat([readFileSync(certs.ca), readFileSync(other.ca)]);
+    const mtls = (set: typeof certs) => credentials.createSsl(both, readFileSync(set.clientKey), readFileSync(set.clientCert));
+    const metrics = async () => (await fetch(`http://127.0.0.1:${epp.metricsPort}/metrics`)).text();
+    const fingerprint = (path: string) => new X509Certificate(readFileSync(path)).fingerprint256;
+    expect(await presented(epp.grpcPort, both, certs)).toBe(fingerprint(certs.serverCert));
+    // A connection opened before the rotation.
+    const open = new HealthClient(`127.0.0.1:${epp.grpcPort}`, mtls(certs));
+    const check = () =>
+      new Promise<number>((resolve, reject) =>
+        open.check({ service: 'liveness' }, (error, response) => (error ? reject(error) : resolve(response.status))),
+      );
+    expect(await check()).toBe(ServingStatus.SERVING);
+
+    // Half-rotated: a new certificate with the old key. Refused, counted, logged; the old pair stays.
+    put(files.cert, other.serverCert);
+    await eventually(async () => expect(await metrics()).toContain('spillway_tls_reloads_total{result="rejected"} 1'));
+    expect(await presented(epp.grpcPort, both, certs)).toBe(fingerprint(certs.serverCert));
+    expect(lines.some((l) => l['msg'] === 'new TLS files are not usable together; keeping the certificate in force')).toBe(true);
+    // The key follows: in force for new connections.
+    put(files.key, other.serverKey);
+    await eventually(async () => expect(await presented(epp.grpcPort, both, certs)).toBe(fingerprint(other.serverCert)));
+    expect(await metrics()).toContain('spillway_tls_reloads_total{result="applied"} 1');
+    expect(await metrics()).toMatch(/spillway_tls_certificate_expiry_timestamp_seconds \d+/);
+    // The client CA: the other CA's clients are let in, the first CA's no longer.
+    await expect(healthStatus(epp.grpcPort, 'liveness', mtls(other))).rejects.toThrow();
+    put(files.ca, other.ca);
+    await eventually(async () => expect(await healthStatus(epp.grpcPort, 'liveness', mtls(other))).toBe(ServingStatus.SERVING));
+    await expect(healthStatus(epp.grpcPort, 'liveness', mtls(certs))).rejects.toThrow();
+    // The connection opened before all this still works.
+    expect(await check()).toBe(ServingStatus.SERVING);
+    open.close();
   });
 
   it('rejects TLS flags that do not go together, naming them', async () => {

@@ -1,8 +1,8 @@
-// The EPP "cluster" as the shipped Envoy config defines it (infra/envoy: cluster spillway_epp):
-// one host, gRPC health checks on envoy.service.ext_proc.v3.ExternalProcessor every 2 s, 1 s
-// timeout, unhealthy after 2 failures, healthy after 1 success. Whether a new ext_proc stream can
-// start at all depends on it: with no usable host, Envoy's gRPC client fails the stream while it
-// starts ("no healthy upstream"), before any request body has reached the filter.
+// One EPP host's health as the shipped Envoy config checks it (infra/envoy: cluster spillway_epp):
+// gRPC health checks on envoy.service.ext_proc.v3.ExternalProcessor every 2 s, 1 s timeout,
+// unhealthy after 2 failures, healthy after 1 success. Whether a new ext_proc stream can start at
+// all depends on it (epp-cluster.ts): with no usable host, Envoy's gRPC client fails the stream
+// while it starts ("no healthy upstream"), before any request body has reached the filter.
 import {
   makeGenericClientConstructor,
   Metadata,
@@ -16,7 +16,6 @@ import { EXT_PROC_SERVICE_NAME, HealthService, ServingStatus, type HealthCheckRe
 import type { Logger } from 'pino';
 import { eppChannel } from './epp-client.js';
 import type { EppTlsOptions } from './options.js';
-import { singleHostUsable } from './override-host.js';
 
 export interface EppHealthOptions {
   /** 0 disables checks: the EPP counts as healthy. */
@@ -65,11 +64,6 @@ export class EppHealth {
 
   get healthy(): boolean {
     return this.#healthy;
-  }
-
-  /** Whether a new ext_proc stream may start: false is Envoy's synchronous "no healthy upstream". */
-  usable(): boolean {
-    return singleHostUsable(this.#healthy, this.#options.panicThreshold);
   }
 
   /** Runs a first check (so a gateway started next to a dead EPP knows soon), then keeps checking. */

@@ -9,14 +9,13 @@ import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { Client } from '@grpc/grpc-js';
 import { DESTINATION_HEADER_PREFIX } from '@spillway/protocol';
 import type { CommonResponse, ProcessingResponse } from '@spillway/protocol';
 import type { Logger } from 'pino';
 import type { Dispatcher } from 'undici';
 import { BodyReadError, BodyReader, BodyTooLarge } from './bodies.js';
 import type { EndpointTable } from './endpoints.js';
-import type { EppHealth } from './epp-health.js';
+import type { EppCluster } from './epp-cluster.js';
 import { gatewayError } from './errors.js';
 import { ExtProcSession } from './ext-proc-session.js';
 import type { EppEvent } from './ext-proc-session.js';
@@ -33,8 +32,8 @@ import type { Stats } from './stats.js';
 import type { UpstreamRequest, UpstreamResponse, Upstreams } from './upstream.js';
 
 export interface ExchangeContext {
-  readonly eppClient: Client;
-  readonly eppHealth: EppHealth;
+  /** The EPP hosts, health-checked, a new stream's host picked by round robin. */
+  readonly epp: EppCluster;
   readonly table: EndpointTable;
   readonly health: HealthView;
   /** The model-server cluster's fallback policy, shared by all requests. */
@@ -112,7 +111,7 @@ class Exchange {
     // The stream's gRPC deadline bounds the whole exchange, so no stream outlives its request.
     this.#session = new ExtProcSession(
       {
-        client: ctx.eppClient,
+        pickEpp: () => ctx.epp.pick(),
         rules: {
           mode: options.processingMode,
           failureModeAllow: options.failureModeAllow,
@@ -120,7 +119,6 @@ class Exchange {
           statusOnError: options.statusOnError,
         },
         messageTimeoutMs: options.eppTimeoutMs,
-        eppUsable: () => ctx.eppHealth.usable(),
         metadata: this.#metadata,
         stats: ctx.stats,
         logger: ctx.logger,

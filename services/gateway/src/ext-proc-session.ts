@@ -35,12 +35,11 @@ export type SessionEvent =
   | { readonly kind: 'interrupted' };
 
 export interface SessionContext {
-  readonly client: Client;
+  /** The EPP host a new stream goes to (epp-cluster.ts); undefined: none is usable. */
+  readonly pickEpp: () => Client | undefined;
   readonly rules: FilterRules;
   /** message_timeout. */
   readonly messageTimeoutMs: number;
-  /** Whether a stream can start (the EPP cluster has a usable host). */
-  readonly eppUsable: () => boolean;
   readonly metadata: DynamicMetadata;
   readonly stats: Stats;
   readonly logger: Logger;
@@ -91,13 +90,14 @@ export class ExtProcSession {
    * still apply. Returns that outcome, or undefined once the stream is open.
    */
   open(): EppEvent | undefined {
-    if (!this.#ctx.eppUsable()) {
+    const client = this.#ctx.pickEpp();
+    if (client === undefined) {
       const verdict = this.#state.grpcError('UNAVAILABLE: no healthy upstream');
       this.#act(verdict);
       const event = this.#queue.shift();
       return event === undefined || event.kind === 'interrupted' ? CONTINUE : event;
     }
-    this.#stream = new EppStream(this.#ctx.client, this.#deadline, (event) => this.#onStreamEvent(event));
+    this.#stream = new EppStream(client, this.#deadline, (event) => this.#onStreamEvent(event));
     return undefined;
   }
 

@@ -33,7 +33,14 @@ export const gatewayFlags = {
     schema: text.optional(),
     placeholder: 'Z',
   },
-  epp: { description: "the EPP's ext_proc address (required)", schema: hostPort, placeholder: 'HOST:PORT' },
+  epp: {
+    description:
+      "the EPP cluster's ext_proc addresses, comma-separated (required): each health-checked, new streams by round robin over the healthy ones",
+    schema: z
+      .string()
+      .refine((value) => value.split(',').every((host) => hostPort.safeParse(host.trim()).success), 'must be HOST:PORT[,HOST:PORT...]'),
+    placeholder: 'HOST:PORT[,...]',
+  },
   eppTls: { description: 'use TLS to the EPP with the system roots', schema: z.boolean().default(false), boolean: true },
   eppTlsCa: { description: 'PEM CA bundle for the EPP (implies TLS)', schema: text.optional(), placeholder: 'FILE' },
   eppTlsCert: { description: 'client certificate for mutual TLS (with --epp-tls-key)', schema: text.optional(), placeholder: 'FILE' },

@@ -5,14 +5,13 @@ import type { AddressInfo } from 'node:net';
 import { pino } from 'pino';
 import type { Logger } from 'pino';
 import { EndpointTable } from './endpoints.js';
-import { createEppClient } from './epp-client.js';
-import { EppHealth } from './epp-health.js';
+import { EppCluster, type EppHostState } from './epp-cluster.js';
 import { gatewayError } from './errors.js';
 import { handleExchange } from './exchange.js';
 import type { ExchangeContext } from './exchange.js';
 import { HealthView } from './health.js';
 import type { EndpointHealth } from './health.js';
-import { resolveOptions } from './options.js';
+import { eppHostsOf, resolveOptions } from './options.js';
 import { RoundRobin } from './override-host.js';
 import type { GatewayOptions, ResolvedOptions } from './options.js';
 import { Stats } from './stats.js';
@@ -21,9 +20,12 @@ import { Upstreams } from './upstream.js';
 
 export interface GatewayStats extends StatsSnapshot {
   zone: string | undefined;
+  /** The --epp addresses, as given. */
   epp: string;
-  /** The EPP's health as the gateway's checks see it. */
+  /** Whether any EPP host passes the gateway's health checks. */
   eppHealthy: boolean;
+  /** Each EPP host and its health as the gateway's checks see it. */
+  eppHosts: EppHostState[];
   subsetHint: boolean;
   endpoints: EndpointHealth[];
 }
@@ -59,10 +61,10 @@ export async function startGateway(input: GatewayOptions): Promise<Gateway> {
     },
     logger,
   );
-  const eppClient = createEppClient(options.epp, options.eppTls);
-  // The shipped config's EPP cluster health check: every 2 s (or as set), 1 s timeout, 2 to fail, 1 to recover.
-  const eppHealth = new EppHealth(
-    options.epp,
+  // The shipped config's EPP cluster: each host health-checked every 2 s (or as set), 1 s timeout,
+  // 2 to fail, 1 to recover; new streams by round robin over the healthy hosts.
+  const epp = new EppCluster(
+    eppHostsOf(options.epp),
     options.eppTls,
     {
       intervalMs: options.eppHealthIntervalMs,
@@ -79,8 +81,7 @@ export async function startGateway(input: GatewayOptions): Promise<Gateway> {
   const hosts = table.all.map((endpoint) => endpoint.address);
   const fallback = new RoundRobin(hosts, (address) => health.isHealthy(address), Math.floor(Math.random() * Math.max(hosts.length, 1)));
   const ctx: ExchangeContext = {
-    eppClient,
-    eppHealth,
+    epp,
     table,
     health,
     fallback,
@@ -95,7 +96,8 @@ export async function startGateway(input: GatewayOptions): Promise<Gateway> {
     ...stats.snapshot(),
     zone: options.zone,
     epp: options.epp,
-    eppHealthy: eppHealth.healthy,
+    eppHealthy: epp.healthy,
+    eppHosts: epp.hosts(),
     subsetHint: options.subsetHint,
     endpoints: health.snapshot(),
   });
@@ -118,7 +120,7 @@ export async function startGateway(input: GatewayOptions): Promise<Gateway> {
     });
   });
 
-  await Promise.all([health.start(), eppHealth.start()]);
+  await Promise.all([health.start(), epp.start()]);
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(options.port, options.host, () => {
@@ -141,9 +143,8 @@ export async function startGateway(input: GatewayOptions): Promise<Gateway> {
       server.closeAllConnections();
       await closed;
       await health.stop();
-      await eppHealth.stop();
+      await epp.stop();
       await upstreams.close();
-      eppClient.close();
     })());
 
   return { url, port, options, stats: snapshot, subsetHint: () => health.healthyLocal(), close };

@@ -24,7 +24,10 @@ export interface EppTlsOptions {
 }
 
 export interface GatewayOptions {
-  /** The EPP's ext_proc address, `host:port`. */
+  /**
+   * The EPP cluster's hosts: one ext_proc address `host:port`, or several comma-separated (a zone's
+   * EPPs, as the shipped Envoy config's per-zone name resolves to them).
+   */
   readonly epp: string;
   readonly eppTls?: EppTlsOptions | undefined;
   readonly endpoints: readonly EndpointConfig[];
@@ -148,6 +151,13 @@ function processingModeOf(options: GatewayOptions): ProcessingMode {
     throw new RangeError('response body mode full-duplex needs response trailer mode send (Envoy rejects the config otherwise)');
   }
   return mode;
+}
+
+/** The EPP hosts of a comma-separated `epp` option. */
+export function eppHostsOf(epp: string): string[] {
+  const hosts = epp.split(',').map((host) => host.trim());
+  if (hosts.some((host) => host === '')) throw new RangeError(`epp: an empty address in ${JSON.stringify(epp)}`);
+  return hosts;
 }
 
 export function resolveOptions(options: GatewayOptions): ResolvedOptions {

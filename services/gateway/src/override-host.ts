@@ -74,12 +74,3 @@ export class RoundRobin {
     return host;
   }
 }
-
-/**
- * Whether a cluster with one host sends requests to it: yes while healthy, and in panic mode
- * (below the threshold percent of healthy hosts, which for one host is any unhealthy moment unless
- * the threshold is 0). False is Envoy's "no healthy upstream".
- */
-export function singleHostUsable(healthy: boolean, panicThreshold: number): boolean {
-  return healthy || panicThreshold > 0;
-}

@@ -6,6 +6,8 @@ import type { ServerDuplexStream, status as GrpcStatus } from '@grpc/grpc-js';
 import {
   BodySendMode,
   extProcService,
+  HealthService,
+  ServingStatus,
   immediateResponse,
   readRequestHeaders,
   requestHeadersResponse,
@@ -13,7 +15,7 @@ import {
   responseHeadersResponse,
   routedResponses,
 } from '@spillway/protocol';
-import type { ErrorStatus, ProcessingRequest, ProcessingResponse, RequestHeaders } from '@spillway/protocol';
+import type { ErrorStatus, HealthCheckResponse, ProcessingRequest, ProcessingResponse, RequestHeaders } from '@spillway/protocol';
 
 export type Decision =
   | {
@@ -59,6 +61,8 @@ export interface FakeEpp {
   decide: Decide;
   /** When set, sees every message first. */
   script: Script | undefined;
+  /** What its grpc.health.v1 service answers for every service name (SERVING unless set). */
+  serving: boolean;
   close(): Promise<void>;
 }
 
@@ -91,6 +95,7 @@ export async function startFakeEpp(decide: Decide, credentials = ServerCredentia
     streams,
     decide,
     script: undefined,
+    serving: true,
     close: () =>
       new Promise<void>((resolve) => {
         server.forceShutdown();
@@ -196,6 +201,10 @@ export async function startFakeEpp(decide: Decide, credentials = ServerCredentia
   };
 
   server.addService(extProcService, { process });
+  server.addService(HealthService, {
+    check: (_call: unknown, callback: (error: null, response: HealthCheckResponse) => void) =>
+      callback(null, { status: epp.serving ? ServingStatus.SERVING : ServingStatus.NOT_SERVING }),
+  });
   const port = await new Promise<number>((resolve, reject) =>
     server.bindAsync('127.0.0.1:0', credentials, (error, bound) => (error ? reject(error) : resolve(bound))),
   );

@@ -42,6 +42,9 @@ export class EppCore {
       staleAfterMs: flags.metricsStaleMs,
       maxClockSkewMs: flags.maxClockSkewMs,
       maxPodsPerZone: flags.maxPodsPerZone,
+      maxZonesPerPool: flags.maxZonesPerPool,
+      // An address belongs to one zone: when zones contest one, this EPP routes only its own zone's claimant.
+      localZone: flags.zone,
     });
     const sharing = config.sharedState;
     this.outbox = sharing.enabled ? new StateOutbox(sharing) : undefined;
@@ -57,6 +60,7 @@ export class EppCore {
         remoteEntryTtlMs: sharing.remoteEntryTtlMs,
         peerTimeoutMs: sharing.peerTimeoutMs,
         maxPeers: sharing.maxPeers,
+        maxPeersPerZone: sharing.maxPeersPerZone,
       },
     });
     const scheduler = this.scheduler;

@@ -10,6 +10,7 @@ import { registerSharedStateMetrics } from '../telemetry/shared-state-metrics.js
 import { startSummaryLog } from '../telemetry/summary-log.js';
 import { ViewStatus } from '../telemetry/view-staleness.js';
 import { EppCore } from './core.js';
+import { drainExtProc } from './drain.js';
 import { HealthState } from './health.js';
 import { NatsFollower } from './nats.js';
 import { Readiness } from './readiness.js';
@@ -30,6 +31,12 @@ export interface RunningEpp {
   /** Resolves once the replay has caught up and the EPP reports ready. */
   readonly ready: Promise<void>;
   reader(): EventReader | undefined;
+  /**
+   * A graceful stop (SIGTERM, app/drain.ts): NOT_SERVING, time for the gateways' health checks to
+   * notice, streams in flight finished, then close(). close() during a drain cuts it short.
+   */
+  drain(): Promise<void>;
+  /** Stops at once: NOT_SERVING, streams in flight get 2 s. */
   close(): Promise<void>;
 }
 
@@ -82,6 +89,19 @@ export async function startEpp(config: EppConfig, options: StartOptions = {}): P
   housekeeping.unref();
 
   let closed = false;
+  const close = async (): Promise<void> => {
+    if (closed) return;
+    closed = true;
+    nats.abort();
+    clearInterval(tick);
+    clearInterval(housekeeping);
+    configWatch?.close();
+    summary.close();
+    core.control.close();
+    readiness.close();
+    await servers.close();
+    await nats.close();
+  };
   return {
     grpcPort: servers.grpcPort,
     healthPort: servers.healthPort,
@@ -94,19 +114,18 @@ export async function startEpp(config: EppConfig, options: StartOptions = {}): P
     sharedState: sharedCounters,
     ready: readiness.ready,
     reader: () => nats.reader,
-    close: async () => {
+    drain: async () => {
       if (closed) return;
-      closed = true;
-      nats.abort();
-      clearInterval(tick);
-      clearInterval(housekeeping);
-      configWatch?.close();
-      summary.close();
-      core.control.close();
-      readiness.close();
-      await servers.close();
-      await nats.close();
+      await drainExtProc({
+        readiness,
+        extProc: servers.extProc,
+        logger,
+        delayMs: flags.drainDelayMs,
+        timeoutMs: flags.drainTimeoutMs,
+      });
+      await close();
     },
+    close,
   };
 }
 

@@ -1,13 +1,5 @@
 import { isIP } from 'node:net';
-import { Server, ServerCredentials } from '@grpc/grpc-js';
-import type { ServerTls } from '../config/config.js';
-
-/** Plaintext without TLS material; with a client CA, client certificates are mandatory (mTLS). */
-export function grpcCredentials(tls: ServerTls | undefined): ServerCredentials {
-  if (tls === undefined) return ServerCredentials.createInsecure();
-  const ca = tls.clientCa ?? null;
-  return ServerCredentials.createSsl(ca, [{ cert_chain: tls.cert, private_key: tls.key }], ca !== null);
-}
+import { Server, type ServerCredentials } from '@grpc/grpc-js';
 
 /**
  * A gRPC server. `silentMs` bounds how long a connection that says nothing stays open: the server

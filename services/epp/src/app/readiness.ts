@@ -13,6 +13,8 @@ export class Readiness {
   readonly ready: Promise<void>;
   private markReady!: () => void;
   private warm: boolean;
+  /** Set by drain(): never ready again. */
+  private draining = false;
 
   constructor(
     private readonly health: HealthState,
@@ -28,7 +30,7 @@ export class Readiness {
   /** Re-evaluated on a timer and at each step of the start; also refreshes the view's age. */
   evaluate(status: ReaderStatus | undefined): void {
     this.view.update(status, Date.now());
-    if (status?.caughtUp === true && this.warm && !this.health.isReady) {
+    if (status?.caughtUp === true && this.warm && !this.draining && !this.health.isReady) {
       this.logger.info('ready');
       this.health.setReady(true);
       this.markReady();
@@ -44,6 +46,17 @@ export class Readiness {
   warmStartOver(status: ReaderStatus | undefined): void {
     this.warm = true;
     this.evaluate(status);
+  }
+
+  /**
+   * A graceful stop began: NOT_SERVING from now on (on both ports: they share the state), while
+   * health Watch streams stay open to tell their watchers. Returns whether it was serving.
+   */
+  drain(): boolean {
+    const wasReady = this.health.isReady;
+    this.draining = true;
+    this.health.setReady(false);
+    return wasReady;
   }
 
   /** Shutdown: NOT_SERVING, and every health Watch stream ended so the servers can close. */

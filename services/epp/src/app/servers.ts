@@ -2,15 +2,17 @@ import type { Logger } from 'pino';
 import { ServerCredentials } from '@grpc/grpc-js';
 import type { ReaderStatus } from '@spillway/bus';
 import { extProcService, HealthService } from '@spillway/protocol';
-import type { EppConfig } from '../config/config.js';
+import type { EppConfig, ServerTls } from '../config/config.js';
 import { handleStream } from '../request/stream.js';
 import type { EppMetrics } from '../telemetry/metrics.js';
 import { refreshViewGauges } from '../telemetry/view-gauges.js';
 import { createView, startViewServer } from '../ui/view.js';
 import type { EppCore } from './core.js';
-import { bindGrpc, grpcCredentials, isLoopback, newGrpcServer, shutdownGrpc } from './grpc.js';
+import { bindGrpc, isLoopback, newGrpcServer, shutdownGrpc } from './grpc.js';
+import { GrpcListener } from './grpc-listener.js';
 import type { HealthState } from './health.js';
 import { closeHttp, startMetricsServer } from './http.js';
+import { ReloadingTls } from './tls-reload.js';
 
 export interface ServerParts {
   readonly config: EppConfig;
@@ -28,6 +30,9 @@ export interface RunningServers {
   readonly metricsPort: number;
   /** Where the operators' view is served (the metrics port unless --ui-port); undefined with --ui false. */
   readonly uiPort: number | undefined;
+  /** The ext_proc port's listener: its open connections, and a graceful stop of them. */
+  readonly extProc: GrpcListener;
+  /** Closes every server: streams in flight get 2 s to finish. */
   close(): Promise<void>;
 }
 
@@ -40,13 +45,17 @@ export interface RunningServers {
 export async function startServers(parts: ServerParts): Promise<RunningServers> {
   const { config, core, metrics, health, logger } = parts;
   const { flags } = config;
-  const credentials = grpcCredentials(config.tls);
+  // TLS material follows its files: new connections get the version in force (app/tls-reload.ts).
+  const tls = config.tls === undefined ? undefined : reloadingTls(config.tls, metrics, logger);
+  const credentials = tls?.credentials() ?? ServerCredentials.createInsecure();
   const grpc = newGrpcServer(flags.connectionTimeoutMs);
   grpc.addService(extProcService, { process: (call: Parameters<typeof handleStream>[1]) => handleStream(core.control, call) });
   grpc.addService(HealthService, health.implementation());
   const healthServer = newGrpcServer(flags.connectionTimeoutMs);
   healthServer.addService(HealthService, health.implementation());
-  const grpcPort = await bindGrpc(grpc, flags.host, flags.grpcPort, credentials);
+  // A listener of the EPP's own: a graceful stop needs to know who is connected (app/drain.ts).
+  const extProc = await GrpcListener.listen(grpc, flags.host, flags.grpcPort, credentials);
+  const grpcPort = extProc.port;
   // Kubelet gRPC probes cannot present client certificates: plaintext unless asked otherwise.
   const healthTls = flags.healthTls && config.tls !== undefined;
   const healthPort = await bindGrpc(
@@ -111,8 +120,11 @@ export async function startServers(parts: ServerParts): Promise<RunningServers> 
     healthPort,
     metricsPort: metricsServer.port,
     uiPort,
+    extProc,
     close: async () => {
+      tls?.close();
       await Promise.all([
+        extProc.drain(2000),
         shutdownGrpc(grpc, 2000),
         shutdownGrpc(healthServer, 2000),
         closeHttp(metricsServer.server),
@@ -120,4 +132,14 @@ export async function startServers(parts: ServerParts): Promise<RunningServers> 
       ]);
     },
   };
+}
+
+function reloadingTls(tls: ServerTls, metrics: EppMetrics, logger: Logger): ReloadingTls {
+  const { reloads, expiry } = metrics.registerTls();
+  return new ReloadingTls(tls, logger, {
+    inForce: (notAfterMs) => {
+      if (Number.isFinite(notAfterMs)) expiry.set(notAfterMs / 1000);
+    },
+    reloaded: (result) => reloads.inc({ result }),
+  });
 }

@@ -5,7 +5,7 @@ import { CliError, parseCommandLine, readConfigFile } from '@spillway/cli';
 import { connectionOptions, NatsOptionsError, natsSettingsFromValues, type NatsSettings } from '@spillway/bus';
 import { schedulerConfigSchema, type SchedulerConfig, type SharedStateConfig } from '@spillway/scheduler';
 import type { ModelRewriteRule } from '@spillway/protocol';
-import type { PromptTokenizer } from '@spillway/tokenizer';
+import type { PromptTokenizer, TokenizerSpec } from '@spillway/tokenizer';
 
 import { loadTokenizers } from '../kv/config.js';
 import { eppConfigFileSchema, eppFlags, flagKeys, type EppConfigFile, type EppFlagValues } from './flags.js';
@@ -22,6 +22,15 @@ export interface EppConfigSource {
   readonly hash: string;
   readonly argv: readonly string[];
   readonly env: NodeJS.ProcessEnv;
+  /** The file's sections read only at start, as in force: a reload that changes them names them in its restart warning. */
+  readonly startOnly: StartOnlySections;
+}
+
+/** The config file's sections a running EPP does not change: the shared-state channel and the tokenizers. */
+export interface StartOnlySections {
+  /** As in force (`enabled` is `--share-state` when given). */
+  readonly sharedState: SharedStateConfig;
+  readonly tokenizers: Readonly<Record<string, TokenizerSpec>>;
 }
 
 export interface EppConfig {
@@ -45,6 +54,8 @@ export interface ServerTls {
   cert: Buffer;
   key: Buffer;
   clientCa: Buffer | undefined;
+  /** Where they were read from: watched, and read again when they change (app/tls-reload.ts). */
+  files: { cert: string; key: string; clientCa: string | undefined };
 }
 
 /** Reads `--config` (or SPILLWAY_CONFIG) ahead of the other flags, since its values sit beneath them. */
@@ -90,10 +101,18 @@ export function loadEppConfig(argv: readonly string[], env: NodeJS.ProcessEnv): 
     warnings.push('--view-stale-limit-ms is deprecated and ignored: readiness stays SERVING while NATS is unreachable');
   }
   const scheduler = schedulerConfigOf(file, flags, path);
-  const source = path === undefined || read === undefined ? undefined : { path, hash: read.hash, argv: [...argv], env };
-  const sharedState = { ...file.sharedState, enabled: flags.shareState ?? file.sharedState.enabled };
+  const sharedState = sharedStateOf(file, flags);
   const tokenizers = loadTokenizers(file.tokenizers, flags.tokenizer);
+  const source =
+    path === undefined || read === undefined
+      ? undefined
+      : { path, hash: read.hash, argv: [...argv], env, startOnly: { sharedState, tokenizers: file.tokenizers } };
   return { flags, nats, scheduler, modelRewrites: file.modelRewrites, sharedState, tokenizers, tls, warnings, source };
+}
+
+/** The shared-state channel's settings: the file's, with `--share-state` over `enabled`. */
+export function sharedStateOf(file: EppConfigFile, flags: EppFlagValues): SharedStateConfig {
+  return { ...file.sharedState, enabled: flags.shareState ?? file.sharedState.enabled };
 }
 
 /** Flags over environment over the file's flag fields; undefined for `--help`. Throws CliError naming the bad flag. */
@@ -135,26 +154,39 @@ function readServerTls(flags: EppFlagValues): ServerTls | undefined {
   const cert = readFlagFile('tls-cert', flags.tlsCert);
   const key = readFlagFile('tls-key', flags.tlsKey);
   const clientCa = flags.tlsClientCa === undefined ? undefined : readFlagFile('tls-client-ca', flags.tlsClientCa);
+  const tls: ServerTls = { cert, key, clientCa, files: { cert: flags.tlsCert, key: flags.tlsKey, clientCa: flags.tlsClientCa } };
+  const problem = serverTlsProblem(tls);
+  if (problem !== undefined) throw new CliError(problem.message, problem.flag);
+  return tls;
+}
+
+/**
+ * Why server TLS material cannot be used (a certificate that does not parse, a key that is not
+ * its private key, a CA bundle that does not parse), naming the flag and file at fault; undefined
+ * when it can. At start a problem is a usage error; on a reload the material in force stays.
+ */
+export function serverTlsProblem(tls: ServerTls): { flag: string; message: string } | undefined {
+  const { files } = tls;
   try {
-    createSecureContext({ cert });
+    createSecureContext({ cert: tls.cert });
   } catch (error) {
-    throw new CliError(`--tls-cert: ${flags.tlsCert} is not a usable certificate: ${(error as Error).message}`, 'tls-cert');
+    return { flag: 'tls-cert', message: `--tls-cert: ${files.cert} is not a usable certificate: ${(error as Error).message}` };
   }
   try {
-    createSecureContext({ cert, key });
+    createSecureContext({ cert: tls.cert, key: tls.key });
   } catch (error) {
-    throw new CliError(`--tls-key: ${flags.tlsKey} is not the private key of --tls-cert: ${(error as Error).message}`, 'tls-key');
+    return { flag: 'tls-key', message: `--tls-key: ${files.key} is not the private key of --tls-cert: ${(error as Error).message}` };
   }
-  if (clientCa !== undefined) {
+  if (tls.clientCa !== undefined) {
     try {
       // createSecureContext ignores a CA bundle it cannot parse; X509Certificate does not.
-      new X509Certificate(clientCa);
+      new X509Certificate(tls.clientCa);
     } catch (error) {
-      throw new CliError(
-        `--tls-client-ca: ${flags.tlsClientCa} is not a usable CA certificate: ${(error as Error).message}`,
-        'tls-client-ca',
-      );
+      return {
+        flag: 'tls-client-ca',
+        message: `--tls-client-ca: ${files.clientCa} is not a usable CA certificate: ${(error as Error).message}`,
+      };
     }
   }
-  return { cert, key, clientCa };
+  return undefined;
 }

@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { commaList, durationMs, logLevel, port, positiveInt, renderHelp, type FlagSpecs } from '@spillway/cli';
 import { DEFAULT_STREAM, natsFlags, streamNameSchema } from '@spillway/bus';
-import { DEFAULT_MAX_CLOCK_SKEW_MS, DEFAULT_MAX_PODS_PER_ZONE } from '@spillway/fleet';
+import { DEFAULT_MAX_CLOCK_SKEW_MS, DEFAULT_MAX_PODS_PER_ZONE, DEFAULT_MAX_ZONES_PER_POOL } from '@spillway/fleet';
 import { schedulerConfigSchema, sharedStateConfigSchema } from '@spillway/scheduler';
 
 import { kvFlags, tokenizersFileSchema } from '../kv/config.js';
@@ -94,6 +94,11 @@ export const eppFlags = {
     schema: positiveInt().default(DEFAULT_MAX_PODS_PER_ZONE),
     placeholder: 'N',
   },
+  maxZonesPerPool: {
+    description: 'most zones the pool may hold; events for pods of further zones are refused',
+    schema: positiveInt().default(DEFAULT_MAX_ZONES_PER_POOL),
+    placeholder: 'N',
+  },
   metricModels: {
     description: 'models named in metric labels besides those of modelRewrites; every other model is counted as "other"',
     schema: commaList().default([]),
@@ -118,6 +123,17 @@ export const eppFlags = {
     description: 'request-body bytes all open streams may hold together; a body that needs more gets 503',
     schema: positiveInt().default(512 * 1024 * 1024),
     placeholder: 'BYTES',
+  },
+  drainDelayMs: {
+    description:
+      "on SIGTERM, report NOT_SERVING and keep serving this long before refusing new connections, so the gateways' health checks notice first (Envoy's EPP cluster: 2 checks, 2 s apart, 1 s timeout); skipped when no gateway is connected or the EPP never reported SERVING",
+    schema: durationMs().default(6000),
+    placeholder: 'MS',
+  },
+  drainTimeoutMs: {
+    description: 'then let streams in flight (requests waiting for their response headers) finish for at most this long',
+    schema: durationMs().default(30_000),
+    placeholder: 'MS',
   },
   shareState: {
     description:

@@ -3,7 +3,7 @@ import type { Logger } from 'pino';
 import { CliError, flagName, parseConfigText, type LogLevel } from '@spillway/cli';
 import type { SchedulerConfig } from '@spillway/scheduler';
 import type { ModelRewriteRule } from '@spillway/protocol';
-import { resolveFlags, schedulerConfigOf, type EppConfigSource } from './config.js';
+import { resolveFlags, schedulerConfigOf, sharedStateOf, type EppConfigSource } from './config.js';
 import { eppConfigFileSchema, eppFlags, type EppFlagValues } from './flags.js';
 import type { EppMetrics } from '../telemetry/metrics.js';
 
@@ -34,7 +34,14 @@ const LIVE_FLAGS: ReadonlySet<keyof EppFlagValues> = new Set([
 ]);
 
 export type ReloadResult =
-  | { readonly ok: true; readonly settings: LiveSettings; readonly restartNeeded: readonly string[] }
+  | {
+      readonly ok: true;
+      readonly settings: LiveSettings;
+      /** Flags (`--flag-name`) whose new value needs a restart. */
+      readonly restartNeeded: readonly string[];
+      /** Config-file fields read only at start (`sharedState.<key>`, `tokenizers.<model>`) whose new value needs a restart. */
+      readonly restartFields: readonly string[];
+    }
   | { readonly ok: false; readonly error: string };
 
 /**
@@ -51,15 +58,29 @@ export function reloadEppConfig(text: string, source: EppConfigSource, started: 
     const restartNeeded = (Object.keys(eppFlags) as (keyof EppFlagValues)[])
       .filter((key) => !LIVE_FLAGS.has(key) && !isDeepStrictEqual(flags[key], started[key]))
       .map((key) => `--${flagName(key)}`);
+    const { startOnly } = source;
+    const restartFields = [
+      ...changedKeys('sharedState', sharedStateOf(file, flags), startOnly.sharedState),
+      ...changedKeys('tokenizers', file.tokenizers, startOnly.tokenizers),
+    ];
     return {
       ok: true,
       settings: { scheduler, modelRewrites: file.modelRewrites, metricModels: flags.metricModels, logLevel: flags.logLevel },
       restartNeeded,
+      restartFields,
     };
   } catch (error) {
     if (error instanceof CliError) return { ok: false, error: error.message };
     throw error;
   }
+}
+
+/** `prefix.key` for every key whose value differs between two versions of one section (added and removed keys too). */
+function changedKeys(prefix: string, now: object, before: object): string[] {
+  const after = now as Record<string, unknown>;
+  const was = before as Record<string, unknown>;
+  const keys = new Set([...Object.keys(after), ...Object.keys(was)]);
+  return [...keys].filter((key) => !isDeepStrictEqual(after[key], was[key])).map((key) => `${prefix}.${key}`);
 }
 
 /** One read of the config file: its bytes' hash and text, or why it could not be read. */
@@ -124,9 +145,9 @@ export class LiveConfig {
     this.metrics.configReloads.inc({ result: 'applied' });
     this.metrics.configLastReloadSuccessful.set(1);
     this.logger.info({ path: this.source.path, hash: version.hash, previous: this.appliedHash }, 'config reloaded');
-    if (result.restartNeeded.length > 0) {
+    if (result.restartNeeded.length > 0 || result.restartFields.length > 0) {
       this.logger.warn(
-        { path: this.source.path, flags: result.restartNeeded },
+        { path: this.source.path, flags: result.restartNeeded, fields: result.restartFields },
         'config changes that take effect only after a restart; running with the old values',
       );
     }

@@ -1,8 +1,7 @@
 import { watch, type FSWatcher } from 'node:fs';
-import { readFile } from 'node:fs/promises';
 import { basename, dirname } from 'node:path';
 import type { Logger } from 'pino';
-import { configHash } from '@spillway/cli';
+import { configHash, readConfigBytesAsync } from '@spillway/cli';
 import type { EppConfig } from './config.js';
 import { LiveConfig, type ConfigVersion, type Reconfigurable } from './reload.js';
 import type { EppMetrics } from '../telemetry/metrics.js';
@@ -40,10 +39,11 @@ export function watchConfigFile(
   const readOnce = async (): Promise<void> => {
     let version: ConfigVersion;
     try {
-      const bytes = await readFile(path);
+      // At most MAX_CONFIG_FILE_BYTES are read, whatever the file holds (or keeps producing).
+      const bytes = await readConfigBytesAsync(path);
       version = { hash: configHash(bytes), text: bytes.toString('utf8') };
     } catch (error) {
-      version = { error: `cannot read: ${(error as Error).message}` };
+      version = { error: (error as Error).message };
     }
     if (!closed) onVersion(version);
   };

@@ -208,7 +208,13 @@ class ExtProcStream implements Deadline {
   ): void {
     const headers = head.headers;
     const decision = this.control.pick(
-      { model: request?.model ?? '', prompt: request?.prompt, objective: headers.objective, subset: head.subset },
+      {
+        model: request?.model ?? '',
+        prompt: request?.prompt,
+        objective: headers.objective,
+        subset: head.subset,
+        requestId: headers.requestId,
+      },
       request,
     );
     if (decision.status !== 'routed') {

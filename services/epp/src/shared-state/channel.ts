@@ -49,13 +49,13 @@ export function startChannel(parts: ChannelParts): RunningChannel {
     maxPerS: config.maxSyncPerS,
   });
   let closed = false;
-  const warm = warmStart(
+  const warm = warmStart({
     nc,
     self,
     receiver,
-    { deadlineMs: config.warmStartMs, quietMs: config.warmStartQuietMs, maxBytesPerPeer: config.maxSnapshotBytes },
+    limits: { deadlineMs: config.warmStartMs, quietMs: config.warmStartQuietMs, maxBytesPerPeer: config.maxSnapshotBytes },
     now,
-  ).then((result) => {
+  }).then((result) => {
     counters.warmStartPeers = result.peers;
     counters.warmStartEntries = result.entries;
     logger.info({ epp: self.epp, ...result }, result.outcome === 'lone' ? 'warm start: no peers, starting empty' : 'warm start over');

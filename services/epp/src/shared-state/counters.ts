@@ -1,7 +1,8 @@
 import type { StateDecodeReason } from '@spillway/events';
 
 /** Why a received batch was refused whole. */
-export type StateRejectReason = StateDecodeReason | 'replayed' | 'sequence-jump' | 'too-many-peers' | 'misplaced-snapshot' | 'wrong-pool';
+export type StateRejectReason =
+  StateDecodeReason | 'replayed' | 'sequence-jump' | 'too-many-peers' | 'misplaced-snapshot' | 'unvouched-snapshot' | 'wrong-pool';
 /** Why entries of this EPP never left. */
 export type StateDropReason = 'buffer-full' | 'not-connected' | 'publish-failed' | 'oversized';
 
@@ -23,6 +24,10 @@ export class SharedStateCounters {
   expiredTtl = 0;
   expiredPeer = 0;
   peersForgotten = 0;
+  /** Peers whose sequence was taken up afresh after consecutive refusals (a real count pushed behind by a forged batch, or a restarted count). */
+  resyncs = 0;
+  /** Peers forgotten to make room for a new one (a full zone, or a full table). */
+  peersEvicted = 0;
   readonly dropped: Record<StateDropReason, number> = { 'buffer-full': 0, 'not-connected': 0, 'publish-failed': 0, oversized: 0 };
   readonly rejected: Partial<Record<StateRejectReason, number>> = {};
   syncAnswered = 0;

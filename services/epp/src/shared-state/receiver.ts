@@ -26,6 +26,8 @@ const LOG_EVERY_MS = 60_000;
  * dropped whole, counted by reason and logged at most once a minute per reason.
  */
 export class StateReceiver {
+  /** Told when a batch of a peer arrived on its own subject and was applied (the warm start waits for this). */
+  onPeerHeard: ((zone: string, epp: string) => void) | undefined;
   private subscription: Subscription | undefined;
   private readonly lastLogged = new Map<string, number>();
   private readonly nc: NatsConnection;
@@ -51,15 +53,39 @@ export class StateReceiver {
     });
   }
 
-  /** Applies one batch; exposed for warm start, whose snapshot parts arrive on an inbox. */
-  apply(batch: StateBatch, subject: string): void {
+  /** Applies one batch; exposed for warm start, whose snapshot parts arrive on an inbox. Whether it was applied. */
+  apply(batch: StateBatch, subject: string): boolean {
     const result = this.shared.apply(batch, this.now(), this.self.epp);
-    if (result.outcome === 'own') return;
-    if (result.outcome !== 'applied') return this.reject(subject, result.outcome, `${result.entries} entries from ${batch.epp}`);
+    if (result.outcome === 'own') return false;
+    if (result.outcome !== 'applied') {
+      this.reject(subject, result.outcome, `${result.entries} entries from ${batch.epp}`);
+      return false;
+    }
     this.counters.batchesIn++;
     this.counters.entriesIn += result.entries;
     this.counters.gaps += result.gap;
     this.counters.entriesIgnored += result.ignored;
+    this.counters.peersEvicted += result.evicted;
+    if (result.evicted > 0)
+      this.note(
+        'peer-evicted',
+        { subject, peer: batch.epp, zone: batch.zone, evicted: result.evicted },
+        'forgot peers to make room for a new one',
+      );
+    if (result.resynced) {
+      this.counters.resyncs++;
+      this.note(
+        'resync',
+        { subject, peer: batch.epp, zone: batch.zone, seq: batch.seq },
+        "took up a peer's sequence afresh after consecutive refusals",
+      );
+    }
+    return true;
+  }
+
+  /** Whether `epp` of `zone` is a peer now: heard on its own subject (warm-start answers are taken only from such peers). */
+  knowsPeer(zone: string, epp: string): boolean {
+    return this.shared.knowsPeer(zone, epp);
   }
 
   async close(): Promise<void> {
@@ -76,19 +102,25 @@ export class StateReceiver {
     // Snapshots answer a warm-start request on its inbox; on a batch subject one would be a replay of state.
     if (decoded.batch.snapshot !== undefined)
       return this.reject(msg.subject, 'misplaced-snapshot', `snapshot part from ${decoded.batch.epp}`);
-    this.apply(decoded.batch, msg.subject);
+    if (this.apply(decoded.batch, msg.subject)) this.onPeerHeard?.(decoded.batch.zone, decoded.batch.epp);
   }
 
   reject(subject: string, reason: StateRejectReason, detail: string): void {
     this.counters.reject(reason);
-    const now = this.now();
-    const last = this.lastLogged.get(reason);
-    if (last !== undefined && now - last < LOG_EVERY_MS) return;
-    this.lastLogged.set(reason, now);
-    this.logger.warn(
+    this.note(
+      reason,
       { subject, reason, detail: detail.slice(0, 300), rejected: this.counters.rejected[reason] },
       'dropped a shared-state batch',
     );
+  }
+
+  /** A warning, at most once a minute per kind (a flood of forged batches must not flood the log too). */
+  private note(kind: string, fields: Record<string, unknown>, message: string): void {
+    const now = this.now();
+    const last = this.lastLogged.get(kind);
+    if (last !== undefined && now - last < LOG_EVERY_MS) return;
+    this.lastLogged.set(kind, now);
+    this.logger.warn(fields, message);
   }
 }
 

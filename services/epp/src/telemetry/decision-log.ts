@@ -3,12 +3,16 @@ import type { Decision } from '@spillway/scheduler';
 /** One decision as the debug endpoint shows it: why each listed endpoint is where it is. */
 export interface DecisionSummary {
   at: number;
+  /** The gateway's `x-request-id`, so a decision can be matched to its request. */
+  requestId: string | undefined;
   status: Decision['status'];
   rule: Decision['rule'];
   policy: Decision['policy'];
   priority: number;
   destination: string;
   counts: Decision['counts'];
+  /** The first subset entries that named no routable pod (`counts.subsetUnmatched` counts them all). */
+  subsetUnmatchedEntries: readonly string[];
   prefixBlocks: number;
   prefixMatched: number;
   /** Which index priced the primary's cached prefix (precise: the servers' KV events), and the tokens it says the primary caches. */
@@ -58,12 +62,14 @@ export class DecisionLog {
 function summarize(d: Decision): DecisionSummary {
   return {
     at: d.at,
+    requestId: d.requestId,
     status: d.status,
     rule: d.rule,
     policy: d.policy,
     priority: d.priority,
     destination: d.destination,
     counts: d.counts,
+    subsetUnmatchedEntries: d.subsetUnmatchedEntries,
     prefixBlocks: d.prefixBlocks,
     prefixMatched: d.prefixMatched,
     prefixSource: d.prefixSource,

@@ -156,6 +156,11 @@ export class EppMetrics {
     help: 'Malformed, oversized or surplus entries in the gateway subset hint, ignored.',
     registers: [this.registry],
   });
+  readonly subsetEntriesUnmatched = new Counter({
+    name: 'spillway_subset_entries_unmatched_total',
+    help: 'Well-formed entries of the gateway subset hint that named no routable pod of the pool (a stale hint: pods rescheduled, not ready, or unknown to this EPP).',
+    registers: [this.registry],
+  });
   readonly zoneReadyPods = new Gauge({
     name: 'spillway_zone_ready_pods',
     help: 'Ready pods per zone in this EPP view.',
@@ -242,6 +247,29 @@ export class EppMetrics {
     help: '1 when the config file on disk is the version in force, 0 while it holds a change that was rejected.',
     registers: [this.registry],
   });
+  /** Registered only when the EPP serves TLS (registerTls). */
+  tlsReloads: Counter<'result'> | undefined;
+  tlsCertificateExpiry: Gauge | undefined;
+
+  /** The TLS metrics, for an EPP serving TLS: reloads of its certificate files, and the certificate's expiry. */
+  registerTls(): { reloads: Counter<'result'>; expiry: Gauge } {
+    const reloads = new Counter({
+      name: 'spillway_tls_reloads_total',
+      help: 'Changes of the TLS files (--tls-cert, --tls-key, --tls-client-ca) seen while running, by result: applied (new connections get them), or rejected (not usable together; the material in force stays).',
+      labelNames: ['result'] as const,
+      registers: [this.registry],
+    });
+    reloads.inc({ result: 'applied' }, 0);
+    reloads.inc({ result: 'rejected' }, 0);
+    const expiry = new Gauge({
+      name: 'spillway_tls_certificate_expiry_timestamp_seconds',
+      help: 'When the server certificate in force expires (Unix time, seconds).',
+      registers: [this.registry],
+    });
+    this.tlsReloads = reloads;
+    this.tlsCertificateExpiry = expiry;
+    return { reloads, expiry };
+  }
 
   /**
    * A batched child of `requests`, `schedulerAttempts`, `listEntries` or `spills` (metrics that

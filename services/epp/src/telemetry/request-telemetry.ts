@@ -11,6 +11,9 @@ import type { PendingHistogram } from './pending-histogram.js';
 import { RequestMetrics } from './request-metrics.js';
 import { SpillMatrix } from './spill-matrix.js';
 
+/** Stale subset entries are logged at most this often (they are counted always). */
+const UNMATCHED_LOG_EVERY_MS = 60_000;
+
 export interface RequestTelemetryParts {
   readonly metrics: EppMetrics;
   readonly logger: Logger;
@@ -38,6 +41,8 @@ export class RequestTelemetry implements RequestObserver {
   private readonly metrics: EppMetrics;
   private readonly logger: Logger;
   private readonly zone: string;
+  private readonly now: () => number;
+  private unmatchedLoggedAt = Number.NEGATIVE_INFINITY;
   // Prometheus children per label set, so the request path does not build label objects.
   // Batched (see PendingCount): the per-request counters with fixed labels.
   private readonly routed: PendingCount;
@@ -57,7 +62,8 @@ export class RequestTelemetry implements RequestObserver {
     this.zone = parts.zone;
     this.modelLabels = parts.modelLabels;
     this.tokenized = parts.tokenized;
-    this.spill = new SpillMatrix((parts.now ?? Date.now)());
+    this.now = parts.now ?? Date.now;
+    this.spill = new SpillMatrix(this.now());
     this.routed = metrics.batched(metrics.requests.labels({ outcome: 'routed' }));
     this.attemptSucceeded = metrics.batched(metrics.schedulerAttempts.labels({ status: 'success' }));
     this.attemptFailed = metrics.batched(metrics.schedulerAttempts.labels({ status: 'failure' }));
@@ -74,6 +80,7 @@ export class RequestTelemetry implements RequestObserver {
     this.decisions.record(decision);
     (decision.status === 'routed' ? this.attemptSucceeded : this.attemptFailed).inc();
     if (decision.counts.subsetIgnored > 0) this.metrics.subsetEntriesIgnored.inc(decision.counts.subsetIgnored);
+    if (decision.counts.subsetUnmatched > 0) this.subsetUnmatched(decision);
     if (decision.status === 'routed') {
       this.listLength.observe(decision.entries.length);
       for (const entry of decision.entries) this.entryReasons.get(entry.reason).inc();
@@ -97,6 +104,28 @@ export class RequestTelemetry implements RequestObserver {
         'decision',
       );
     }
+  }
+
+  /**
+   * Subset entries that named no routable pod: counted, and logged at most once a minute with the
+   * first of them. In locality mode a stale hint (pods rescheduled) silently narrows the zone's
+   * local candidates and sends its traffic cross-zone; this is how an operator finds out.
+   */
+  private subsetUnmatched(decision: Decision): void {
+    this.metrics.subsetEntriesUnmatched.inc(decision.counts.subsetUnmatched);
+    const now = this.now();
+    if (now - this.unmatchedLoggedAt < UNMATCHED_LOG_EVERY_MS) return;
+    this.unmatchedLoggedAt = now;
+    this.logger.warn(
+      {
+        unmatched: decision.counts.subsetUnmatched,
+        entries: decision.subsetUnmatchedEntries,
+        subsetEntries: decision.counts.subsetEntries,
+        rule: decision.rule,
+        requestId: decision.requestId,
+      },
+      'subset hint names endpoints that are not routable pods of the pool (stale hint?)',
+    );
   }
 
   committed(

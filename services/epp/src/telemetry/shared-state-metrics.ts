@@ -86,6 +86,20 @@ export function registerSharedStateMetrics(registry: Registry, sources: SharedSt
     collect: () => collectForgotten(),
   });
   const collectForgotten = mirror(forgotten, [[{}, () => counters.peersForgotten]]);
+  const evicted: Counter = new Counter({
+    name: 'spillway_shared_state_peers_evicted_total',
+    help: 'Peers forgotten to make room for a new one: the longest-silent of a zone holding maxPeersPerZone, or of the fullest zone in a table holding maxPeers.',
+    registers,
+    collect: () => collectEvicted(),
+  });
+  const collectEvicted = mirror(evicted, [[{}, () => counters.peersEvicted]]);
+  const resyncs: Counter = new Counter({
+    name: 'spillway_shared_state_resyncs_total',
+    help: 'Peers whose sequence numbers were taken up afresh after three consecutive numbers were refused in a row (pushed behind by a forged batch, or a restarted count).',
+    registers,
+    collect: () => collectResyncs(),
+  });
+  const collectResyncs = mirror(resyncs, [[{}, () => counters.resyncs]]);
   const dropped: Counter<'reason'> = new Counter({
     name: 'spillway_shared_state_dropped_total',
     help: "This EPP's entries that never left: buffer full, NATS not connected, publish failed, batch too large.",
@@ -106,13 +120,15 @@ export function registerSharedStateMetrics(registry: Registry, sources: SharedSt
     'too-many-hashes',
     'subject-mismatch',
     'replayed',
+    'sequence-jump',
     'too-many-peers',
     'misplaced-snapshot',
+    'unvouched-snapshot',
     'wrong-pool',
   ] as const;
   const rejected: Counter<'reason'> = new Counter({
     name: 'spillway_shared_state_rejected_total',
-    help: 'Received batches refused whole, by reason: malformed (not-msgpack, invalid), too large (oversized, too-many-hashes), forged origin (subject-mismatch), replayed, past the peer bound, a snapshot outside warm start, another pool.',
+    help: 'Received batches refused whole, by reason: malformed (not-msgpack, invalid), too large (oversized, too-many-hashes), forged origin (subject-mismatch), replayed, a sequence number further ahead than the peer could have counted (sequence-jump), past the peer bound, a snapshot outside warm start or from a peer not heard on its own subject (unvouched-snapshot), another pool.',
     labelNames: ['reason'] as const,
     registers,
     collect: () => collectRejected(),
