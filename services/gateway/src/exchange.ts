@@ -88,6 +88,9 @@ export async function handleExchange(ctx: ExchangeContext, req: IncomingMessage,
   await new Exchange(ctx, req, res).run();
 }
 
+/** How long after the request's deadline its ext_proc stream's gRPC deadline falls. */
+const STREAM_DEADLINE_GRACE_MS = 1_000;
+
 class Exchange {
   readonly #ctx: ExchangeContext;
   readonly #req: IncomingMessage;
@@ -108,7 +111,9 @@ class Exchange {
     this.#res = res;
     const { options } = ctx;
     const timeoutMs = options.requestTimeoutMs;
-    // The stream's gRPC deadline bounds the whole exchange, so no stream outlives its request.
+    // The exchange's own timer answers the client (504 request_timeout) and closes the stream; the
+    // stream's gRPC deadline, a little later, only guarantees that no stream outlives its request.
+    // Were the two equal, a DEADLINE_EXCEEDED could win the race and turn the 504 into status_on_error.
     this.#session = new ExtProcSession(
       {
         pickEpp: () => ctx.epp.pick(),
@@ -123,7 +128,7 @@ class Exchange {
         stats: ctx.stats,
         logger: ctx.logger,
       },
-      new Date(Date.now() + timeoutMs),
+      new Date(Date.now() + timeoutMs + STREAM_DEADLINE_GRACE_MS),
     );
     const timer = setTimeout(() => {
       this.#timedOut = true;
