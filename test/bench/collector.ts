@@ -85,7 +85,7 @@ interface Measured {
   cpuPerScrape: number;
 }
 
-/** Issue 16, at TARGET_ENDPOINTS endpoints: scrape rate ≥ this × the baseline's, lag p99 under TARGET_LAG_P99_MS. */
+/** The collector's targets, at TARGET_ENDPOINTS endpoints: scrape rate ≥ this × the baseline's, lag p99 under TARGET_LAG_P99_MS. */
 const TARGET_RATE_RATIO = 0.9;
 const TARGET_LAG_P99_MS = 50;
 const TARGET_ENDPOINTS = 500;

@@ -26,7 +26,7 @@ export const extproc: BenchPart = {
   run,
 };
 
-/** Issue 16's targets, EPP against bare in the same run. */
+/** The ext_proc targets, EPP against bare in the same run. */
 const TARGET_CPU_RATIO = 1.2;
 const TARGET_SATURATION_RATIO = 0.85;
 const TARGET_RATE = 2000;

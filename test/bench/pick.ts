@@ -61,7 +61,7 @@ interface Stats {
   cpu: number;
 }
 
-/** Issue 16: pick p99 under this many µs at TARGET_SIZE endpoints, every subset shape, both modes. */
+/** The pick target: p99 under this many µs at TARGET_SIZE endpoints, every subset shape, both modes. */
 const TARGET_P99_US = 100;
 const TARGET_SIZE = 1_000;
 

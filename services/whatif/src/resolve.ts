@@ -34,7 +34,7 @@ export interface ResolvedScenario {
     readonly spread: 'round-robin' | 'random';
     readonly sharing: boolean;
     readonly batchMs: number;
-    /** Index of the zone the pool-wide reference EPP runs in. */
+    /** Index of the zone the pool-wide reference EPP (the Gateway API Inference Extension's EPP, now in llm-d) runs in. */
     readonly referenceZone: number;
   };
   readonly faults: readonly ResolvedFault[];

@@ -4,7 +4,7 @@ import { LeastQueueRouter, RandomRouter, RoundRobinRouter, type EppRouter, type 
 import { PreciseRouter, SchedulerRouter } from './spillway-router.js';
 import type { StrategyKind } from './strategies.js';
 
-/** The reference EPP as deployed: none of the deployments' additions. */
+/** The reference EPP (the Gateway API Inference Extension's EPP, now in llm-d) as deployed: none of the deployments' additions. */
 export const REFERENCE_PROFILE: ReferenceProfile = {
   countsPicks: false,
   failover: false,

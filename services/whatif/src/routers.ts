@@ -11,7 +11,7 @@ import type { SimRequest } from './workload.js';
  * A route is an ordered list of replicas the gateway walks like Envoy's override_host; it
  * remembers the router that made it, so a request picked before an EPP restart is released to the
  * state that counted it. The strategies' own modules: Spillway's scheduler (spillway-router.ts),
- * the reference EPP and its deployments (reference-router.ts), Envoy's load-aware locality policy
+ * the reference EPP (the Gateway API Inference Extension's EPP, now in llm-d) and its deployments (reference-router.ts), Envoy's load-aware locality policy
  * (envoy-router.ts); the simple baselines are here.
  */
 export const POOL = 'sim';

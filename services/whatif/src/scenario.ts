@@ -166,7 +166,7 @@ const signalsSchema = z.strictObject({
   kvLossRate: z.number().min(0).max(0.99).default(0),
   kvSnapshotEveryS: z.number().finite().min(0.1).max(3600).default(10),
   /**
-   * The scrape path (the reference EPP and the pickers built on it): each picker scrapes each pod
+   * The scrape path (the reference EPP, i.e. the Gateway API Inference Extension's EPP now in llm-d, and the pickers built on it): each picker scrapes each pod
    * it picks among every `scrapeEveryMs` (the reference's --refresh-metrics-interval); a scrape
    * takes the round trip between the zones plus `scrapeMs` (rendering and parsing the metrics).
    */

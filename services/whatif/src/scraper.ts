@@ -6,7 +6,7 @@ import type { EventQueue } from './queue.js';
 import type { ReplicaSet } from './replicas.js';
 import type { ResolvedScenario } from './resolve.js';
 
-/** A scrape that gets no answer is abandoned after the reference's per-scrape timeout. */
+/** A scrape that gets no answer is abandoned after the per-scrape timeout of the reference EPP (the Gateway API Inference Extension's EPP, now in llm-d). */
 const SCRAPE_TIMEOUT_MS = 1000;
 
 /**
