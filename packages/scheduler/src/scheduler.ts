@@ -18,6 +18,7 @@ import { KvBlockIndex, type KvIndexOptions, type KvIndexStats } from './kv-index
 import { PrefixLookup } from './kv-lookup.js';
 import { isSilent } from './load.js';
 import { TIER_LOCAL, ZoneNetwork, type Tier } from './network.js';
+import { shouldHold, type PricedCandidates } from './hold.js';
 import { PenaltyBox } from './penalties.js';
 import { PrefixIndex } from './prefix-index.js';
 import type { EntryCost, PricingContext, PricingPolicy } from './pricing.js';
@@ -133,6 +134,13 @@ export class Scheduler {
   private keys = new Float64Array(64);
   private waits = new Float64Array(64);
   private readonly chosen: number[] = [];
+  private readonly priced: { -readonly [K in keyof PricedCandidates]: PricedCandidates[K] } = {
+    count: 0,
+    keys: this.keys,
+    waits: this.waits,
+    tiers: new Uint8Array(0),
+    limitBand: 0,
+  };
   private readonly ctx: PricingContext;
   private readonly baseKey: BaseKey;
   private readonly excludedNow = (endpoint: Endpoint): boolean =>
@@ -390,7 +398,22 @@ export class Scheduler {
     const primary = entries[0] as DecisionEntry;
     const rule: DecisionRule = primary.full ? 'last-resort' : primary.zone === this.zone ? 'local' : 'spill';
     const overloaded = rule !== 'local';
-    return this.decide(facts, 'routed', rule, entries, overloaded);
+    const flow = this.config.flowControl;
+    const hold = flow.enabled && shouldHold(this.pricedView(n), flow.holdAboveMs);
+    const record = this.decide(facts, 'routed', rule, entries, overloaded);
+    record.hold = hold;
+    return record;
+  }
+
+  /** This pick's keys and waits as the hold rule reads them (one object, refreshed per pick). */
+  private pricedView(count: number): PricedCandidates {
+    const view = this.priced;
+    view.count = count;
+    view.keys = this.keys;
+    view.waits = this.waits;
+    view.tiers = this.candidates.tiers;
+    view.limitBand = this.policy.limitBand;
+    return view;
   }
 
   /**
