@@ -23,7 +23,7 @@ export const flowControlConfigSchema = z.strictObject({
    * held only when no eligible endpoint has room (and waiting for local room is expected to be
    * faster than the best remote endpoint); a held one is dispatched when one has.
    */
-  holdAboveMs: z.number().finite().min(0).max(3_600_000).default(50),
+  holdAboveMs: z.number().finite().min(0).max(3_600_000).default(200),
 });
 
 export type FlowControlConfig = z.output<typeof flowControlConfigSchema>;

@@ -17,6 +17,7 @@ export const STRATEGY_KINDS = [
   'llm-d-topology',
   'zone-local',
   'spillway',
+  'spillway-fc',
   'spillway-precise',
   'oracle',
 ] as const;
@@ -46,6 +47,8 @@ export const STRATEGY_DESCRIPTIONS: Readonly<Record<StrategyKind, string>> = {
     'an llm-d EPP per zone scraping the whole pool: the reference scorers plus a zone topology scorer outweighing them, behind the utilisation capacity filter, so a request leaves its zone only when the filter drops every local pod',
   'zone-local': "Spillway's scheduler in strict mode with the gateway's zone-local subset: never leaves the zone",
   spillway: "Spillway's scheduler in locality mode with the gateway's zone-local subset: spills to other zones by its rules",
+  'spillway-fc':
+    'spillway with flow control: a request no endpoint has room for is held at its EPP (priority bands, round robin across fairness ids, FCFS within one) and dispatched when a sample, a completion or a peer shows room',
   'spillway-precise':
     "spillway, with the precise block index: the requests' token ids and every replica's KV events (relayed in batches with delay and loss, snapshots every kvSnapshotEveryS)",
   oracle:
@@ -110,6 +113,7 @@ export const DEPLOYMENTS: Readonly<Record<StrategyKind, Deployment>> = {
   'llm-d-topology': perZone('scrape'),
   'zone-local': { ...perZone('nats'), fallback: 'gateway-zone' },
   spillway: perZone('nats'),
+  'spillway-fc': perZone('nats'),
   'spillway-precise': perZone('nats'),
   oracle: perZone('nats'),
 };
@@ -130,7 +134,7 @@ export interface StrategySpec {
 }
 
 /** The kinds a sweep varies: Spillway's cost policy, where the swept fields act. */
-export const SWEPT_KINDS: readonly StrategyKind[] = ['spillway', 'spillway-precise', 'oracle'];
+export const SWEPT_KINDS: readonly StrategyKind[] = ['spillway', 'spillway-fc', 'spillway-precise', 'oracle'];
 
 /**
  * A sweep's points: after each Spillway strategy listed by its kind, one variant per value
@@ -159,7 +163,7 @@ export function withSweep(specs: readonly StrategySpec[], sweep: Readonly<Record
 }
 
 /** The kinds whose EPPs run Spillway's scheduler per zone, and so can share state with each other. */
-export const SHARING_KINDS: readonly StrategyKind[] = ['spillway', 'zone-local', 'spillway-precise', 'oracle'];
+export const SHARING_KINDS: readonly StrategyKind[] = ['spillway', 'spillway-fc', 'zone-local', 'spillway-precise', 'oracle'];
 
 /** Whether a strategy's EPPs share state in a scenario whose `epps.sharing` is `scenarioSharing`. */
 export function sharesState(spec: StrategySpec, scenarioSharing: boolean): boolean {
@@ -189,6 +193,8 @@ function kindDefaults(kind: StrategyKind, context: StrategyContext): SchedulerCo
     case 'spillway-precise':
     case 'oracle':
       return { subsetMode: 'locality', network: { rttMs: rttTable(context) } };
+    case 'spillway-fc':
+      return { subsetMode: 'locality', network: { rttMs: rttTable(context) }, flowControl: { enabled: true } };
     case 'zone-local':
       return { subsetMode: 'strict', crossZoneFallbacks: 0 };
     default:
