@@ -253,6 +253,11 @@ export class Scheduler {
     return this.penalties.isPenalised(endpoint, now);
   }
 
+  /** When the first passive-health penalty in force at `now` ends (its endpoint may have room again); undefined when none is. */
+  nextPenaltyEndAt(now: number): number | undefined {
+    return this.penalties.nextEndAfter(now);
+  }
+
   /** Past a hard limit now (cost: full; weighted: saturated), for the EPP's per-zone gauges. */
   isFull(endpoint: Endpoint, now: number): boolean {
     const pool = this.fleet.pool(this.pool);

@@ -4,6 +4,13 @@ import type { Decision, PickRequest } from '@spillway/scheduler';
 /** Where a request's token ids came from: a cached prompt prefix and the tail tokenized, or the whole prompt. */
 export type TokenizeOutcome = 'prefix-cached' | 'full';
 
+/**
+ * How a request left flow control's queue: dispatched (room freed), expired (`maxHoldMs`), evicted
+ * (a higher band needed its place), refused (the queue was full when it came), cancelled (its
+ * client or gateway went away), unroutable (nothing eligible when its turn came), shutdown.
+ */
+export type FlowOutcome = 'dispatched' | 'expired' | 'evicted' | 'refused' | 'cancelled' | 'unroutable' | 'shutdown';
+
 /** One routed request's own record, from its commit to the end of its stream. */
 export interface RequestRecord {
   /** A response body chunk passed through the EPP (only when the gateway streams response bodies). */
@@ -40,4 +47,8 @@ export interface RequestObserver {
   protocolViolation(reason: string): void;
   /** The request phase was not complete within `timeoutMs`; the stream ends. */
   requestTimedOut(timeoutMs: number): void;
+  /** Flow control holds a request of this band and fairness id (flow control's queue). */
+  flowHeld(priority: number, flow: string): void;
+  /** A request left flow control's queue (or was refused a place: `refused`, waited 0) after `waitedMs`. */
+  flowLeft(priority: number, flow: string, outcome: FlowOutcome, waitedMs: number): void;
 }

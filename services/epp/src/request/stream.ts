@@ -22,8 +22,9 @@ import {
   type RoutedMode,
 } from '@spillway/protocol';
 import type { SubsetHint } from '@spillway/events';
-import type { Decision } from '@spillway/scheduler';
+import type { Decision, PickRequest } from '@spillway/scheduler';
 import type { RequestControl } from './control.js';
+import type { HeldStream, HeldTicket } from './flow-control.js';
 import type { Deadline } from './deadlines.js';
 import type { RequestRecord } from './observer.js';
 
@@ -32,18 +33,22 @@ type Call = ServerDuplexStream<ProcessingRequest, ProcessingResponse>;
 /**
  * One ext_proc stream = one HTTP request (docs/protocol.md), as an explicit state machine:
  *
- *   awaiting-headers -> awaiting-body -> picked -> (response phases) -> done
+ *   awaiting-headers -> awaiting-body -> [held ->] picked -> (response phases) -> done
  *
  * The request path, end to end: headers are read; body chunks are collected until end of stream
  * (or the headers say there is no body); then the body is parsed, the scheduler picks, and the
- * destination goes back with the body. The response phases pass through, reporting the endpoint
- * the gateway actually served. However the stream ends, the request's in-flight charge is released.
+ * destination goes back with the body. With flow control on, a request no endpoint has room for
+ * is *held* (request/flow-control.ts): its stream stays open — Envoy waits, full duplex has no
+ * message timeout — until the queue dispatches it (a fresh pick) or answers it (429/503
+ * `queue_timeout`, `queue_full`); a stream that goes away while held leaves the queue at once.
+ * The response phases pass through, reporting the endpoint the gateway actually served. However
+ * the stream ends, the request's in-flight charge is released.
  *
  * Each state carries what exists in it and nothing else: the body only while it is collected, the
  * decision only once there is one. The subset hint lives until the pick (the latest one before it
  * wins); after the pick it is neither read nor kept (a hint can be megabytes, a response minutes).
  */
-type State = AwaitingHeaders | AwaitingBody | Picked | Done;
+type State = AwaitingHeaders | AwaitingBody | HeldState | Picked | Done;
 
 interface AwaitingHeaders {
   readonly kind: 'awaiting-headers';
@@ -65,6 +70,27 @@ interface AwaitingBody extends RequestHead {
   reservedBytes: number;
 }
 
+/** A request ready for its destination: what was read, and how the answer goes back. */
+interface Routable extends RequestHead {
+  readonly mode: RoutedMode;
+  /** The parsed body; undefined for a header-only request. */
+  readonly request: PreparedRequest | undefined;
+  /** The body as the client sent it. */
+  readonly requestBytes: number;
+  readonly endedWithTrailers: boolean;
+}
+
+/** Waiting in flow control's queue: all a pick and the answer need, and its place in the queue. */
+interface HeldState extends Routable {
+  readonly kind: 'held';
+  ticket: HeldTicket | undefined;
+}
+
+/** What holding a request costs beyond its body: the stream, its state, its headers (an estimate). */
+const HELD_OVERHEAD_BYTES = 1024;
+/** A subset hint entry, kept while held. */
+const SUBSET_ENTRY_BYTES = 32;
+
 interface Picked {
   readonly kind: 'picked';
   readonly decision: Decision;
@@ -83,13 +109,25 @@ interface Done {
 
 const DONE: Done = { kind: 'done' };
 
+/** What the scheduler is asked for a request (the same at its first pick and at a held request's dispatch). */
+function pickRequestOf(head: RequestHead, request: PreparedRequest | undefined): PickRequest {
+  const headers = head.headers;
+  return {
+    model: request?.model ?? '',
+    prompt: request?.prompt,
+    objective: headers.objective,
+    subset: head.subset,
+    requestId: headers.requestId,
+  };
+}
+
 export function handleStream(control: RequestControl, call: Call): void {
   new ExtProcStream(control, call);
 }
 
 // The stream is its own request deadline (at + expire), which saves an object and a closure per
 // stream. The deadline is registered exactly while the state is awaiting-headers or awaiting-body.
-class ExtProcStream implements Deadline {
+class ExtProcStream implements Deadline, HeldStream {
   /** Deadline: when the request phase must be complete. */
   readonly at: number;
   private state: State = { kind: 'awaiting-headers', subset: undefined };
@@ -206,31 +244,76 @@ class ExtProcStream implements Deadline {
     requestBytes: number,
     endedWithTrailers = false,
   ): void {
-    const headers = head.headers;
-    const decision = this.control.pick(
-      {
-        model: request?.model ?? '',
-        prompt: request?.prompt,
-        objective: headers.objective,
-        subset: head.subset,
-        requestId: headers.requestId,
-      },
+    const decision = this.control.pick(pickRequestOf(head, request), request);
+    if (decision.status !== 'routed') return this.rejectDecision(decision, request);
+    const routable: Routable = {
+      headers: head.headers,
+      modes: head.modes,
+      subset: head.subset,
+      mode,
       request,
-    );
-    if (decision.status !== 'routed') {
-      const message =
-        decision.status === 429
-          ? 'every eligible endpoint is saturated and the request is sheddable'
-          : `no endpoint available (${decision.rule})`;
-      return this.reject(decision.status, message, decision.status === 429 ? 'system_saturated' : decision.rule, request);
+      requestBytes,
+      endedWithTrailers,
+    };
+    const flow = this.control.flow;
+    if (!flow.shouldHold(decision)) return this.send(routable, decision);
+    // Held: Envoy waits on the open stream, and maxHoldMs bounds the wait instead of the request deadline.
+    const held: HeldState = { kind: 'held', ...routable, ticket: undefined };
+    this.control.deadlines.remove(this);
+    this.state = held;
+    const subsetBytes = (head.subset?.length ?? 0) * SUBSET_ENTRY_BYTES;
+    const bytes = requestBytes + HELD_OVERHEAD_BYTES + subsetBytes;
+    held.ticket = flow.hold(this, { priority: decision.priority, flow: head.headers.fairnessId, bytes });
+    if (held.ticket === undefined && this.state === held) {
+      this.reject(decision.sheddable ? 429 : 503, 'the flow control queue is full; retry', 'queue_full', request);
     }
+  }
+
+  /** HeldStream: the pick made again at dispatch, with the latest subset hint. */
+  pickRequest(): PickRequest {
+    const state = this.state;
+    if (state.kind !== 'held') throw new Error(`pickRequest in state ${state.kind}`);
+    return pickRequestOf(state, state.request);
+  }
+
+  /** HeldStream: the body as parsed (for the pick's tokens and the observer). */
+  get prepared(): PreparedRequest | undefined {
+    return this.state.kind === 'held' ? this.state.request : undefined;
+  }
+
+  /** HeldStream: room freed and the pick found it; the destination goes now. */
+  dispatch(decision: Decision): void {
+    const state = this.state;
+    if (state.kind !== 'held') return;
+    this.send(state, decision);
+  }
+
+  /** HeldStream: expired, evicted, or nothing eligible when its turn came. */
+  refuse(status: 429 | 503, code: string, message: string): void {
+    const state = this.state;
+    if (state.kind !== 'held') return;
+    // Out of the queue already: nothing to leave.
+    state.ticket = undefined;
+    this.reject(status, message, code, state.request);
+  }
+
+  private rejectDecision(decision: Decision, request: PreparedRequest | undefined): void {
+    const status = decision.status === 429 ? 429 : 503;
+    const message =
+      status === 429 ? 'every eligible endpoint is saturated and the request is sheddable' : `no endpoint available (${decision.rule})`;
+    this.reject(status, message, status === 429 ? 'system_saturated' : decision.rule, request);
+  }
+
+  /** Answers with the destination: the pick is committed and the request's record starts. */
+  private send(routable: Routable, decision: Decision): void {
+    const { headers, mode, request, requestBytes, endedWithTrailers } = routable;
     this.control.deadlines.remove(this);
     const record = this.control.commit(decision, request, requestBytes, this.startedAt);
     this.state = {
       kind: 'picked',
       decision,
       record,
-      responseFullDuplex: head.modes.response === 'full-duplex',
+      responseFullDuplex: routable.modes.response === 'full-duplex',
       served: undefined,
       failureSeen: false,
     };
@@ -326,6 +409,9 @@ class ExtProcStream implements Deadline {
       case 'awaiting-body':
         this.control.deadlines.remove(this);
         this.control.bodies.release(state.reservedBytes);
+        return;
+      case 'held':
+        if (state.ticket !== undefined) this.control.flow.leave(state.ticket);
         return;
       case 'picked':
         this.control.release(state.decision, state.record);
