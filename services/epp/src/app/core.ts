@@ -147,7 +147,7 @@ export class EppCore {
 /** A sample-triggered dispatch pass waits at most this long. */
 const MAX_DISPATCH_DELAY_MS = 60;
 /** What a shared-state batch takes over NATS beyond its batch delay, for the dispatch stagger. */
-const DISPATCH_NETWORK_MS = 3;
+const DISPATCH_NETWORK_MS = 20;
 
 function rewriterOf(rules: readonly ModelRewriteRule[]): ModelRewriter | undefined {
   return rules.length > 0 ? compileModelRewrites(rules) : undefined;
