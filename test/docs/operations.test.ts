@@ -2,7 +2,15 @@ import { readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { parse as parseYaml } from 'yaml';
-import { EppMetrics, KvCounters, registerKvMetrics, registerSharedStateMetrics, SharedStateCounters, TokenCache } from '@spillway/epp';
+import {
+  EppMetrics,
+  FlowMetrics,
+  KvCounters,
+  registerKvMetrics,
+  registerSharedStateMetrics,
+  SharedStateCounters,
+  TokenCache,
+} from '@spillway/epp';
 import { CollectorMetrics } from '@spillway/collector';
 
 // The runbook must name what the binaries really export and log: a renamed metric or log line
@@ -39,6 +47,8 @@ async function exported(): Promise<Set<string>> {
     batches: 0,
   };
   registerKvMetrics(epp.registry, { counters: new KvCounters(), stats: () => stats, cache: new TokenCache(1024) });
+  // And flow control's (every EPP).
+  new FlowMetrics(epp.registry);
   for (const registry of [epp.registry, new CollectorMetrics().registry]) {
     for (const metric of await registry.getMetricsAsJSON()) names.add(metric.name);
   }

@@ -3,10 +3,12 @@ import { z } from 'zod';
 /**
  * Flow control (docs/flow-control.md): when no eligible endpoint has room, the EPP may hold a
  * request instead of answering at once, and dispatch it when room frees, highest priority band
- * first, round robin across fairness ids within a band, FCFS within one. Off by default.
+ * first, round robin across fairness ids within a band, FCFS within one. On by default: measured in
+ * the routing simulation it holds nothing below saturation and protects bands and tenants above it
+ * (BENCHMARKS.md, "Flow control (simulation)").
  */
 export const flowControlConfigSchema = z.strictObject({
-  enabled: z.boolean().default(false),
+  enabled: z.boolean().default(true),
   /** A request held this long is answered 429 (sheddable) or 503, code `queue_timeout`. */
   maxHoldMs: z.number().int().min(1).max(600_000).default(5000),
   /** Requests held at most; past it the newest request of the lowest band is refused first. */

@@ -52,8 +52,11 @@ describe('hold or spill (scheduler)', () => {
     expect(d.rule).toBe('spill');
   });
 
-  it('never holds with flow control off (the default), whatever the load', () => {
-    expect(pick(withWaiting({ a: 9, b: 9, c: 9 }), { subsetMode: 'strict' }, localSubset).hold).toBe(false);
+  it('never holds with flow control off, whatever the load; on by default', () => {
+    expect(pick(withWaiting({ a: 9, b: 9, c: 9 }), { subsetMode: 'strict', flowControl: { enabled: false } }, localSubset).hold).toBe(
+      false,
+    );
+    expect(pick(withWaiting({ a: 9, b: 9, c: 9 }), { subsetMode: 'strict' }, localSubset).hold).toBe(true);
   });
 
   it('a sheddable request over shedAboveMs is still shed (429), not held', () => {

@@ -189,14 +189,15 @@ export function schedulerConfigFor(spec: StrategySpec, context: StrategyContext)
 
 function kindDefaults(kind: StrategyKind, context: StrategyContext): SchedulerConfigInput {
   switch (kind) {
+    // Flow control is on by default in the EPP; only spillway-fc runs it (its router holds requests).
     case 'spillway':
     case 'spillway-precise':
     case 'oracle':
-      return { subsetMode: 'locality', network: { rttMs: rttTable(context) } };
+      return { subsetMode: 'locality', network: { rttMs: rttTable(context) }, flowControl: { enabled: false } };
     case 'spillway-fc':
       return { subsetMode: 'locality', network: { rttMs: rttTable(context) }, flowControl: { enabled: true } };
     case 'zone-local':
-      return { subsetMode: 'strict', crossZoneFallbacks: 0 };
+      return { subsetMode: 'strict', crossZoneFallbacks: 0, flowControl: { enabled: false } };
     default:
       return {};
   }
