@@ -3,6 +3,7 @@ import { collector } from './collector.js';
 import { decodeBench } from './decode.js';
 import { events } from './events.js';
 import { extproc } from './extproc.js';
+import { flow } from './flow.js';
 import { kv } from './kv.js';
 import { kvRelay } from './kv-relay.js';
 import { pick } from './pick.js';
@@ -12,4 +13,4 @@ import { sharing } from './sharing.js';
 import { xds } from './xds.js';
 
 /** Every part of `npm run bench`, in the order they run and appear in BENCHMARKS.md. */
-export const parts: BenchPart[] = [events, scale, pick, extproc, sharing, collector, kvRelay, routing, kv, decodeBench, xds];
+export const parts: BenchPart[] = [events, scale, pick, extproc, sharing, collector, kvRelay, routing, flow, kv, decodeBench, xds];
