@@ -6,8 +6,6 @@ export { XdsHub, HubCounters } from './hub.js';
 export type { HubOptions, HubMemory, HubObserver, XdsTransport } from './hub.js';
 export { XdsSession, versionOf } from './session.js';
 export type { NodeInfo, Outgoing, RequestOutcome } from './session.js';
-export { distanceOf, prioritiesOf } from './priorities.js';
-export type { Distance, Place } from './priorities.js';
 export {
   zonesByDistance,
   clusterLoadAssignment,
