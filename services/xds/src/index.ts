@@ -13,8 +13,9 @@ export {
   placeResources,
   staticResources,
   SUBSET_HINT_RESOURCE,
-  GATEWAY_ZONE_KEY,
 } from './resources.js';
+/** Where the gateway's zone travels to the EPP, beside the subset (docs/xds.md); @spillway/protocol's key. */
+export { GATEWAY_ZONE_KEY } from '@spillway/protocol';
 export type { EncodedResource, ZoneEndpoints } from './resources.js';
 export { LIMITS } from './limits.js';
 export { RoutingChangeSink } from './view-sink.js';

@@ -12,7 +12,7 @@
  *   depend on the view or the node.
  */
 import { prioritiesOf, type Endpoint, type Place, type PoolView } from '@spillway/fleet';
-import { SUBSET_KEY, SUBSET_NAMESPACE } from '@spillway/protocol';
+import { GATEWAY_ZONE_KEY, SUBSET_KEY, SUBSET_NAMESPACE } from '@spillway/protocol';
 import { contentHash } from './hash.js';
 import {
   ApiVersion,
@@ -35,8 +35,6 @@ import {
 
 /** The ECDS resource name: the name of the gateway's set_metadata filter that takes its config from spillway-xds. */
 export const SUBSET_HINT_RESOURCE = 'spillway-subset-hint';
-/** Where the gateway's zone travels to the EPP, beside the subset (docs/xds.md). */
-export const GATEWAY_ZONE_KEY = 'x-spillway-gateway-zone';
 const SET_METADATA_TYPE_URL = 'type.googleapis.com/envoy.extensions.filters.http.set_metadata.v3.Config';
 const HCM_TYPE_URL = 'type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager';
 const ROUTER_TYPE_URL = 'type.googleapis.com/envoy.extensions.filters.http.router.v3.Router';
