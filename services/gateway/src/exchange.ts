@@ -25,7 +25,7 @@ import { ProtocolViolation, applyHeaderMutation, destinationEntries, destination
 import type { Headers, LocalReply } from './mutations.js';
 import type { ResolvedOptions } from './options.js';
 import { DestinationWalk } from './override-host.js';
-import type { RoundRobin } from './override-host.js';
+import type { PriorityRoundRobin } from './priority-lb.js';
 import { retriesFailure, retriesStatus, retryBackOffMs } from './retry-policy.js';
 import type { AttemptFailure } from './retry-policy.js';
 import type { Stats } from './stats.js';
@@ -37,7 +37,7 @@ export interface ExchangeContext {
   readonly table: EndpointTable;
   readonly health: HealthView;
   /** The model-server cluster's fallback policy, shared by all requests. */
-  readonly fallback: RoundRobin;
+  readonly fallback: PriorityRoundRobin;
   readonly upstreams: Upstreams;
   readonly stats: Stats;
   readonly logger: Logger;
@@ -181,7 +181,7 @@ class Exchange {
     const declared = req.headers['content-length'];
     const hasBody = req.headers['transfer-encoding'] !== undefined || Number(declared ?? 0) > 0;
     const headers = clientHeaders(req);
-    if (options.subsetHint) this.#metadata.setSubsetHint(this.#ctx.health.healthyLocal());
+    if (options.subsetHint) this.#metadata.setSubsetHint(this.#ctx.health.healthyLocal(), options.zone);
     // The EPP sees every client header, but a client's own x-gateway-destination-endpoint* values
     // never go upstream (the route strips them) and never steer routing (override_host reads metadata).
     const forwarded: Headers = headers.filter(([name]) => !name.startsWith(':') && !name.startsWith(DESTINATION_HEADER_PREFIX));

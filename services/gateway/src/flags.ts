@@ -4,7 +4,7 @@ import { CliError, commaList, durationMs, logLevel, nonNegativeInt, parseCommand
 import type { FlagSpecs } from '@spillway/cli';
 import { z } from 'zod';
 import { loadEndpointsFile } from './endpoints.js';
-import { DEFAULTS } from './options.js';
+import { DEFAULTS, eppPrioritiesOf } from './options.js';
 import type { EppTlsOptions, GatewayOptions } from './options.js';
 import { parseRetryOn } from './retry-policy.js';
 
@@ -35,11 +35,23 @@ export const gatewayFlags = {
   },
   epp: {
     description:
-      "the EPP cluster's ext_proc addresses, comma-separated (required): each health-checked, new streams by round robin over the healthy ones",
+      "the EPP cluster's priority-0 ext_proc addresses (this zone's EPPs), comma-separated (required): each health-checked, new streams by round robin over the healthy ones",
     schema: z
       .string()
       .refine((value) => value.split(',').every((host) => hostPort.safeParse(host.trim()).success), 'must be HOST:PORT[,HOST:PORT...]'),
     placeholder: 'HOST:PORT[,...]',
+  },
+  eppFallback: {
+    description:
+      "lower priorities of the EPP cluster (other zones' EPPs): hosts of priority 1, then after each / the next priority's; as Envoy, a priority takes the streams the ones before it cannot carry (overprovisioning factor 1.4, then panic)",
+    schema: z
+      .string()
+      .refine(
+        (value) => value.split('/').every((group) => group.split(',').every((host) => hostPort.safeParse(host.trim()).success)),
+        'must be HOST:PORT[,HOST:PORT...][/HOST:PORT...]',
+      )
+      .optional(),
+    placeholder: 'HOST:PORT[,...][/...]',
   },
   eppTls: { description: 'use TLS to the EPP with the system roots', schema: z.boolean().default(false), boolean: true },
   eppTlsCa: { description: 'PEM CA bundle for the EPP (implies TLS)', schema: text.optional(), placeholder: 'FILE' },
@@ -221,6 +233,11 @@ export function parseGatewayArgs(argv: readonly string[], env: NodeJS.ProcessEnv
   } catch (error) {
     throw new CliError(`--retry-on: ${(error as Error).message}`);
   }
+  try {
+    eppPrioritiesOf(values.epp, values.eppFallback);
+  } catch (error) {
+    throw new CliError(`--epp-fallback: ${(error as Error).message.replace(/^eppFallback: |^epp: /, '')}`);
+  }
   let endpoints: GatewayOptions['endpoints'] = [];
   if (values.endpoints !== undefined) {
     try {
@@ -233,6 +250,7 @@ export function parseGatewayArgs(argv: readonly string[], env: NodeJS.ProcessEnv
     help: false,
     options: {
       epp: values.epp,
+      eppFallback: values.eppFallback,
       eppTls,
       endpoints,
       zone: values.zone,

@@ -11,8 +11,8 @@ import { handleExchange } from './exchange.js';
 import type { ExchangeContext } from './exchange.js';
 import { HealthView } from './health.js';
 import type { EndpointHealth } from './health.js';
-import { eppHostsOf, resolveOptions } from './options.js';
-import { RoundRobin } from './override-host.js';
+import { resolveOptions } from './options.js';
+import { PriorityRoundRobin } from './priority-lb.js';
 import type { GatewayOptions, ResolvedOptions } from './options.js';
 import { Stats } from './stats.js';
 import type { StatsSnapshot } from './stats.js';
@@ -22,6 +22,8 @@ export interface GatewayStats extends StatsSnapshot {
   zone: string | undefined;
   /** The --epp addresses, as given. */
   epp: string;
+  /** The --epp-fallback groups, as given. */
+  eppFallback: string | undefined;
   /** Whether any EPP host passes the gateway's health checks. */
   eppHealthy: boolean;
   /** Each EPP host and its health as the gateway's checks see it. */
@@ -62,9 +64,9 @@ export async function startGateway(input: GatewayOptions): Promise<Gateway> {
     logger,
   );
   // The shipped config's EPP cluster: each host health-checked every 2 s (or as set), 1 s timeout,
-  // 2 to fail, 1 to recover; new streams by round robin over the healthy hosts.
+  // 2 to fail, 1 to recover; new streams by priority, then round robin over a level's healthy hosts.
   const epp = new EppCluster(
-    eppHostsOf(options.epp),
+    options.eppPriorities,
     options.eppTls,
     {
       intervalMs: options.eppHealthIntervalMs,
@@ -77,9 +79,10 @@ export async function startGateway(input: GatewayOptions): Promise<Gateway> {
   );
   const upstreams = new Upstreams({ connectTimeoutMs: options.connectTimeoutMs, perTryTimeoutMs: options.perTryTimeoutMs });
   const stats = new Stats();
-  // Round robin starts at a random host, as Envoy's does, so gateways do not move in step.
+  // Round robin starts at a random host, as Envoy's does, so gateways do not move in step. A STATIC
+  // cluster's hosts are all at priority 0.
   const hosts = table.all.map((endpoint) => endpoint.address);
-  const fallback = new RoundRobin(hosts, (address) => health.isHealthy(address), Math.floor(Math.random() * Math.max(hosts.length, 1)));
+  const fallback = new PriorityRoundRobin([hosts], (address) => health.isHealthy(address));
   const ctx: ExchangeContext = {
     epp,
     table,
@@ -96,6 +99,7 @@ export async function startGateway(input: GatewayOptions): Promise<Gateway> {
     ...stats.snapshot(),
     zone: options.zone,
     epp: options.epp,
+    eppFallback: input.eppFallback,
     eppHealthy: epp.healthy,
     eppHosts: epp.hosts(),
     subsetHint: options.subsetHint,
@@ -132,7 +136,15 @@ export async function startGateway(input: GatewayOptions): Promise<Gateway> {
   const host = options.host.includes(':') ? `[${options.host}]` : options.host;
   const url = `http://${host}:${port}`;
   logger.info(
-    { url, epp: options.epp, zone: options.zone, endpoints: table.all.length, subsetHint: options.subsetHint, retries: options.retries },
+    {
+      url,
+      epp: options.epp,
+      eppFallback: input.eppFallback,
+      zone: options.zone,
+      endpoints: table.all.length,
+      subsetHint: options.subsetHint,
+      retries: options.retries,
+    },
     'listening',
   );
 

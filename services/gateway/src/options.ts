@@ -29,6 +29,11 @@ export interface GatewayOptions {
    * EPPs, as the shipped Envoy config's per-zone name resolves to them).
    */
   readonly epp: string;
+  /**
+   * Lower priorities of the EPP cluster (the other zones' EPPs, as the shipped Envoy config lists
+   * them): comma-separated hosts of priority 1, then after each `/` those of the next priority.
+   */
+  readonly eppFallback?: string | undefined;
   readonly eppTls?: EppTlsOptions | undefined;
   readonly endpoints: readonly EndpointConfig[];
   /** This gateway's zone. Undefined: every configured endpoint counts as local. */
@@ -91,6 +96,7 @@ export type ResolvedOptions = Required<
   Omit<
     GatewayOptions,
     | 'eppTls'
+    | 'eppFallback'
     | 'zone'
     | 'logger'
     | 'retryOn'
@@ -101,7 +107,12 @@ export type ResolvedOptions = Required<
     | 'responseTrailerMode'
   >
 > &
-  Pick<GatewayOptions, 'eppTls' | 'zone'> & { readonly retryOn: RetryOn; readonly processingMode: ProcessingMode };
+  Pick<GatewayOptions, 'eppTls' | 'zone'> & {
+    readonly retryOn: RetryOn;
+    readonly processingMode: ProcessingMode;
+    /** The EPP cluster's hosts by priority: `epp` first, then each group of `eppFallback`. */
+    readonly eppPriorities: readonly (readonly string[])[];
+  };
 
 export const DEFAULTS = {
   port: 8080,
@@ -160,12 +171,33 @@ export function eppHostsOf(epp: string): string[] {
   return hosts;
 }
 
+/** The EPP cluster by priority: `epp` at 0, then each `/`-separated group of `fallback`; an address may appear once. */
+export function eppPrioritiesOf(epp: string, fallback: string | undefined): string[][] {
+  const priorities = [eppHostsOf(epp)];
+  if (fallback !== undefined) {
+    for (const group of fallback.split('/')) {
+      try {
+        priorities.push(eppHostsOf(group));
+      } catch {
+        throw new RangeError(`eppFallback: an empty address or priority in ${JSON.stringify(fallback)}`);
+      }
+    }
+  }
+  const seen = new Set<string>();
+  for (const host of priorities.flat()) {
+    if (seen.has(host)) throw new RangeError(`epp: ${host} is listed twice (in --epp and --epp-fallback)`);
+    seen.add(host);
+  }
+  return priorities;
+}
+
 export function resolveOptions(options: GatewayOptions): ResolvedOptions {
   const pick = <K extends keyof typeof DEFAULTS & keyof ResolvedOptions>(key: K): ResolvedOptions[K] =>
     (options[key] ?? DEFAULTS[key]) as unknown as ResolvedOptions[K];
   return {
     retryOn: parseRetryOn(options.retryOn ?? DEFAULTS.retryOn.split(',')),
     processingMode: processingModeOf(options),
+    eppPriorities: eppPrioritiesOf(options.epp, options.eppFallback),
     streamCloseOptimization: pick('streamCloseOptimization'),
     failureModeAllow: pick('failureModeAllow'),
     statusOnError: pick('statusOnError'),
