@@ -282,6 +282,30 @@ export class Traffic {
   }
 }
 
+/** One request every 50 ms whatever the answers: 20 requests a second. */
+const INTERVAL_MS = 50;
+
+/** Requests at a fixed rate (20 a second) until stopped, each answer kept. */
+export class OpenLoop {
+  readonly results: Completion[] = [];
+  readonly #pending = new Set<Promise<void>>();
+  readonly #timer: NodeJS.Timeout;
+
+  constructor(send: () => Promise<Completion>) {
+    this.#timer = setInterval(() => {
+      const request = send().then((result) => void this.results.push(result));
+      this.#pending.add(request);
+      void request.finally(() => this.#pending.delete(request));
+    }, INTERVAL_MS);
+  }
+
+  async stop(): Promise<Completion[]> {
+    clearInterval(this.#timer);
+    await Promise.all(this.#pending);
+    return this.results;
+  }
+}
+
 export function sleep(ms: number): Promise<void> {
   return new Promise((r) => setTimeout(r, ms));
 }
