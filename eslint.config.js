@@ -159,7 +159,7 @@ export default tseslint.config(
       '**/node_modules/**',
       'proto/gen/**',
       'packages/protocol/src/gen/**',
-      'services/xds/src/gen/**',
+      'packages/xds-protocol/src/gen/**',
       'coverage/**',
       'test/lint/fixtures/**',
     ],
@@ -215,7 +215,7 @@ export default tseslint.config(
   },
   {
     // spillway-xds's protocol core is pure like the packages above (services/xds/src/xds.ts is its shell).
-    files: ['services/xds/src/{hub,session,resources,hash,view-sink,limits,messages,rate-limit}.ts'],
+    files: ['services/xds/src/{hub,session,resources,hash,view-sink,limits,rate-limit}.ts'],
     rules: {
       'no-restricted-imports': [
         'error',

@@ -13,7 +13,7 @@
  * zone that is neither in `zones` (when given) nor in the view is an error that ends the stream.
  */
 import type { Place, PoolView } from '@spillway/fleet';
-import { kindOf, TYPE_URLS, type DiscoveryRequest, type TypeLabel } from './messages.js';
+import { kindOf, TYPE_URLS, type DiscoveryRequest, type TypeLabel } from '@spillway/xds-protocol';
 import { placeResources, staticResources, type EncodedResource } from './resources.js';
 import { XdsSession, type NodeInfo, type Outgoing, type ProtocolErrorCode, type RequestOutcome } from './session.js';
 

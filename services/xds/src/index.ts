@@ -20,7 +20,5 @@ export type { EncodedResource, ZoneEndpoints } from './resources.js';
 export { LIMITS } from './limits.js';
 export { RoutingChangeSink } from './view-sink.js';
 export { ADS_SERVICE_NAME } from './health.js';
-export * from './messages.js';
-export { AggregatedDiscoveryServiceClient, AggregatedDiscoveryServiceService } from './gen/envoy/service/discovery/v3/ads.js';
-export { AdsClient } from './client.js';
-export type { AdsClientOptions, AdsClientEnd } from './client.js';
+// The wire protocol it serves (messages, type URLs, the ADS service and client), for its callers.
+export * from '@spillway/xds-protocol';

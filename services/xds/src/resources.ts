@@ -31,7 +31,7 @@ import {
   packAny,
   type Any,
   type LocalityLbEndpoints,
-} from './messages.js';
+} from '@spillway/xds-protocol';
 
 /** The ECDS resource name: the name of the gateway's set_metadata filter that takes its config from spillway-xds. */
 export const SUBSET_HINT_RESOURCE = 'spillway-subset-hint';
