@@ -2,6 +2,7 @@
 // metadata_options forwarding [envoy.lb, envoy.lb.subset_hint], receiving [envoy.lb].
 import { GATEWAY_ZONE_KEY, LB_NAMESPACE, SERVED_KEY, SUBSET_KEY, SUBSET_NAMESPACE } from '@spillway/protocol';
 import type { Metadata } from '@spillway/protocol';
+import { applySetMetadata, type SetMetadataEntry } from './set-metadata.js';
 
 type Namespace = Record<string, unknown>;
 
@@ -24,6 +25,11 @@ export class DynamicMetadata {
       SUBSET_NAMESPACE,
       zone === undefined ? { [SUBSET_KEY]: [...endpoints] } : { [SUBSET_KEY]: [...endpoints], [GATEWAY_ZONE_KEY]: zone },
     );
+  }
+
+  /** What a set_metadata filter config writes (set-metadata.ts): spillway-xds's subset filter, by ECDS. */
+  setMetadata(entries: readonly SetMetadataEntry[]): void {
+    applySetMetadata(this.#namespaces, entries);
   }
 
   /** What override_host's selected_host_key writes after each pick. */

@@ -10,6 +10,10 @@ export interface EndpointConfig {
   readonly address: string;
   /** Zone label; endpoints in the gateway's own zone make up its subset hint. */
   readonly zone?: string | undefined;
+  /** The cluster priority it is at (EDS: by distance from the gateway's zone); 0 for a static list. */
+  readonly priority?: number | undefined;
+  /** Its health as the cluster's source says (EDS health_status); healthy unless said otherwise. */
+  readonly healthy?: boolean | undefined;
 }
 
 /** TLS towards the EPP; absent means plaintext gRPC. */
@@ -21,6 +25,20 @@ export interface EppTlsOptions {
   readonly key?: Buffer | undefined;
   /** Name checked against the EPP's certificate when it differs from the --epp host. */
   readonly serverName?: string | undefined;
+}
+
+/** The gateway as an xDS client of spillway-xds (as the shipped Envoy bootstrap makes Envoy one). */
+export interface XdsOptions {
+  /** spillway-xds's ADS address, `host:port`. */
+  readonly server: string;
+  /** node.id; default `spillway-gateway-<zone>-<pid>`. */
+  readonly nodeId?: string | undefined;
+  /** node.locality.region (the zone is GatewayOptions.zone). */
+  readonly region?: string | undefined;
+  /** The EDS resource: the model-server cluster's service_name (spillway-xds's --cluster-name). */
+  readonly clusterName?: string | undefined;
+  /** How long the start waits for the first EDS and ECDS answers before listening anyway (Envoy's initial_fetch_timeout). */
+  readonly initialFetchTimeoutMs?: number | undefined;
 }
 
 export interface GatewayOptions {
@@ -35,7 +53,9 @@ export interface GatewayOptions {
    */
   readonly eppFallback?: string | undefined;
   readonly eppTls?: EppTlsOptions | undefined;
+  /** The model servers, as a static list; with `xds` they come from EDS instead (this must then be empty). */
   readonly endpoints: readonly EndpointConfig[];
+  readonly xds?: XdsOptions | undefined;
   /** This gateway's zone. Undefined: every configured endpoint counts as local. */
   readonly zone?: string | undefined;
   readonly port?: number | undefined;
@@ -97,6 +117,7 @@ export type ResolvedOptions = Required<
     GatewayOptions,
     | 'eppTls'
     | 'eppFallback'
+    | 'xds'
     | 'zone'
     | 'logger'
     | 'retryOn'
@@ -107,7 +128,7 @@ export type ResolvedOptions = Required<
     | 'responseTrailerMode'
   >
 > &
-  Pick<GatewayOptions, 'eppTls' | 'zone'> & {
+  Pick<GatewayOptions, 'eppTls' | 'zone' | 'xds'> & {
     readonly retryOn: RetryOn;
     readonly processingMode: ProcessingMode;
     /** The EPP cluster's hosts by priority: `epp` first, then each group of `eppFallback`. */
@@ -191,6 +212,23 @@ export function eppPrioritiesOf(epp: string, fallback: string | undefined): stri
   return priorities;
 }
 
+/** The spillway-xds ADS server's defaults: the EDS resource and the subset filter's ECDS resource. */
+export const XDS_DEFAULTS = { clusterName: 'model-servers', filterName: 'spillway-subset-hint', initialFetchTimeoutMs: 15_000 } as const;
+
+function xdsOf(options: GatewayOptions): XdsOptions | undefined {
+  const xds = options.xds;
+  if (xds === undefined) return undefined;
+  if (options.zone === undefined) throw new RangeError('xds: needs the gateway zone (node.locality.zone): set zone');
+  if (options.endpoints.length > 0) throw new RangeError('xds: the endpoints come from EDS; give no static endpoints');
+  return {
+    server: xds.server,
+    nodeId: xds.nodeId ?? `spillway-gateway-${options.zone}-${process.pid}`,
+    region: xds.region,
+    clusterName: xds.clusterName ?? XDS_DEFAULTS.clusterName,
+    initialFetchTimeoutMs: xds.initialFetchTimeoutMs ?? XDS_DEFAULTS.initialFetchTimeoutMs,
+  };
+}
+
 export function resolveOptions(options: GatewayOptions): ResolvedOptions {
   const pick = <K extends keyof typeof DEFAULTS & keyof ResolvedOptions>(key: K): ResolvedOptions[K] =>
     (options[key] ?? DEFAULTS[key]) as unknown as ResolvedOptions[K];
@@ -206,6 +244,7 @@ export function resolveOptions(options: GatewayOptions): ResolvedOptions {
     epp: options.epp,
     eppTls: options.eppTls,
     endpoints: options.endpoints,
+    xds: xdsOf(options),
     zone: options.zone,
     port: pick('port'),
     host: pick('host'),
