@@ -135,13 +135,20 @@ export async function startGateway(input: GatewayOptions): Promise<Gateway> {
       logger.warn({ server: options.xds?.server, timeoutMs }, 'no EDS and ECDS answer from spillway-xds in time; listening anyway');
   }
   await Promise.all([health.start(), epp.start()]);
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(options.port, options.host, () => {
-      server.off('error', reject);
-      resolve();
+  try {
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(options.port, options.host, () => {
+        server.off('error', reject);
+        resolve();
+      });
     });
-  });
+  } catch (error) {
+    xds?.client.stop();
+    await health.stop();
+    await epp.stop();
+    throw error;
+  }
   const { port } = server.address() as AddressInfo;
   const host = options.host.includes(':') ? `[${options.host}]` : options.host;
   const url = `http://${host}:${port}`;

@@ -137,7 +137,13 @@ export class GatewayXdsClient {
   #judge(response: DiscoveryResponse): string | undefined {
     this.#connected = true;
     this.#failures = 0;
-    const error = this.#apply(response);
+    let error: string | undefined;
+    try {
+      error = this.#apply(response);
+    } catch (thrown) {
+      // Whatever the cluster or the filter could not take is a bad config, never a crash.
+      error = (thrown as Error).message;
+    }
     if (error === undefined) {
       this.#acks++;
       this.#versions.set(response.typeUrl, response.versionInfo);
