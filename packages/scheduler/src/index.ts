@@ -16,6 +16,7 @@ export {
 } from './config.js';
 export type { SchedulerConfig, SchedulerConfigInput, ScorerWeights, SubsetMode, Policy, ServiceRates, NetworkConfig } from './config.js';
 export type { Decision, DecisionEntry, DecisionCounts, DecisionRule, DecisionStatus, EntryReason } from './decision.js';
+export type { GatewayZoneUse } from './origins.js';
 export { queueScorer, kvCacheScorer, loraScorer, prefixCacheScorer, defaultScorers, scoreGroup, effectiveQueue } from './scorers.js';
 export type { Scorer, ScoreArrays, ScoringContext, WeightedScorer } from './scorers.js';
 export { seededRng } from './rng.js';

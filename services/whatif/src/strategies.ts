@@ -1,4 +1,5 @@
 import { schedulerConfigSchema, type SchedulerConfigInput } from '@spillway/scheduler';
+import type { KvReplayMode } from './kv-relay.js';
 
 /**
  * The routing strategies a scenario compares. Each baseline runs as it would be deployed, on its
@@ -129,6 +130,8 @@ export interface StrategySpec {
   readonly config: Readonly<Record<string, unknown>>;
   /** The variant's own `sharing`, over the scenario's `epps.sharing`. */
   readonly sharing?: boolean | undefined;
+  /** The variant's own `kvReplay`, over the scenario's `signals.kvReplay`. */
+  readonly kvReplay?: KvReplayMode | undefined;
   /** A point of a sweep: the strategy it varies, and the config field and value it sets. */
   readonly sweep?: { readonly of: string; readonly field: string; readonly value: number } | undefined;
 }
@@ -234,20 +237,28 @@ function isObject(v: unknown): v is Record<string, unknown> {
 /** Resolves the file's strategy list into specs with their overrides. */
 export function strategySpecs(
   entries: readonly (
-    StrategyKind | { name: string; kind: StrategyKind; config?: Record<string, unknown> | undefined; sharing?: boolean | undefined }
+    | StrategyKind
+    | {
+        name: string;
+        kind: StrategyKind;
+        config?: Record<string, unknown> | undefined;
+        sharing?: boolean | undefined;
+        kvReplay?: KvReplayMode | undefined;
+      }
   )[],
   overrides: Readonly<Record<string, Record<string, unknown>>>,
 ): StrategySpec[] {
   return entries.map((entry) => {
     const base =
       typeof entry === 'string'
-        ? { name: entry, kind: entry, config: {}, sharing: undefined }
-        : { name: entry.name, kind: entry.kind, config: entry.config ?? {}, sharing: entry.sharing };
+        ? { name: entry, kind: entry, config: {}, sharing: undefined, kvReplay: undefined }
+        : { name: entry.name, kind: entry.kind, config: entry.config ?? {}, sharing: entry.sharing, kvReplay: entry.kvReplay };
     return {
       name: base.name,
       kind: base.kind,
       config: mergeLayers(base.config, overrides[base.name] ?? {}),
       ...(base.sharing === undefined ? {} : { sharing: base.sharing }),
+      ...(base.kvReplay === undefined ? {} : { kvReplay: base.kvReplay }),
     };
   });
 }

@@ -5,6 +5,7 @@ import {
   immediateResponse,
   prepareRequest,
   readBodyModes,
+  readGatewayZone,
   readServedEndpoint,
   readSubsetHint,
   requestHeadersResponse,
@@ -45,14 +46,17 @@ type Call = ServerDuplexStream<ProcessingRequest, ProcessingResponse>;
  * the stream ends, the request's in-flight charge is released.
  *
  * Each state carries what exists in it and nothing else: the body only while it is collected, the
- * decision only once there is one. The subset hint lives until the pick (the latest one before it
- * wins); after the pick it is neither read nor kept (a hint can be megabytes, a response minutes).
+ * decision only once there is one. The subset hint and the gateway's zone live until the pick (the
+ * latest before it win); after the pick they are neither read nor kept (a hint can be megabytes, a
+ * response minutes).
  */
 type State = AwaitingHeaders | AwaitingBody | HeldState | Picked | Done;
 
 interface AwaitingHeaders {
   readonly kind: 'awaiting-headers';
   subset: SubsetHint | undefined;
+  /** `x-spillway-gateway-zone` (null: not a zone name). */
+  zone: string | null | undefined;
 }
 
 /** What the request headers settled: all a pick needs besides the body. */
@@ -60,6 +64,7 @@ interface RequestHead {
   readonly headers: RequestHeaders;
   readonly modes: BodyModes;
   subset: SubsetHint | undefined;
+  zone: string | null | undefined;
 }
 
 interface AwaitingBody extends RequestHead {
@@ -117,6 +122,7 @@ function pickRequestOf(head: RequestHead, request: PreparedRequest | undefined):
     prompt: request?.prompt,
     objective: headers.objective,
     subset: head.subset,
+    zone: head.zone,
     requestId: headers.requestId,
   };
 }
@@ -130,7 +136,7 @@ export function handleStream(control: RequestControl, call: Call): void {
 class ExtProcStream implements Deadline, HeldStream {
   /** Deadline: when the request phase must be complete. */
   readonly at: number;
-  private state: State = { kind: 'awaiting-headers', subset: undefined };
+  private state: State = { kind: 'awaiting-headers', subset: undefined, zone: undefined };
   /** When the stream began (ms): a request's duration runs from here to the end of the stream. */
   private readonly startedAt = Date.now();
 
@@ -160,10 +166,12 @@ class ExtProcStream implements Deadline, HeldStream {
   private onMessage(message: ProcessingRequest): void {
     const state = this.state;
     if (state.kind === 'done') return;
-    // Envoy attaches the forwarded namespaces to every message; the latest hint before the pick wins.
+    // Envoy attaches the forwarded namespaces to every message; the latest hint and zone before the pick win.
     if (state.kind !== 'picked') {
       const hint = readSubsetHint(message.metadataContext);
       if (hint !== undefined) state.subset = hint;
+      const zone = readGatewayZone(message.metadataContext);
+      if (zone !== undefined) state.zone = zone;
     }
     const phase = decodePhase(message);
     switch (phase.kind) {
@@ -197,7 +205,8 @@ class ExtProcStream implements Deadline, HeldStream {
 
   private onRequestHeaders(state: AwaitingHeaders, headers: RequestHeaders, modes: BodyModes): void {
     const mode = modes.request;
-    if (headers.endOfStream || mode === 'none') return this.route({ headers, modes, subset: state.subset }, 'header-only', undefined, 0);
+    if (headers.endOfStream || mode === 'none')
+      return this.route({ headers, modes, subset: state.subset, zone: state.zone }, 'header-only', undefined, 0);
     if (mode !== 'full-duplex' && mode !== 'buffered') {
       return this.reject(
         500,
@@ -206,7 +215,7 @@ class ExtProcStream implements Deadline, HeldStream {
       );
     }
     const body = new BodyAccumulator(this.control.limits.maxBodyBytes);
-    this.state = { kind: 'awaiting-body', headers, modes, subset: state.subset, mode, body, reservedBytes: 0 };
+    this.state = { kind: 'awaiting-body', headers, modes, subset: state.subset, zone: state.zone, mode, body, reservedBytes: 0 };
     // BUFFERED: Envoy waits for this reply before it sends the body; the decision rides on the body reply.
     if (mode === 'buffered') this.write(requestHeadersResponse({ removeHeaders: headers.destinationHeaders }));
   }
@@ -250,6 +259,7 @@ class ExtProcStream implements Deadline, HeldStream {
       headers: head.headers,
       modes: head.modes,
       subset: head.subset,
+      zone: head.zone,
       mode,
       request,
       requestBytes,
