@@ -12,6 +12,9 @@ import { jetstreamManager } from '@nats-io/jetstream';
 import { connect } from '@nats-io/transport-node';
 import pino from 'pino';
 import { ensureStream } from '@spillway/bus';
+import { Fleet } from '@spillway/fleet';
+import { Scheduler } from '@spillway/scheduler';
+import { FlowControl, type HeldStream } from '../src/request/flow-control.js';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { loadEppConfig, startEpp, type RunningEpp } from '@spillway/epp';
 import { eventually, startNatsServer, type NatsServerHandle } from '@spillway/testkit';
@@ -291,4 +294,59 @@ describe('flow control with two EPPs of one zone', () => {
     expect(order.length).toBe(1);
     expect(held(one) + held(two)).toBe(5);
   }, 60_000);
+});
+
+describe('flow control in process', () => {
+  it('makes one dispatch pass however many events arrive in one turn of the event loop', async () => {
+    const now = Date.now();
+    const fleet = new Fleet();
+    const pod = { zone: 'fc-i', pod: 'fc-i-0', address: '10.17.0.1:8000' };
+    fleet.apply({ v: 1, kind: 'readiness', pool: POOL, ...pod, ready: true, observedAt: now - 1000 }, now - 1000);
+    for (const at of [now - 200, now]) {
+      fleet.apply(
+        {
+          v: 1,
+          kind: 'metrics',
+          pool: POOL,
+          zone: pod.zone,
+          pod: pod.pod,
+          observedAt: at,
+          waitingRequests: 2,
+          runningRequests: 0,
+          kvCacheUsage: 0.1,
+        },
+        at,
+      );
+    }
+    const scheduler = new Scheduler({ fleet, pool: POOL, zone: 'fc-i', config: { flowControl: { enabled: true, holdAboveMs: 10 } } });
+    let picks = 0;
+    const flow = new FlowControl({
+      pick: (request) => {
+        picks++;
+        return scheduler.pick(request, Date.now());
+      },
+      config: scheduler.config.flowControl,
+      observer: { flowHeld: () => undefined, flowLeft: () => undefined },
+      now: Date.now,
+    });
+    const answered: string[] = [];
+    const stream = (name: string): HeldStream => ({
+      pickRequest: () => ({ model: 'llama', subset: [pod.address] }),
+      prepared: undefined,
+      dispatch: () => answered.push(`${name} dispatched`),
+      refuse: (_status, code) => answered.push(`${name} ${code}`),
+    });
+    const first = scheduler.pick({ model: 'llama', subset: [pod.address] }, Date.now());
+    expect(first.hold).toBe(true);
+    for (const name of ['one', 'two', 'three']) expect(flow.hold(stream(name), { priority: 0, flow: undefined, bytes: 100 })).toBeDefined();
+    for (let i = 0; i < 1000; i++) flow.onRoom(i % 2 === 0 ? 'sample' : 'peer');
+    await new Promise((resolve) => setImmediate(resolve));
+    await new Promise((resolve) => setImmediate(resolve));
+    // One pass: the head's pick still finds no room, and the pass stops there.
+    expect(picks).toBe(1);
+    expect(answered).toEqual([]);
+    flow.close();
+    expect(answered).toEqual(['one shutting_down', 'two shutting_down', 'three shutting_down']);
+    expect(flow.size).toBe(0);
+  });
 });

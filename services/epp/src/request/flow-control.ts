@@ -1,4 +1,12 @@
-import { FlowQueue, type BandStats, type Decision, type FlowControlConfig, type Held, type PickRequest } from '@spillway/scheduler';
+import {
+  FlowQueue,
+  flowIdOf,
+  type BandStats,
+  type Decision,
+  type FlowControlConfig,
+  type Held,
+  type PickRequest,
+} from '@spillway/scheduler';
 import type { PreparedRequest } from '@spillway/protocol';
 import type { FlowOutcome } from './observer.js';
 
@@ -64,6 +72,8 @@ export class FlowControl {
   private timer: NodeJS.Timeout | undefined = undefined;
   private timerAt = Number.POSITIVE_INFINITY;
   private delayed: NodeJS.Timeout | undefined = undefined;
+  /** The pass asked for this turn of the event loop. */
+  private soon: NodeJS.Immediate | undefined = undefined;
   private dispatching = false;
   private closed = false;
   private readonly expired: HeldTicket[] = [];
@@ -116,7 +126,7 @@ export class FlowControl {
     for (const evicted of offered.evicted) this.refuse(evicted, 'evicted', now);
     const held = offered.held;
     if (held === undefined) {
-      this.parts.observer.flowLeft(request.priority, request.flow ?? '', 'refused', 0);
+      this.parts.observer.flowLeft(request.priority, flowIdOf(request.flow), 'refused', 0);
       return undefined;
     }
     this.parts.observer.flowHeld(held.priority, held.flowId);
@@ -130,17 +140,28 @@ export class FlowControl {
     this.parts.observer.flowLeft(ticket.priority, ticket.flowId, 'cancelled', this.parts.now() - ticket.heldAt);
   }
 
-  /** Something may show room. Samples reach every EPP of the pool at once: those wait this EPP's turn. */
+  /**
+   * Something may show room. One pass per turn of the event loop however many events arrived in it
+   * (a pool's samples come by the thousand per second; a pass is a pick). Samples reach every EPP of
+   * the pool at once: after one, the pass waits this EPP's turn.
+   */
   onRoom(signal: RoomSignal): void {
     if (this.queue.size === 0 || this.closed) return;
     const delay = signal === 'sample' ? (this.parts.dispatchDelayMs?.() ?? 0) : 0;
-    if (delay <= 0) return this.dispatch();
-    if (this.delayed !== undefined) return;
-    this.delayed = setTimeout(() => {
-      this.delayed = undefined;
+    if (delay > 0) {
+      if (this.delayed !== undefined) return;
+      this.delayed = setTimeout(() => {
+        this.delayed = undefined;
+        this.dispatch();
+      }, delay);
+      this.delayed.unref();
+      return;
+    }
+    if (this.soon !== undefined) return;
+    this.soon = setImmediate(() => {
+      this.soon = undefined;
       this.dispatch();
-    }, delay);
-    this.delayed.unref();
+    });
   }
 
   /**
@@ -246,6 +267,8 @@ export class FlowControl {
     this.timerAt = Number.POSITIVE_INFINITY;
     if (this.delayed !== undefined) clearTimeout(this.delayed);
     this.delayed = undefined;
+    if (this.soon !== undefined) clearImmediate(this.soon);
+    this.soon = undefined;
   }
 }
 
