@@ -1,6 +1,6 @@
 import { Rng, type EngineConfig } from '@spillway/engine';
 import type { KvBatch, KvSnapshotEvent } from '@spillway/events';
-import type { Endpoint, Fleet } from '@spillway/fleet';
+import { Charge, type Endpoint, type Fleet } from '@spillway/fleet';
 import type { SchedulerConfigInput, SharedState, SharedStateOptions } from '@spillway/scheduler';
 import type { Network } from './network.js';
 import type { ReplicaInfo } from './topology.js';
@@ -163,11 +163,6 @@ export class RoundRobinRouter implements EppRouter {
   }
 }
 
-interface Charge {
-  endpoint: Endpoint;
-  at: number;
-}
-
 /**
  * Zone-unaware least-queue: lowest waiting + running of the latest sample plus the requests this
  * EPP sent since that sample (the fleet's unsampled picks), over every ready replica.
@@ -200,8 +195,8 @@ export class LeastQueueRouter implements EppRouter {
     const endpoint = this.endpoint(list[0] as number);
     let token: Charge | undefined;
     if (endpoint) {
-      this.ctx.fleet.recordPick(endpoint, now);
-      token = { endpoint, at: now };
+      token = new Charge();
+      this.ctx.fleet.charge(token, endpoint, now);
     }
     return { status: 'routed', list, router: this, token };
   }
@@ -209,16 +204,15 @@ export class LeastQueueRouter implements EppRouter {
   served(route: Route, replica: number, now: number): void {
     const charge = route.token as Charge | undefined;
     const endpoint = this.endpoint(replica);
-    if (!charge || !endpoint || charge.endpoint === endpoint) return;
-    this.ctx.fleet.releasePick(charge.endpoint, charge.at);
-    this.ctx.fleet.recordPick(endpoint, now);
-    route.token = { endpoint, at: now };
+    if (!charge || !endpoint || charge.chargedTo === undefined || charge.chargedTo === endpoint) return;
+    this.ctx.fleet.releaseCharge(charge);
+    this.ctx.fleet.charge(charge, endpoint, now);
   }
 
   release(route: Route): void {
     const charge = route.token as Charge | undefined;
     if (!charge) return;
-    this.ctx.fleet.releasePick(charge.endpoint, charge.at);
+    this.ctx.fleet.releaseCharge(charge);
     route.token = undefined;
   }
 
