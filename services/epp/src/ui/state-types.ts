@@ -73,6 +73,8 @@ export interface UiPod {
   readonly inFlight: number;
   /** Of `inFlight`, those whose response has begun (they outlive their ext_proc streams). */
   readonly started: number;
+  /** How many requests the pod runs at once, learnt from samples taken while its queue persisted; null until seen full. */
+  readonly batchSize: number | null;
   /** Passive-health penalty left (0 when none). */
   readonly penaltyLeftMs: number;
   /** Readiness not re-published while its zone-mates' was: left out of picks like a penalised pod. */
