@@ -454,7 +454,11 @@ export class Scheduler {
     const record = decision as DecisionRecord;
     const endpoint = record.chargedTo;
     if (endpoint === undefined || record.started) return;
-    const prefill = (this.config.rates.models[record.model]?.prefillTokensPerS ?? this.config.rates.default.prefillTokensPerS) as number;
+    const rates = this.config.rates;
+    // The model is the client's word: only a configured model's own rates count.
+    const prefill =
+      (Object.hasOwn(rates.models, record.model) ? rates.models[record.model]?.prefillTokensPerS : undefined) ??
+      rates.default.prefillTokensPerS;
     record.listener = listener;
     this.fleet.startCharge(record, now, now + chargeBoundMs(this.config.charges, endpoint, prefill, record.promptTokens, record.maxTokens));
     // Every move and prefix placement the blocks serve happens before the response starts.
