@@ -127,7 +127,7 @@ export type {
   VllmDecodeReason,
   VllmDecodeResult,
 } from './vllm-kv.js';
-export { decodeTrtllmKvEvents, scanJson } from './trtllm-kv.js';
+export { decodeTrtllmKvEvents, scanJson, trtllmV1BlockHash } from './trtllm-kv.js';
 export type { TrtllmKvEvent, TrtllmDecodeResult } from './trtllm-kv.js';
 export { MsgpackReader, MsgpackError, scanMsgpack } from './msgpack-reader.js';
 export type { MsgpackBounds, MsgpackErrorKind } from './msgpack-reader.js';

@@ -13,3 +13,5 @@ export type { Endpoint, MetricsSample } from './endpoint.js';
 export type { PoolView } from './pool.js';
 export { snapshotPool } from './snapshot.js';
 export type { EndpointSnapshot } from './snapshot.js';
+export { distanceOf, prioritiesOf } from './locality.js';
+export type { Distance, Place } from './locality.js';

@@ -78,6 +78,19 @@ describe('Fleet', () => {
     });
   });
 
+  it('knows a zone while it has a pod that is not deleted, ready or not, or known only by metrics', () => {
+    const fleet = new Fleet();
+    fleet.apply(readiness('a0'), T0);
+    fleet.apply(readiness('b0', { zone: 'zone-b', ready: false, address: '10.0.0.2:8000' }), T0);
+    fleet.apply(metrics('c0', { zone: 'zone-c' }), T0);
+    const pool = fleet.pool('llama');
+    expect(['zone-a', 'zone-b', 'zone-c', 'zone-x'].map((zone) => pool?.hasZone(zone))).toEqual([true, true, true, false]);
+    fleet.apply(readiness('a0', { ready: false, deleted: true, observedAt: T0 + 1 }), T0);
+    expect(pool?.hasZone('zone-a')).toBe(false);
+    fleet.apply(readiness('a1', { address: '10.0.0.3:8000', observedAt: T0 + 2 }), T0);
+    expect(pool?.hasZone('zone-a')).toBe(true);
+  });
+
   it('moves a pod between addresses when its readiness says so', () => {
     const fleet = new Fleet();
     fleet.apply(readiness('p', { address: '10.0.0.1:80' }), T0);

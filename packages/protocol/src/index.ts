@@ -3,7 +3,7 @@
 export * from './constants.js';
 export * from './messages.js';
 export { decodeProcessingRequest } from './decode.js';
-export { readSubsetHint, readServedEndpoint } from './metadata.js';
+export { readSubsetHint, readGatewayZone, readServedEndpoint } from './metadata.js';
 export { renderDestination, parseDestination } from './destination.js';
 export { headerValue, readRequestHeaders, readResponseHeaders } from './headers.js';
 export type { RequestHeaders, ResponseHeaders } from './headers.js';

@@ -20,15 +20,16 @@ import { chooseList } from './list.js';
 import { KvBlockIndex, type KvIndexOptions, type KvIndexStats } from './kv-index.js';
 import { PrefixLookup } from './kv-lookup.js';
 import { isSilent } from './load.js';
-import { TIER_LOCAL, ZoneNetwork, type Tier } from './network.js';
+import { TIER_LOCAL, type Tier } from './network.js';
+import { Origins, type Origin } from './origins.js';
 import { PenaltyBox } from './penalties.js';
 import { PrefixIndex } from './prefix-index.js';
-import type { EntryCost, PricingContext, PricingPolicy } from './pricing.js';
+import type { EntryCost, PricingContext } from './pricing.js';
 import { Ranking } from './rank.js';
 import { seededRng, type Rng } from './rng.js';
 import { defaultScorers, type WeightedScorer } from './scorers.js';
 import { SharedState, type SharedStateOptions } from './shared-state.js';
-import { RemoteShortlist, type BaseKey } from './shortlist.js';
+import { RemoteShortlist } from './shortlist.js';
 import type { SubsetHint } from '@spillway/events';
 import { detached } from './subset.js';
 import { WeightedPolicy } from './weighted.js';
@@ -37,7 +38,10 @@ export interface SchedulerOptions {
   readonly fleet: Fleet;
   /** The InferencePool this EPP serves. */
   readonly pool: string;
-  /** The EPP's own zone and region (its flags): they define local and the round trips. */
+  /**
+   * The EPP's own zone and region (its flags): they define local and the round trips, unless the
+   * request names its gateway's zone (PickRequest.zone).
+   */
   readonly zone: string;
   readonly region?: string | undefined;
   /** Validated with schedulerConfigSchema; defaults fill the rest. */
@@ -81,6 +85,13 @@ export interface PickRequest {
    * how long the request stays charged once started. Anything but a whole number ≥ 1 counts as absent.
    */
   readonly maxTokens?: number | undefined;
+  /**
+   * The gateway's zone (`x-spillway-gateway-zone`): the request's local zone for tiers, round trips
+   * and the zone bias, when the pool has a pod in it. Undefined: the gateway named none; null: it
+   * sent a value that is not a zone name. Either, or a zone the pool does not have, picks for the
+   * EPP's zone (Decision.zone and Decision.gatewayZone say which).
+   */
+  readonly zone?: string | null | undefined;
 }
 
 /** How the scheduler sees one endpoint now, independent of any request (Scheduler.explain). */
@@ -98,7 +109,8 @@ export type ServedOutcome = 'primary' | 'fallback' | 'unparsable' | 'no-primary'
 
 /**
  * Zone-aware picking (picking v2). Pure: no I/O, `now` is always handed in, randomness comes from
- * the injected RNG. One instance per (EPP, pool). A pick runs four steps, one module each:
+ * the injected RNG. One instance per (EPP, pool). A pick runs four steps, one module each, seen
+ * from the request's origin (origins.ts: the gateway's zone, else the EPP's):
  *
  *   candidates (candidates.ts)  ->  price (cost.ts | weighted.ts)  ->  rank (rank.ts)  ->  list (list.ts)
  *
@@ -123,19 +135,22 @@ export class Scheduler {
   // Everything derived from the config is replaced as a whole by reconfigure(); what the scheduler
   // learnt (penalties, prefix index; in-flight accounting lives in the fleet) is kept.
   private current!: SchedulerConfig;
-  private policy!: PricingPolicy;
-  /** Prices endpoints for explain(): the policy itself under cost, a cost model beside the weighted policy. */
+  /** The weighted policy, shared by every origin (its keys depend on tiers only); undefined under cost. */
+  private weighted: WeightedPolicy | undefined;
+  /** Prices endpoints for explain(): the EPP's own origin's policy under cost, a cost model beside the weighted policy. */
   private costModel!: CostPolicy;
   private blockChars!: number;
   private usesPrefix!: boolean;
-  private network!: ZoneNetwork;
   private candidates!: CandidateSet;
+  /** Each request zone's network, policy and shortlist (the EPP's own, and the gateways' zones). */
+  private readonly origins: Origins;
+  /** The origin of the pick under way. */
+  private origin!: Origin;
 
   private readonly penalties = new PenaltyBox();
   private readonly index = new PrefixIndex();
   private readonly kv: KvBlockIndex;
   private readonly lookup: PrefixLookup;
-  private readonly shortlist: RemoteShortlist;
   private readonly ranking = new Ranking();
   /** Picks, releases, placements and penalties shared with the pool's other EPPs: `shared.apply(batch, now)` folds theirs in. */
   readonly shared: SharedState;
@@ -146,7 +161,6 @@ export class Scheduler {
   private waits = new Float64Array(64);
   private readonly chosen: number[] = [];
   private readonly ctx: PricingContext;
-  private readonly baseKey: BaseKey;
   private readonly excludedNow = (endpoint: Endpoint): boolean =>
     this.candidates.isExcluded(endpoint, this.ctx.pool, this.ctx.now, this.config.gaps.readinessSilenceMs);
   private readonly silentNow = (endpoint: Endpoint): boolean =>
@@ -191,12 +205,15 @@ export class Scheduler {
       includeExcluded: false,
       isExcluded: this.excludedNow,
     };
-    this.baseKey = (endpoint, tier) => this.policy.baseKey(this.ctx, endpoint, tier);
-    this.shortlist = new RemoteShortlist({
-      baseKey: this.baseKey,
-      isPenalised: this.penalisedNow,
-      isSilent: this.silentNow,
-      rng: this.rng,
+    this.origins = new Origins(this.zone, this.region, {
+      policy: (network) => this.weighted ?? new CostPolicy(this.current, network, this.fleet.staleAfterMs),
+      shortlist: (policy) =>
+        new RemoteShortlist({
+          baseKey: (endpoint, tier) => policy.baseKey(this.ctx, endpoint, tier),
+          isPenalised: this.penalisedNow,
+          isSilent: this.silentNow,
+          rng: this.rng,
+        }),
     });
     this.shared = new SharedState(
       {
@@ -205,7 +222,7 @@ export class Scheduler {
         index: this.index,
         penalties: this.penalties,
         learn: (endpoint, hashes) => this.learnBlocks(endpoint, hashes),
-        onPenalty: () => this.shortlist.invalidate(),
+        onPenalty: () => this.origins.invalidate(),
         // A peer's started request is bounded as this EPP bounds its own (its model's rates are the defaults').
         boundMs: (endpoint, promptTokens, maxTokens) =>
           chargeBoundMs(this.config.charges, endpoint, this.config.rates.default.prefillTokensPerS, promptTokens, maxTokens),
@@ -233,7 +250,6 @@ export class Scheduler {
       for (const endpoint of [...this.index.endpoints()]) this.index.drop(endpoint);
     }
     this.configure(next);
-    this.shortlist.invalidate();
   }
 
   private configure(config: SchedulerConfig): void {
@@ -241,18 +257,21 @@ export class Scheduler {
     this.shared.penaltyLimitMs = config.penaltyMs;
     this.fleet.maxChargesPerEndpoint = config.charges.maxPerEndpoint;
     this.fleet.maxChargeBytes = config.charges.maxBytes;
-    this.network = new ZoneNetwork(this.zone, this.region, config.network);
-    this.candidates = new CandidateSet(this.network, this.penalties);
+    this.candidates = new CandidateSet(this.penalties);
     const staleAfterMs = this.fleet.staleAfterMs;
     if (config.policy === 'weighted') {
       const scorers = this.scorers ?? defaultScorers(config.weights);
-      this.policy = new WeightedPolicy(config, scorers, staleAfterMs);
+      this.weighted = new WeightedPolicy(config, scorers, staleAfterMs);
       this.usesPrefix = scorers.some((s) => s.scorer.name === 'prefix-cache');
     } else {
-      this.policy = new CostPolicy(config, this.network, staleAfterMs);
+      this.weighted = undefined;
       this.usesPrefix = true;
     }
-    this.costModel = this.policy instanceof CostPolicy ? this.policy : new CostPolicy(config, this.network, staleAfterMs);
+    // Every origin anew: their policies and shortlists priced with the old config.
+    this.origins.configure(config.network);
+    const own = this.origins.own;
+    this.origin = own;
+    this.costModel = own.policy instanceof CostPolicy ? own.policy : new CostPolicy(config, own.network, staleAfterMs);
     this.blockChars = config.prefix.blockTokens * config.prefix.charsPerToken;
     this.hashes = new Float64Array(config.prefix.maxBlocks);
     this.ctx.blockTokens = config.prefix.blockTokens;
@@ -276,20 +295,21 @@ export class Scheduler {
     const pool = this.fleet.pool(this.pool);
     if (!pool) return false;
     this.setContext(pool, now, '', 0, 0);
-    const tier = this.network.tierOf(pool, endpoint.zone, this.fleet.topologyVersion);
-    return this.policy.baseKey(this.ctx, endpoint, tier) >= this.policy.limitBand;
+    const own = this.origins.own;
+    const tier = own.network.tierOf(pool, endpoint.zone, this.fleet.topologyVersion);
+    return own.policy.baseKey(this.ctx, endpoint, tier) >= own.policy.limitBand;
   }
 
   /**
    * How the scheduler sees `endpoint` now, whatever the request: its request-independent cost (by
-   * the cost model, whatever the policy) and its passive health. Read-only, for views of the pool;
+   * the cost model, whatever the policy, from the EPP's own zone) and its passive health. Read-only, for views of the pool;
    * undefined when the pool is unknown.
    */
   explain(endpoint: Endpoint, now: number): EndpointExplanation | undefined {
     const pool = this.fleet.pool(this.pool);
     if (!pool) return undefined;
     this.setContext(pool, now, '', 0, 0);
-    const tier = this.network.tierOf(pool, endpoint.zone, this.fleet.topologyVersion);
+    const tier = this.origins.own.network.tierOf(pool, endpoint.zone, this.fleet.topologyVersion);
     const until = this.penalties.penalisedUntil(endpoint, now);
     return {
       cost: this.costModel.explainBase(this.ctx, endpoint, tier),
@@ -326,6 +346,9 @@ export class Scheduler {
     const pool = this.fleet.pool(this.pool);
     const subsetGiven = request.subset !== undefined;
     const candidates = this.candidates;
+    const { origin, gatewayZone } = this.origins.choose(pool, request.zone);
+    this.origin = origin;
+    const policy = origin.policy;
 
     const blocks = this.hashPrompt(request);
     const depth = blocks > 0 ? this.index.prepare(this.hashes, blocks) : 0;
@@ -371,6 +394,8 @@ export class Scheduler {
     const facts: PickFacts = {
       priority,
       sheddable,
+      zone: origin.zone,
+      gatewayZone,
       penaltiesIgnored: failOpen,
       subsetGiven,
       counts,
@@ -395,11 +420,11 @@ export class Scheduler {
     this.ensureScratch(n);
     this.ctx.modelIsAdapter = heldAsAdapter(request.model, candidates.endpoints, n);
     this.ctx.bestCachedTokens = this.lookup.rekey(request.model, this.ctx.modelIsAdapter, this.ctx.bestCachedTokens);
-    this.policy.price(this.ctx, candidates, this.keys, this.waits);
-    for (let i = 0; i < n; i++) if ((this.keys[i] as number) >= this.policy.limitBand) counts.full++;
+    policy.price(this.ctx, candidates, this.keys, this.waits);
+    for (let i = 0; i < n; i++) if ((this.keys[i] as number) >= policy.limitBand) counts.full++;
     this.ranking.rank(this.keys, candidates.tiers, n, this.listSizes, this.rng);
     const bestKey = this.keys[this.ranking.overall.index[0] as number] as number;
-    if (sheddable && this.policy.shouldShed(bestKey, this.waits, n)) {
+    if (sheddable && policy.shouldShed(bestKey, this.waits, n)) {
       return this.decide(facts, 429, 'shed', [], true);
     }
 
@@ -416,7 +441,7 @@ export class Scheduler {
     );
     const entries = this.entriesOf(this.chosen);
     const primary = entries[0] as DecisionEntry;
-    const rule: DecisionRule = primary.full ? 'last-resort' : primary.zone === this.zone ? 'local' : 'spill';
+    const rule: DecisionRule = primary.full ? 'last-resort' : primary.zone === origin.zone ? 'local' : 'spill';
     const overloaded = rule !== 'local';
     const record = this.decide(facts, 'routed', rule, entries, overloaded);
     record.model = request.model;
@@ -572,6 +597,7 @@ export class Scheduler {
         forget.push([kvPod.zone, kvPod.pod]);
     }
     for (const [zone, pod] of forget) this.kv.forget(zone, pod);
+    this.origins.prune(pool);
   }
 
   private penalise(endpoints: readonly Endpoint[], now: number): void {
@@ -580,7 +606,7 @@ export class Scheduler {
       this.penalties.penalise(endpoint, now + this.config.penaltyMs);
       this.shared.penalised(endpoint, now + this.config.penaltyMs);
     }
-    this.shortlist.invalidate();
+    this.origins.invalidate();
   }
 
   /** Starts a pick's context (excluded endpoints left out; a fail-open pick turns them back in). */
@@ -597,20 +623,22 @@ export class Scheduler {
     ctx.includeExcluded = false;
   }
 
-  /** Step 1: the candidates, with the remote shortlist refreshed when it is due. */
+  /** Step 1: the candidates, seen from the pick's origin, with its remote shortlist refreshed when it is due. */
   private collect(pool: PoolView, subset: SubsetHint | undefined, prefixDepth: number): void {
     const ctx = this.ctx;
+    const { network, shortlist } = this.origin;
     const useShortlist = (subset === undefined || this.config.subsetMode === 'locality') && this.config.remote.refreshMs > 0;
     const version = ctx.topologyVersion;
-    if (useShortlist && this.shortlist.stale(ctx.now, this.config.remote.refreshMs, this.network, pool, version)) this.scan(pool);
+    if (useShortlist && shortlist.stale(ctx.now, this.config.remote.refreshMs, network, pool, version)) this.scan(pool);
     const options: CollectOptions = {
+      network,
       subsetMode: this.config.subsetMode,
       now: ctx.now,
       topologyVersion: version,
       readinessSilenceMs: this.config.gaps.readinessSilenceMs,
       keepLastLocal: this.config.penaltyFailOpen,
       includeExcluded: ctx.includeExcluded,
-      shortlist: useShortlist ? this.shortlist : undefined,
+      shortlist: useShortlist ? shortlist : undefined,
       prefixHolders: prefixDepth > 0 ? this.index.bestHolders() : undefined,
       prefixHolderBudget: this.config.remote.shortlist,
       kvHolders: this.lookup.precise ? this.lookup.holders(this.config.remote.shortlist) : undefined,
@@ -624,13 +652,14 @@ export class Scheduler {
   }
 
   private scan(pool: PoolView): void {
-    const ctx = this.ctx;
-    this.shortlist.scan(pool, this.network, ctx.topologyVersion, ctx.now, this.config.remote.shortlist);
+    const { network, shortlist } = this.origin;
+    shortlist.scan(pool, network, this.ctx.topologyVersion, this.ctx.now, this.config.remote.shortlist);
   }
 
   private entriesOf(chosen: readonly number[]): DecisionEntry[] {
     const candidates = this.candidates;
-    const limit = this.policy.limitBand;
+    const policy = this.origin.policy;
+    const limit = policy.limitBand;
     const first = chosen[0] as number;
     const primaryLocal = candidates.tiers[first] === TIER_LOCAL;
     // Everything eligible is past its limits: the whole list is the last resort.
@@ -655,7 +684,7 @@ export class Scheduler {
         reason,
         key,
         full,
-        cost: this.policy.explain(this.ctx, endpoint, tier),
+        cost: policy.explain(this.ctx, endpoint, tier),
       });
     }
     return entries;

@@ -237,6 +237,10 @@ function windowsOf(faults: readonly FaultInput[], zones: readonly ZoneSpec[], du
       case 'collector-down':
         out.push({ name: `collector-down ${f.zone}`, fromMs, toMs: endOf('collector-up', sameZone), zone });
         break;
+      case 'collector-up':
+        if (f.windowS !== undefined)
+          out.push({ name: `collector-up ${f.zone}`, fromMs, toMs: Math.min(durationMs, fromMs + f.windowS * 1000), zone });
+        break;
       case 'nats-down':
         out.push({ name: 'nats-down', fromMs, toMs: endOf('nats-up', () => true), zone: undefined });
         break;

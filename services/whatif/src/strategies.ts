@@ -1,4 +1,5 @@
 import { schedulerConfigSchema, type SchedulerConfigInput } from '@spillway/scheduler';
+import type { KvReplayMode } from './kv-relay.js';
 
 /**
  * The routing strategies a scenario compares. Each baseline runs as it would be deployed, on its
@@ -127,6 +128,8 @@ export interface StrategySpec {
   readonly sharing?: boolean | undefined;
   /** The variant's own `responseBody`, over the scenario's `epps.responseBody`. */
   readonly responseBody?: ResponseBodyMode | undefined;
+  /** The variant's own `kvReplay`, over the scenario's `signals.kvReplay`. */
+  readonly kvReplay?: KvReplayMode | undefined;
   /** A point of a sweep: the strategy it varies, and the config field and value it sets. */
   readonly sweep?: { readonly of: string; readonly field: string; readonly value: number } | undefined;
 }
@@ -248,6 +251,7 @@ export function strategySpecs(
         config?: Record<string, unknown> | undefined;
         sharing?: boolean | undefined;
         responseBody?: ResponseBodyMode | undefined;
+        kvReplay?: KvReplayMode | undefined;
       }
   )[],
   overrides: Readonly<Record<string, Record<string, unknown>>>,
@@ -255,14 +259,22 @@ export function strategySpecs(
   return entries.map((entry) => {
     const base =
       typeof entry === 'string'
-        ? { name: entry, kind: entry, config: {}, sharing: undefined, responseBody: undefined }
-        : { name: entry.name, kind: entry.kind, config: entry.config ?? {}, sharing: entry.sharing, responseBody: entry.responseBody };
+        ? { name: entry, kind: entry, config: {}, sharing: undefined, responseBody: undefined, kvReplay: undefined }
+        : {
+            name: entry.name,
+            kind: entry.kind,
+            config: entry.config ?? {},
+            sharing: entry.sharing,
+            responseBody: entry.responseBody,
+            kvReplay: entry.kvReplay,
+          };
     return {
       name: base.name,
       kind: base.kind,
       config: mergeLayers(base.config, overrides[base.name] ?? {}),
       ...(base.sharing === undefined ? {} : { sharing: base.sharing }),
       ...(base.responseBody === undefined ? {} : { responseBody: base.responseBody }),
+      ...(base.kvReplay === undefined ? {} : { kvReplay: base.kvReplay }),
     };
   });
 }

@@ -84,7 +84,6 @@ export class EppCore {
     this.telemetry = new RequestTelemetry({
       metrics,
       logger,
-      zone: flags.zone,
       modelLabels: new ModelLabels(config.modelRewrites, flags.metricModels),
       tokenized: kvMetrics.tokenized,
       now,

@@ -6,6 +6,7 @@ import {
   outputLimitOf,
   prepareRequest,
   readBodyModes,
+  readGatewayZone,
   readServedEndpoint,
   readSubsetHint,
   requestHeadersResponse,
@@ -52,14 +53,17 @@ type Call = ServerDuplexStream<ProcessingRequest, ProcessingResponse>;
  * which ends when the endpoint's samples account for it or at its bound.
  *
  * Each state carries what exists in it and nothing else: the body only while it is collected, the
- * decision only once there is one. The subset hint lives until the pick (the latest one before it
- * wins); after the pick it is neither read nor kept (a hint can be megabytes, a response minutes).
+ * decision only once there is one. The subset hint and the gateway's zone live until the pick (the
+ * latest before it win); after the pick they are neither read nor kept (a hint can be megabytes, a
+ * response minutes).
  */
 type State = AwaitingHeaders | AwaitingBody | Picked | Started | Completed | Done;
 
 interface AwaitingHeaders {
   readonly kind: 'awaiting-headers';
   subset: SubsetHint | undefined;
+  /** `x-spillway-gateway-zone` (null: not a zone name). */
+  zone: string | null | undefined;
 }
 
 /** What the request headers settled: all a pick needs besides the body. */
@@ -67,6 +71,7 @@ interface RequestHead {
   readonly headers: RequestHeaders;
   readonly modes: BodyModes;
   subset: SubsetHint | undefined;
+  zone: string | null | undefined;
 }
 
 interface AwaitingBody extends RequestHead {
@@ -126,7 +131,7 @@ export function handleStream(control: RequestControl, call: Call): void {
 class ExtProcStream implements Deadline {
   /** Deadline: when the request phase must be complete. */
   readonly at: number;
-  private state: State = { kind: 'awaiting-headers', subset: undefined };
+  private state: State = { kind: 'awaiting-headers', subset: undefined, zone: undefined };
   /** When the stream began (ms): a request's duration runs from here to its end (docs/metrics.md). */
   private readonly startedAt = Date.now();
 
@@ -156,10 +161,12 @@ class ExtProcStream implements Deadline {
   private onMessage(message: ProcessingRequest): void {
     const state = this.state;
     if (state.kind === 'done') return;
-    // Envoy attaches the forwarded namespaces to every message; the latest hint before the pick wins.
+    // Envoy attaches the forwarded namespaces to every message; the latest hint and zone before the pick win.
     if (state.kind === 'awaiting-headers' || state.kind === 'awaiting-body') {
       const hint = readSubsetHint(message.metadataContext);
       if (hint !== undefined) state.subset = hint;
+      const zone = readGatewayZone(message.metadataContext);
+      if (zone !== undefined) state.zone = zone;
     }
     const phase = decodePhase(message);
     switch (phase.kind) {
@@ -195,7 +202,8 @@ class ExtProcStream implements Deadline {
 
   private onRequestHeaders(state: AwaitingHeaders, headers: RequestHeaders, modes: BodyModes): void {
     const mode = modes.request;
-    if (headers.endOfStream || mode === 'none') return this.route({ headers, modes, subset: state.subset }, 'header-only', undefined, 0);
+    if (headers.endOfStream || mode === 'none')
+      return this.route({ headers, modes, subset: state.subset, zone: state.zone }, 'header-only', undefined, 0);
     if (mode !== 'full-duplex' && mode !== 'buffered') {
       return this.reject(
         500,
@@ -204,7 +212,7 @@ class ExtProcStream implements Deadline {
       );
     }
     const body = new BodyAccumulator(this.control.limits.maxBodyBytes);
-    this.state = { kind: 'awaiting-body', headers, modes, subset: state.subset, mode, body, reservedBytes: 0 };
+    this.state = { kind: 'awaiting-body', headers, modes, subset: state.subset, zone: state.zone, mode, body, reservedBytes: 0 };
     // BUFFERED: Envoy waits for this reply before it sends the body; the decision rides on the body reply.
     if (mode === 'buffered') this.write(requestHeadersResponse({ removeHeaders: headers.destinationHeaders }));
   }
@@ -249,6 +257,7 @@ class ExtProcStream implements Deadline {
         prompt: request?.prompt,
         objective: headers.objective,
         subset: head.subset,
+        zone: head.zone,
         requestId: headers.requestId,
         maxTokens: request === undefined ? undefined : outputLimitOf(request.api, request.json),
       },
