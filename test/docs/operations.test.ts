@@ -2,10 +2,12 @@ import { readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { parse as parseYaml } from 'yaml';
+import { Fleet } from '@spillway/fleet';
 import {
   EppMetrics,
   FlowMetrics,
   KvCounters,
+  registerChargeMetrics,
   registerKvMetrics,
   registerSharedStateMetrics,
   SharedStateCounters,
@@ -49,6 +51,8 @@ async function exported(): Promise<Set<string>> {
   registerKvMetrics(epp.registry, { counters: new KvCounters(), stats: () => stats, cache: new TokenCache(1024) });
   // And flow control's (every EPP).
   new FlowMetrics(epp.registry);
+  // And the charges' (always).
+  registerChargeMetrics(epp.registry, new Fleet());
   for (const registry of [epp.registry, new CollectorMetrics().registry]) {
     for (const metric of await registry.getMetricsAsJSON()) names.add(metric.name);
   }

@@ -69,6 +69,8 @@ export {
   STATE_RELEASE,
   STATE_PENALTY,
   STATE_PLACEMENT,
+  STATE_STARTED,
+  RELEASED_WITHOUT_COMPLETION,
   MAX_STATE_BATCH_BYTES,
   MAX_STATE_ENTRIES,
   MAX_STATE_HASHES,
@@ -93,6 +95,7 @@ export type {
   StateReleaseEntry,
   StatePenaltyEntry,
   StatePlacementEntry,
+  StateStartedEntry,
   StateDecodeReason,
   StateDecodeResult,
 } from './state.js';

@@ -29,6 +29,7 @@ export type { ApiKind, BodyErrorKind, BodyParseResult, InferenceBody, JsonObject
 export { compileModelRewrites, rewriteModel } from './rewrite.js';
 export type { ModelRewriteRule, ModelRewriteTarget, ModelRewriter, Random, RewrittenBody } from './rewrite.js';
 export { prepareRequest } from './request.js';
+export { outputLimitOf } from './output-limit.js';
 export type { PreparedRequest, PrepareResult } from './request.js';
 export { UsageTail, findUsage, USAGE_TAIL_BYTES } from './usage.js';
 export type { TokenUsage } from './usage.js';

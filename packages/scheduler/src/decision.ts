@@ -1,4 +1,4 @@
-import type { Endpoint } from '@spillway/fleet';
+import { Charge, type ChargeEnd, type Endpoint } from '@spillway/fleet';
 import type { CacheIndexSource } from './kv-lookup.js';
 import type { GatewayZoneUse } from './origins.js';
 import type { EntryCost, EntryScore } from './pricing.js';
@@ -154,12 +154,41 @@ export interface DecisionVerdict {
   readonly prefixHashes: readonly number[] | undefined;
 }
 
-/** The scheduler's own bookkeeping on a decision: what commit charged, for release and the reports. */
-export class DecisionRecord implements Decision {
-  /** The endpoint whose in-flight accounting carries this request, and since when. */
-  chargedTo: Endpoint | undefined = undefined;
-  chargedAt = 0;
+/**
+ * Told when a started request's charge ends without a completion the caller reported (by the
+ * endpoint's samples, at its bound, at a cap): the EPP's request metrics end there.
+ */
+export interface ChargeListener {
+  chargeEnded(at: number, reason: ChargeEnd): void;
+}
+
+/** Where a decision's charge reports an end the fleet settled itself (the scheduler's shared state and the caller's listener). */
+export interface ChargeHooks {
+  ended(record: DecisionRecord, reason: ChargeEnd, at: number): void;
+}
+
+/**
+ * A decision's bytes while its request is charged, for the fleet's bound: the record, its list of
+ * at most a few entries with their cost components, its request id (prompt blocks are let go once
+ * the request has started).
+ */
+const DECISION_BYTES = 2048;
+
+/**
+ * The scheduler's own bookkeeping on a decision: the request's charge (the decision is the charge:
+ * the fleet links it into the charged endpoint's list, no object of its own), and what the reports
+ * need.
+ */
+export class DecisionRecord extends Charge implements Decision {
   committed = false;
+  /** The request's prompt in tokens (given, or estimated from its text) and the output limit its body set: the charge's bound. */
+  promptTokens = 0;
+  maxTokens: number | undefined = undefined;
+  /** The target model: its configured rates price the bound. */
+  model = '';
+  /** Told when the charge ends without a completion reported (set when the request starts). */
+  listener: ChargeListener | undefined = undefined;
+  hooks: ChargeHooks | undefined = undefined;
   /** The served endpoint of the first report; later reports are ignored. */
   served: string | undefined = undefined;
   /** The request's id on the shared-state channel; 0 when it is not shared. */
@@ -186,9 +215,11 @@ export class DecisionRecord implements Decision {
   readonly prefixMatched: number;
   readonly policy: 'cost' | 'weighted';
   readonly at: number;
-  readonly prefixHashes: readonly number[] | undefined;
+  /** Let go once the request has started: every move and placement they serve happens before. */
+  prefixHashes: readonly number[] | undefined;
 
   constructor(facts: PickFacts, verdict: DecisionVerdict) {
+    super();
     this.status = verdict.status;
     this.rule = verdict.rule;
     this.entries = verdict.entries;
@@ -210,5 +241,13 @@ export class DecisionRecord implements Decision {
 
   get primary(): Endpoint | undefined {
     return this.entries[0]?.endpoint;
+  }
+
+  override get bytes(): number {
+    return DECISION_BYTES;
+  }
+
+  override chargeEnded(reason: ChargeEnd, at: number): void {
+    this.hooks?.ended(this, reason, at);
   }
 }

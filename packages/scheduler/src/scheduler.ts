@@ -1,11 +1,14 @@
 import { parseEndpointAddress, type KvBatch, type KvSnapshotEvent } from '@spillway/events';
-import type { Endpoint, Fleet, PoolView } from '@spillway/fleet';
+import type { ChargeEnd, Endpoint, Fleet, PoolView } from '@spillway/fleet';
 import { CandidateSet, type CollectOptions } from './candidates.js';
+import { chargeBoundMs, usableMaxTokens } from './charge-bound.js';
 import { schedulerConfigSchema, type SchedulerConfig, type SchedulerConfigInput } from './config.js';
 import { CostPolicy } from './cost.js';
 import {
   DecisionRecord,
   MAX_REQUEST_ID_CHARS,
+  type ChargeHooks,
+  type ChargeListener,
   type Decision,
   type DecisionEntry,
   type DecisionRule,
@@ -79,6 +82,11 @@ export interface PickRequest {
   /** The gateway's request id (`x-request-id`): carried into the decision (cut to MAX_REQUEST_ID_CHARS), never interpreted. */
   readonly requestId?: string | undefined;
   /**
+   * The output limit the body set (`max_tokens`, ...), when it set one: with the prompt it bounds
+   * how long the request stays charged once started. Anything but a whole number ≥ 1 counts as absent.
+   */
+  readonly maxTokens?: number | undefined;
+  /**
    * The gateway's zone (`x-spillway-gateway-zone`): the request's local zone for tiers, round trips
    * and the zone bias, when the pool has a pod in it. Undefined: the gateway named none; null: it
    * sent a value that is not a zone name. Either, or a zone the pool does not have, picks for the
@@ -107,12 +115,16 @@ export type ServedOutcome = 'primary' | 'fallback' | 'unparsable' | 'no-primary'
  *
  *   candidates (candidates.ts)  ->  price (cost.ts | weighted.ts)  ->  rank (rank.ts)  ->  list (list.ts)
  *
- * Per request the EPP calls:
+ * Per request the EPP calls (a request's life, docs/picking.md "A request's charge"):
  *   const d = scheduler.pick(request, now)      // never throws for bad input; d.status routed | 429 | 503
- *   if (d.status === 'routed') scheduler.commit(d, now)   // once the destination is sent
+ *   if (d.status === 'routed') scheduler.commit(d, now)   // picked: the destination is sent, the primary charged
  *   scheduler.reportServed(d, servedAddress, now)         // the response named the endpoint that served it
  *   scheduler.reportFailed(d, now)                        // the primary answered 5xx or could not be reached
- *   scheduler.release(d)                                   // when the stream ends, however it ends (idempotent)
+ *   scheduler.start(d, now, listener)                     // started: its response began (headers, success status)
+ *   scheduler.release(d, now)                              // completed, or over before it started (idempotent)
+ * A started request that is never released stays charged to the endpoint that served it until
+ * that endpoint's samples account for it or its bound passes (`listener` hears when): never at the
+ * end of its stream, which behind Envoy ≥ 1.37 comes right after the response headers.
  */
 export class Scheduler {
   readonly zone: string;
@@ -164,6 +176,15 @@ export class Scheduler {
   private readonly penalisedNow = (endpoint: Endpoint): boolean => this.penalties.isPenalised(endpoint, this.ctx.now);
   private readonly addressOf = (index: number): string => this.candidates.endpoints[index]?.address as string;
   private listSizes!: { overall: number; remote: number; local: number };
+  /** Where a decision's charge reports an end the fleet settled itself: peers, then the caller's listener. */
+  private readonly chargeHooks: ChargeHooks = {
+    ended: (record: DecisionRecord, reason: ChargeEnd, at: number): void => {
+      this.shared.endedWithoutCompletion(record);
+      const listener = record.listener;
+      record.listener = undefined;
+      listener?.chargeEnded(at, reason);
+    },
+  };
 
   constructor(options: SchedulerOptions) {
     this.fleet = options.fleet;
@@ -210,6 +231,9 @@ export class Scheduler {
         penalties: this.penalties,
         learn: (endpoint, hashes) => this.learnBlocks(endpoint, hashes),
         onPenalty: () => this.origins.invalidate(),
+        // A peer's started request is bounded as this EPP bounds its own (its model's rates are the defaults').
+        boundMs: (endpoint, promptTokens, maxTokens) =>
+          chargeBoundMs(this.config.charges, endpoint, this.config.rates.default.prefillTokensPerS, promptTokens, maxTokens),
       },
       options.shared,
     );
@@ -239,6 +263,8 @@ export class Scheduler {
   private configure(config: SchedulerConfig): void {
     this.current = config;
     this.shared.penaltyLimitMs = config.penaltyMs;
+    this.fleet.maxChargesPerEndpoint = config.charges.maxPerEndpoint;
+    this.fleet.maxChargeBytes = config.charges.maxBytes;
     this.candidates = new CandidateSet(this.penalties);
     const staleAfterMs = this.fleet.staleAfterMs;
     if (config.policy === 'weighted') {
@@ -326,6 +352,8 @@ export class Scheduler {
   }
 
   pick(request: PickRequest, now: number): Decision {
+    // Charges past their bound stop loading their endpoints before they are priced (a heap peek when none is).
+    this.fleet.expireCharges(now);
     const priority = request.priority ?? this.priorityOf(request.objective);
     const sheddable = priority < 0;
     const pool = this.fleet.pool(this.pool);
@@ -431,6 +459,9 @@ export class Scheduler {
     const flow = this.config.flowControl;
     const hold = flow.enabled && shouldHold(this.pricedView(n, policy.limitBand), flow.holdAboveMs);
     const record = this.decide(facts, 'routed', rule, entries, overloaded);
+    record.model = request.model;
+    record.promptTokens = promptTokens;
+    record.maxTokens = usableMaxTokens(request.maxTokens);
     record.hold = hold;
     return record;
   }
@@ -447,9 +478,10 @@ export class Scheduler {
   }
 
   /**
-   * The EPP sent this decision's destination: charge the primary with the request (in-flight and
-   * unsampled accounting, the anti-herding signal) and teach the prefix index what it now caches.
-   * Safe to call twice; ignores decisions that were not routed.
+   * Picked: the EPP sent this decision's destination. The primary is charged with the request
+   * (in-flight and unsampled accounting, the anti-herding signal; refused only at the fleet's caps)
+   * and the prefix index learns what it now caches. Safe to call twice; ignores decisions that were
+   * not routed.
    */
   commit(decision: Decision, now: number): void {
     const record = decision as DecisionRecord;
@@ -457,27 +489,59 @@ export class Scheduler {
     const primary = record.primary;
     if (!primary) return;
     record.committed = true;
-    this.fleet.recordPick(primary, now);
-    record.chargedTo = primary;
-    record.chargedAt = now;
+    record.hooks = this.chargeHooks;
+    const charged = this.fleet.charge(record, primary, now);
     this.learn(primary, record);
-    this.shared.committed(record, primary, now);
+    if (charged) this.shared.committed(record, primary, now);
   }
 
-  /** The request finished (completed, failed or cancelled) at `now` (when known: peers learn it). Idempotent. */
+  /**
+   * Started: the request's response began at `now` (its headers came with a success status). It
+   * stays charged to the endpoint that served it (reportServed moved it there) until `release`, or,
+   * without one, until the endpoint's samples account for it or its bound passes (prompt and output
+   * limit at the endpoint's rates: config `charges`); `listener` hears when. Peers learn it. Ignored
+   * for a request not charged, or started already.
+   */
+  start(decision: Decision, now: number, listener?: ChargeListener): void {
+    const record = decision as DecisionRecord;
+    const endpoint = record.chargedTo;
+    if (endpoint === undefined || record.started) return;
+    const rates = this.config.rates;
+    // The model is the client's word: only a configured model's own rates count.
+    const prefill =
+      (Object.hasOwn(rates.models, record.model) ? rates.models[record.model]?.prefillTokensPerS : undefined) ??
+      rates.default.prefillTokensPerS;
+    record.listener = listener;
+    this.fleet.startCharge(record, now, now + chargeBoundMs(this.config.charges, endpoint, prefill, record.promptTokens, record.maxTokens));
+    // Every move and prefix placement the blocks serve happens before the response starts.
+    record.prefixHashes = undefined;
+    this.shared.started(record);
+  }
+
+  /**
+   * The request is over at `now` (when known: peers learn it): its completion was seen, or its
+   * stream ended before its response started (client gone, gateway error, immediate response). Its
+   * charge ends as a real signal: a sample that counted it over-reports by one until the next.
+   * Idempotent; a charge already ended (by samples, at its bound) stays ended.
+   */
   release(decision: Decision, now?: number): void {
     const record = decision as DecisionRecord;
-    const charged = record.chargedTo;
-    if (!charged) return;
-    record.chargedTo = undefined;
-    this.fleet.releasePick(charged, record.chargedAt);
+    if (record.chargedTo === undefined) return;
+    this.fleet.releaseCharge(record);
+    record.listener = undefined;
     this.shared.released(record, now);
+  }
+
+  /** Ends the charges whose bound has passed at `now` (picks do it too); returns how many. For the EPP's timer. */
+  expireCharges(now: number): number {
+    return this.fleet.expireCharges(now);
   }
 
   /**
    * The gateway reported which endpoint served the request (picking v2 step 7). When it is not the
    * primary, the primary failed: it is penalised for `penaltyMs`, and the request's accounting and
-   * prefix entries move to the endpoint that served it. `target` is a decision, or the primary's
+   * prefix entries move to the endpoint that served it (when that is no pod this EPP knows, the
+   * charge ends: nothing it sees carries the request). `target` is a decision, or the primary's
    * address when the caller kept only that. Only the first report of a decision counts.
    */
   reportServed(target: Decision | string, served: string | undefined, now: number): ServedOutcome {
@@ -507,13 +571,18 @@ export class Scheduler {
 
     this.penalise(primaries, now);
     const servedEndpoint = pool?.routableAt(servedAddress.key)[0];
-    if (record && servedEndpoint && record.chargedTo !== undefined && record.chargedTo !== servedEndpoint) {
-      this.fleet.releasePick(record.chargedTo, record.chargedAt);
-      this.fleet.recordPick(servedEndpoint, now);
-      record.chargedTo = servedEndpoint;
-      record.chargedAt = now;
-      this.learn(servedEndpoint, record);
-      this.shared.moved(record, servedEndpoint, now);
+    if (record && record.chargedTo !== undefined && record.chargedTo !== servedEndpoint) {
+      if (servedEndpoint === undefined) {
+        // Served where this EPP sees no pod: nothing it knows carries the request, and the primary never ran it.
+        this.fleet.forgetCharge(record);
+        this.shared.endedWithoutCompletion(record);
+      } else {
+        this.fleet.releaseCharge(record);
+        if (this.fleet.charge(record, servedEndpoint, now)) {
+          this.learn(servedEndpoint, record);
+          this.shared.moved(record, servedEndpoint, now);
+        } else this.shared.released(record, now);
+      }
     }
     return 'fallback';
   }

@@ -16,5 +16,6 @@ export type { PromptInput, PromptTokensOptions, TokenizeOutcome } from './kv/pro
 export { KvCounters } from './kv/counters.js';
 export { registerKvMetrics } from './telemetry/kv-metrics.js';
 export { FlowMetrics } from './telemetry/flow-metrics.js';
+export { registerChargeMetrics } from './telemetry/charge-metrics.js';
 export type { KvMetricSources } from './telemetry/kv-metrics.js';
 export { TokenCache } from './kv/token-cache.js';

@@ -15,7 +15,7 @@ interface Waiting {
  * flow-control.ts): the same pure queue (`FlowQueue`) and the scheduler's hold rule, in virtual
  * time. A request the pick says to hold (Decision.hold), or that arrives while others are held,
  * waits in the queue; every event that may show room — a sample reaching this EPP, a completion
- * it sees, a peer's shared-state batch — runs a dispatch pass: the next request in queue order is
+ * it sees (only with the response body streamed through it), a peer's shared-state batch — runs a dispatch pass: the next request in queue order is
  * picked afresh, and goes when the pick no longer says hold. `maxHoldMs` answers 429 (sheddable)
  * or 503; a full queue refuses the newest request of the lowest band (docs/flow-control.md).
  */
@@ -55,6 +55,9 @@ export class FlowControlRouter extends SchedulerRouter {
 
   override release(route: Route, now: number): void {
     super.release(route, now);
+    // Only an end the EPP sees shows room: behind the shipped Envoy config a started request's end
+    // never reaches it (its charge ends by samples, which run a pass when they arrive).
+    if (route.started === true && !this.ctx.seesCompletion) return;
     this.dispatch(now);
   }
 

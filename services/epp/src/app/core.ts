@@ -10,6 +10,7 @@ import type { BodyBudget } from '../request/body-budget.js';
 import type { DeadlineSweeper } from '../request/deadlines.js';
 import { newEppId } from '../shared-state/identity.js';
 import { StateOutbox } from '../shared-state/outbox.js';
+import { registerChargeMetrics } from '../telemetry/charge-metrics.js';
 import { registerKvMetrics } from '../telemetry/kv-metrics.js';
 import type { EppMetrics } from '../telemetry/metrics.js';
 import { ModelLabels } from '../telemetry/model-labels.js';
@@ -79,6 +80,7 @@ export class EppCore {
       },
       scheduler,
     );
+    registerChargeMetrics(metrics.registry, this.fleet);
     const kvMetrics = registerKvMetrics(metrics.registry, {
       counters: this.kv.counters,
       stats: () => scheduler.kvIndexStats,

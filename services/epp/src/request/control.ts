@@ -6,7 +6,7 @@ import { FlowControl } from './flow-control.js';
 import type { RequestObserver, RequestRecord, TokenizeOutcome } from './observer.js';
 
 /** What the request control needs of the scheduler: a pick, and the pick's life after it. */
-export type Picker = Pick<Scheduler, 'pick' | 'commit' | 'reportServed' | 'reportFailed' | 'release'> &
+export type Picker = Pick<Scheduler, 'pick' | 'commit' | 'reportServed' | 'reportFailed' | 'start' | 'release'> &
   Partial<Pick<Scheduler, 'nextPenaltyEndAt'>>;
 
 /** A prompt's token ids for the precise block index, and how long they took. */
@@ -37,7 +37,7 @@ export interface RequestControlParts {
   readonly limits: RequestLimits;
   readonly rewriter: ModelRewriter | undefined;
   readonly now?: () => number;
-  /** Flow control's settings (off when absent). */
+  /** Flow control's settings (the default config's when absent). */
   readonly flowControl?: FlowControlConfig;
   /** How long a sample-triggered dispatch pass waits (active-active; FlowControlParts.dispatchDelayMs). */
   readonly dispatchDelayMs?: () => number;
@@ -118,11 +118,25 @@ export class RequestControl {
     if (this.picker.reportFailed(decision, this.now())) this.observer.primaryFailed(decision, status);
   }
 
-  /** The stream ended, however: the pick's charge is released and the request's record finished; held requests may take its room. */
-  release(decision: Decision, record: RequestRecord | undefined): void {
+  /**
+   * The response began (its headers, with a success status). When its body does not come through
+   * the EPP (`completionSeen` false), nothing will say when it ends: the request stays charged to
+   * the endpoint that served it until the samples or its bound end the charge, and the record ends
+   * with the charge.
+   */
+  started(decision: Decision, record: RequestRecord, completionSeen: boolean): void {
+    this.picker.start(decision, this.now(), completionSeen ? undefined : record);
+  }
+
+  /**
+   * The request is over: its response completed (seen here), or its stream ended before the
+   * response began (client gone, gateway error, an error status), or with it (its body came here).
+   * The charge is released and the record finished; held requests may take its room.
+   */
+  ended(decision: Decision, record: RequestRecord): void {
     const now = this.now();
     this.picker.release(decision, now);
-    record?.finish(now);
+    record.finish(now);
     this.flow.onRoom('completion');
   }
 

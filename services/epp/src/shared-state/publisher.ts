@@ -2,6 +2,7 @@ import type { NatsConnection } from '@nats-io/nats-core';
 import {
   encodeStateBatch,
   MAX_STATE_BATCH_BYTES,
+  MAX_STATE_ENTRIES,
   stateSubjectFor,
   type StateBatch,
   type StateEntry,
@@ -72,7 +73,12 @@ export class StatePublisher {
     do {
       let end = start;
       let bytes = 0;
-      while (end < entries.length && (end === start || bytes + entryBytes(entries[end] as StateEntry) <= TARGET_BATCH_BYTES)) {
+      // At most MAX_STATE_ENTRIES a batch (a receiver refuses more), whatever their size.
+      while (
+        end < entries.length &&
+        end - start < MAX_STATE_ENTRIES &&
+        (end === start || bytes + entryBytes(entries[end] as StateEntry) <= TARGET_BATCH_BYTES)
+      ) {
         bytes += entryBytes(entries[end] as StateEntry);
         end++;
       }

@@ -2,6 +2,7 @@ import type { Msg, NatsConnection, Subscription } from '@nats-io/nats-core';
 import {
   decodeStateBatch,
   encodeStateBatch,
+  MAX_STATE_ENTRIES,
   parseStateSubject,
   statePoolFilter,
   stateSyncFilter,
@@ -223,7 +224,11 @@ export class SyncResponder {
   }
 }
 
-/** Splits snapshot entries into parts of about SNAPSHOT_PART_BYTES, at most `maxBytes` in all (the rest left out); always one part at least. */
+/**
+ * Splits snapshot entries into parts of about SNAPSHOT_PART_BYTES and at most MAX_STATE_ENTRIES
+ * entries (a receiver refuses a batch with more), at most `maxBytes` in all (the rest left out);
+ * always one part at least.
+ */
 export function snapshotParts(entries: readonly StateEntry[], maxBytes: number): StateEntry[][] {
   const parts: StateEntry[][] = [[]];
   let partBytes = 0;
@@ -231,7 +236,8 @@ export function snapshotParts(entries: readonly StateEntry[], maxBytes: number):
   for (const entry of entries) {
     const size = entryBytes(entry);
     if (total + size > maxBytes) break;
-    if (partBytes + size > SNAPSHOT_PART_BYTES && (parts[parts.length - 1] as StateEntry[]).length > 0) {
+    const part = parts[parts.length - 1] as StateEntry[];
+    if ((partBytes + size > SNAPSHOT_PART_BYTES || part.length >= MAX_STATE_ENTRIES) && part.length > 0) {
       parts.push([]);
       partBytes = 0;
     }

@@ -41,6 +41,7 @@ const SORT_KEYS = [
   'kvCacheUsage',
   'metricsAgeMs',
   'inFlight',
+  'started',
   'penaltyLeftMs',
   'expectedWaitMs',
   'costMs',
