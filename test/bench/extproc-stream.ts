@@ -193,8 +193,8 @@ async function run(context: BenchContext): Promise<string> {
     context.log(`idle CPU: bare ${us(idle.bare)} µs/s, spillway-epp ${us(idle.epp)} µs/s`);
     // One chunk at a time with nothing else running: the hop's own latency.
     const alone: Record<ServerName, Float64Array> = {
-      bare: (await probeChunks(bare.port, exchanges.streamed, 1, plan.gapMs)).roundTripsMs,
-      epp: (await probeChunks(epp.grpcPort, exchanges.streamed, 1, plan.gapMs)).roundTripsMs,
+      bare: (await probeChunks(bare.port, exchanges.streamed, plan.probeStreams, plan.gapMs)).roundTripsMs,
+      epp: (await probeChunks(epp.grpcPort, exchanges.streamed, plan.probeStreams, plan.gapMs)).roundTripsMs,
     };
 
     const runs: Run[] = [];
@@ -348,7 +348,7 @@ function report(input: ReportInput): string {
     '',
     markdownTable(['response mode', 'server', 'messages', 'req/s done', 'p50 ms', 'p99 ms', 'CPU µs/req', 'CPU µs/req above idle'], rows),
     '',
-    `Per chunk, from the difference between the modes (above idle): spillway-epp **${perChunk('epp').toFixed(1)} µs of CPU per chunk**, the bare server ${perChunk('bare').toFixed(1)} µs. A streamed response of ${CHUNKS} chunks costs the EPP **${us(eppStreamed)} µs** of CPU against **${us(eppHeaders)} µs** with headers only (**${(eppStreamed / eppHeaders).toFixed(1)}×**); at 1,000 such requests a second that is ${coresAt(1000, eppStreamed)} cores against ${coresAt(1000, eppHeaders)}.`,
+    `Per chunk, from the difference between the modes (above idle): spillway-epp **${perChunk('epp').toFixed(1)} µs of CPU per chunk**, the bare server ${perChunk('bare').toFixed(1)} µs. A streamed response of ${CHUNKS} chunks costs the EPP **${us(eppStreamed)} µs** of CPU against **${us(eppHeaders)} µs** with headers only (**${(eppStreamed / eppHeaders).toFixed(1)}×**); per 1,000 such requests a second at this cost per request, ${coresAt(1000, eppStreamed)} cores against ${coresAt(1000, eppHeaders)}.`,
     '',
     `**Latency per chunk.** With headers only the chunks do not pass through the processor: nothing is added to them. With the response body streamed, each chunk makes a round trip through the processor before Envoy sends it on. Measured one chunk at a time, as a model server paces its tokens (\`test/bench/extproc/chunk-probe.ts\`: one stream, each chunk sent ${plan.gapMs} ms after the previous one's reply, the round trip to its streamed_response timed by a node:http2 client), with nothing else running and beside the h2load run of the streamed mode (${plan.probeStreams} streams per run):`,
     '',
