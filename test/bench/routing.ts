@@ -56,13 +56,14 @@ const ORDER = [
   'llm-d-like',
   'llm-d-like-4-epps',
   'collector-outage',
+  'collector-restart-prefix',
   'nats-outage',
   'epp-restart',
   'two-epps-hot-zone',
   'two-epps-prefix-heavy',
 ];
 
-interface Entry {
+export interface Entry {
   readonly file: string;
   readonly scenario: ScenarioFile;
   readonly loads: readonly (number | undefined)[];
@@ -74,6 +75,14 @@ function quickVersion(s: ScenarioFile): ScenarioFile {
   return { ...rest, strategies: keep.length > 0 ? keep : s.strategies };
 }
 
+/** One scenario file as the part runs it (the quick version with `quick`). */
+export function entryOf(f: string, quick: boolean): Entry {
+  const file = loadScenario(join(SCENARIO_DIR, f));
+  const ladder = file.ladder ?? [file.load.clusterFraction];
+  const loads = quick ? [ladder.includes(0.8) ? 0.8 : file.load.clusterFraction] : ladder;
+  return { file: `infra/scenarios/${f}`, scenario: quick ? quickVersion(file) : file, loads };
+}
+
 function entries(quick: boolean): Entry[] {
   const files = readdirSync(SCENARIO_DIR).filter((f) => f.endsWith('.yaml'));
   const rank = (f: string) => {
@@ -81,12 +90,7 @@ function entries(quick: boolean): Entry[] {
     return i < 0 ? ORDER.length : i;
   };
   files.sort((a, b) => rank(a) - rank(b) || a.localeCompare(b));
-  return files.map((f) => {
-    const file = loadScenario(join(SCENARIO_DIR, f));
-    const ladder = file.ladder ?? [file.load.clusterFraction];
-    const loads = quick ? [ladder.includes(0.8) ? 0.8 : file.load.clusterFraction] : ladder;
-    return { file: `infra/scenarios/${f}`, scenario: quick ? quickVersion(file) : file, loads };
-  });
+  return files.map((f) => entryOf(f, quick));
 }
 
 const pc = (v: number) => `${Math.round(v * 100)} %`;
@@ -131,7 +135,8 @@ function facts(first: ScenarioReport, reports: readonly ScenarioReport[]): strin
   return `${out.join('; ')}.`;
 }
 
-function scenarioSection(entry: Entry, reports: readonly ScenarioReport[]): string[] {
+/** A scenario's subsection of the part: title, description, commands, facts, the table over its ladder, curves and fault windows. */
+export function scenarioSection(entry: Entry, reports: readonly ScenarioReport[]): string[] {
   const out: string[] = [];
   const first = reports[0];
   if (!first) return out;

@@ -69,6 +69,8 @@ export {
   STATE_RELEASE,
   STATE_PENALTY,
   STATE_PLACEMENT,
+  STATE_STARTED,
+  RELEASED_WITHOUT_COMPLETION,
   MAX_STATE_BATCH_BYTES,
   MAX_STATE_ENTRIES,
   MAX_STATE_HASHES,
@@ -93,6 +95,7 @@ export type {
   StateReleaseEntry,
   StatePenaltyEntry,
   StatePlacementEntry,
+  StateStartedEntry,
   StateDecodeReason,
   StateDecodeResult,
 } from './state.js';
@@ -124,7 +127,7 @@ export type {
   VllmDecodeReason,
   VllmDecodeResult,
 } from './vllm-kv.js';
-export { decodeTrtllmKvEvents, scanJson } from './trtllm-kv.js';
+export { decodeTrtllmKvEvents, scanJson, trtllmV1BlockHash } from './trtllm-kv.js';
 export type { TrtllmKvEvent, TrtllmDecodeResult } from './trtllm-kv.js';
 export { MsgpackReader, MsgpackError, scanMsgpack } from './msgpack-reader.js';
 export type { MsgpackBounds, MsgpackErrorKind } from './msgpack-reader.js';

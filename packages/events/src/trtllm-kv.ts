@@ -33,6 +33,44 @@ export interface TrtllmKvEvent {
   readonly rank: number | null;
   /** What it means for the cache, in the common vocabulary (empty for an event that changes nothing routed on). */
   readonly events: VllmKvEvent[];
+  /**
+   * A stored chain's first block checked against TensorRT-LLM's V1 block hash of its tokens alone
+   * (`trtllmV1BlockHash`): `base` when its hash is that, `other` when not (a LoRA adapter's block,
+   * a salted request's, one hashed with extra token ids; or a server that hashes otherwise). Only
+   * for a V1-hashed chain start (`hash_algo` absent or `v1_block_key`) without extra keys.
+   */
+  readonly v1Root?: 'base' | 'other';
+}
+
+const MASK64 = (1n << 64n) - 1n;
+const PARENT_MULTIPLIER = 0xbf58476d1ce4e5b9n;
+
+/**
+ * TensorRT-LLM's V1 block hash of a block of plain token ids under no LoRA task and no cache salt:
+ * `hash_v1_block_key(tokens, parent_hash)` of `tensorrt_llm/runtime/kv_cache_hash.py` (its
+ * reference for the C++ `BlockKeyHasher::hash`, `cpp/tensorrt_llm/batch_manager/kvCacheManager.cpp`),
+ * which a LoRA task id or a salt would change: the seed `len ^ parent * 0xbf58476d1ce4e5b9`, then
+ * per token its 32-bit mix (two rounds of `((x >> 16) ^ x) * 0x45d9f3b`, a final xor-shift, plus
+ * 0x9e3779b9, all in 32 bits) combined as `seed ^= x + (seed << 6) + (seed >> 2)` in 64 bits.
+ */
+export function trtllmV1BlockHash(tokens: readonly number[], parent = 0n): bigint {
+  let seed = (BigInt(tokens.length) ^ ((parent * PARENT_MULTIPLIER) & MASK64)) & MASK64;
+  for (const token of tokens) {
+    let x = token >>> 0;
+    x = Math.imul((x >>> 16) ^ x, 0x45d9f3b) >>> 0;
+    x = Math.imul((x >>> 16) ^ x, 0x45d9f3b) >>> 0;
+    x = ((x >>> 16) ^ x) >>> 0;
+    x = (x + 0x9e3779b9) >>> 0;
+    const combined = (BigInt(x) + ((seed << 6n) & MASK64) + (seed >> 2n)) & MASK64;
+    seed = (seed ^ combined) & MASK64;
+  }
+  return seed;
+}
+
+/** Whether a reported block hash is `computed` (a hash beyond 2^53 arrives as the nearest double of it). */
+function sameHash(reported: VllmBlockHash, computed: bigint): boolean {
+  if (typeof reported === 'string') return false;
+  return BigInt(reported) === BigInt(Number(computed));
 }
 
 export type TrtllmDecodeResult =
@@ -143,13 +181,14 @@ function storedBlock(v: unknown, where: string, limits: VllmKvLimits): StoredBlo
 }
 
 /** A stored event: one `stored` per run of consecutive blocks on one level, chained. */
+/** A stored event in the common vocabulary, and the V1 check of the chain start it begins with (if any). */
 function stored(
   data: Record<string, unknown>,
-  group: number | null,
-  window: number | null,
+  place: { group: number | null; window: number | null; v1: boolean },
   where: string,
   limits: VllmKvLimits,
-): VllmKvEvent[] {
+): { events: VllmKvEvent[]; v1Root?: 'base' | 'other' } {
+  const { group, window } = place;
   const list = data['blocks'];
   if (!Array.isArray(list)) throw new KvWireMalformed('malformed', `${where}.blocks is not a list`);
   if (list.length > limits.maxHashes) throw new KvWireMalformed('too-many-hashes', `${where}: ${list.length} blocks`);
@@ -187,7 +226,10 @@ function stored(
     parent = (run[run.length - 1] as StoredBlock).hash;
     start = end;
   }
-  return out;
+  const root = blocks[0];
+  if (!place.v1 || root === undefined || (data['parent_hash'] !== undefined && data['parent_hash'] !== null) || root.extra !== null)
+    return { events: out };
+  return { events: out, v1Root: sameHash(root.hash, trtllmV1BlockHash(root.tokens)) ? 'base' : 'other' };
 }
 
 function decodeEvent(v: unknown, where: string, limits: VllmKvLimits): TrtllmKvEvent | undefined {
@@ -197,12 +239,17 @@ function decodeEvent(v: unknown, where: string, limits: VllmKvLimits): TrtllmKvE
   const window = optionalInt(e['window_size'], `${where}.window_size`);
   // V2 names its groups; V1 tells variable sliding windows apart by their window size.
   const group = optionalInt(e['layer_group_id'], `${where}.layer_group_id`) ?? window;
+  // Hashed as the V1 cache manager does: the V1 manager (no hash_algo) or a V2 one told to.
+  const algo = e['hash_algo'];
+  if (algo !== undefined && algo !== null && (typeof algo !== 'string' || algo.length > 64))
+    throw new KvWireMalformed('malformed', `${where}.hash_algo is not a name`);
+  const v1 = algo === undefined || algo === null || algo === 'v1_block_key';
   const data = obj(e['data'], `${where}.data`);
   switch (data['type']) {
     case 'created':
       return { id, rank, events: [{ type: 'cleared' }] };
     case 'stored':
-      return { id, rank, events: stored(data, group, window, `${where}.data`, limits) };
+      return { id, rank, ...stored(data, { group, window, v1 }, `${where}.data`, limits) };
     case 'removed': {
       const hashes = data['block_hashes'];
       if (!Array.isArray(hashes)) throw new KvWireMalformed('malformed', `${where}.data.block_hashes is not a list`);

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { decodeTrtllmKvEvents, DEFAULT_VLLM_KV_LIMITS, scanJson } from '../src/index.js';
+import { decodeTrtllmKvEvents, DEFAULT_VLLM_KV_LIMITS, scanJson, trtllmV1BlockHash } from '../src/index.js';
 
 const tok = (ids: number[], extra = 0) => ids.map((token_id) => ({ type: 'unique_token', token_id, token_extra_id: extra }));
 const block = (hash: unknown, ids: number[], more: Record<string, unknown> = {}) => ({
@@ -105,5 +105,44 @@ describe("TensorRT-LLM's KV-cache events", () => {
     expect(decodeTrtllmKvEvents('[1,2,3]', limits)).toMatchObject({ ok: false, reason: 'too-many-events' });
     // Brackets inside strings are text, not nesting.
     expect(scanJson(JSON.stringify(['[[[[[[[[[[', '\\"[[[[']), 2, 10)).toBeUndefined();
+  });
+});
+
+describe("TensorRT-LLM's V1 block hash: telling a base model's chains from an adapter's or a salted request's", () => {
+  // Values of hash_v1_block_key (tensorrt_llm/runtime/kv_cache_hash.py) for these tokens: plain, and under LoRA task 3.
+  const base = Array.from({ length: 16 }, (_, i) => ((i * 7919) % 151000) + 10);
+  const next = Array.from({ length: 16 }, (_, i) => ((i * 104729) % 151000) + 10);
+
+  it('computes hash_v1_block_key of plain tokens, chained through the parent hash', () => {
+    expect(trtllmV1BlockHash(base)).toBe(17242229429749233524n);
+    expect(trtllmV1BlockHash(next, 17242229429749233524n)).toBe(15537621839669429045n);
+    expect(trtllmV1BlockHash([4294967295, 151000, 7])).toBe(13245283431634n);
+    expect(trtllmV1BlockHash(Array.from({ length: 16 }, (_, i) => i + 1))).toBe(6052439777046529588n);
+  });
+
+  const answer = (hash: string, more = '', parent = 'null') =>
+    `[{"event_id":1,"window_size":4096${more},"data":{"type":"stored","parent_hash":${parent},"blocks":[{"type":"stored_block","block_hash":${hash},` +
+    `"tokens":${JSON.stringify(tok(base))},"cache_level":0,"priority":35}]}}]`;
+  const rootOf = (text: string) => {
+    const r = decodeTrtllmKvEvents(text, DEFAULT_VLLM_KV_LIMITS);
+    if (!r.ok) throw new Error(r.detail);
+    return r.events[0]?.v1Root;
+  };
+
+  it("says whether a V1 chain start's hash is its tokens' alone (the exact digits rounded as JSON.parse rounds them)", () => {
+    expect(rootOf(answer('17242229429749233524'))).toBe('base');
+    expect(rootOf(answer('17242229429749233524', ',"hash_algo":"v1_block_key"'))).toBe('base');
+    expect(rootOf(answer('13245283431634').replace(JSON.stringify(tok(base)), JSON.stringify(tok([4294967295, 151000, 7]))))).toBe('base');
+    // The same tokens under LoRA task 3: another hash.
+    expect(rootOf(answer('14058571575069113074'))).toBe('other');
+    // Not checked: another hash algorithm, a continuation, a block with extra token ids.
+    expect(rootOf(answer('17242229429749233524', ',"hash_algo":"v2_sha256_64"'))).toBeUndefined();
+    expect(rootOf(answer('15537621839669429045', '', '17242229429749233524'))).toBeUndefined();
+    expect(rootOf(answer('17242229429749233524').replace('"token_extra_id":0', '"token_extra_id":5'))).toBeUndefined();
+  });
+
+  it('a hash_algo that is not a name drops the answer as malformed', () => {
+    const r = decodeTrtllmKvEvents(answer('1', ',"hash_algo":5'), DEFAULT_VLLM_KV_LIMITS);
+    expect(r).toMatchObject({ ok: false, reason: 'malformed' });
   });
 });

@@ -1,4 +1,5 @@
 import { Template } from '@huggingface/jinja';
+import { isPlain, probePlainTurns, splice, type PlainTurns, type TextMessage } from './plain-turns.js';
 
 export interface ChatMessage {
   readonly role: string;
@@ -22,26 +23,58 @@ export function messageText(content: unknown): string {
   return texts.join('\n');
 }
 
+/** A spliced render is compared with the template's this often (after the first ones, which always are). */
+const VERIFY_FIRST = 16;
+const VERIFY_EVERY = 256;
+
 /**
  * A compiled chat template. Rendered as transformers' `apply_chat_template` (which vLLM calls for
  * /v1/chat/completions): the messages, `add_generation_prompt: true`, and the tokenizer's special
  * tokens (bos_token, eos_token, ...) as variables (the Jinja package brings `raise_exception`).
+ *
+ * A plain conversation (an optional system message and user messages, nothing but roles and text)
+ * is rendered by splicing the pieces the template was found to put around each message
+ * (plain-turns.ts) — the same string, without the interpreter. The first spliced renders, and one in
+ * VERIFY_EVERY after, are compared with the template's own; a rule that ever disagrees is dropped.
  */
 export class ChatTemplate {
   private readonly template: Template;
+  private turns: PlainTurns | undefined;
+  private spliced = 0;
 
   constructor(
     source: string,
     private readonly specialTokens: Readonly<Record<string, string>>,
   ) {
     this.template = new Template(source);
+    this.turns = probePlainTurns((messages) => this.interpret(messages));
+  }
+
+  /** Whether plain conversations are spliced (for the start-up log and tests). */
+  get splicesPlainTurns(): boolean {
+    return this.turns !== undefined;
   }
 
   render(messages: ReadonlyArray<ChatMessage>): string {
     const normalized = messages.map((m) => ({ ...(m as object), role: m.role, content: messageText(m.content) }));
+    const turns = this.turns;
+    if (turns !== undefined && normalized.every(isPlain)) {
+      const text = splice(turns, normalized);
+      if (text !== undefined) {
+        const n = this.spliced++;
+        if (n >= VERIFY_FIRST && n % VERIFY_EVERY !== 0) return text;
+        const rendered = this.interpret(normalized);
+        if (rendered !== text) this.turns = undefined;
+        return rendered;
+      }
+    }
+    return this.interpret(normalized);
+  }
+
+  private interpret(messages: ReadonlyArray<TextMessage>): string {
     return this.template.render({
       ...this.specialTokens,
-      messages: normalized,
+      messages: messages as TextMessage[],
       add_generation_prompt: true,
     });
   }

@@ -23,6 +23,8 @@ export interface PromptTokenizer {
    */
   readonly fastPath: boolean;
   readonly fastPathUnsupported?: string;
+  /** Whether the chat template renders plain conversations by splicing (plain-turns.ts) instead of interpreting. */
+  readonly splicesPlainTurns: boolean;
 }
 
 export interface LoadTokenizerOptions {
@@ -149,6 +151,7 @@ export function loadTokenizer(input: unknown, options: LoadTokenizerOptions = {}
     encodeText: (text) => encode(text, true),
     encodeChat: (messages) => encode(renderChat(messages), false),
     fastPath: fast instanceof FastEncoder,
+    splicesPlainTurns: template?.splicesPlainTurns === true,
     ...(fast instanceof FastEncoder ? {} : { fastPathUnsupported: fast.unsupported }),
     decode: (ids) => (ids.length === 0 ? '' : tokenizer.decode(Array.from(ids))),
     renderChat,

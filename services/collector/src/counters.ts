@@ -23,7 +23,11 @@ interface HistogramSeries {
  * - SGLang: `python/sglang/srt/metrics/collector.py` (TokenizerMetricsCollector: counters bumped
  *   when a request finishes; `cached_tokens_total` is only created at the first hit, so the hit
  *   rate is left out until then; SchedulerMetricsCollector: `queue_time_seconds`; older releases
- *   named the ITL histogram `time_per_output_token_seconds`).
+ *   named the ITL histogram `time_per_output_token_seconds`). Since HiCache's cache-hit breakdown
+ *   (2026), `cached_tokens_total` has one series per tier, label `cache_source`: `device` (the
+ *   GPU's radix cache), `host` (HiCache's CPU memory), `storage_<backend>` (its L3 store). Only
+ *   `device` is a prefix hit here: the others are loads the request waited for (docs/events.md).
+ *   Releases before the label count every tier in one series, read as it is.
  * - TensorRT-LLM `trtllm-serve` (served on `/prometheus/metrics`: set `--metrics-path`):
  *   `tensorrt_llm/metrics/collector.py`, prefix `trtllm_`; its per-output-token histogram is
  *   observed once per request (a per-request mean); prefix reuse is counted in tokens
@@ -69,7 +73,10 @@ export const COUNTER_SPECS: Readonly<Record<Engine, CounterSpec>> = {
     ttft: [seconds('sglang:time_to_first_token_seconds')],
     queue: [seconds('sglang:queue_time_seconds')],
     itl: [seconds('sglang:inter_token_latency_seconds'), seconds('sglang:time_per_output_token_seconds')],
-    prefix: [{ hits: { name: 'sglang:cached_tokens_total' }, queries: { name: 'sglang:prompt_tokens_total' } }],
+    prefix: [
+      { hits: { name: 'sglang:cached_tokens_total', match: { cache_source: 'device' } }, queries: { name: 'sglang:prompt_tokens_total' } },
+      { hits: { name: 'sglang:cached_tokens_total', match: { cache_source: '' } }, queries: { name: 'sglang:prompt_tokens_total' } },
+    ],
   },
   trtllm: {
     promptTokens: one('trtllm_prompt_tokens_total'),

@@ -83,12 +83,15 @@ export function detectEngine(text: string): Engine | undefined {
   return undefined;
 }
 
-/** The samples of `series.name` whose labels match `series.match`. */
+/**
+ * The samples of `series.name` whose labels match `series.match`. As in PromQL, a label a sample
+ * lacks equals "": `{ cache_source: '' }` matches the series without that label.
+ */
 export function matching(exposition: Exposition, series: Series): readonly Sample[] {
   const samples = exposition.get(series.name) ?? [];
   const match = series.match;
   if (!match) return samples;
-  return samples.filter((s) => Object.entries(match).every(([k, v]) => s.labels[k] === v));
+  return samples.filter((s) => Object.entries(match).every(([k, v]) => (s.labels[k] ?? '') === v));
 }
 
 /**

@@ -9,6 +9,9 @@ import {
 import { Dealer, Subscriber } from 'zeromq';
 import { MAX_RANKS_PER_POD, SeqTracker } from './kv-map.js';
 import type { PodRelay } from './kv-relay.js';
+
+/** The extra key a TensorRT-LLM chain start gets when its hash is not its tokens' alone (an adapter's or a salted request's). */
+const NOT_BASE_HASH = 'trtllm:hash-not-of-tokens-alone';
 import type { KvRankEndpoint } from './kv-sources.js';
 
 /** One source of a pod's KV events: a rank's ZeroMQ stream, or a TensorRT-LLM server's event queue. */
@@ -212,6 +215,14 @@ export class ZmqRankFeed implements KvFeed {
  */
 export class TrtllmFeed implements KvFeed {
   private readonly expectedByRank = new Map<number, number>();
+  /**
+   * A chain start of this server matched TensorRT-LLM's V1 hash of its tokens alone
+   * (`trtllmV1BlockHash`): it hashes as that function does, so from then on a chain start that
+   * does not match is a LoRA adapter's, a salted request's or one with extra token ids, none of
+   * which the events name (the V1 serializer leaves `lora_id` out), and its chain is not credited.
+   * Until the first match (or with another `hash_algo`) every chain is keyed by its tokens.
+   */
+  private v1Hashing = false;
   private timer: NodeJS.Timeout | undefined;
   private readonly abort = new AbortController();
   private closed = false;
@@ -321,9 +332,22 @@ export class TrtllmFeed implements KvFeed {
         flush();
         run = { rank, events: [], fresh };
       }
-      run.events.push(...e.events);
+      run.events.push(...this.namespaced(e));
     }
     flush();
+  }
+
+  /** The event's blocks, a chain start the V1 hash says is not the base model's plain tokens marked as extra-keyed (its chain follows). */
+  private namespaced(e: TrtllmKvEvent): VllmKvEvent[] {
+    if (e.v1Root === 'base' && !this.v1Hashing) {
+      this.v1Hashing = true;
+      const o = this.pod.relay.options;
+      o.logger.info({ pod: this.pod.pod }, 'KV events: TensorRT-LLM block hashes are V1 hashes; adapter and salted chains are told apart');
+    }
+    const first = e.events[0];
+    if (e.v1Root !== 'other' || !this.v1Hashing || first?.type !== 'stored') return e.events;
+    const extra = first.extraKeys ?? first.hashes.map(() => null);
+    return [{ ...first, extraKeys: [[NOT_BASE_HASH], ...extra.slice(1)] }, ...e.events.slice(1)];
   }
 
   /** Advances the rank's expected id; true when the rank must start afresh (events were lost, or the server restarted). */

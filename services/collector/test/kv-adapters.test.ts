@@ -192,12 +192,13 @@ describe('SGLang adapter against its fixture', () => {
 });
 
 describe('TensorRT-LLM adapter against its fixtures', () => {
-  async function serve(answers: unknown[][]): Promise<{ url: string; polls: () => number }> {
+  /** Serves the answers in turn (a string as it is: JSON with 64-bit integers JavaScript cannot hold). */
+  async function serve(answers: (unknown[] | string)[]): Promise<{ url: string; polls: () => number }> {
     let polls = 0;
     const server: Server = createServer((req, res) => {
       if (req.method !== 'POST' || req.url !== '/kv_cache_events') return void res.writeHead(404).end();
       const answer = answers[polls++] ?? [];
-      res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(answer));
+      res.writeHead(200, { 'content-type': 'application/json' }).end(typeof answer === 'string' ? answer : JSON.stringify(answer));
     });
     await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
     cleanups.push(() => new Promise((r) => server.close(r)));
@@ -247,6 +248,35 @@ describe('TensorRT-LLM adapter against its fixtures', () => {
     expect(tallied.map((b) => [b.rank, b.events, b.skipped])).toEqual([
       [1, [], [{ reason: 'extra-keys', medium: 'GPU', group: 0, window: 128, extraKeys: true, stored: 1 }]],
     ]);
+  });
+
+  it("V1 hashes: once a chain start's hash is its tokens' alone, a chain start whose hash is not (a LoRA adapter's) is not credited", async () => {
+    // hash_v1_block_key (tensorrt_llm/runtime/kv_cache_hash.py) of these blocks: plain, and under LoRA task 3.
+    const first = Array.from({ length: 16 }, (_, i) => ((i * 7919) % 151000) + 10);
+    const next = toks(0, 16);
+    const hashes = {
+      base: '17242229429749233524',
+      baseNext: '15537621839669429045',
+      lora: '14058571575069113074',
+      loraNext: '17820102608953805074',
+    };
+    const tokens = (ids: number[]) => JSON.stringify(ids.map((token_id) => ({ type: 'unique_token', token_id, token_extra_id: 0 })));
+    const storedEvent = (id: number, parent: string, blocks: [string, number[]][]) =>
+      `{"event_id":${id},"window_size":4096,"data":{"type":"stored","parent_hash":${parent},"blocks":[${blocks
+        .map(([h, ids]) => `{"type":"stored_block","block_hash":${h},"tokens":${tokens(ids)},"cache_level":0,"priority":35}`)
+        .join(',')}]}}`;
+    const { url, polls } = await serve([
+      `[{"event_id":0,"window_size":4096,"data":{"type":"created","num_blocks_per_cache_level":[8000,0]}},${storedEvent(1, 'null', [
+        [hashes.base, first],
+        [hashes.baseNext, next],
+      ])}]`,
+      // The same tokens for an adapter (the V1 serializer sends no lora_id), its chain continued in a later event.
+      `[${storedEvent(2, 'null', [[hashes.lora, first]])},${storedEvent(3, hashes.lora, [[hashes.loraNext, next]])}]`,
+    ]);
+    const { sink, counter } = relayFor(url);
+    await until(() => polls() > 2, 'both answers');
+    expect(sink.events()).toEqual([[KV_CLEARED], stored(kvBlockKeys([...first, ...next], 16))]);
+    expect(await counter('spillway_collector_kv_skipped_blocks_total', { reason: 'extra-keys' })).toBe(2);
   });
 
   it('an attention-DP rank past what a pod can have: the answer is dropped as malformed, and the ranks start afresh', async () => {

@@ -83,6 +83,15 @@ describe('engine mappings of real-format expositions', () => {
     });
   });
 
+  it('SGLang today: per-rank labels, no cache config series', () => {
+    const text = fixture('sglang-current.prom');
+    expect(detectEngine(text)).toBe('sglang');
+    expect(withoutCounters(extractSample(text, undefined))).toEqual({
+      engine: 'sglang',
+      sample: { waitingRequests: 6, runningRequests: 41, kvCacheUsage: 0.43 },
+    });
+  });
+
   it('TensorRT-LLM (trtllm-serve)', () => {
     const text = fixture('trtllm.prom');
     expect(detectEngine(text)).toBe('trtllm');
@@ -185,6 +194,39 @@ describe('counters for service rates, read from real-format expositions', () => 
       prefixHits: 61_000,
       prefixQueries: 8_128_902,
     });
+  });
+
+  it('SGLang today: only the device tier of cached_tokens_total is a prefix hit (host and storage hits are loads)', () => {
+    expect(counters('sglang-current.prom')).toEqual({
+      counters: {
+        promptTokens: 1_200_000,
+        generationTokens: 310_000,
+        requests: 640,
+        ttft: { sumMs: 192_000, count: 640 },
+        queue: { sumMs: 41_600, count: 640 },
+        itl: { sumMs: 4_950_000, count: 309_360 },
+        prefixHits: 540_000,
+        prefixQueries: 1_200_000,
+      },
+      invalid: [],
+    });
+  });
+
+  it('SGLang with cache_source: before its first device hit there is no hit rate, whatever the other tiers served', () => {
+    const text = fixture('sglang-current.prom').replace(/^sglang:cached_tokens_total\{cache_source="device".*\n/m, '');
+    const c = extractSample(text, 'sglang').counters.counters;
+    expect(c.prefixHits).toBeUndefined();
+    expect(c.prefixQueries).toBeUndefined();
+    expect(c.promptTokens).toBe(1_200_000);
+  });
+
+  it('a label matcher for "" matches the series without the label, as in PromQL', () => {
+    const text = fixture('sglang.prom').replace(
+      /^(sglang:cached_tokens_total)\{model_name="([^"]*)"\} 61000.0$/m,
+      '$1{model_name="$2"} 61000.0\n$1{cache_source="host",model_name="$2"} 9000.0',
+    );
+    // One unlabelled series (an older release) beside a labelled one: the unlabelled is the device's.
+    expect(extractSample(text, 'sglang').counters.counters.prefixHits).toBe(61_000);
   });
 
   it('TensorRT-LLM: request_success_total, per-output-token histogram, reused and missed KV blocks', () => {

@@ -246,6 +246,7 @@ describe('metrics after traffic', () => {
         'credited',
         'rank',
         'phase',
+        'state',
       ]).toContain(name);
   });
 

@@ -26,7 +26,7 @@ const ids = (a: ArrayLike<number>) => Array.from(a);
 describe('PromptTokens with the Qwen3 tokenizer', () => {
   it('finds that Qwen3 chat and text compose, so both have a prefix cache', () => {
     expect(tokens().tokens.describe()).toEqual([
-      { tokenizer: 'qwen3', fastPath: true, chatPrefixCache: true, textPrefixCache: true, userTurnShortcut: true },
+      { tokenizer: 'qwen3', fastPath: true, chatPrefixCache: true, textPrefixCache: true, plainTurnsSpliced: true },
     ]);
   });
 
@@ -102,7 +102,7 @@ describe('PromptTokens with the Qwen3 tokenizer', () => {
     };
     const b = tokens(1024, 1000, broken);
     expect(b.tokens.describe()).toEqual([
-      { tokenizer: 'broken', fastPath: false, chatPrefixCache: false, textPrefixCache: false, userTurnShortcut: false },
+      { tokenizer: 'broken', fastPath: false, chatPrefixCache: false, textPrefixCache: false, plainTurnsSpliced: false },
     ]);
     expect(b.tokens.tokenize('m', { api: 'completions', prompt: 'hi' })).toBeUndefined();
     expect(b.counters.tokenizeSkipped).toBe(1);

@@ -56,6 +56,14 @@ interface Parsed {
   maxTokens: number;
   stream: boolean;
   includeUsage: boolean;
+  cacheSalt: string | undefined;
+}
+
+/** vLLM refuses an empty salt (its protocol's `check_cache_salt_support`), with this message. */
+function saltOf(salt: string | null | undefined): string | undefined | ApiError {
+  if (salt === undefined || salt === null) return undefined;
+  if (salt.length === 0) return apiError(400, "Parameter 'cache_salt' must be a non-empty string if provided.");
+  return salt;
 }
 
 function parse(kind: 'completion' | 'chat', body: unknown): Parsed | ApiError {
@@ -63,7 +71,10 @@ function parse(kind: 'completion' | 'chat', body: unknown): Parsed | ApiError {
     const r = CompletionRequest.safeParse(body);
     if (!r.success) return apiError(400, describeIssue(r.error));
     const d = r.data;
+    const cacheSalt = saltOf(d.cache_salt);
+    if (typeof cacheSalt === 'object') return cacheSalt;
     return {
+      cacheSalt,
       model: d.model,
       prompt: completionPrompt(d),
       maxTokens: d.max_tokens ?? DEFAULT_MAX_TOKENS.completion,
@@ -74,7 +85,10 @@ function parse(kind: 'completion' | 'chat', body: unknown): Parsed | ApiError {
   const r = ChatRequest.safeParse(body);
   if (!r.success) return apiError(400, describeIssue(r.error));
   const d = r.data;
+  const cacheSalt = saltOf(d.cache_salt);
+  if (typeof cacheSalt === 'object') return cacheSalt;
   return {
+    cacheSalt,
     model: d.model,
     prompt: chatPrompt(d),
     messages: d.messages,
@@ -123,6 +137,12 @@ export function pickRank(ranks: readonly SimRank[], header: string | string[] | 
   return best;
 }
 
+/** The seed of a request's block hashes: 0 for the base model without a salt, else what sets its blocks apart. */
+function hashSeed(lora: string | undefined, salt: string | undefined): number {
+  if (salt === undefined) return lora === undefined ? 0 : hashString(lora);
+  return hashString(`${lora ?? ''}\u0000cache_salt\u0000${salt}`);
+}
+
 /** POST /v1/completions and /v1/chat/completions, streaming or not. */
 export async function handleCompletion(
   ctx: CompletionContext,
@@ -156,9 +176,11 @@ export async function handleCompletion(
     promptTokens: tokens.length,
     tokenIds: tokens,
     outputTokens: p.maxTokens,
-    // Adapters never share cache blocks with the base model or each other.
-    blockHashes: blockHashes(tokens, runner.engine.config.blockSize, lora === undefined ? 0 : hashString(lora)),
+    // Adapters never share cache blocks with the base model or each other, nor salted requests with
+    // others (vLLM folds the LoRA name and the salt into the block hashes as extra keys).
+    blockHashes: blockHashes(tokens, runner.engine.config.blockSize, hashSeed(lora, p.cacheSalt)),
     ...(lora === undefined ? {} : { lora }),
+    ...(p.cacheSalt === undefined ? {} : { cacheSalt: p.cacheSalt }),
     onToken(seq, _at) {
       if (seq.generated === 1) observe.firstToken((seq.firstTokenAt - seq.submittedAt) / 1000, seq.queueMs / 1000);
       else observe.token(seq.lastItlMs / 1000);

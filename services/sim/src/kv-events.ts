@@ -20,6 +20,14 @@ export interface KvEventsOptions {
   /** Batches kept for replay (vLLM's `buffer_steps`); also bounded to `replayBufferBytes`. */
   replayBuffer: number;
   replayBufferBytes: number;
+  /**
+   * A hybrid-attention model: a second KV-cache group (group 1, `sliding_window`, this window in
+   * tokens) beside the full-attention group 0, as vLLM's hybrid KV-cache manager keeps one group
+   * per attention type. Undefined: one full-attention group.
+   */
+  slidingWindow?: number | undefined;
+  /** A CPU offload tier of this many blocks (vLLM's offloading connector, CPU medium). Undefined: none. */
+  offloadBlocks?: number | undefined;
 }
 
 export interface KvEventCounters {
@@ -43,10 +51,30 @@ export interface StoredBlocks {
   blockSize: number;
   /** The adapter the blocks belong to (vLLM numbers adapters 1, 2, ... in load order). */
   lora: { id: number; name: string } | null;
+  /** The request's `cache_salt` (vLLM hashes it into the first block; null without one). */
+  salt: string | null;
 }
 
-/** vLLM's `kv_cache_spec_kind` of a full-attention group (`vllm/v1/kv_cache_interface.py`). */
+/** vLLM's `kv_cache_spec_kind` of a full-attention group and of a sliding-window one (`vllm/v1/kv_cache_interface.py`). */
 const FULL_ATTENTION = 'full_attention';
+const SLIDING_WINDOW = 'sliding_window';
+/** vLLM's medium of its CPU offload tier (`vllm/v1/kv_offload`, `Medium.CPU`). */
+const MEDIUM_CPU = 'CPU';
+/** The groups' indices: the full-attention group first, as vLLM orders a hybrid model's groups here. */
+const FULL_GROUP = 0;
+const WINDOW_GROUP = 1;
+
+/**
+ * What vLLM hashes into a block besides its tokens (`vllm/v1/core/kv_cache_utils.py`
+ * `generate_block_hash_extra_keys`): the LoRA name, then multimodal inputs (none here), then the
+ * request's cache salt on the prompt's first block only; null when there is nothing.
+ */
+function extraKeysOf(lora: string | null, salt: string | null, block: number): string[] | null {
+  const keys: string[] = [];
+  if (lora !== null) keys.push(lora);
+  if (salt !== null && block === 0) keys.push(salt);
+  return keys.length > 0 ? keys : null;
+}
 
 /** Evictions coalesced into one BlockRemoved event at most (decoders bound hashes per event). */
 const MAX_HASHES_PER_EVENT = 4096;
@@ -80,6 +108,10 @@ export class KvEventPublisher {
   private readonly replay: Array<[seq: number, payload: Uint8Array]> = [];
   private replayBytes = 0;
   private readonly outbox: Array<[seq: number, payload: Uint8Array]> = [];
+  /** Hashes the sliding-window group holds (its blocks leave with the engine's: one pool). */
+  private readonly windowHeld = new Set<number>();
+  /** The CPU tier's blocks, least recently offloaded first. */
+  private readonly offloaded = new Map<number, true>();
   private outboxBytes = 0;
   private sending = false;
   private closed = false;
@@ -107,41 +139,98 @@ export class KvEventPublisher {
 
   /**
    * Prompt blocks `[from, to)` of a request entered the cache: one BlockStored with every field
-   * vLLM fills (`vllm/v1/core/block_pool.py`): the blocks' hashes chained to the parent block, their
-   * tokens, the LoRA adapter (its number and its name, which vLLM also puts into each block's
-   * extra keys), the medium, and the KV-cache group (one full-attention group here).
+   * vLLM fills (`vllm/v1/core/block_pool.py` `BlockPool.cache_full_blocks`): the blocks' hashes
+   * chained to the parent block, their tokens, the LoRA adapter (its number and its name), each
+   * block's extra keys (`extraKeysOf`), the medium, and the KV-cache group with its kind.
+   *
+   * With a sliding-window group, the same blocks under the same hashes again in group 1 (vLLM's
+   * coordinator caches a request's new full blocks in every group, `cache_full_blocks` once per
+   * group). With a CPU tier, the blocks not yet offloaded are copied there (vLLM's offloading
+   * connector stores every computed full block): a BlockStored on the CPU medium, and a
+   * BlockRemoved on it for each block the full tier evicts, least recently offloaded first.
    */
   stored(blocks: StoredBlocks): void {
-    const { tokens, hashes, from, to, blockSize, lora } = blocks;
+    const { tokens, hashes, from, to, blockSize, lora, salt } = blocks;
     const tokenIds = new Array<number>((to - from) * blockSize);
     for (let i = 0; i < tokenIds.length; i++) tokenIds[i] = tokens[from * blockSize + i] as number;
     const blockHashes = new Array<number>(to - from);
     for (let b = from; b < to; b++) blockHashes[b - from] = hashes[b] as number;
     const parent = from > 0 ? (hashes[from - 1] as number) : null;
-    this.add({
+    const extraKeys = blockHashes.map((_, i) => extraKeysOf(lora?.name ?? null, salt, from + i));
+    const common = {
       type: 'stored',
       hashes: blockHashes,
       parent,
       tokenIds,
       blockSize,
       loraId: lora?.id ?? null,
-      medium: VLLM_MEDIUM_GPU,
       loraName: lora?.name ?? null,
-      extraKeys: blockHashes.map(() => (lora ? [lora.name] : null)),
-      group: 0,
-      groupKind: FULL_ATTENTION,
-    });
+      // A list per block, each null or its keys, as vLLM sends it (`extra_keys_list`).
+      extraKeys,
+    } as const;
+    this.add({ ...common, medium: VLLM_MEDIUM_GPU, group: FULL_GROUP, groupKind: FULL_ATTENTION });
+    const window = this.options.slidingWindow;
+    if (window !== undefined) {
+      for (const h of blockHashes) this.windowHeld.add(h);
+      this.add({ ...common, medium: VLLM_MEDIUM_GPU, group: WINDOW_GROUP, groupKind: SLIDING_WINDOW, slidingWindow: window });
+    }
+    if (this.options.offloadBlocks !== undefined) this.offload(common, blockHashes);
   }
 
-  /** One cached block was evicted; consecutive evictions share one BlockRemoved event. */
+  /** One cached block was evicted; consecutive evictions of a group share one BlockRemoved event. */
   evicted(hash: number): void {
-    const last = this.pending[this.pending.length - 1];
-    if (last?.type === 'removed' && last.hashes.length < MAX_HASHES_PER_EVENT) (last.hashes as number[]).push(hash);
-    else this.add({ type: 'removed', hashes: [hash], medium: VLLM_MEDIUM_GPU, group: 0 });
+    this.removed(hash, VLLM_MEDIUM_GPU, FULL_GROUP);
+    // One pool for both groups here: the window group's copy leaves with the block.
+    if (this.windowHeld.delete(hash)) this.removed(hash, VLLM_MEDIUM_GPU, WINDOW_GROUP);
   }
 
+  /** The GPU prefix cache was reset (AllBlocksCleared, `BlockPool.reset_prefix_cache`); the CPU tier keeps its blocks. */
   cleared(): void {
+    this.windowHeld.clear();
     this.add({ type: 'cleared' });
+  }
+
+  /** The blocks not on the CPU tier yet are copied there (one BlockStored per run of them); the tier's overflow is evicted. */
+  private offload(stored: Omit<Extract<VllmKvEventInput, { type: 'stored' }>, 'medium'>, hashes: readonly number[]): void {
+    const capacity = this.options.offloadBlocks ?? 0;
+    let start = 0;
+    const flushRun = (end: number): void => {
+      if (end > start) {
+        const bs = stored.blockSize;
+        this.add({
+          ...stored,
+          hashes: hashes.slice(start, end),
+          parent: start === 0 ? stored.parent : (hashes[start - 1] as number),
+          tokenIds: Array.from(stored.tokenIds).slice(start * bs, end * bs),
+          extraKeys: stored.extraKeys ? stored.extraKeys.slice(start, end) : null,
+          medium: MEDIUM_CPU,
+          group: FULL_GROUP,
+          groupKind: FULL_ATTENTION,
+        });
+      }
+      start = end + 1;
+    };
+    for (let i = 0; i < hashes.length; i++) {
+      const h = hashes[i] as number;
+      if (this.offloaded.has(h)) {
+        flushRun(i);
+        continue;
+      }
+      this.offloaded.set(h, true);
+    }
+    flushRun(hashes.length);
+    while (this.offloaded.size > capacity) {
+      const oldest = this.offloaded.keys().next().value as number;
+      this.offloaded.delete(oldest);
+      this.removed(oldest, MEDIUM_CPU, FULL_GROUP);
+    }
+  }
+
+  private removed(hash: number, medium: string, group: number): void {
+    const last = this.pending[this.pending.length - 1];
+    if (last?.type === 'removed' && last.medium === medium && last.group === group && last.hashes.length < MAX_HASHES_PER_EVENT)
+      (last.hashes as number[]).push(hash);
+    else this.add({ type: 'removed', hashes: [hash], medium, group });
   }
 
   private add(event: VllmKvEventInput): void {

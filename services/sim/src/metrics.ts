@@ -48,7 +48,9 @@ interface Names {
   /** Completed requests: a counter with `finished_reason` (vLLM, TensorRT-LLM) or a plain one mirrored from the engine (SGLang). */
   success: { name: string; finishedReason: boolean };
   /** Prefix-cache hits and lookups, in tokens (vLLM, SGLang: lookups are the prompt tokens) or KV blocks (TensorRT-LLM: hits and misses). */
-  prefix: { kind: 'tokens'; hits: string; queries?: string } | { kind: 'blocks'; hits: string; misses: string };
+  prefix:
+    | { kind: 'tokens'; hits: string; queries?: string; hitLabels?: Readonly<Record<string, string>> }
+    | { kind: 'blocks'; hits: string; misses: string };
   preemptions?: string;
 }
 
@@ -82,7 +84,9 @@ const NAMES: Record<MetricsFlavor, Names> = {
     promptTokens: 'sglang:prompt_tokens_total',
     generationTokens: 'sglang:generation_tokens_total',
     success: { name: 'sglang:num_requests_total', finishedReason: false },
-    prefix: { kind: 'tokens', hits: 'sglang:cached_tokens_total' },
+    // Current SGLang labels cached tokens by the tier that served them (`cache_source`: device,
+    // host, storage_<backend>); the engine model has one tier, the GPU's radix cache.
+    prefix: { kind: 'tokens', hits: 'sglang:cached_tokens_total', hitLabels: { cache_source: 'device' } },
   },
   trtllm: {
     waiting: 'trtllm_num_requests_waiting',
@@ -188,11 +192,15 @@ export function createMetrics(flavor: MetricsFlavor, model: string, engines: Rea
       per((s) => s.prefixHitTokens),
     );
   if (n.prefix.kind === 'tokens') {
+    const hitLabels = n.prefix.hitLabels ?? {};
     mirroredCounter(
       registry,
       { name: n.prefix.hits, help: 'Prefix cache hits, in terms of number of cached tokens.' },
       stats,
-      per((s) => s.prefixHitTokens),
+      per(
+        (s) => s.prefixHitTokens,
+        (rank) => ({ ...engineLabels(rank), ...hitLabels }),
+      ),
     );
     if (n.prefix.queries)
       mirroredCounter(

@@ -25,6 +25,8 @@ const common = {
   stream_options: z.object({ include_usage: z.boolean().nullish() }).nullish(),
   ignore_eos: z.boolean().nullish(),
   n: z.literal(1).nullish(),
+  /** vLLM's cache salt (its OpenAI protocol's `cache_salt`): prefix-cache isolation between tenants. */
+  cache_salt: z.string().nullish(),
 };
 
 export const CompletionRequest = z.object({

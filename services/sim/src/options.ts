@@ -38,6 +38,10 @@ export interface SimOptions {
   kvReplayBuffer: number;
   /** vLLM's struct encoding of KV events: `map` (the newest vLLM) or `array` (earlier releases). */
   kvEventsLayout: 'map' | 'array';
+  /** A hybrid model's sliding-window group beside the full-attention one, this many tokens wide (KV events only). */
+  kvSlidingWindow?: number;
+  /** A CPU offload tier of this many blocks (KV events only). */
+  kvOffloadBlocks?: number;
   /** Data-parallel ranks (vLLM --data-parallel-size): engines of their own, each with its KV-event stream. */
   dataParallelSize: number;
   /** A `@spillway/tokenizer` preset or a tokenizer.json path: prompts are tokenized as the model does. */
@@ -159,6 +163,18 @@ export const simFlags = {
     schema: z.enum(['map', 'array']).default('map'),
     placeholder: 'LAYOUT',
   },
+  kvSlidingWindow: {
+    description:
+      "a hybrid-attention model's KV events: every stored block also in a second KV-cache group (group 1, kind sliding_window, this window in tokens), as vLLM's hybrid KV-cache manager reports it (default: one full-attention group)",
+    schema: int(1).max(1_048_576).optional(),
+    placeholder: 'TOKENS',
+  },
+  kvOffloadBlocks: {
+    description:
+      "a CPU offload tier of N blocks in the KV events, as vLLM's offloading connector reports it: each stored block copied to the CPU medium, the least recently offloaded evicted past N (default: none)",
+    schema: int(1).max(100_000_000).optional(),
+    placeholder: 'N',
+  },
   dataParallelSize: {
     description:
       'data-parallel ranks, as vLLM --data-parallel-size: that many engines, each with its own KV cache; requests go to the least loaded (or the rank in an X-data-parallel-rank header); with --kv-events rank r publishes on its port + r (a * port: one free port each) (default 1)',
@@ -190,6 +206,10 @@ export function parseSimArgs(argv: readonly string[], env: NodeJS.ProcessEnv = {
   if (parsed.help) return { help: true };
   if (parsed.values.kvReplay !== undefined && parsed.values.kvEvents === undefined)
     throw new CliError('a replay socket needs --kv-events', 'kv-replay');
+  if (parsed.values.kvSlidingWindow !== undefined && parsed.values.kvEvents === undefined)
+    throw new CliError('a sliding-window group is reported in KV events: it needs --kv-events', 'kv-sliding-window');
+  if (parsed.values.kvOffloadBlocks !== undefined && parsed.values.kvEvents === undefined)
+    throw new CliError('a CPU tier is reported in KV events: it needs --kv-events', 'kv-offload-blocks');
   return { help: false, options: parsed.values };
 }
 

@@ -5,6 +5,8 @@ import type { EngineOptions, EngineRequest, Sequence } from '@spillway/engine';
 export interface LiveRequest extends EngineRequest {
   /** The prompt's token ids (what `blockHashes` was computed from): a stored block's KV event carries them. */
   readonly tokenIds: ArrayLike<number>;
+  /** The request's `cache_salt`: vLLM hashes it into the prompt's first block, so only requests with the same salt share blocks. */
+  readonly cacheSalt?: string;
   onToken(seq: Sequence<LiveRequest>, at: number): void;
   onFinish(seq: Sequence<LiveRequest>, at: number): void;
 }

@@ -53,7 +53,7 @@ function kvSink(publisher: KvEventPublisher, loras: readonly string[], blockSize
       const hashes = r.blockHashes;
       if (!hashes) return;
       const lora = r.lora === undefined ? null : { id: loras.indexOf(r.lora) + 1, name: r.lora };
-      publisher.stored({ tokens: r.tokenIds, hashes, from, to, blockSize, lora });
+      publisher.stored({ tokens: r.tokenIds, hashes, from, to, blockSize, lora, salt: r.cacheSalt ?? null });
     },
     evicted: (hash) => publisher.evicted(hash),
     cleared: () => publisher.cleared(),
@@ -99,6 +99,8 @@ function startRank(options: SimOptions, rank: number, logger: Logger): SimRankPa
             batchMaxEvents: options.kvBatchMaxEvents,
             batchMs: options.kvBatchMs,
             replayBuffer: options.kvReplayBuffer,
+            slidingWindow: options.kvSlidingWindow,
+            offloadBlocks: options.kvOffloadBlocks,
             replayBufferBytes: 64 * 1024 * 1024,
           },
           logger,

@@ -357,3 +357,96 @@ describe('spillway-sim --data-parallel-size', () => {
     }
   });
 });
+
+describe('spillway-sim --kv-sliding-window, --kv-offload-blocks and cache_salt', () => {
+  let sim: SimServer;
+  let messages: Message[];
+  let sub: Subscriber;
+
+  beforeAll(async () => {
+    sim = await startSim({
+      port: 0,
+      preset: 'test',
+      numBlocks: 12,
+      maxNumSeqs: 1,
+      timeScale: 200,
+      model: MODEL,
+      lora: ['sql-lora'],
+      logLevel: 'silent',
+      admin: true,
+      kvEvents: 'tcp://127.0.0.1:*',
+      kvSlidingWindow: 32,
+      kvOffloadBlocks: 6,
+    });
+    ({ messages, sub } = await subscribe(sim.kvEvents?.endpoint as string));
+    await until(() => (messages.length > 0 ? true : void sim.engine.resetPrefixCache()), 'the subscription to take effect');
+    messages.length = 0;
+  });
+  afterAll(async () => {
+    sub.close();
+    await sim.close();
+  });
+
+  const storedOf = (medium: string, group: number) =>
+    eventsOf(messages).filter((e) => e[0] === 'BlockStored' && e[6] === medium && e[9] === group);
+  const removedOf = (medium: string, group: number) =>
+    eventsOf(messages).filter((e) => e[0] === 'BlockRemoved' && e[2] === medium && e[3] === group);
+
+  it("a hybrid model's blocks in both groups under the same hashes, and a CPU copy of each", async () => {
+    const prompt = 'h'.repeat(4 * 4 * BLOCK);
+    expect((await post(`${sim.url}/v1/completions`, { model: MODEL, prompt, max_tokens: 1 })).status).toBe(200);
+    const cpu = await until(() => storedOf('CPU', 0)[0], 'a CPU-tier BlockStored');
+    const [full] = storedOf('GPU', 0);
+    const [window] = storedOf('GPU', 1);
+    expect(full?.[1]).toHaveLength(4);
+    // Group 1: the same blocks, hashes and tokens, of kind sliding_window with its window.
+    expect(window?.slice(1, 8)).toEqual(full?.slice(1, 8));
+    expect(window?.slice(9)).toEqual([1, 'sliding_window', 32]);
+    expect(full?.slice(9)).toEqual([0, 'full_attention']);
+    // The CPU copy: the same blocks on the CPU medium, in the full-attention group.
+    expect(cpu.slice(1, 6)).toEqual(full?.slice(1, 6));
+    expect(cpu.slice(6)).toEqual(['CPU', null, [null, null, null, null], 0, 'full_attention']);
+  });
+
+  it("evictions: the engine's from both groups; the CPU tier's of its own, least recently offloaded first", async () => {
+    messages.length = 0;
+    for (const c of ['i', 'j', 'k', 'l'])
+      await post(`${sim.url}/v1/completions`, { model: MODEL, prompt: c.repeat(4 * 4 * BLOCK), max_tokens: 1 });
+    const gpu = await until(() => (removedOf('GPU', 0).length > 0 ? removedOf('GPU', 0) : undefined), 'a GPU BlockRemoved');
+    await until(() => (removedOf('GPU', 1).length > 0 ? true : undefined), 'the window group removal');
+    const hashes = (events: unknown[][]) => events.flatMap((e) => e[1] as unknown[]);
+    expect(hashes(removedOf('GPU', 1))).toEqual(hashes(gpu));
+    // Six CPU blocks hold the first prompt's four; four prompts of four more push out 14, oldest first.
+    const cpuGone = await until(
+      () => (hashes(removedOf('CPU', 0)).length >= 14 ? hashes(removedOf('CPU', 0)) : undefined),
+      'CPU evictions',
+    );
+    expect(cpuGone).toHaveLength(14);
+    const offloaded = hashes(storedOf('CPU', 0));
+    expect(offloaded).toHaveLength(16);
+    expect(cpuGone.slice(4)).toEqual(offloaded.slice(0, 10));
+  });
+
+  it('a cache salt keys the first block apart and is its extra key; an empty salt is refused as vLLM refuses it', async () => {
+    messages.length = 0;
+    const prompt = 's'.repeat(2 * 4 * BLOCK);
+    await post(`${sim.url}/v1/completions`, { model: MODEL, prompt, max_tokens: 1 });
+    await post(`${sim.url}/v1/completions`, { model: MODEL, prompt, max_tokens: 1, cache_salt: 'tenant-1' });
+    await post(`${sim.url}/v1/completions`, { model: 'sql-lora', prompt, max_tokens: 1, cache_salt: 'tenant-1' });
+    const [plain, salted, saltedLora] = await until(
+      () => (storedOf('GPU', 0).length >= 3 ? storedOf('GPU', 0) : undefined),
+      'three BlockStored',
+    );
+    // The same tokens, stored again (no hit on the unsalted blocks) under other hashes.
+    expect(salted?.[3]).toEqual(plain?.[3]);
+    expect(salted?.[1]).toHaveLength(2);
+    expect((salted?.[1] as unknown[]).some((h) => (plain?.[1] as unknown[]).includes(h))).toBe(false);
+    expect(plain?.[8]).toEqual([null, null]);
+    expect(salted?.[8]).toEqual([['tenant-1'], null]);
+    // vLLM's order: the LoRA name, then the salt on the prompt's first block only.
+    expect(saltedLora?.[8]).toEqual([['sql-lora', 'tenant-1'], ['sql-lora']]);
+    const refused = await post(`${sim.url}/v1/completions`, { model: MODEL, prompt, max_tokens: 1, cache_salt: '' });
+    expect(refused.status).toBe(400);
+    expect(await refused.text()).toContain("Parameter 'cache_salt' must be a non-empty string");
+  });
+});

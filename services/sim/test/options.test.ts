@@ -93,7 +93,15 @@ describe('spillway-sim flags', () => {
     [['extra'], {}, /positional|extra/i],
     [[], { SPILLWAY_STALL: 'maybe' }, /SPILLWAY_STALL/],
     [[], { SPILLWAY_SEED: 'x' }, /SPILLWAY_SEED/],
+    [['--kv-sliding-window', '4096'], {}, /needs --kv-events/],
+    [['--kv-offload-blocks', '1000'], {}, /needs --kv-events/],
+    [['--kv-events', 'tcp://*:5557', '--kv-sliding-window', '0'], {}, /--kv-sliding-window/],
+    [['--kv-events', 'tcp://*:5557', '--kv-offload-blocks', 'many'], {}, /--kv-offload-blocks/],
   ];
+  it('reads the KV-event shape flags', () => {
+    const parsed = parseSimArgs(['--kv-events', 'tcp://*:5557', '--kv-sliding-window', '4096', '--kv-offload-blocks', '50000'], {});
+    expect(parsed.help === false && parsed.options).toMatchObject({ kvSlidingWindow: 4096, kvOffloadBlocks: 50_000 });
+  });
   it.each(bad)('rejects %j %j naming the flag', (argv, env, message) => {
     expect(() => parseSimArgs(argv, env)).toThrow(CliError);
     expect(() => parseSimArgs(argv, env)).toThrow(message);

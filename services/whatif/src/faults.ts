@@ -1,5 +1,6 @@
 import type { EppSet } from './epps.js';
 import type { SimEvent } from './events.js';
+import type { KvChannel } from './kv-events.js';
 import type { Measurements } from './measure.js';
 import type { EventQueue } from './queue.js';
 import type { ReplicaSet } from './replicas.js';
@@ -9,7 +10,8 @@ import type { SignalBus } from './signals.js';
 /**
  * The scenario's faults, applied at their times: replicas die (their requests abort; probes notice
  * `detectMs` later) and come back with empty caches; a zone's collector or NATS stops and
- * restarts (collectors then re-publish what they hold); EPPs restart.
+ * restarts (collectors then re-publish what they hold; a restarted collector's KV relays start
+ * empty, kv-relay.ts); EPPs restart.
  */
 export class Faults {
   constructor(
@@ -20,6 +22,7 @@ export class Faults {
       readonly signals: SignalBus;
       readonly epps: EppSet;
       readonly measure: Measurements;
+      readonly kv: KvChannel;
     },
   ) {}
 
@@ -28,7 +31,7 @@ export class Faults {
   }
 
   apply(f: ResolvedFault, now: number): void {
-    const { replicas, signals, epps } = this.wiring;
+    const { replicas, signals, epps, kv } = this.wiring;
     switch (f.kind) {
       case 'replica-down':
         for (const i of f.replicas) this.kill(i, now);
@@ -38,11 +41,14 @@ export class Faults {
         break;
       case 'collector-down':
         signals.collectorUp[f.zone] = false;
+        kv.collectorDown(f.zone);
         break;
       case 'collector-up':
         signals.collectorUp[f.zone] = true;
-        // A starting collector publishes every pod's readiness and a first sample at once.
+        // A starting collector publishes every pod's readiness and a first sample at once, and
+        // follows the servers' KV events from nothing (with what their replay sockets hold).
         for (const r of replicas.all) if (r.info.zoneIndex === f.zone) signals.publishCurrent(r, now);
+        kv.collectorUp(f.zone, now);
         break;
       case 'nats-down':
         signals.natsUp = false;

@@ -66,7 +66,7 @@ export class KvChannel {
     const relay = r.kv;
     const request = seq.request.flight.trip.request;
     if (relay === undefined || request.blockHashes === undefined || request.contentKeys === undefined) return;
-    relay.stored(request.blockHashes, request.contentKeys, range.from, range.to);
+    relay.stored(request.blockHashes, request.contentKeys, range.from, range.to, at);
     if (this.mode === 'oracle') this.applyNow(r, at);
   }
 
@@ -81,7 +81,7 @@ export class KvChannel {
     const s = this.s.signals;
     if (now + s.kvBatchMs < this.s.durationMs) this.wiring.queue.push(now + s.kvBatchMs, { kind: 'kv-flush', replica: e.replica });
     const relay = r.kv;
-    const taken = relay?.take();
+    const taken = relay?.take(now);
     if (relay === undefined || taken === undefined || !this.wiring.signals.canPublish(r.info.zoneIndex)) return;
     this.send(r, relay, this.batch(r, taken, now), now);
   }
@@ -96,6 +96,18 @@ export class KvChannel {
     const event = this.snapshotOf(r, relay, now);
     this.wiring.signals.stream.set(`${r.info.pod}/kv`, { event, storedAt: now });
     this.send(r, relay, event, now);
+  }
+
+  /** A zone's collector stops (relay mode: the oracle knows every cache whatever the collectors do). */
+  collectorDown(zone: number): void {
+    if (this.mode !== 'relay') return;
+    for (const r of this.wiring.replicas.all) if (r.info.zoneIndex === zone) r.kv?.collectorDown();
+  }
+
+  /** A new collector starts in the zone: each of its relays starts empty and recovers per the servers' replay socket (KvRelay.collectorUp). */
+  collectorUp(zone: number, now: number): void {
+    if (this.mode !== 'relay') return;
+    for (const r of this.wiring.replicas.all) if (r.info.zoneIndex === zone) r.kv?.collectorUp(now);
   }
 
   deliver(e: SimEvent<'kv-deliver'>, now: number): void {
@@ -146,7 +158,7 @@ export class KvChannel {
 
   /** Oracle: every EPP learns the replica's events the instant they happen (no batching, delay or loss). */
   private applyNow(r: ReplicaState, now: number): void {
-    const taken = r.kv?.take();
+    const taken = r.kv?.take(now);
     if (taken === undefined) return;
     const batch = this.batch(r, taken, now);
     for (const epp of this.wiring.epps) epp.router.applyKvBatch?.(batch, now);

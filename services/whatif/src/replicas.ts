@@ -1,6 +1,6 @@
 import { Engine, type EngineRequest, type Sequence } from '@spillway/engine';
 import { RateWindow } from '@spillway/events';
-import { KvRelay } from './kv-relay.js';
+import { KvRelay, type KvReplay } from './kv-relay.js';
 import type { ResolvedScenario } from './resolve.js';
 import { layout, type ReplicaInfo } from './topology.js';
 import type { Trip } from './trip.js';
@@ -58,7 +58,8 @@ export class ReplicaSet {
   constructor(
     private readonly s: ResolvedScenario,
     private readonly seed: number,
-    withKvRelays: boolean,
+    /** With KV relays (the precise kinds): what the servers' replay sockets hold for a restarted collector. */
+    kvReplay: KvReplay | undefined,
     private readonly hooks: ReplicaHooks,
   ) {
     this.all = layout(s.zones).map((info) => ({
@@ -70,7 +71,7 @@ export class ReplicaSet {
       retiredTokens: 0,
       generation: 0,
       rates: new RateWindow(),
-      kv: withKvRelays ? new KvRelay() : undefined,
+      kv: kvReplay ? new KvRelay(kvReplay) : undefined,
     }));
     for (const r of this.all) r.engine = this.newEngine(r);
     this.subsetCache = s.zones.map(() => undefined);

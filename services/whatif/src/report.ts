@@ -109,6 +109,7 @@ export function summaryTable(report: ScenarioReport): Table {
 export function windowTables(report: ScenarioReport, zones: readonly string[]): { title: string; table: Table }[] {
   const first = report.results[0];
   if (!first) return [];
+  const prefix = report.results.some((r) => r.prefixHitShare > 0);
   return first.windows.map((w, wi) => {
     const zone = zoneOf(w.name, zones);
     const header = [
@@ -116,6 +117,7 @@ export function windowTables(report: ScenarioReport, zones: readonly string[]): 
       'p90 TTFT during (ms)',
       'before',
       'p99 during',
+      ...(prefix ? ['prefix hit % during', 'before'] : []),
       zone ? `cross-zone % (${zone} gateway)` : 'cross-zone %',
       ...(zone ? ['before'] : []),
       '429 %',
@@ -140,6 +142,15 @@ export function windowTables(report: ScenarioReport, zones: readonly string[]): 
         ),
         before.length ? ms(median(before, (x) => x.ttftMs.p90)) : '–',
         ms(median(ws, (x) => x.ttftMs.p99)),
+        ...(prefix
+          ? [
+              ranged(
+                ws.map((x) => x.prefixHitShare),
+                pc,
+              ),
+              before.length ? pc(median(before, (x) => x.prefixHitShare)) : '–',
+            ]
+          : []),
         pc(median(ws, (x) => (zone ? (x.crossZoneShareByZone[zone] ?? 0) : x.crossZoneShare))),
         ...(zone ? [before.length ? pc(median(before, (x) => x.crossZoneShareByZone[zone] ?? 0)) : '–'] : []),
         pc(rate(ws, (x) => x.rejected429)),

@@ -1,7 +1,9 @@
 import { ENGINE_MODES, engineConfig, PRESET_NAMES, type EngineConfig, type EngineMode, type PresetName } from '@spillway/engine';
 import { schedulerConfigSchema } from '@spillway/scheduler';
 import { z } from 'zod';
-import { STRATEGY_KINDS } from './strategies.js';
+import { RESPONSE_BODY_MODES, STRATEGY_KINDS } from './strategies.js';
+
+const KV_REPLAY_MODES = ['none', 'tail', 'full'] as const;
 
 /**
  * The scenario file (YAML or JSON): zones, network, engine, workload, offered load, signals, EPPs,
@@ -166,6 +168,14 @@ const signalsSchema = z.strictObject({
   kvLossRate: z.number().min(0).max(0.99).default(0),
   kvSnapshotEveryS: z.number().finite().min(0.1).max(3600).default(10),
   /**
+   * What a zone's restarted collector (`collector-up`) recovers of each server's cache from the
+   * server's replay socket: `none` (no socket, vLLM's default; TensorRT-LLM has none): every pod
+   * starts afresh; `tail`: the server's buffer holds the last `kvReplayTailS` of its batches;
+   * `full`: the buffer reaches back to the server's start. A strategy may say otherwise.
+   */
+  kvReplay: z.enum(KV_REPLAY_MODES).default('none'),
+  kvReplayTailS: z.number().finite().min(0.1).max(86_400).default(30),
+  /**
    * The scrape path (the reference EPP, i.e. the Gateway API Inference Extension's EPP now in llm-d, and the pickers built on it): each picker scrapes each pod
    * it picks among every `scrapeEveryMs` (the reference's --refresh-metrics-interval); a scrape
    * takes the round trip between the zones plus `scrapeMs` (rendering and parsing the metrics).
@@ -188,6 +198,13 @@ const eppsSchema = z.strictObject({
   batchMs: z.number().finite().min(0).max(1000).default(5),
   /** The zone the pool-wide reference EPP runs in (`reference`, `reference-plus`); default the first zone. */
   referenceZone: name.optional(),
+  /**
+   * What the gateway sends Spillway's EPPs of a response (ext_proc `response_body_mode`). `none`,
+   * the shipped Envoy config: response headers only, so an EPP sees a request start (its headers,
+   * when the engine accepts it) and never its end — its charge ends by samples or at its bound.
+   * `full-duplex`: the body streams through the EPP, which sees the last token (a completion).
+   */
+  responseBody: z.enum(RESPONSE_BODY_MODES).default('none'),
 });
 
 const faultSchema = z.discriminatedUnion('kind', [
@@ -206,7 +223,13 @@ const faultSchema = z.discriminatedUnion('kind', [
     pods: z.array(name).min(1).optional(),
   }),
   z.strictObject({ kind: z.literal('collector-down'), atS: seconds, zone: name }),
-  z.strictObject({ kind: z.literal('collector-up'), atS: seconds, zone: name }),
+  z.strictObject({
+    kind: z.literal('collector-up'),
+    atS: seconds,
+    zone: name,
+    /** A report window of this length from the restart (the recovery), besides the outage's own. */
+    windowS: z.number().finite().positive().max(86_400).optional(),
+  }),
   z.strictObject({ kind: z.literal('nats-down'), atS: seconds }),
   z.strictObject({ kind: z.literal('nats-up'), atS: seconds }),
   z.strictObject({
@@ -233,6 +256,10 @@ const strategyObject = z.strictObject({
   config: configOverrides.optional(),
   /** Overrides `epps.sharing` for this strategy (e.g. `spillway-unshared`: `sharing: false`). */
   sharing: z.boolean().optional(),
+  /** Overrides `epps.responseBody` for this strategy (e.g. `spillway-full-duplex`: `responseBody: full-duplex`). */
+  responseBody: z.enum(RESPONSE_BODY_MODES).optional(),
+  /** Overrides `signals.kvReplay` for this strategy (the same run with the servers' replay sockets set otherwise). */
+  kvReplay: z.enum(KV_REPLAY_MODES).optional(),
 });
 const strategyEntry = z.union([z.enum(STRATEGY_KINDS), strategyObject], {
   error: `a strategy is one of ${STRATEGY_KINDS.join(', ')}, or { name, kind, config }`,

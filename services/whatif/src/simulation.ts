@@ -56,7 +56,8 @@ class Simulation {
     // Filled once the EPPs exist: the pickers each signal path feeds.
     const natsEpps: Epp[] = [];
     const scrapeEpps: Epp[] = [];
-    this.replicas = new ReplicaSet(s, seed, kvMode !== 'off', {
+    const kvReplay = { mode: strategy.kvReplay ?? s.signals.kvReplay, tailMs: s.signals.kvReplayTailS * 1000 };
+    this.replicas = new ReplicaSet(s, seed, kvMode !== 'off' ? kvReplay : undefined, {
       onFinish: (seq, at) => this.gateways.finish(seq, at),
       onBlocksStored: (r, seq, range, at) => this.kv.stored(r, seq, range, at),
     });
@@ -79,7 +80,7 @@ class Simulation {
     this.scraper = new Scraper(s, seed, { queue, replicas, network, epps: scrapeEpps });
     this.measure = new Measurements(s, { queue, replicas, routers: () => this.epps.all.map((e) => e.router) });
     this.gateways = new Gateways(s, seed, { queue, replicas, epps: this.epps, kv: this.kv, measure: this.measure, network });
-    this.faults = new Faults(s, { queue, replicas, signals: this.signals, epps: this.epps, measure: this.measure });
+    this.faults = new Faults(s, { queue, replicas, signals: this.signals, epps: this.epps, measure: this.measure, kv: this.kv });
     this.handlers = this.handlersOf();
   }
 

@@ -20,7 +20,7 @@ describe('KV events in the simulation', () => {
   it('the relay turns stores and evictions into ordered content-key events, and snapshots the block set newest last', () => {
     const relay = new KvRelay();
     relay.stored([11, 12, 13], [101, 102, 103], 0, 3);
-    relay.stored([14], [104], 0, 1);
+    relay.stored([11, 14], [101, 104], 1, 2);
     relay.evicted(13);
     relay.evicted(99); // never stored: nothing to say
     relay.stored([13], [103], 0, 1);
@@ -37,6 +37,62 @@ describe('KV events in the simulation', () => {
     relay.cleared();
     expect(relay.take()).toEqual({ seq: 2, events: [[KV_CLEARED]] });
     expect(relay.snapshotKeys()).toEqual([]);
+  });
+
+  it('a restarted collector starts empty: its first batch clears the pod, and a run chained to a block it never heard of is an orphan', () => {
+    const relay = new KvRelay();
+    relay.stored([11, 12], [101, 102], 0, 2, 10);
+    relay.take(20);
+    relay.collectorDown();
+    relay.stored([11, 12, 13], [101, 102, 103], 2, 3, 30); // heard by nobody
+    expect(relay.take(40)).toBeUndefined();
+    relay.collectorUp(50);
+    expect(relay.take(50)).toEqual({ seq: 2, events: [[KV_CLEARED]] });
+    expect(relay.snapshotKeys()).toEqual([]);
+    // A continuation of the cached prefix: its parent (12) is unknown to the new collector.
+    relay.stored([11, 12, 13, 14], [101, 102, 103, 104], 3, 4, 60);
+    relay.evicted(11); // unknown: nothing to say
+    expect(relay.take(70)).toBeUndefined();
+    expect(relay.orphans).toBe(1);
+    // A chain stored from its first block is known again, and so are its continuations.
+    relay.stored([21, 22], [201, 202], 0, 2, 80);
+    relay.stored([21, 22, 23], [201, 202, 203], 2, 3, 80);
+    expect(relay.take(90)).toEqual({ seq: 3, events: [[KV_STORED, [201, 202, 203]]] });
+  });
+
+  it('a replay socket: the full buffer rebuilds every block the server holds; a tail rebuilds only what it holds and can chain', () => {
+    const feed = (relay: KvRelay) => {
+      relay.stored([11, 12], [101, 102], 0, 2, 0); // a context, stored early
+      relay.stored([11, 12, 13], [101, 102, 103], 2, 3, 5_000); // its continuation
+      relay.stored([31], [301], 0, 1, 10_000);
+      relay.evicted(31);
+      relay.stored([21, 22], [201, 202], 0, 2, 45_000); // a context stored within the last 30 s
+      relay.stored([11, 12, 13, 14], [101, 102, 103, 104], 3, 4, 50_000); // continues the early context
+      relay.take(55_000);
+      relay.collectorDown();
+      relay.stored([21, 22, 23], [201, 202, 203], 2, 3, 57_000); // while no collector listens
+      relay.collectorUp(60_000);
+      return relay;
+    };
+    const full = feed(new KvRelay({ mode: 'full', tailMs: 0 }));
+    expect(full.take(60_000)?.events).toEqual([[KV_CLEARED], [KV_STORED, [101, 102, 103, 201, 202, 104, 203]]]);
+    expect(full.snapshotKeys()).toEqual([101, 102, 103, 201, 202, 104, 203]);
+
+    const tail = feed(new KvRelay({ mode: 'tail', tailMs: 30_000 }));
+    // From 30 s on: the context stored at 45 s and its continuation at 57 s; the run of 50 s continues a block stored before the tail.
+    expect(tail.take(60_000)?.events).toEqual([[KV_CLEARED], [KV_STORED, [201, 202, 203]]]);
+    expect(tail.orphans).toBe(1);
+
+    const none = feed(new KvRelay());
+    expect(none.take(60_000)?.events).toEqual([[KV_CLEARED]]);
+
+    // A server restart empties its buffer too.
+    const restarted = feed(new KvRelay({ mode: 'full', tailMs: 0 }));
+    restarted.take(60_000);
+    restarted.collectorDown();
+    restarted.cleared();
+    restarted.collectorUp(70_000);
+    expect(restarted.take(70_000)?.events).toEqual([[KV_CLEARED]]);
   });
 
   it('each request carries its token ids and content keys, index for index with the engine block hashes', () => {
@@ -106,6 +162,42 @@ describe('KV events in the simulation', () => {
       expect(lossy.served + lossy.rejected429 + lossy.rejected503 + lossy.aborted).toBe(lossy.arrivals);
       expect(lossy.prefixHitShare).toBeLessThanOrEqual(lossless.prefixHitShare + 0.02);
       expect(lossy.prefixHitShare).toBeGreaterThan(0.3);
+    },
+    SIM_TIMEOUT_MS,
+  );
+
+  it(
+    'a collector restart: without a replay socket the precise index forgets every pod and the hit rate dips; a full replay buffer keeps it',
+    () => {
+      const base = {
+        zones: [{ zone: 'zone-a', region: 'r1', replicas: 4 }],
+        engine: smallCaches,
+        durationS: 24,
+        warmupS: 4,
+        load: { clusterFraction: 0.8 },
+        workload: prefixHeavy,
+        faults: [
+          { atS: 12, kind: 'collector-down', zone: 'zone-a' },
+          { atS: 14, kind: 'collector-up', zone: 'zone-a', windowS: 6 },
+        ],
+        strategies: [
+          'spillway-precise',
+          { name: 'precise-full', kind: 'spillway-precise', kvReplay: 'full' },
+          { name: 'no-restart', kind: 'spillway-precise' },
+        ],
+      };
+      const s = resolve(base);
+      const after = (r: RunResult) => r.windows.find((w) => w.name === 'collector-up zone-a');
+      const fresh = run(s, 'spillway-precise');
+      const full = run(s, 'precise-full');
+      const steady = run(resolve({ ...base, faults: [] }), 'no-restart');
+      expect(s.windows.map((w) => w.name)).toEqual(['collector-down zone-a', 'collector-up zone-a']);
+      for (const r of [fresh, full]) expect(r.served + r.rejected429 + r.rejected503 + r.aborted).toBe(r.arrivals);
+      const freshHits = after(fresh)?.prefixHitShare ?? 1;
+      const fullHits = after(full)?.prefixHitShare ?? 0;
+      // Every pod starts afresh: its cached prefixes are unknown until stored again.
+      expect(freshHits).toBeLessThan(fullHits - 0.08);
+      expect(full.prefixHitShare).toBeGreaterThan(steady.prefixHitShare - 0.02);
     },
     SIM_TIMEOUT_MS,
   );

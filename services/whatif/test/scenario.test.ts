@@ -12,9 +12,36 @@ describe('scenario file: validation', () => {
     const s = parse(smallScenario());
     expect(s.signals).toMatchObject({ sampleEveryMs: 100, delayMs: [5, 20], lossRate: 0, staleAfterMs: 1000, sharingDelayMs: [1, 3] });
     // Sharing is the product's default: the scheduler-based strategies run with it unless told otherwise.
-    expect(s.epps).toEqual({ perZone: 1, spread: 'round-robin', sharing: true, batchMs: 5 });
+    // So are response headers only (the shipped Envoy config): the EPPs see a request start, not its end.
+    expect(s.epps).toEqual({ perZone: 1, spread: 'round-robin', sharing: true, batchMs: 5, responseBody: 'none' });
     expect(s.signals).toMatchObject({ scrapeEveryMs: 50, scrapeMs: [1, 5] });
     expect(s.network).toMatchObject({ sameRegionMs: 1, crossRegionMs: 30 });
+    // A restarted collector recovers nothing unless the servers have a replay socket (vLLM's default).
+    expect(s.signals).toMatchObject({ kvReplay: 'none', kvReplayTailS: 30 });
+  });
+
+  it("the servers' replay socket: a scenario field, overridden per strategy; a restart's recovery window", () => {
+    const file = parse(
+      smallScenario({
+        signals: { kvReplay: 'tail', kvReplayTailS: 60 },
+        faults: [
+          { atS: 5, kind: 'collector-down', zone: 'zone-b' },
+          { atS: 8, kind: 'collector-up', zone: 'zone-b', windowS: 4 },
+        ],
+        strategies: ['spillway-precise', { name: 'precise-full', kind: 'spillway-precise', kvReplay: 'full' }],
+      }),
+    );
+    const s = resolveScenario(file);
+    expect(s.signals).toMatchObject({ kvReplay: 'tail', kvReplayTailS: 60 });
+    expect(s.strategies.map((x) => x.kvReplay)).toEqual([undefined, 'full']);
+    expect(s.windows.map((w) => [w.name, w.fromMs, w.toMs])).toEqual([
+      ['collector-down zone-b', 5000, 8000],
+      ['collector-up zone-b', 8000, 12_000],
+    ]);
+    expect(problems(smallScenario({ signals: { kvReplay: 'some' } }))[0]).toMatch(/^signals\.kvReplay: /);
+    expect(problems(smallScenario({ strategies: [{ name: 'p', kind: 'spillway-precise', kvReplay: 'all' }] }))[0]).toMatch(
+      /^strategies\.0/,
+    );
   });
 
   // Each bad value is rejected with a message naming the field at fault.

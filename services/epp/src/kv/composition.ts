@@ -2,11 +2,11 @@ import type { PromptTokenizer } from '@spillway/tokenizer';
 import { chatSplits, type ChatMessage } from './prompt-split.js';
 
 /**
- * What the request path calls of a model's tokenizer: its encoders, and, when it has them, the chat
- * rendering (lets a user turn skip the template engine) and the fast-path report (logged at start).
+ * What the request path calls of a model's tokenizer: its encoders, and, when it has them, the
+ * reports of its fast paths (logged at start).
  */
 export type RequestTokenizer = Pick<PromptTokenizer, 'name' | 'encodeText' | 'encodeChat'> &
-  Partial<Pick<PromptTokenizer, 'renderChat' | 'fastPath' | 'fastPathUnsupported'>>;
+  Partial<Pick<PromptTokenizer, 'fastPath' | 'fastPathUnsupported' | 'splicesPlainTurns'>>;
 
 /**
  * How token ids compose for one tokenizer, found by probing it: for chat,
@@ -17,12 +17,6 @@ export type RequestTokenizer = Pick<PromptTokenizer, 'name' | 'encodeText' | 'en
 export interface Composition {
   chat: { lead: number; gen: number } | undefined;
   textLead: number | undefined;
-  /**
-   * A lone user turn as the template renders it, `before + content + after`, when that holds and
-   * `encodeText` of it (past `textLead`) is `encodeChat` of it: the tail of a cached conversation is
-   * then tokenized without running the template engine (which costs more than tokenizing a question).
-   */
-  userTurn: { before: string; after: string } | undefined;
 }
 
 export function toIds(ids: ArrayLike<number>): Uint32Array {
@@ -66,8 +60,7 @@ const PROBE_TEXTS: [string, string][] = [
 
 /** Finds the composition rule of a tokenizer from a few probe prompts; a rule that does not hold for all of them is not used. */
 export function probe(tokenizer: RequestTokenizer): Composition {
-  const textLead = probeText(tokenizer);
-  return { chat: probeChat(tokenizer), textLead, userTurn: textLead === undefined ? undefined : probeUserTurn(tokenizer, textLead) };
+  return { chat: probeChat(tokenizer), textLead: probeText(tokenizer) };
 }
 
 function probeChat(tokenizer: RequestTokenizer): Composition['chat'] {
@@ -91,27 +84,6 @@ function probeChat(tokenizer: RequestTokenizer): Composition['chat'] {
     // A template that fails on the probes: no prefix cache for chat.
   }
   return undefined;
-}
-
-function probeUserTurn(tokenizer: RequestTokenizer, textLead: number): Composition['userTurn'] {
-  if (tokenizer.renderChat === undefined) return undefined;
-  try {
-    const marker = '\u0000SPILLWAY\u0000';
-    const rendered = tokenizer.renderChat([{ role: 'user', content: marker }]);
-    const at = rendered.indexOf(marker);
-    if (at < 0 || rendered.indexOf(marker, at + 1) >= 0) return undefined;
-    const turn = { before: rendered.slice(0, at), after: rendered.slice(at + marker.length) };
-    const contents = [' Padded question?  ', 'Hello, world!\nSecond line.', '42 + 1 = ?', 'é 漢字 \t tab'];
-    for (const content of contents) {
-      const text = turn.before + content + turn.after;
-      if (tokenizer.renderChat([{ role: 'user', content }]) !== text) return undefined;
-      const viaText = Array.from(tokenizer.encodeText(text)).slice(textLead);
-      if (!equal(toIds(viaText), toIds(tokenizer.encodeChat([{ role: 'user', content }])))) return undefined;
-    }
-    return turn;
-  } catch {
-    return undefined;
-  }
 }
 
 function probeText(tokenizer: RequestTokenizer): number | undefined {

@@ -1,5 +1,5 @@
 import type { ErrorStatus, PreparedRequest } from '@spillway/protocol';
-import type { Decision, PickRequest } from '@spillway/scheduler';
+import type { ChargeListener, Decision, PickRequest } from '@spillway/scheduler';
 
 /** Where a request's token ids came from: a cached prompt prefix and the tail tokenized, or the whole prompt. */
 export type TokenizeOutcome = 'prefix-cached' | 'full';
@@ -13,13 +13,17 @@ export type TokenizeOutcome = 'prefix-cached' | 'full';
  */
 export type RequestPhase = 'receive' | 'parse' | 'answer' | 'decide';
 
-/** One routed request's own record, from its commit to the end of its stream. */
-export interface RequestRecord {
+/**
+ * One routed request's own record, from its commit to its end: its completion when the EPP sees
+ * one, else the end of its charge (`chargeEnded`: by samples, at its bound), else the end of its
+ * stream when no response began.
+ */
+export interface RequestRecord extends ChargeListener {
   /** A response body chunk passed through the EPP (only when the gateway streams response bodies). */
   responseBody(chunk: Uint8Array): void;
   /** The model server answered with an error status. */
   modelServerError(): void;
-  /** The stream ended at `now` (ms, the request control's clock). */
+  /** The request ended at `now` (ms, the request control's clock). Only the first end counts. */
   finish(now: number): void;
 }
 

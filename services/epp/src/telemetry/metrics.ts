@@ -172,6 +172,12 @@ export class EppMetrics {
     help: 'Well-formed entries of the gateway subset hint that named no routable pod of the pool (a stale hint: pods rescheduled, not ready, or unknown to this EPP).',
     registers: [this.registry],
   });
+  readonly gatewayZoneUnknown = new Counter({
+    name: 'spillway_gateway_zone_unknown_total',
+    help: 'Requests whose gateway named a zone (x-spillway-gateway-zone) that no pod of the pool is in (unknown) or that is not a zone name (malformed); they were picked for this EPP zone.',
+    labelNames: ['reason'] as const,
+    registers: [this.registry],
+  });
   readonly zoneReadyPods = new Gauge({
     name: 'spillway_zone_ready_pods',
     help: 'Ready pods per zone in this EPP view.',
