@@ -134,6 +134,8 @@ class ExtProcStream implements Deadline {
   private state: State = { kind: 'awaiting-headers', subset: undefined, zone: undefined };
   /** When the stream began (ms): a request's duration runs from here to its end (docs/metrics.md). */
   private readonly startedAt = Date.now();
+  /** performance.now() at the first request-body chunk (0 before it): the receive phase starts here. */
+  private bodyStartedAt = 0;
 
   constructor(
     private readonly control: RequestControl,
@@ -218,6 +220,7 @@ class ExtProcStream implements Deadline {
   }
 
   private onRequestBody(state: AwaitingBody, chunk: Uint8Array, endOfStream: boolean): void {
+    if (this.bodyStartedAt === 0) this.bodyStartedAt = performance.now();
     if (!state.body.push(chunk)) {
       return this.reject(413, `request body exceeds ${state.body.limit} bytes`, 'request_too_large');
     }
@@ -229,14 +232,18 @@ class ExtProcStream implements Deadline {
   }
 
   private completeRequest(state: AwaitingBody, endedWithTrailers: boolean): void {
+    const bodyEndedAt = performance.now();
+    if (this.bodyStartedAt !== 0) this.control.observer.phase('receive', (bodyEndedAt - this.bodyStartedAt) / 1e3);
     const body = state.body.take();
     // The stream lives as long as the response (minutes for a long generation): the body's chunks
     // go with this state, and its bytes back to the EPP-wide budget now rather than at the end.
     this.control.bodies.release(state.reservedBytes);
     state.reservedBytes = 0;
     const prepared = prepareRequest(body, state.headers, this.control.rewriter, Math.random);
+    this.control.observer.phase('parse', (performance.now() - bodyEndedAt) / 1e3);
     if (!prepared.ok) return this.reject(prepared.error.status, prepared.error.message, prepared.error.code);
     this.route(state, state.mode, prepared.request, body.length, endedWithTrailers);
+    if (this.state.kind === 'picked') this.control.observer.phase('decide', (performance.now() - bodyEndedAt) / 1e3);
   }
 
   /**
@@ -263,6 +270,7 @@ class ExtProcStream implements Deadline {
       },
       request,
     );
+    const pickedAt = performance.now();
     if (decision.status !== 'routed') {
       const message =
         decision.status === 429
@@ -292,6 +300,7 @@ class ExtProcStream implements Deadline {
     })) {
       this.write(response);
     }
+    this.control.observer.phase('answer', (performance.now() - pickedAt) / 1e3);
   }
 
   /**
