@@ -7,8 +7,8 @@ import {
   encodeStateBatch,
   eppIdOf,
   MAX_STATE_BATCH_BYTES,
-  MAX_STATE_ENTRY_HASHES,
   MAX_STATE_ENTRIES,
+  MAX_STATE_ENTRY_HASHES,
   MAX_STATE_HASHES,
   parseStateSubject,
   RELEASED_WITHOUT_COMPLETION,
@@ -128,8 +128,14 @@ describe('state batches', () => {
     expect(decodeStateBatch(good, FROM)).toEqual({ ok: true, batch: batch() });
   });
 
-  it('bounds: bytes, hashes per entry and per batch', () => {
+  it('bounds: bytes, entries, hashes per entry and per batch', () => {
     expect(decodeStateBatch(new Uint8Array(MAX_STATE_BATCH_BYTES + 1))).toMatchObject({ ok: false, reason: 'oversized' });
+    const releases = (n: number) => Array.from({ length: n }, (_, i): StateBatch['entries'][number] => [2, i, 5]);
+    expect(decodeStateBatch(encodeStateBatch(batch({ entries: releases(MAX_STATE_ENTRIES) })))).toMatchObject({ ok: true });
+    expect(decodeStateBatch(encodeStateBatch(batch({ entries: releases(MAX_STATE_ENTRIES + 1) })))).toMatchObject({
+      ok: false,
+      reason: 'invalid',
+    });
     const long = Array.from({ length: MAX_STATE_ENTRY_HASHES + 1 }, (_, i) => i);
     expect(decodeStateBatch(encode(batch({ entries: [[4, 'z', 'p', long]] })))).toMatchObject({ ok: false });
     // Many entries each within bounds, more hashes in all than a batch may carry (small numbers keep it under the byte bound).

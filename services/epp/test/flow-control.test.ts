@@ -272,11 +272,12 @@ describe('flow control in the EPP', () => {
 describe('flow control with two EPPs of one zone', () => {
   it('a sample with room for one request releases one, not one per EPP: the later EPP sees the earlier one’s pick', async () => {
     const pods = await full('fc-2', 1, 16);
-    // A typical prompt of 40,000 tokens: a pick keeps counting for 4 s, past the time this test watches.
+    // A typical prompt of 400,000 tokens: a pick keeps counting for 40 s, and a peer is kept for a
+    // minute, both far past the time this test watches, even on a machine that stalls it for seconds.
     const text =
-      OBJECTIVES.replace('promptTokens: 4000', 'promptTokens: 40000') +
+      OBJECTIVES.replace('promptTokens: 4000', 'promptTokens: 400000') +
       FLOW() +
-      'sharedState: { enabled: true, heartbeatMs: 100, peerTimeoutMs: 5000, warmStartMs: 2000 }\n';
+      'sharedState: { enabled: true, heartbeatMs: 100, peerTimeoutMs: 60000, warmStartMs: 2000 }\n';
     const one = await epp('fc-2', text, pods);
     const two = await epp('fc-2', text, pods);
     await eventually(() => expect([one.core.scheduler.shared.peerCount, two.core.scheduler.shared.peerCount]).toEqual([1, 1]));

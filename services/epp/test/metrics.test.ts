@@ -245,6 +245,7 @@ describe('metrics after traffic', () => {
         'tier',
         'credited',
         'rank',
+        'phase',
         'state',
       ]).toContain(name);
   });

@@ -12,6 +12,15 @@ export type TokenizeOutcome = 'prefix-cached' | 'full';
 export type FlowOutcome = 'dispatched' | 'expired' | 'evicted' | 'refused' | 'cancelled' | 'unroutable' | 'shutdown';
 
 /**
+ * Phases of the request path the stream times itself (`spillway_request_phase_seconds`,
+ * docs/metrics.md): `receive`, its first request-body chunk to the end of its body; `parse`, the
+ * body to a request; `answer`, the pick's end to the destination and body written; `decide`, the
+ * end of the body to the destination written (parse, tokenization, pick and answer). The
+ * tokenization and the pick are timed by the request control (`tokenized`, `picked`).
+ */
+export type RequestPhase = 'receive' | 'parse' | 'answer' | 'decide';
+
+/**
  * One routed request's own record, from its commit to its end: its completion when the EPP sees
  * one, else the end of its charge (`chargeEnded`: by samples, at its bound), else the end of its
  * stream when no response began.
@@ -32,6 +41,8 @@ export interface RequestRecord extends ChargeListener {
  * counter and no logger. Called on the request path: implementations keep each call cheap.
  */
 export interface RequestObserver {
+  /** A phase of a request took `seconds` (`answer` and `decide`: routed requests only). */
+  phase(phase: RequestPhase, seconds: number): void;
   /** A prompt was tokenized for the precise block index, in `seconds`. */
   tokenized(outcome: TokenizeOutcome, seconds: number): void;
   /** The scheduler answered `request` (routed or not) after `seconds`; `prepared` when the body was understood. */

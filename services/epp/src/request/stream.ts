@@ -175,6 +175,8 @@ class ExtProcStream implements Deadline, HeldStream {
   private state: State = { kind: 'awaiting-headers', subset: undefined, zone: undefined };
   /** When the stream began (ms): a request's duration runs from here to its end (docs/metrics.md). */
   private readonly startedAt = Date.now();
+  /** performance.now() at the first request-body chunk (0 before it): the receive phase starts here. */
+  private bodyStartedAt = 0;
 
   constructor(
     private readonly control: RequestControl,
@@ -259,6 +261,7 @@ class ExtProcStream implements Deadline, HeldStream {
   }
 
   private onRequestBody(state: AwaitingBody, chunk: Uint8Array, endOfStream: boolean): void {
+    if (this.bodyStartedAt === 0) this.bodyStartedAt = performance.now();
     if (!state.body.push(chunk)) {
       return this.reject(413, `request body exceeds ${state.body.limit} bytes`, 'request_too_large');
     }
@@ -270,14 +273,19 @@ class ExtProcStream implements Deadline, HeldStream {
   }
 
   private completeRequest(state: AwaitingBody, endedWithTrailers: boolean): void {
+    const bodyEndedAt = performance.now();
+    if (this.bodyStartedAt !== 0) this.control.observer.phase('receive', (bodyEndedAt - this.bodyStartedAt) / 1e3);
     const body = state.body.take();
     // The stream lives as long as the response (minutes for a long generation): the body's chunks
     // go with this state, and its bytes back to the EPP-wide budget now rather than at the end.
     this.control.bodies.release(state.reservedBytes);
     state.reservedBytes = 0;
     const prepared = prepareRequest(body, state.headers, this.control.rewriter, Math.random);
+    this.control.observer.phase('parse', (performance.now() - bodyEndedAt) / 1e3);
     if (!prepared.ok) return this.reject(prepared.error.status, prepared.error.message, prepared.error.code);
     this.route(state, state.mode, prepared.request, body.length, endedWithTrailers);
+    // A held request's decide phase is not timed: its destination waits for room.
+    if (this.state.kind === 'picked') this.control.observer.phase('decide', (performance.now() - bodyEndedAt) / 1e3);
   }
 
   /**
@@ -354,6 +362,7 @@ class ExtProcStream implements Deadline, HeldStream {
 
   /** Answers with the destination: the pick is committed and the request's record starts (picked). */
   private send(routable: Routable, decision: Decision): void {
+    const pickedAt = performance.now();
     const { headers, mode, request, requestBytes, endedWithTrailers } = routable;
     this.control.deadlines.remove(this);
     const record = this.control.commit(decision, request, requestBytes, this.startedAt);
@@ -377,6 +386,7 @@ class ExtProcStream implements Deadline, HeldStream {
     })) {
       this.write(response);
     }
+    this.control.observer.phase('answer', (performance.now() - pickedAt) / 1e3);
   }
 
   /**

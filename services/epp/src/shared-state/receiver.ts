@@ -2,7 +2,6 @@ import type { Msg, NatsConnection, Subscription } from '@nats-io/nats-core';
 import {
   decodeStateBatch,
   encodeStateBatch,
-  MAX_STATE_ENTRIES,
   parseStateSubject,
   statePoolFilter,
   stateSyncFilter,
@@ -14,6 +13,7 @@ import type { SharedState } from '@spillway/scheduler';
 import type { Logger } from 'pino';
 import type { SharedStateCounters, StateRejectReason } from './counters.js';
 import type { ChannelContext } from './context.js';
+import { stateBatches } from './batches.js';
 import { entryBytes } from './outbox.js';
 
 /** A snapshot part aims at this size (several parts per warm-start answer; NATS's default max payload is 1 MiB). */
@@ -225,25 +225,15 @@ export class SyncResponder {
 }
 
 /**
- * Splits snapshot entries into parts of about SNAPSHOT_PART_BYTES and at most MAX_STATE_ENTRIES
- * entries (a receiver refuses a batch with more), at most `maxBytes` in all (the rest left out);
- * always one part at least.
+ * Snapshot entries in parts of about SNAPSHOT_PART_BYTES, each a batch every receiver accepts
+ * (batches.ts), at most `maxBytes` in all (the rest left out); always one part at least.
  */
 export function snapshotParts(entries: readonly StateEntry[], maxBytes: number): StateEntry[][] {
-  const parts: StateEntry[][] = [[]];
-  let partBytes = 0;
   let total = 0;
-  for (const entry of entries) {
-    const size = entryBytes(entry);
-    if (total + size > maxBytes) break;
-    const part = parts[parts.length - 1] as StateEntry[];
-    if ((partBytes + size > SNAPSHOT_PART_BYTES || part.length >= MAX_STATE_ENTRIES) && part.length > 0) {
-      parts.push([]);
-      partBytes = 0;
-    }
-    (parts[parts.length - 1] as StateEntry[]).push(entry);
-    partBytes += size;
-    total += size;
+  let kept = 0;
+  while (kept < entries.length && total + entryBytes(entries[kept] as StateEntry) <= maxBytes) {
+    total += entryBytes(entries[kept] as StateEntry);
+    kept++;
   }
-  return parts;
+  return stateBatches(kept === entries.length ? entries : entries.slice(0, kept), SNAPSHOT_PART_BYTES);
 }

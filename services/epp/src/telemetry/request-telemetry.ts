@@ -2,7 +2,7 @@ import type { Logger } from 'pino';
 import type { ErrorStatus, PreparedRequest } from '@spillway/protocol';
 import type { Counter } from 'prom-client';
 import type { Decision, PickRequest } from '@spillway/scheduler';
-import type { FlowOutcome, RequestObserver, RequestRecord, TokenizeOutcome } from '../request/observer.js';
+import type { FlowOutcome, RequestObserver, RequestPhase, RequestRecord, TokenizeOutcome } from '../request/observer.js';
 import { DecisionLog } from './decision-log.js';
 import { FlowMetrics } from './flow-metrics.js';
 import { LabelCache } from './label-cache.js';
@@ -57,6 +57,8 @@ export class RequestTelemetry implements RequestObserver {
   private readonly entryReasons: LabelCache<PendingCount>;
   private readonly pickSeconds: PendingHistogram;
   private readonly listLength: PendingHistogram;
+  /** `spillway_request_phase_seconds`, one batched series per phase (a fixed set). */
+  private readonly phaseSeconds: Record<RequestPhase | 'tokenize' | 'pick', PendingHistogram>;
   /** Per-model request metrics, keyed by label values: at most the configured models plus `other`. */
   private readonly requestMetrics: RequestMetrics;
 
@@ -65,8 +67,25 @@ export class RequestTelemetry implements RequestObserver {
     this.metrics = metrics;
     this.logger = parts.logger;
     this.modelLabels = parts.modelLabels;
-    this.tokenized = parts.tokenized;
     this.now = parts.now ?? Date.now;
+    // Every phase's series exists from the start, at zero, so a reader's before-and-after sees each.
+    const phase = (name: RequestPhase | 'tokenize' | 'pick'): PendingHistogram => {
+      metrics.requestPhases.zero({ phase: name });
+      return metrics.batchedHistogram(metrics.requestPhases, { phase: name });
+    };
+    this.phaseSeconds = {
+      receive: phase('receive'),
+      parse: phase('parse'),
+      tokenize: phase('tokenize'),
+      pick: phase('pick'),
+      answer: phase('answer'),
+      decide: phase('decide'),
+    };
+    const tokenizePhase = this.phaseSeconds.tokenize;
+    this.tokenized = (outcome, seconds) => {
+      parts.tokenized(outcome, seconds);
+      tokenizePhase.observe(seconds);
+    };
     this.spill = new SpillMatrix(this.now());
     this.routed = metrics.batched(metrics.requests.labels({ outcome: 'routed' }));
     this.attemptSucceeded = metrics.batched(metrics.schedulerAttempts.labels({ status: 'success' }));
@@ -85,8 +104,13 @@ export class RequestTelemetry implements RequestObserver {
     this.entryReasons = new LabelCache((reason) => metrics.batched(metrics.listEntries.labels({ reason })));
   }
 
+  phase(phase: RequestPhase, seconds: number): void {
+    this.phaseSeconds[phase].observe(seconds);
+  }
+
   picked(decision: Decision, request: PickRequest, prepared: PreparedRequest | undefined, seconds: number): void {
     this.pickSeconds.observe(seconds);
+    this.phaseSeconds.pick.observe(seconds);
     this.decisions.record(decision);
     (decision.status === 'routed' ? this.attemptSucceeded : this.attemptFailed).inc();
     if (decision.counts.subsetIgnored > 0) this.metrics.subsetEntriesIgnored.inc(decision.counts.subsetIgnored);
