@@ -147,12 +147,6 @@ const policies = [
     disallow: { to: { element: { types: [...SERVICE_SRC, 'service-tests'] } } },
     message: 'infra never imports services: it starts them as processes',
   },
-  // Interim: the Envoy renderer numbers priorities with spillway-xds's own rule (prioritiesOf) until
-  // the xDS protocol code moves out of services/xds into a package of its own.
-  {
-    from: { element: { type: 'infra' } },
-    allow: { to: { element: { type: 'service', captured: { name: 'xds' } } }, dependency: { specifiers: ['prioritiesOf'] } },
-  },
   // The test kit is for tests; the demo and the binaries use @spillway/proc.
   { from: NON_TEST, disallow: { to: pkg('testkit') }, message: 'only tests import @spillway/testkit' },
   { from: pkg('testkit'), allow: { to: pkg('testkit') } },
@@ -165,7 +159,7 @@ export default tseslint.config(
       '**/node_modules/**',
       'proto/gen/**',
       'packages/protocol/src/gen/**',
-      'services/xds/src/gen/**',
+      'packages/xds-protocol/src/gen/**',
       'coverage/**',
       'test/lint/fixtures/**',
     ],
@@ -221,7 +215,7 @@ export default tseslint.config(
   },
   {
     // spillway-xds's protocol core is pure like the packages above (services/xds/src/xds.ts is its shell).
-    files: ['services/xds/src/{hub,session,resources,priorities,hash,view-sink,limits,messages,rate-limit}.ts'],
+    files: ['services/xds/src/{hub,session,resources,hash,view-sink,limits,rate-limit}.ts'],
     rules: {
       'no-restricted-imports': [
         'error',

@@ -214,6 +214,8 @@ async function main(): Promise<number> {
         ...(natsUrl && { natsUrl }),
         simArgs: SIM_ARGS,
         eppArgs: ['--config', eppConfig],
+        // The production loop: each zone's gateway takes its model servers and subset from the zone's spillway-xds.
+        xds: true,
         ...(flags.kvEvents && { kvEvents: { tokenizer: TOKENIZER } }),
         logLevel: 'warn',
         signal: abort.signal,
@@ -243,6 +245,8 @@ async function main(): Promise<number> {
       `  on spillway.kv.${'<pool>.<zone>.<pod>'} and snapshots them into the stream; the EPPs tokenize prompts (--tokenizer '*=${TOKENIZER}').`,
     );
   }
+  out("Gateways: endpoints by EDS and subset hints by ECDS from each zone's spillway-xds (nodes it serves):");
+  for (const z of ZONES) out(`  ${z.zone} xds: http://127.0.0.1:${system.zone(z.zone).xds?.ports.metrics}/debug/nodes`);
   out(`Live view of each zone's EPP (open in a browser; watch ${OVERLOAD_ZONE} spill in the overload phase):`);
   for (const z of ZONES) out(`  ${z.zone}: http://127.0.0.1:${system.zone(z.zone).eppPorts.metrics}/`);
   out('Zone capacity:');

@@ -18,8 +18,10 @@ import { httpOk, ManagedProcess, waitUntil } from './process.js';
 /**
  * The whole Spillway system on one machine, as real processes on loopback: NATS (one server, or one
  * JetStream domain per zone joined by leaf nodes to a hub), simulated model servers, and per zone a
- * collector, an EPP (locality mode) and a development gateway. `npm start` and the end-to-end tests
- * both run on it. Every process can be stopped, killed and restarted on the same ports.
+ * collector, an EPP (locality mode) and a development gateway; with `xds`, also a spillway-xds per
+ * zone from which the zone's gateway takes its model servers and subset (the production loop).
+ * `npm start` and the end-to-end tests both run on it. Every process can be stopped, killed and
+ * restarted on the same ports.
  */
 const ROOT = resolve(fileURLToPath(new URL('../..', import.meta.url)));
 const bin = (service: string, name: string) => join(ROOT, 'services', service, 'bin', `${name}.js`);
@@ -57,6 +59,11 @@ export interface SystemOptions {
    * server's port), and the EPPs tokenize prompts with the same tokenizer.
    */
   kvEvents?: { tokenizer: string };
+  /**
+   * Run a spillway-xds per zone and the gateways on `--xds` (endpoints by EDS, subset and zone by
+   * ECDS), as Envoy takes them in production; without it, the gateways read an endpoints file.
+   */
+  xds?: boolean;
   logLevel?: string;
   /** Aborting it during `start` stops whatever was started and rejects the start. */
   signal?: AbortSignal;
@@ -103,6 +110,8 @@ export interface ZoneProcesses {
   eppPorts: { grpc: number; health: number; metrics: number };
   gateway: ManagedProcess;
   gatewayUrl: string;
+  /** The zone's spillway-xds, with `xds`: its ADS and metrics ports (`/debug/nodes` lists the gateways it serves). */
+  xds: (ManagedProcess & { ports: { ads: number; health: number; metrics: number } }) | undefined;
 }
 
 export interface NatsProcesses {
@@ -171,6 +180,7 @@ export class LocalSystem {
       processes.forEach((p) => p.close());
     };
     await stopAll(zones.map((z) => z.gateway));
+    await stopAll(zones.flatMap((z) => (z.xds ? [z.xds] : [])));
     await stopAll(zones.map((z) => z.epp));
     await stopAll(zones.map((z) => z.collector));
     await stopAll(this.sims.map((s) => s.process));
@@ -341,6 +351,8 @@ async function startAll(system: LocalSystem, run: StartRun): Promise<void> {
       logFile: join(logs, `epp-${spec.zone}.log`),
       ready: () => waitUntil(`epp-${spec.zone}`, () => httpOk(`http://127.0.0.1:${eppPorts.metrics}/readyz`), 60_000),
     });
+    const zoneNames = options.zones.map((z) => z.zone);
+    const xds = options.xds ? await xdsProcess(spec, { nats: [nz.url, ...auth(nz.epp)], zones: zoneNames, logs, logLevel }) : undefined;
     const gatewayPort = await freePort();
     const gateway = new ManagedProcess({
       name: `gateway-${spec.zone}`,
@@ -351,8 +363,7 @@ async function startAll(system: LocalSystem, run: StartRun): Promise<void> {
         `127.0.0.1:${eppPorts.grpc}`,
         '--zone',
         spec.zone,
-        '--endpoints',
-        allEndpoints,
+        ...(xds ? ['--xds', `127.0.0.1:${xds.ports.ads}`, '--region', spec.region] : ['--endpoints', allEndpoints]),
         '--port',
         String(gatewayPort),
         '--log-level',
@@ -362,7 +373,7 @@ async function startAll(system: LocalSystem, run: StartRun): Promise<void> {
       logFile: join(logs, `gateway-${spec.zone}.log`),
       ready: () => waitUntil(`gateway-${spec.zone}`, () => httpOk(`http://127.0.0.1:${gatewayPort}/gateway/stats`), 20_000),
     });
-    zones.set(spec.zone, { spec, nats: nz, collector, epp, eppPorts, gateway, gatewayUrl: `http://127.0.0.1:${gatewayPort}` });
+    zones.set(spec.zone, { spec, nats: nz, collector, epp, eppPorts, gateway, gatewayUrl: `http://127.0.0.1:${gatewayPort}`, xds });
   }
   const all = [...zones.values()];
   checkpoint();
@@ -373,8 +384,53 @@ async function startAll(system: LocalSystem, run: StartRun): Promise<void> {
   checkpoint();
   say('EPPs: ready (replay caught up)');
   checkpoint();
+  if (options.xds) {
+    await Promise.all(all.flatMap((z) => (z.xds ? [z.xds.start()] : [])));
+    checkpoint();
+    say('spillway-xds: ready (one per zone; the gateways take their endpoints and subsets from it)');
+  }
   await Promise.all(all.map((z) => z.gateway.start()));
   say('gateways: listening');
+}
+
+/**
+ * A zone's spillway-xds, following the zone's NATS as its EPP does (the same URL and read-only
+ * user), as the manifests run one per zone; ready once its replay caught up.
+ */
+async function xdsProcess(
+  spec: ZoneSpec,
+  run: { nats: string[]; zones: string[]; logs: string; logLevel: string },
+): Promise<ManagedProcess & { ports: { ads: number; health: number; metrics: number } }> {
+  const ports = { ads: await freePort(), health: await freePort(), metrics: await freePort() };
+  const [url, ...auth] = run.nats;
+  const xds = new ManagedProcess({
+    name: `xds-${spec.zone}`,
+    command: process.execPath,
+    args: [
+      bin('xds', 'spillway-xds'),
+      '--pool',
+      POOL,
+      '--nats',
+      url as string,
+      ...auth,
+      '--host',
+      '127.0.0.1',
+      '--port',
+      String(ports.ads),
+      '--health-port',
+      String(ports.health),
+      '--metrics-port',
+      String(ports.metrics),
+      // The zones a gateway may name, as the manifests list the topology's.
+      '--zones',
+      run.zones.join(','),
+      '--log-level',
+      run.logLevel,
+    ],
+    logFile: join(run.logs, `xds-${spec.zone}.log`),
+    ready: () => waitUntil(`xds-${spec.zone}`, () => httpOk(`http://127.0.0.1:${ports.metrics}/readyz`), 60_000),
+  });
+  return Object.assign(xds, { ports });
 }
 
 /** Starts the NATS servers, adding each to `nats` before it starts (so a failed start can stop it). */

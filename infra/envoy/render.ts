@@ -6,7 +6,7 @@
  * object; test/infra/envoy-config.test.ts parses every rendered file into Envoy's v3 Bootstrap with
  * Envoy's own .proto files.
  */
-import { prioritiesOf } from '@spillway/xds';
+import { prioritiesOf } from '@spillway/fleet';
 import type { Topology } from '../topology.js';
 
 /** The port the gateway listens on for inference requests (infra/k8s gateway.yaml exposes it). */

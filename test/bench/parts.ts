@@ -3,6 +3,8 @@ import { collector } from './collector.js';
 import { decodeBench } from './decode.js';
 import { events } from './events.js';
 import { extproc } from './extproc.js';
+import { extprocPhases } from './extproc-phases.js';
+import { extprocStream } from './extproc-stream.js';
 import { kv } from './kv.js';
 import { kvRelay } from './kv-relay.js';
 import { pick } from './pick.js';
@@ -12,4 +14,18 @@ import { sharing } from './sharing.js';
 import { xds } from './xds.js';
 
 /** Every part of `npm run bench`, in the order they run and appear in BENCHMARKS.md. */
-export const parts: BenchPart[] = [events, scale, pick, extproc, sharing, collector, kvRelay, routing, kv, decodeBench, xds];
+export const parts: BenchPart[] = [
+  events,
+  scale,
+  pick,
+  extproc,
+  extprocStream,
+  extprocPhases,
+  sharing,
+  collector,
+  kvRelay,
+  routing,
+  kv,
+  decodeBench,
+  xds,
+];

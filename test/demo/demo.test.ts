@@ -147,18 +147,67 @@ class ViewWatcher {
   }
 }
 
+/** A node as spillway-xds's /debug/nodes lists it. */
+interface XdsNode {
+  id: string;
+  zone: string;
+  types: Record<string, { acked?: string }>;
+}
+
+/**
+ * Reads each zone's spillway-xds node list while the demo runs (the demo prints where): the
+ * gateways the demo runs must be its nodes, having ACKed EDS and ECDS, which is how they got
+ * their model servers and subsets.
+ */
+class XdsWatcher {
+  readonly nodes = new Map<string, XdsNode[]>();
+  private readonly urls = new Map<string, string>();
+  private stopped = false;
+  private following: Promise<void> | undefined;
+
+  onStdout(stdout: string): void {
+    for (const [, zone, url] of stdout.matchAll(/^ {2}(zone-\w+) xds: (http:\/\/127\.0\.0\.1:\d+\/debug\/nodes)$/gm))
+      this.urls.set(zone as string, url as string);
+    if (this.following === undefined && this.urls.size === ZONES.length) this.following = this.follow();
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    await this.following;
+  }
+
+  private async follow(): Promise<void> {
+    while (!this.stopped && this.nodes.size < ZONES.length) {
+      for (const [zone, url] of this.urls) {
+        if (this.nodes.has(zone)) continue;
+        try {
+          const body = (await (await fetch(url, { signal: AbortSignal.timeout(5000) })).json()) as { nodes: XdsNode[] };
+          if (body.nodes.some((n) => n.types['eds']?.acked && n.types['ecds']?.acked)) this.nodes.set(zone, body.nodes);
+        } catch {
+          // Starting or busy: the next round asks again.
+        }
+      }
+      await new Promise((r) => setTimeout(r, 500));
+    }
+  }
+}
+
 describe('npm start (the local demo)', () => {
   let dir: string;
   let run: Run;
   const view = new ViewWatcher();
+  const xds = new XdsWatcher();
 
   beforeAll(async () => {
     if (!process.env['NATS_URL'] && !natsServerAvailable()) throw new Error(INSTALL_HINT);
     dir = mkdtempSync(join(tmpdir(), 'spillway-demo-'));
     try {
-      run = await runDemo(['--duration', '20', '--dir', dir], env(), 150_000, (stdout) => view.onStdout(stdout));
+      run = await runDemo(['--duration', '20', '--dir', dir], env(), 150_000, (stdout) => {
+        view.onStdout(stdout);
+        xds.onStdout(stdout);
+      });
     } finally {
-      await view.stop();
+      await Promise.all([view.stop(), xds.stop()]);
     }
   }, 160_000);
 
@@ -205,11 +254,27 @@ describe('npm start (the local demo)', () => {
     expect(view.maxSpillPerS).toBeGreaterThan(0);
   });
 
+  it("runs each zone's gateway on its zone's spillway-xds: endpoints by EDS, subset and zone by ECDS", () => {
+    for (const zone of ZONES) {
+      const nodes = xds.nodes.get(zone) ?? [];
+      // The zone's gateway is a node of the zone's spillway-xds, and ACKed both resources.
+      const gateway = nodes.find((n) => n.id.startsWith(`spillway-gateway-${zone}-`));
+      expect(gateway, `${zone}: ${JSON.stringify(nodes)}`).toBeDefined();
+      expect(gateway?.zone).toBe(zone);
+      expect(gateway?.types['eds']?.acked).toMatch(/^[0-9a-f]+$/);
+      expect(gateway?.types['ecds']?.acked).toMatch(/^[0-9a-f]+$/);
+    }
+    for (const gateway of [...run.descendants.values()].filter((c) => c.includes('spillway-gateway'))) {
+      expect(gateway).toMatch(/--xds 127\.0\.0\.1:\d+ --region r\d/);
+      expect(gateway).not.toContain('--endpoints');
+    }
+  });
+
   it('leaves no process behind', () => {
-    // The survey must have seen the system: NATS, 8 simulators, and per zone a collector, EPP and gateway.
+    // The survey must have seen the system: NATS, 8 simulators, and per zone a collector, EPP, spillway-xds and gateway.
     const seen = [...run.descendants.values()];
     expect(seen.filter((c) => c.includes('spillway-sim')).length).toBeGreaterThanOrEqual(8);
-    for (const bin of ['spillway-collector', 'spillway-epp', 'spillway-gateway'])
+    for (const bin of ['spillway-collector', 'spillway-epp', 'spillway-xds', 'spillway-gateway'])
       expect(seen.filter((c) => c.includes(bin))).toHaveLength(3);
     expect(survivors(run)).toEqual([]);
   });

@@ -2,7 +2,16 @@ import { readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { parse as parseYaml } from 'yaml';
-import { EppMetrics, KvCounters, registerKvMetrics, registerSharedStateMetrics, SharedStateCounters, TokenCache } from '@spillway/epp';
+import { Fleet } from '@spillway/fleet';
+import {
+  EppMetrics,
+  KvCounters,
+  registerChargeMetrics,
+  registerKvMetrics,
+  registerSharedStateMetrics,
+  SharedStateCounters,
+  TokenCache,
+} from '@spillway/epp';
 import { CollectorMetrics } from '@spillway/collector';
 
 // The runbook must name what the binaries really export and log: a renamed metric or log line
@@ -40,6 +49,8 @@ async function exported(): Promise<Set<string>> {
     batches: 0,
   };
   registerKvMetrics(epp.registry, { counters: new KvCounters(), stats: () => stats, cache: new TokenCache(1024) });
+  // And the charges' (always).
+  registerChargeMetrics(epp.registry, new Fleet());
   for (const registry of [epp.registry, new CollectorMetrics().registry]) {
     for (const metric of await registry.getMetricsAsJSON()) names.add(metric.name);
   }

@@ -282,6 +282,34 @@ export class Traffic {
   }
 }
 
+/** One request every 50 ms whatever the answers: 20 requests a second. */
+const INTERVAL_MS = 50;
+
+/** A request of an open loop, with when it was sent (ms since the epoch). */
+export type SentCompletion = Completion & { readonly sentAt: number };
+
+/** Requests at a fixed rate (20 a second) until stopped, each answer kept. */
+export class OpenLoop {
+  readonly results: SentCompletion[] = [];
+  readonly #pending = new Set<Promise<void>>();
+  readonly #timer: NodeJS.Timeout;
+
+  constructor(send: () => Promise<Completion>) {
+    this.#timer = setInterval(() => {
+      const sentAt = Date.now();
+      const request = send().then((result) => void this.results.push({ ...result, sentAt }));
+      this.#pending.add(request);
+      void request.finally(() => this.#pending.delete(request));
+    }, INTERVAL_MS);
+  }
+
+  async stop(): Promise<SentCompletion[]> {
+    clearInterval(this.#timer);
+    await Promise.all(this.#pending);
+    return this.results;
+  }
+}
+
 export function sleep(ms: number): Promise<void> {
   return new Promise((r) => setTimeout(r, ms));
 }

@@ -11,11 +11,9 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { eventually, freePort } from '@spillway/testkit';
 import { httpOk, ManagedProcess, waitUntil } from '../../infra/demo/process.js';
-import { complete, sleep, summarize, useSystem, type Completion } from './helpers.js';
+import { complete, OpenLoop, sleep, summarize, useSystem, type Completion } from './helpers.js';
 
 const ZONE = 'zone-a';
-/** One request every 50 ms whatever the answers: 20 requests a second. */
-const INTERVAL_MS = 50;
 /** SIGTERM to exit: the drain delay (6 s by default) and streams in flight, with room to spare. */
 const STOP_GRACE_MS = 60_000;
 
@@ -23,27 +21,6 @@ interface Epp {
   process: ManagedProcess;
   grpc: number;
   metrics: number;
-}
-
-/** Requests at a fixed rate until stopped, each answer kept. */
-class OpenLoop {
-  readonly results: Completion[] = [];
-  readonly #pending = new Set<Promise<void>>();
-  readonly #timer: NodeJS.Timeout;
-
-  constructor(send: () => Promise<Completion>) {
-    this.#timer = setInterval(() => {
-      const request = send().then((result) => void this.results.push(result));
-      this.#pending.add(request);
-      void request.finally(() => this.#pending.delete(request));
-    }, INTERVAL_MS);
-  }
-
-  async stop(): Promise<Completion[]> {
-    clearInterval(this.#timer);
-    await Promise.all(this.#pending);
-    return this.results;
-  }
 }
 
 describe.sequential('e2e: rolling restart of a zone’s two EPPs under traffic', () => {

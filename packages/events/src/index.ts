@@ -70,6 +70,8 @@ export {
   STATE_RELEASE,
   STATE_PENALTY,
   STATE_PLACEMENT,
+  STATE_STARTED,
+  RELEASED_WITHOUT_COMPLETION,
   MAX_STATE_BATCH_BYTES,
   MAX_STATE_ENTRIES,
   MAX_STATE_HASHES,
@@ -94,6 +96,7 @@ export type {
   StateReleaseEntry,
   StatePenaltyEntry,
   StatePlacementEntry,
+  StateStartedEntry,
   StateDecodeReason,
   StateDecodeResult,
 } from './state.js';

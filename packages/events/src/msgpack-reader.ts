@@ -160,6 +160,29 @@ export class MsgpackReader {
     return this.utf8(start, length, what);
   }
 
+  /** A binary of at most `maxBytes` bytes: a view into the payload, not a copy. */
+  bin(maxBytes: number, what: string): Uint8Array {
+    const b = this.peek();
+    let length: number;
+    let start: number;
+    if (b === 0xc4) {
+      start = this.take(2);
+      length = this.bytes[start + 1] as number;
+      start += 2;
+    } else if (b === 0xc5) {
+      start = this.take(3);
+      length = this.view.getUint16(start + 1);
+      start += 3;
+    } else if (b === 0xc6) {
+      start = this.take(5);
+      length = this.view.getUint32(start + 1);
+      start += 5;
+    } else throw notA(b, what, 'a binary');
+    if (length > maxBytes) throw new MsgpackError('invalid', `${what}: a binary of ${length} bytes (at most ${maxBytes})`);
+    this.take(length);
+    return this.bytes.subarray(start, start + length);
+  }
+
   /** A boolean. */
   bool(what: string): boolean {
     const b = this.peek();

@@ -23,6 +23,18 @@ import { escapeToken, unescapeToken } from './token.js';
  *   [2, id, releasedAt]                    the request finished (completed, failed or cancelled)
  *   [3, zone, pod, until]                  (zone, pod) is penalised until `until` (origin's clock)
  *   [4, zone, pod, hashes]                 (zone, pod) caches these blocks, oldest first (snapshots only)
+ *   [5, id, startedAt, promptTokens, maxTokens]  request `id`'s response began at `startedAt`: it stays
+ *                                          charged to its endpoint past its stream; its prompt and
+ *                                          output limit (0: the body set none) bound it
+ *
+ * A release's `releasedAt` 0 says the charge ended without a completion (the endpoint's samples
+ * accounted for it, or its bound passed): no receiver counts it as released since a sample.
+ *
+ * Kinds from 5 on travel in the header field `lifecycle`: a binary holding their msgpack array. A
+ * reader that predates them fails a batch on an unknown kind in `entries`, but skips an unknown
+ * header field, and a binary whatever its length (test/fixtures/state-reader-v1-first.ts is that
+ * reader, frozen). They are applied after the batch's `entries`, in their order, and a reader skips
+ * the kinds there it does not know, so the field can grow again.
  *
  * When the gateway reports that a fallback served a request, its charge moves: a release of `id`
  * and a pick of the same `id` at the endpoint that served it, in that order.
@@ -94,16 +106,27 @@ export const STATE_PICK = 1;
 export const STATE_RELEASE = 2;
 export const STATE_PENALTY = 3;
 export const STATE_PLACEMENT = 4;
+/** The first kind carried in `lifecycle` (unknown to the first readers). */
+export const STATE_STARTED = 5;
+/** A release's `releasedAt` when the charge ended without a completion (by samples, at its bound). */
+export const RELEASED_WITHOUT_COMPLETION = 0;
 
 /**
  * Bounds of one batch, enforced on decode so a hostile or broken publisher cannot make a receiver
- * hold more: bytes (below NATS's default 1 MiB max payload), entries, and block hashes in all.
+ * hold more, nor spend more than about half a millisecond reading one batch (every EPP reads every
+ * peer's batches on its event loop, between requests): bytes (below NATS's default 1 MiB max
+ * payload), entries, and block hashes in all. Reading costs about 0.3 µs per entry and 0.02 µs
+ * per hash (`npm run bench -- decode`), so the largest valid batch stays well under 1 ms.
+ * Publishers split what they send to fit (services/epp/src/shared-state/batches.ts).
  */
 export const MAX_STATE_BATCH_BYTES = 1024 * 1024;
-export const MAX_STATE_ENTRIES = 8192;
-export const MAX_STATE_HASHES = 131_072;
-/** Hashes of one pick or placement entry (the scheduler hashes at most `prefix.maxBlocks`, ≤ 65,536). */
-export const MAX_STATE_ENTRY_HASHES = 65_536;
+export const MAX_STATE_ENTRIES = 512;
+export const MAX_STATE_HASHES = 16_384;
+/**
+ * Hashes of one pick or placement entry. The scheduler may hash more blocks of a prompt
+ * (`prefix.maxBlocks`, ≤ 65,536): a pick then carries its first MAX_STATE_ENTRY_HASHES.
+ */
+export const MAX_STATE_ENTRY_HASHES = 16_384;
 
 const MAX_TIME = 8.64e15;
 const time = z.number().finite().nonnegative().max(MAX_TIME);
@@ -121,6 +144,9 @@ function isHashList(value: unknown): value is number[] {
   return true;
 }
 const hashes = z.custom<number[]>(isHashList, `a list of at most ${MAX_STATE_ENTRY_HASHES} block hashes (whole numbers in [0, 2^53))`);
+/** Token counts of a started entry. */
+const MAX_TOKEN_COUNT = 1_000_000_000;
+const tokens = z.number().int().min(0).max(MAX_TOKEN_COUNT);
 const name = z.string().min(1).max(253);
 const eppId = z.string().min(1).max(128);
 
@@ -128,6 +154,7 @@ const pickEntry = z.tuple([z.literal(STATE_PICK), id, name, name, time, hashes])
 const releaseEntry = z.tuple([z.literal(STATE_RELEASE), id, time]);
 const penaltyEntry = z.tuple([z.literal(STATE_PENALTY), name, name, time]);
 const placementEntry = z.tuple([z.literal(STATE_PLACEMENT), name, name, hashes]);
+const startedEntry = z.tuple([z.literal(STATE_STARTED), id, time, tokens, tokens]);
 
 export const stateBatchSchema = z.object({
   v: z.literal(1),
@@ -139,7 +166,8 @@ export const stateBatchSchema = z.object({
   seq: id,
   /** When the batch left, on the origin's clock: the reference for translating its times. */
   sentAt: time,
-  entries: z.array(z.union([pickEntry, releaseEntry, penaltyEntry, placementEntry])).max(MAX_STATE_ENTRIES),
+  /** In order; entries of kind 5 and more are sent in `lifecycle` and decoded after the others. */
+  entries: z.array(z.union([pickEntry, releaseEntry, penaltyEntry, placementEntry, startedEntry])).max(2 * MAX_STATE_ENTRIES),
   /** Present on warm-start replies only: `last` is the responder's final part. */
   snapshot: z.object({ last: z.boolean() }).optional(),
   /**
@@ -155,12 +183,24 @@ export type StatePickEntry = z.infer<typeof pickEntry>;
 export type StateReleaseEntry = z.infer<typeof releaseEntry>;
 export type StatePenaltyEntry = z.infer<typeof penaltyEntry>;
 export type StatePlacementEntry = z.infer<typeof placementEntry>;
+export type StateStartedEntry = z.infer<typeof startedEntry>;
 
 export type StateDecodeReason = 'oversized' | 'not-msgpack' | 'invalid' | 'too-many-hashes' | 'subject-mismatch';
 export type StateDecodeResult = { ok: true; batch: StateBatch } | { ok: false; reason: StateDecodeReason; detail: string };
 
+/**
+ * The batch's msgpack: entries of the first kinds in `entries`, later kinds (from STATE_STARTED on)
+ * msgpack-encoded into the binary header field `lifecycle`, which readers that predate them skip.
+ * Each of the two holds at most MAX_STATE_ENTRIES (the publisher splits batches so).
+ */
 export function encodeStateBatch(batch: StateBatch): Uint8Array {
-  return encode(batch);
+  let later = 0;
+  for (const entry of batch.entries) if (entry[0] >= STATE_STARTED) later++;
+  if (later === 0) return encode(batch);
+  const first: StateEntry[] = [];
+  const lifecycle: StateEntry[] = [];
+  for (const entry of batch.entries) (entry[0] >= STATE_STARTED ? lifecycle : first).push(entry);
+  return encode({ ...batch, entries: first, lifecycle: encode(lifecycle) });
 }
 
 /** Block hashes in a batch, over its pick and placement entries. */
@@ -219,6 +259,38 @@ function readHashes(r: MsgpackReader, path: string, budget: HashBudget): number[
 
 class TooManyHashes extends Error {}
 
+function readStarted(r: MsgpackReader, path: string, length: number): StateStartedEntry {
+  expect(length === 5, path, 'a start is [5, id, startedAt, promptTokens, maxTokens]');
+  return [STATE_STARTED, readId(r, `${path}.1`), readTime(r, `${path}.2`), readTokens(r, `${path}.3`), readTokens(r, `${path}.4`)];
+}
+
+function readTokens(r: MsgpackReader, path: string): number {
+  const n = r.number(path);
+  expect(Number.isInteger(n) && n >= 0 && n <= MAX_TOKEN_COUNT, path, `a token count in [0, ${MAX_TOKEN_COUNT}]`);
+  return n;
+}
+
+/**
+ * The entries of `lifecycle`: a binary holding one msgpack array, read with the same bounds. A kind
+ * this reader does not know is skipped (a later EPP's), within the entry's bound.
+ */
+function readLifecycle(data: Uint8Array, out: StateEntry[]): void {
+  const r = new MsgpackReader(data);
+  const length = r.arrayHeader(MAX_STATE_ENTRIES, 'lifecycle');
+  for (let i = 0; i < length; i++) {
+    const path = `lifecycle.${i}`;
+    const size = r.arrayHeader(16, path);
+    expect(size >= 1, path, 'an empty entry');
+    const kind = r.number(`${path}.0`);
+    if (kind === STATE_STARTED) out.push(readStarted(r, path, size));
+    else {
+      expect(Number.isInteger(kind) && kind > STATE_STARTED, `${path}.0`, `a lifecycle entry kind (${STATE_STARTED} or more)`);
+      for (let k = 1; k < size; k++) r.skip(UNKNOWN_FIELD_DEPTH, UNKNOWN_FIELD_ELEMENTS, path);
+    }
+  }
+  r.end('lifecycle');
+}
+
 function readEntry(r: MsgpackReader, path: string, budget: HashBudget): StateEntry {
   const length = r.arrayHeader(6, path);
   expect(length >= 1, path, 'an empty entry');
@@ -243,6 +315,8 @@ function readEntry(r: MsgpackReader, path: string, budget: HashBudget): StateEnt
     case STATE_PLACEMENT:
       expect(length === 4, path, 'a placement is [4, zone, pod, hashes]');
       return [STATE_PLACEMENT, readName(r, `${path}.1`), readName(r, `${path}.2`), readHashes(r, `${path}.3`, budget)];
+    case STATE_STARTED:
+      return readStarted(r, path, length);
     default:
       throw new Invalid(`${path}.0: unknown entry kind ${kind}`);
   }
@@ -264,6 +338,7 @@ function readStateBatch(data: Uint8Array): StateBatch {
   let seq: number | undefined;
   let sentAt: number | undefined;
   let entries: StateEntry[] | undefined;
+  const lifecycle: StateEntry[] = [];
   let snapshot: { last: boolean } | undefined;
   let want: 'all' | 'in-flight' | undefined;
   for (let f = 0; f < fields; f++) {
@@ -293,6 +368,10 @@ function readStateBatch(data: Uint8Array): StateBatch {
         for (let i = 0; i < length; i++) entries[i] = readEntry(r, `entries.${i}`, budget);
         break;
       }
+      case 'lifecycle':
+        expect(lifecycle.length === 0, 'lifecycle', 'given twice');
+        readLifecycle(r.bin(MAX_STATE_BATCH_BYTES, 'lifecycle'), lifecycle);
+        break;
       case 'snapshot': {
         if (r.nil()) break;
         let last: boolean | undefined;
@@ -332,7 +411,7 @@ function readStateBatch(data: Uint8Array): StateBatch {
     epp: epp as string,
     seq: seq as number,
     sentAt: sentAt as number,
-    entries: entries as StateEntry[],
+    entries: lifecycle.length === 0 ? (entries as StateEntry[]) : (entries as StateEntry[]).concat(lifecycle),
   };
   if (snapshot !== undefined) batch.snapshot = snapshot;
   if (want !== undefined) batch.want = want;

@@ -7,9 +7,12 @@ import {
   encodeStateBatch,
   eppIdOf,
   MAX_STATE_BATCH_BYTES,
+  MAX_STATE_ENTRIES,
   MAX_STATE_ENTRY_HASHES,
   MAX_STATE_HASHES,
   parseStateSubject,
+  RELEASED_WITHOUT_COMPLETION,
+  STATE_STARTED,
   stateBatchHashes,
   statePoolFilter,
   stateSubjectFor,
@@ -18,6 +21,7 @@ import {
   stateZoneFilter,
   type StateBatch,
 } from '@spillway/events';
+import { readStateBatchAsFirstReleased } from './fixtures/state-reader-v1-first.js';
 
 const FROM = { pool: 'llama', zone: 'zone-a', epp: 'epp-a.0' };
 const batch = (overrides: Partial<StateBatch> = {}): StateBatch => ({
@@ -124,8 +128,14 @@ describe('state batches', () => {
     expect(decodeStateBatch(good, FROM)).toEqual({ ok: true, batch: batch() });
   });
 
-  it('bounds: bytes, hashes per entry and per batch', () => {
+  it('bounds: bytes, entries, hashes per entry and per batch', () => {
     expect(decodeStateBatch(new Uint8Array(MAX_STATE_BATCH_BYTES + 1))).toMatchObject({ ok: false, reason: 'oversized' });
+    const releases = (n: number) => Array.from({ length: n }, (_, i): StateBatch['entries'][number] => [2, i, 5]);
+    expect(decodeStateBatch(encodeStateBatch(batch({ entries: releases(MAX_STATE_ENTRIES) })))).toMatchObject({ ok: true });
+    expect(decodeStateBatch(encodeStateBatch(batch({ entries: releases(MAX_STATE_ENTRIES + 1) })))).toMatchObject({
+      ok: false,
+      reason: 'invalid',
+    });
     const long = Array.from({ length: MAX_STATE_ENTRY_HASHES + 1 }, (_, i) => i);
     expect(decodeStateBatch(encode(batch({ entries: [[4, 'z', 'p', long]] })))).toMatchObject({ ok: false });
     // Many entries each within bounds, more hashes in all than a batch may carry (small numbers keep it under the byte bound).
@@ -139,5 +149,78 @@ describe('state batches', () => {
       chunk,
     ]);
     expect(decodeStateBatch(encodeStateBatch(batch({ entries })))).toMatchObject({ ok: false, reason: 'too-many-hashes' });
+  });
+});
+
+describe('entries a first reader does not know (the lifecycle field)', () => {
+  const started = (id: number): StateBatch['entries'][number] => [STATE_STARTED, id, 1_764_420_000_070, 812, 256];
+  const withStarts = (): StateBatch =>
+    batch({
+      entries: [
+        [1, 7, 'zone-b', 'vllm.0', 1_764_420_000_050, [1, 2, 3]],
+        started(7),
+        [2, 6, RELEASED_WITHOUT_COMPLETION],
+        started(8),
+        [3, 'zone-a', 'vllm-a-1', 1_764_420_005_000],
+      ],
+    });
+
+  it('round-trip: the later kinds come back after the first ones, each in its order', () => {
+    const decoded = decodeStateBatch(encodeStateBatch(withStarts()), FROM);
+    expect(decoded).toEqual({
+      ok: true,
+      batch: batch({
+        entries: [
+          [1, 7, 'zone-b', 'vllm.0', 1_764_420_000_050, [1, 2, 3]],
+          [2, 6, RELEASED_WITHOUT_COMPLETION],
+          [3, 'zone-a', 'vllm-a-1', 1_764_420_005_000],
+          started(7),
+          started(8),
+        ],
+      }),
+    });
+    // A batch without them is encoded exactly as before.
+    expect(encodeStateBatch(batch())).toEqual(encode(batch()));
+  });
+
+  it('a reader as first released decodes the batch, with the same first-kind entries, skipping the rest', () => {
+    const first = readStateBatchAsFirstReleased(encodeStateBatch(withStarts()));
+    expect(first.entries).toEqual([
+      [1, 7, 'zone-b', 'vllm.0', 1_764_420_000_050, [1, 2, 3]],
+      [2, 6, RELEASED_WITHOUT_COMPLETION],
+      [3, 'zone-a', 'vllm-a-1', 1_764_420_005_000],
+    ]);
+    // However many: a binary is one value to skip.
+    const many = batch({ entries: Array.from({ length: MAX_STATE_ENTRIES }, (_, i) => started(i)) });
+    expect(readStateBatchAsFirstReleased(encodeStateBatch(many)).entries).toEqual([]);
+    expect(decodeStateBatch(encodeStateBatch(many))).toMatchObject({ ok: true });
+    // The same entries in `entries` itself are what a first reader refuses: why they travel apart.
+    expect(() => readStateBatchAsFirstReleased(encode(withStarts()))).toThrow(/unknown entry kind 5/);
+  });
+
+  it('kinds beyond those this reader knows are skipped in the field; malformed content refuses the batch', () => {
+    const lifecycle = (value: unknown) => encode({ ...batch(), lifecycle: value instanceof Uint8Array ? value : encode(value) });
+    const later = decodeStateBatch(lifecycle([started(1), [9, 'a', { b: [1, 2] }], [6, 3, 'samples'], started(2)]));
+    expect(later.ok && later.batch.entries.slice(-2)).toEqual([started(1), started(2)]);
+    const bad: unknown[] = [
+      'not an array',
+      [[]],
+      [[4, 'z', 'p', []]], // a first kind does not belong there
+      [[STATE_STARTED, 1, 5, 10]],
+      [[STATE_STARTED, 1, 5, -1, 0]],
+      [[STATE_STARTED, 1, 5, 1.5, 0]],
+      [[STATE_STARTED, 1, 5, 0, 2e9]],
+      [[STATE_STARTED, -1, 5, 0, 0]],
+      [[2.5, 1]],
+      Array.from({ length: MAX_STATE_ENTRIES + 1 }, (_, i) => started(i)),
+    ];
+    for (const value of bad)
+      expect(decodeStateBatch(lifecycle(value)), JSON.stringify(value).slice(0, 80)).toMatchObject({ ok: false, reason: 'invalid' });
+    expect(decodeStateBatch(lifecycle(new Uint8Array([0x91, 0xc1])))).toMatchObject({ ok: false, reason: 'not-msgpack' });
+    expect(decodeStateBatch(lifecycle(Uint8Array.from([...encode([started(1)]), 0x00])))).toMatchObject({
+      ok: false,
+      reason: 'not-msgpack',
+    });
+    expect(decodeStateBatch(encode({ ...batch(), lifecycle: [started(1)] }))).toMatchObject({ ok: false, reason: 'invalid' });
   });
 });

@@ -1,4 +1,5 @@
 import type { Engine, MetricsEvent, ReadinessEvent } from '@spillway/events';
+import type { Charge } from './charge.js';
 
 /** MetricsSample as the fleet writes it. */
 export type MutableSample = { -readonly [K in keyof MetricsSample]: MetricsSample[K] };
@@ -48,17 +49,26 @@ export interface Endpoint {
   readonly engine: Engine | undefined;
   readonly labels: Readonly<Record<string, string>> | undefined;
   readonly metrics: MetricsSample | undefined;
-  /** Requests this EPP sent here that have not completed. */
-  readonly inFlight: number;
   /**
-   * Requests this EPP sent here that the latest metrics sample cannot have seen yet: the load the
-   * sample under-reports. The scheduler adds it to the sample so a burst spreads between samples.
+   * Requests charged here (this EPP's and, with sharing, its peers') whose charge has not ended:
+   * picked and not yet released, or started and not yet completed, accounted for by samples or
+   * past their bound (docs/picking.md, "A request's charge").
+   */
+  readonly inFlight: number;
+  /** Of `inFlight`, the requests whose response has begun (started): they end without a stream to say so. */
+  readonly startedInFlight: number;
+  /**
+   * Requests charged here that the latest metrics sample cannot have seen yet (charged after it):
+   * the load the sample under-reports. The scheduler adds it to the sample so a burst spreads
+   * between samples.
    */
   readonly unsampledPicks: number;
   /**
-   * Requests this EPP sent here before the latest sample (so the sample counted them) that have
-   * finished since it: the load the sample over-reports. With unsampledPicks it turns an old sample
-   * into an estimate of the load now (docs/picking.md, "Event gaps are not overload").
+   * Requests charged here before the latest sample (so the sample counted them) that a real signal
+   * said finished since it (a completion, or a release before any response): the load the sample
+   * over-reports. A charge ended without such a signal (by samples, at its bound) is never counted
+   * here. With unsampledPicks it turns an old sample into an estimate of the load now
+   * (docs/picking.md, "Event gaps are not overload").
    */
   readonly releasedSinceSample: number;
   /** When the latest applied readiness event was received (EPP clock, or stream time on replay); -Infinity before any. */
@@ -95,6 +105,7 @@ export class EndpointRecord implements Endpoint {
   labels: Readonly<Record<string, string>> | undefined = undefined;
   metrics: MutableSample | undefined = undefined;
   inFlight = 0;
+  startedInFlight = 0;
   releasedSinceSample = 0;
   queuedSamples = 0;
   maxRunningSeen = 0;
@@ -112,11 +123,16 @@ export class EndpointRecord implements Endpoint {
   lastReadiness: ReadinessEvent | undefined = undefined;
   metricsAt = -1;
 
-  /** Picks made up to this time (EPP clock) are covered by the latest sample; -Infinity before any. */
+  /** Requests charged (or started) up to this time (EPP clock) are covered by the latest sample; -Infinity before any. */
   sampledUntil = Number.NEGATIVE_INFINITY;
-  /** Pick times (EPP clock) not yet covered by a metrics sample, oldest first; a deque over an array. */
-  pickTimes: number[] = [];
-  pickHead = 0;
+  /**
+   * The charges, oldest `chargedAt` first: an intrusive list through the charges themselves. Those
+   * charged after `sampledUntil` are a suffix of it, from `firstUnsampled` on (`unsampled` of them).
+   */
+  firstCharge: Charge | undefined = undefined;
+  lastCharge: Charge | undefined = undefined;
+  firstUnsampled: Charge | undefined = undefined;
+  unsampled = 0;
 
   constructor(
     readonly pool: string,
@@ -125,7 +141,7 @@ export class EndpointRecord implements Endpoint {
   ) {}
 
   get unsampledPicks(): number {
-    return this.pickTimes.length - this.pickHead;
+    return this.unsampled;
   }
 
   /** Ready at an address by its own readiness: it claims the address, whether or not another zone's pod does too. */

@@ -1,4 +1,5 @@
 import { parseEndpointAddress, type MetricsEvent, type ReadinessEvent, type SpillwayEvent } from '@spillway/events';
+import { ChargeHeap, type Charge, type ChargeEnd } from './charge.js';
 import { EndpointRecord, type Endpoint } from './endpoint.js';
 import { PoolState, type PoolView, type ZonePods } from './pool.js';
 
@@ -8,6 +9,10 @@ export const DEFAULT_MAX_CLOCK_SKEW_MS = 5_000;
 export const DEFAULT_MAX_PODS_PER_ZONE = 4_096;
 /** Zones one pool may hold; see FleetOptions. */
 export const DEFAULT_MAX_ZONES_PER_POOL = 64;
+/** Charges one endpoint holds at most; see FleetOptions. */
+export const DEFAULT_MAX_CHARGES_PER_ENDPOINT = 4_096;
+/** Estimated bytes all charges hold at most; see FleetOptions. */
+export const DEFAULT_MAX_CHARGE_BYTES = 128 * 1024 * 1024;
 
 export interface FleetOptions {
   /** Metrics older than this (from when they were received) are stale. Default 1 s (docs/events.md). */
@@ -50,6 +55,26 @@ export interface FleetOptions {
    * `addressConflict`.
    */
   localZone?: string | undefined;
+  /**
+   * Most requests charged to one endpoint at once (default 4,096: beyond any model server's batch
+   * plus queue). A started request can stay charged long after its stream, so without a cap a
+   * flood of picks to one endpoint would hold memory for as long as their bounds.
+   */
+  maxChargesPerEndpoint?: number;
+  /** Most estimated bytes of all charges together (default 128 MiB; `Charge.bytes` says what each costs). */
+  maxChargeBytes?: number;
+}
+
+/** What became of charges the fleet settled itself (docs/metrics.md, `spillway_charges_ended_total`). */
+export interface ChargeCounters {
+  /** Started charges ended because a sample could no longer hold them. */
+  endedBySamples: number;
+  /** Started charges ended at their bound. */
+  endedByBound: number;
+  /** Started charges ended to make room at a cap. */
+  evicted: number;
+  /** Charges refused at a cap (nothing started to make room with). */
+  refused: number;
 }
 
 export interface FleetCounters {
@@ -98,6 +123,13 @@ export class Fleet {
   readonly maxZonesPerPool: number;
   private readonly localZone: string | undefined;
   private readonly pools = new Map<string, PoolState>();
+  /** Started charges by bound, over every endpoint. */
+  private readonly bounds = new ChargeHeap();
+  private chargeTotal = 0;
+  private chargeBytes = 0;
+  maxChargesPerEndpoint: number;
+  maxChargeBytes: number;
+  readonly chargeCounters: ChargeCounters = { endedBySamples: 0, endedByBound: 0, evicted: 0, refused: 0 };
   readonly counters: FleetCounters = {
     applied: 0,
     ignored: 0,
@@ -118,6 +150,8 @@ export class Fleet {
     this.maxPodsPerZone = options.maxPodsPerZone ?? DEFAULT_MAX_PODS_PER_ZONE;
     this.maxZonesPerPool = options.maxZonesPerPool ?? DEFAULT_MAX_ZONES_PER_POOL;
     this.localZone = options.localZone;
+    this.maxChargesPerEndpoint = options.maxChargesPerEndpoint ?? DEFAULT_MAX_CHARGES_PER_ENDPOINT;
+    this.maxChargeBytes = options.maxChargeBytes ?? DEFAULT_MAX_CHARGE_BYTES;
   }
 
   /**
@@ -200,82 +234,196 @@ export class Fleet {
     return removed;
   }
 
-  /** The EPP sent a request to this endpoint at `now`. */
-  recordPick(endpoint: Endpoint, now: number): void {
+  // ---- charges: the requests loading each endpoint (docs/picking.md, "A request's charge") ----
+
+  /**
+   * Charges `endpoint` with a request from `at` (EPP clock): the EPP sent it there now, or another
+   * EPP did at `at` and this EPP learnt it only now (shared state), or a fallback served it. It
+   * counts in flight and, until the first sample that postdates it, as unsampled load: a charge
+   * the latest sample already covers counts in flight only. At the caps (the endpoint's
+   * `maxChargesPerEndpoint`, the fleet's `maxChargeBytes`) the started charge nearest its end makes
+   * room (`cap`); with none to end, the charge is refused (counted) and false returned.
+   */
+  charge(charge: Charge, endpoint: Endpoint, at: number): boolean {
     const record = endpoint as EndpointRecord;
+    if (charge.chargedTo !== undefined) this.unlink(charge);
+    if (!this.makeRoom(record, charge.bytes, at)) {
+      this.chargeCounters.refused++;
+      return false;
+    }
+    charge.chargedTo = endpoint;
+    charge.chargedAt = at;
+    charge.startedAt = Number.NaN;
+    charge.endsBy = Number.POSITIVE_INFINITY;
+    // Oldest first; a charge learnt late goes back to its place (from the end: it is almost always last).
+    let before = record.lastCharge;
+    while (before !== undefined && before.chargedAt > at) before = before.prevCharge;
+    const after = before === undefined ? record.firstCharge : before.nextCharge;
+    charge.prevCharge = before;
+    charge.nextCharge = after;
+    if (before === undefined) record.firstCharge = charge;
+    else before.nextCharge = charge;
+    if (after === undefined) record.lastCharge = charge;
+    else after.prevCharge = charge;
     record.inFlight++;
-    record.pickTimes.push(now);
+    this.chargeTotal++;
+    this.chargeBytes += charge.bytes;
+    if (at > record.sampledUntil) {
+      record.unsampled++;
+      if (record.firstUnsampled === undefined || record.firstUnsampled === after) record.firstUnsampled = charge;
+    }
+    return true;
   }
 
   /**
-   * This EPP's picks of the endpoint in the last `windowMs` that no sample has seen yet, each
-   * weighted by how much of the window is still ahead of it (1 for a pick made now, 0 for one made
-   * `windowMs` ago): the share of their work still in progress when each takes about `windowMs`.
+   * The request's response began at `at` (EPP clock): it runs on, past its stream, until a
+   * completion is seen, the endpoint's samples account for it, or `endsBy`. Ignored for a charge
+   * that is not held or has started already.
+   */
+  startCharge(charge: Charge, at: number, endsBy: number): void {
+    const record = charge.chargedTo as EndpointRecord | undefined;
+    if (record === undefined || charge.started) return;
+    // Never before its charge (a peer's times are translated batch by batch, a few ms apart).
+    charge.startedAt = Math.max(at, charge.chargedAt);
+    charge.endsBy = Math.max(charge.startedAt, endsBy);
+    record.startedInFlight++;
+    this.bounds.push(charge);
+  }
+
+  /**
+   * A real signal that the request finished (its completion seen, or its stream ended before any
+   * response: cancelled, failed, answered by the gateway itself): it no longer loads the endpoint.
+   * `releasedAt` (EPP clock) is given for a release learnt later (another EPP's): when the latest
+   * sample postdates it, that sample already showed the request gone. Idempotent.
+   */
+  releaseCharge(charge: Charge, releasedAt?: number): void {
+    const record = charge.chargedTo as EndpointRecord | undefined;
+    if (record === undefined) return;
+    // Not among the unsampled charges: the latest sample counted this request, and it is gone now.
+    const sampled = !(charge.chargedAt > record.sampledUntil);
+    this.unlink(charge);
+    if (sampled && record.metrics !== undefined && !(releasedAt !== undefined && releasedAt <= record.sampledUntil))
+      record.releasedSinceSample++;
+  }
+
+  /**
+   * Ends a charge without saying the request finished: another EPP's whose peer went silent, or
+   * that ended without a completion there (by samples, at its bound). It stops counting in flight
+   * and as unsampled load; a sample taken since it still shows the request, if it is still
+   * running, so it is never counted as released since that sample. Idempotent.
+   */
+  forgetCharge(charge: Charge): void {
+    if (charge.chargedTo !== undefined) this.unlink(charge);
+  }
+
+  /** Ends every started charge whose bound has passed at `now` (`bound`); returns how many. */
+  expireCharges(now: number): number {
+    let ended = 0;
+    for (let next = this.bounds.peek(); next !== undefined && next.endsBy <= now; next = this.bounds.peek()) {
+      this.endCharge(next, 'bound', now);
+      ended++;
+    }
+    return ended;
+  }
+
+  /** Charges held over all endpoints, and their estimated bytes. */
+  get charges(): { readonly count: number; readonly bytes: number; readonly started: number } {
+    return { count: this.chargeTotal, bytes: this.chargeBytes, started: this.bounds.size };
+  }
+
+  /**
+   * The endpoint's charges made in the last `windowMs` that no sample has seen yet, each weighted
+   * by how much of the window is still ahead of it (1 for one made now, 0 for one made `windowMs`
+   * ago): the share of their work still in progress when each takes about `windowMs`.
    */
   recentPicks(endpoint: Endpoint, now: number, windowMs: number): number {
     const record = endpoint as EndpointRecord;
-    const times = record.pickTimes;
     let load = 0;
-    if (windowMs <= 0) return 0;
-    for (let i = times.length - 1; i >= record.pickHead; i--) {
-      const age = now - (times[i] as number);
+    if (windowMs <= 0 || record.unsampled === 0) return 0;
+    const stop = record.firstUnsampled?.prevCharge;
+    for (let c = record.lastCharge; c !== undefined && c !== stop; c = c.prevCharge) {
+      const age = now - c.chargedAt;
       if (age >= windowMs) break;
       load += 1 - Math.max(0, age) / windowMs;
     }
     return load;
   }
 
+  /** Takes a charge out of its endpoint's list, the in-flight and unsampled counts, and the bound heap. */
+  private unlink(charge: Charge): void {
+    const record = charge.chargedTo as EndpointRecord;
+    const before = charge.prevCharge;
+    const after = charge.nextCharge;
+    if (before === undefined) record.firstCharge = after;
+    else before.nextCharge = after;
+    if (after === undefined) record.lastCharge = before;
+    else after.prevCharge = before;
+    if (charge.chargedAt > record.sampledUntil) {
+      record.unsampled--;
+      if (record.firstUnsampled === charge) record.firstUnsampled = after;
+    }
+    if (charge.started) record.startedInFlight--;
+    record.inFlight--;
+    this.chargeTotal--;
+    this.chargeBytes -= charge.bytes;
+    this.bounds.remove(charge);
+    charge.prevCharge = charge.nextCharge = charge.chargedTo = undefined;
+  }
+
+  /** Ends a charge the fleet settled itself, and tells its owner. */
+  private endCharge(charge: Charge, reason: ChargeEnd, at: number): void {
+    this.unlink(charge);
+    if (reason === 'samples') this.chargeCounters.endedBySamples++;
+    else if (reason === 'bound') this.chargeCounters.endedByBound++;
+    else this.chargeCounters.evicted++;
+    charge.chargeEnded(reason, at);
+  }
+
   /**
-   * A pick made at `pickedAt` (EPP clock) and learnt only now: another EPP's, from the shared-state
-   * channel. It counts in flight and, like a local pick, loads the endpoint until the first sample
-   * that postdates it: a pick the latest sample already covers is not counted as unsampled, and a
-   * later one is placed in time order among this endpoint's unsampled picks. Returns whether it is
-   * counted as unsampled.
+   * Room for a charge of `bytes` at `record`: under the endpoint's count cap and the fleet's byte
+   * cap, ending started charges that are closest to their end (they are the likeliest finished:
+   * the endpoint's oldest started one for its own cap, the earliest bound for the fleet's).
    */
-  recordPickAt(endpoint: Endpoint, pickedAt: number): boolean {
-    const record = endpoint as EndpointRecord;
-    record.inFlight++;
-    if (pickedAt <= record.sampledUntil) return false;
-    const times = record.pickTimes;
-    let i = times.length;
-    while (i > record.pickHead && (times[i - 1] as number) > pickedAt) i--;
-    if (i === times.length) times.push(pickedAt);
-    else times.splice(i, 0, pickedAt);
+  private makeRoom(record: EndpointRecord, bytes: number, at: number): boolean {
+    while (record.inFlight >= this.maxChargesPerEndpoint) {
+      let oldest = record.firstCharge;
+      while (oldest !== undefined && !oldest.started) oldest = oldest.nextCharge;
+      if (oldest === undefined) return false;
+      this.endCharge(oldest, 'cap', at);
+    }
+    while (this.chargeBytes + bytes > this.maxChargeBytes) {
+      const nearest = this.bounds.peek();
+      if (nearest === undefined) return false;
+      this.endCharge(nearest, 'cap', at);
+    }
     return true;
   }
 
   /**
-   * A request picked at `pickedAt` finished (completed, cancelled or failed) and no longer loads the
-   * endpoint. `releasedAt` (EPP clock) is given for a release learnt later (another EPP's): when the
-   * latest sample postdates it, that sample already showed the request gone.
+   * After a sample of `record` (its counts `present` = running + waiting) covering what happened up
+   * to `record.sampledUntil`: a request that started by then is in the sample if it still runs. When
+   * more started charges are covered than the sample counts requests, the difference certainly
+   * finished (the sample may also count requests no EPP charged, so it is a lower bound): that many
+   * end, oldest first — the longest running are the likeliest done, and completions of a batch
+   * come roughly in the order requests joined it. Never counted as released since the sample: the
+   * sample already shows them gone.
    */
-  releasePick(endpoint: Endpoint, pickedAt: number, releasedAt?: number): void {
-    const record = endpoint as EndpointRecord;
-    if (this.dropPick(record, pickedAt)) return;
-    // Not among the unsampled picks: the latest sample counted this request, and it is gone now.
-    if (record.metrics !== undefined && !(releasedAt !== undefined && releasedAt <= record.sampledUntil)) record.releasedSinceSample++;
-  }
-
-  /**
-   * Forgets a pick without saying the request finished: another EPP's pick whose release never
-   * came (lost, or that EPP went silent). It stops counting in flight and as unsampled load; a
-   * sample taken since it still shows the request, if it is still running.
-   */
-  forgetPick(endpoint: Endpoint, pickedAt: number): void {
-    this.dropPick(endpoint as EndpointRecord, pickedAt);
-  }
-
-  /** Takes the pick out of the in-flight count and the unsampled picks; true when it was unsampled. */
-  private dropPick(record: EndpointRecord, pickedAt: number): boolean {
-    if (record.inFlight > 0) record.inFlight--;
-    const times = record.pickTimes;
-    for (let i = times.length - 1; i >= record.pickHead; i--) {
-      if (times[i] === pickedAt) {
-        times.splice(i, 1);
-        return true;
+  private settleBySample(record: EndpointRecord, present: number, at: number): void {
+    // Cheap test first: the covered started charges are among the sampled ones.
+    if (record.inFlight - record.unsampled <= present) return;
+    const until = record.sampledUntil;
+    const stop = record.firstUnsampled;
+    let covered = 0;
+    for (let c = record.firstCharge; c !== undefined && c !== stop; c = c.nextCharge) if (c.startedAt <= until) covered++;
+    let surplus = covered - present;
+    for (let c = record.firstCharge; surplus > 0 && c !== undefined && c !== stop;) {
+      const next = c.nextCharge;
+      if (c.startedAt <= until) {
+        this.endCharge(c, 'samples', at);
+        surplus--;
       }
+      c = next;
     }
-    return false;
   }
 
   /** The pod's record, created if new; why not when its zone is full or the pool holds the most zones allowed. */
@@ -355,25 +503,22 @@ export class Fleet {
     if (record.queuedSamples >= 2 && running >= record.maxRunningSeen) record.batchCapacity = running;
     else if (record.batchCapacity !== undefined && running > record.batchCapacity) record.batchCapacity = running;
     (this.pools.get(record.pool) as PoolState).noteSample(event.zone, receivedAt);
-    record.sampledUntil = Math.max(event.observedAt - this.pickTransitMs, receivedAt - this.maxSampleLagMs);
-    absorbSampledPicks(record, record.sampledUntil);
+    // Never past its receipt: a source clock running ahead cannot make the sample cover later picks.
+    record.sampledUntil = Math.min(receivedAt, Math.max(event.observedAt - this.pickTransitMs, receivedAt - this.maxSampleLagMs));
+    absorbSampledCharges(record);
+    this.settleBySample(record, event.runningRequests + event.waitingRequests, receivedAt);
     return 'applied';
   }
 }
 
-/** Drops the picks a sample taken at `seenUntil` already reflects; compacts the deque now and then. */
-function absorbSampledPicks(record: EndpointRecord, seenUntil: number): void {
-  const times = record.pickTimes;
-  let head = record.pickHead;
-  while (head < times.length && (times[head] as number) <= seenUntil) head++;
-  if (head === times.length) {
-    times.length = 0;
-    head = 0;
-  } else if (head > 64 && head * 2 > times.length) {
-    times.splice(0, head);
-    head = 0;
+/** Moves the charges a sample covers (charged up to `sampledUntil`) out of the unsampled suffix. */
+function absorbSampledCharges(record: EndpointRecord): void {
+  let first = record.firstUnsampled;
+  while (first !== undefined && first.chargedAt <= record.sampledUntil) {
+    first = first.nextCharge;
+    record.unsampled--;
   }
-  record.pickHead = head;
+  record.firstUnsampled = first;
 }
 
 function isNewer(event: SpillwayEvent, appliedAt: number, applied: () => SpillwayEvent | undefined): boolean {

@@ -12,6 +12,8 @@ export interface PoolView {
   readyZones(): IterableIterator<string>;
   /** Region of a zone, from its pods' readiness events. */
   regionOf(zone: string): string | undefined;
+  /** The pool has a pod in this zone that is not deleted (ready or not, or known only by metrics). */
+  hasZone(zone: string): boolean;
   /** Routable pods at an exact canonical `ip:port` (normally zero or one). */
   routableAt(addressKey: string): readonly Endpoint[];
   /** Routable pods on an IP, any port (a bare-IP subset entry). */
@@ -228,6 +230,11 @@ export class PoolState implements PoolView {
 
   readyZones(): IterableIterator<string> {
     return this.readyByZone.keys();
+  }
+
+  hasZone(zone: string): boolean {
+    const pods = this.zones.get(zone);
+    return pods !== undefined && pods.pods.size > pods.deleted.size;
   }
 
   /**

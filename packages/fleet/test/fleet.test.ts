@@ -1,9 +1,16 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { metricsEventSchema, type MetricsEvent, type ReadinessEvent, type SpillwayEvent } from '@spillway/events';
-import { Fleet, snapshotPool } from '@spillway/fleet';
+import { Charge, Fleet, snapshotPool, type Endpoint } from '@spillway/fleet';
 
 const T0 = 1_764_420_000_000;
+
+/** A request charged to `endpoint` at `at`. */
+function pick(fleet: Fleet, endpoint: Endpoint, at: number): Charge {
+  const charge = new Charge();
+  fleet.charge(charge, endpoint, at);
+  return charge;
+}
 
 function readiness(pod: string, overrides: Partial<ReadinessEvent> = {}): ReadinessEvent {
   return {
@@ -69,6 +76,19 @@ describe('Fleet', () => {
       tooManyZones: 0,
       addressConflict: 0,
     });
+  });
+
+  it('knows a zone while it has a pod that is not deleted, ready or not, or known only by metrics', () => {
+    const fleet = new Fleet();
+    fleet.apply(readiness('a0'), T0);
+    fleet.apply(readiness('b0', { zone: 'zone-b', ready: false, address: '10.0.0.2:8000' }), T0);
+    fleet.apply(metrics('c0', { zone: 'zone-c' }), T0);
+    const pool = fleet.pool('llama');
+    expect(['zone-a', 'zone-b', 'zone-c', 'zone-x'].map((zone) => pool?.hasZone(zone))).toEqual([true, true, true, false]);
+    fleet.apply(readiness('a0', { ready: false, deleted: true, observedAt: T0 + 1 }), T0);
+    expect(pool?.hasZone('zone-a')).toBe(false);
+    fleet.apply(readiness('a1', { address: '10.0.0.3:8000', observedAt: T0 + 2 }), T0);
+    expect(pool?.hasZone('zone-a')).toBe(true);
   });
 
   it('moves a pod between addresses when its readiness says so', () => {
@@ -281,10 +301,10 @@ describe('hostile input', () => {
     fleet.apply(readiness('a'), T0);
     const a = fleet.get('llama', 'zone-a', 'a');
     if (!a) throw new Error('pod missing');
-    fleet.recordPick(a, T0);
+    const held = pick(fleet, a, T0);
     fleet.apply(readiness('a', { deleted: true, ready: false, observedAt: T0 + 1 }), T0 + 1);
     expect(fleet.apply(readiness('b', { observedAt: T0 + 2 }), T0 + 2)).toBe('over-capacity');
-    fleet.releasePick(a, T0);
+    fleet.releaseCharge(held);
     expect(fleet.apply(readiness('b', { observedAt: T0 + 3 }), T0 + 3)).toBe('applied');
   });
 });
@@ -398,9 +418,9 @@ describe('in-flight accounting', () => {
     fleet.apply(metrics('p', { observedAt: T0 }), T0);
     const pod = fleet.get('llama', 'zone-a', 'p');
     if (!pod) throw new Error('pod missing');
-    fleet.recordPick(pod, T0 + 10);
-    fleet.recordPick(pod, T0 + 20);
-    fleet.recordPick(pod, T0 + 30);
+    const first = pick(fleet, pod, T0 + 10);
+    const second = pick(fleet, pod, T0 + 20);
+    const third = pick(fleet, pod, T0 + 30);
     expect(pod.inFlight).toBe(3);
     expect(pod.unsampledPicks).toBe(3);
     // A sample observed at T0+25 saw the picks made up to T0+23 (2 ms transit).
@@ -408,12 +428,12 @@ describe('in-flight accounting', () => {
     expect(pod.unsampledPicks).toBe(1);
     expect(pod.inFlight).toBe(3);
     // Completing the unsampled pick removes it from both counts; a sampled one only from in-flight.
-    fleet.releasePick(pod, T0 + 30);
+    fleet.releaseCharge(third);
     expect(pod.unsampledPicks).toBe(0);
-    fleet.releasePick(pod, T0 + 10);
+    fleet.releaseCharge(first);
     expect(pod.inFlight).toBe(1);
-    fleet.releasePick(pod, T0 + 20);
-    fleet.releasePick(pod, T0 + 20); // a double release never goes negative
+    fleet.releaseCharge(second);
+    fleet.releaseCharge(second); // a double release never goes negative
     expect(pod.inFlight).toBe(0);
   });
 
@@ -422,20 +442,20 @@ describe('in-flight accounting', () => {
     fleet.apply(readiness('p'), T0);
     const pod = fleet.get('llama', 'zone-a', 'p');
     if (!pod) throw new Error('pod missing');
-    fleet.recordPick(pod, T0 + 100);
+    pick(fleet, pod, T0 + 100);
     // The source stamps samples 10 s in the past, but a sample received 1 s after the pick saw it.
     fleet.apply(metrics('p', { observedAt: T0 - 10_000 }), T0 + 1100);
     expect(pod.unsampledPicks).toBe(0);
   });
 
-  it('keeps the pick deque bounded under long bursts', () => {
-    const fleet = new Fleet();
+  it('keeps the unsampled suffix short under long bursts', () => {
+    const fleet = new Fleet({ maxChargesPerEndpoint: 20_000 });
     fleet.apply(readiness('p'), T0);
     const pod = fleet.get('llama', 'zone-a', 'p');
     if (!pod) throw new Error('pod missing');
     for (let i = 0; i < 10_000; i++) {
-      fleet.recordPick(pod, T0 + i);
-      if (i % 10 === 9) fleet.apply(metrics('p', { observedAt: T0 + i - 5 }), T0 + i);
+      pick(fleet, pod, T0 + i);
+      if (i % 10 === 9) fleet.apply(metrics('p', { observedAt: T0 + i - 5, runningRequests: i + 1 }), T0 + i);
     }
     expect(pod.unsampledPicks).toBeLessThan(10);
     expect(pod.inFlight).toBe(10_000);
@@ -448,10 +468,10 @@ describe("another EPP's picks, learnt later (shared state)", () => {
     fleet.apply(readiness('p'), T0);
     fleet.apply(metrics('p', { observedAt: T0 }), T0);
     const pod = fleet.get('llama', 'zone-a', 'p')!;
-    fleet.recordPick(pod, T0 + 30);
+    pick(fleet, pod, T0 + 30);
     // Learnt after the local pick at T0+30 but made before it: placed before it.
-    expect(fleet.recordPickAt(pod, T0 + 20)).toBe(true);
-    expect(fleet.recordPickAt(pod, T0 + 40)).toBe(true);
+    pick(fleet, pod, T0 + 20);
+    pick(fleet, pod, T0 + 40);
     expect(pod.inFlight).toBe(3);
     expect(pod.unsampledPicks).toBe(3);
     // Recent picks weigh by age: the deque stays sorted, so the window scan is right.
@@ -460,7 +480,7 @@ describe("another EPP's picks, learnt later (shared state)", () => {
     fleet.apply(metrics('p', { observedAt: T0 + 25, runningRequests: 1 }), T0 + 26);
     expect(pod.unsampledPicks).toBe(2);
     // A pick learnt after a sample that postdates it is already in that sample: in flight only.
-    expect(fleet.recordPickAt(pod, T0 + 10)).toBe(false);
+    pick(fleet, pod, T0 + 10);
     expect(pod.unsampledPicks).toBe(2);
     expect(pod.inFlight).toBe(4);
   });
@@ -470,25 +490,25 @@ describe("another EPP's picks, learnt later (shared state)", () => {
     fleet.apply(readiness('p'), T0);
     fleet.apply(metrics('p', { observedAt: T0 }), T0);
     const pod = fleet.get('llama', 'zone-a', 'p')!;
-    fleet.recordPickAt(pod, T0 + 10);
-    fleet.recordPickAt(pod, T0 + 11);
-    fleet.recordPickAt(pod, T0 + 12);
+    const first = pick(fleet, pod, T0 + 10);
+    const second = pick(fleet, pod, T0 + 11);
+    const third = pick(fleet, pod, T0 + 12);
     fleet.apply(metrics('p', { observedAt: T0 + 100, runningRequests: 3 }), T0 + 100);
     expect(pod.unsampledPicks).toBe(0);
     // Finished at T0+50, before the sample at T0+100 (which no longer showed it): nothing to correct.
-    fleet.releasePick(pod, T0 + 10, T0 + 50);
+    fleet.releaseCharge(first, T0 + 50);
     expect(pod.releasedSinceSample).toBe(0);
     // Finished after the sample: the sample over-reports by one.
-    fleet.releasePick(pod, T0 + 11, T0 + 150);
+    fleet.releaseCharge(second, T0 + 150);
     expect(pod.releasedSinceSample).toBe(1);
     // Forgotten (its release was lost): no longer in flight, and not taken as finished.
-    fleet.forgetPick(pod, T0 + 12);
+    fleet.forgetCharge(third);
     expect(pod.releasedSinceSample).toBe(1);
     expect(pod.inFlight).toBe(0);
     // An unsampled pick forgotten stops loading the endpoint at once.
-    fleet.recordPickAt(pod, T0 + 200);
+    const late = pick(fleet, pod, T0 + 200);
     expect(pod.unsampledPicks).toBe(1);
-    fleet.forgetPick(pod, T0 + 200);
+    fleet.forgetCharge(late);
     expect(pod.unsampledPicks).toBe(0);
     expect(pod.inFlight).toBe(0);
   });
@@ -500,13 +520,13 @@ describe('what event gaps need (picking v2)', () => {
     fleet.apply(readiness('a0'), T0);
     fleet.apply(metrics('a0', { observedAt: T0 }), T0);
     const a0 = fleet.get('llama', 'zone-a', 'a0')!;
-    fleet.recordPick(a0, T0 + 10); // after the sample: unsampled
-    fleet.recordPick(a0, T0 + 11);
+    const sampled = pick(fleet, a0, T0 + 10); // after the sample: unsampled
+    pick(fleet, a0, T0 + 11);
     fleet.apply(metrics('a0', { observedAt: T0 + 100, runningRequests: 2 }), T0 + 100); // sees both
     expect(a0.unsampledPicks).toBe(0);
-    fleet.recordPick(a0, T0 + 120); // unsampled again
-    fleet.releasePick(a0, T0 + 10); // sampled: the sample over-reports by one now
-    fleet.releasePick(a0, T0 + 120); // unsampled: just leaves the unsampled count
+    const unsampled = pick(fleet, a0, T0 + 120); // unsampled again
+    fleet.releaseCharge(sampled); // sampled: the sample over-reports by one now
+    fleet.releaseCharge(unsampled); // unsampled: just leaves the unsampled count
     expect(a0.releasedSinceSample).toBe(1);
     expect(a0.unsampledPicks).toBe(0);
     fleet.apply(metrics('a0', { observedAt: T0 + 200, runningRequests: 1 }), T0 + 200);
@@ -554,8 +574,8 @@ describe('what event gaps need (picking v2)', () => {
     fleet.apply(readiness('a0'), T0);
     fleet.apply(metrics('a0', { observedAt: T0 }), T0);
     const a0 = fleet.get('llama', 'zone-a', 'a0')!;
-    fleet.recordPick(a0, T0 + 10);
-    fleet.recordPick(a0, T0 + 40);
+    pick(fleet, a0, T0 + 10);
+    pick(fleet, a0, T0 + 40);
     expect(fleet.recentPicks(a0, T0 + 40, 20)).toBe(1);
     expect(fleet.recentPicks(a0, T0 + 50, 20)).toBeCloseTo(0.5);
     expect(fleet.recentPicks(a0, T0 + 50, 50)).toBeCloseTo(0.2 + 0.8);

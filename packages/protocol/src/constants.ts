@@ -6,6 +6,13 @@ export const DESTINATION_KEY = 'x-gateway-destination-endpoint';
 export const DESTINATION_HEADER_PREFIX = 'x-gateway-destination-endpoint';
 export const SUBSET_NAMESPACE = 'envoy.lb.subset_hint';
 export const SUBSET_KEY = 'x-gateway-destination-endpoint-subset';
+/**
+ * Beside the subset, in the same namespace: the gateway's zone (spillway-xds's subset filter writes
+ * it), the request's local zone for picking. Spillway's own key, not the protocol's.
+ */
+export const GATEWAY_ZONE_KEY = 'x-spillway-gateway-zone';
+/** Longest zone name (a Kubernetes label value's limit, and the events' limit on names). */
+export const MAX_ZONE_CHARS = 253;
 export const LB_NAMESPACE = 'envoy.lb';
 export const SERVED_KEY = 'x-gateway-destination-endpoint-served';
 

@@ -3,7 +3,7 @@
 export * from './constants.js';
 export * from './messages.js';
 export { decodeProcessingRequest } from './decode.js';
-export { readSubsetHint, readServedEndpoint } from './metadata.js';
+export { readSubsetHint, readGatewayZone, readServedEndpoint } from './metadata.js';
 export { renderDestination, parseDestination } from './destination.js';
 export { headerValue, readRequestHeaders, readResponseHeaders } from './headers.js';
 export type { RequestHeaders, ResponseHeaders } from './headers.js';
@@ -29,6 +29,7 @@ export type { ApiKind, BodyErrorKind, BodyParseResult, InferenceBody, JsonObject
 export { compileModelRewrites, rewriteModel } from './rewrite.js';
 export type { ModelRewriteRule, ModelRewriteTarget, ModelRewriter, Random, RewrittenBody } from './rewrite.js';
 export { prepareRequest } from './request.js';
+export { outputLimitOf } from './output-limit.js';
 export type { PreparedRequest, PrepareResult } from './request.js';
 export { UsageTail, findUsage, USAGE_TAIL_BYTES } from './usage.js';
 export type { TokenUsage } from './usage.js';

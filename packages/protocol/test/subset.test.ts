@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { readServedEndpoint, readSubsetHint } from '@spillway/protocol';
+import { readGatewayZone, readServedEndpoint, readSubsetHint } from '@spillway/protocol';
 import type { Metadata } from '@spillway/protocol';
 
 function withHint(value: unknown): Metadata {
@@ -35,6 +35,29 @@ describe('readSubsetHint', () => {
     expect(readSubsetHint(withHint(42))).toEqual([42]);
     expect(readSubsetHint(withHint({ a: 1 }))).toEqual([{ a: 1 }]);
     expect(readSubsetHint(withHint(null))).toEqual([null]);
+  });
+});
+
+describe('readGatewayZone', () => {
+  const withZone = (value: unknown, namespace = 'envoy.lb.subset_hint'): Metadata => ({
+    filterMetadata: { [namespace]: { 'x-spillway-gateway-zone': value } },
+    typedFilterMetadata: {},
+  });
+
+  it("reads the gateway's zone beside the subset", () => {
+    expect(readGatewayZone(withZone('zone-b'))).toBe('zone-b');
+    expect(readGatewayZone(withZone('z'.repeat(253)))).toBe('z'.repeat(253));
+  });
+
+  it('is undefined when absent, in another namespace or without the key', () => {
+    expect(readGatewayZone(undefined)).toBeUndefined();
+    expect(readGatewayZone(withHint(['10.0.0.1:80']))).toBeUndefined();
+    expect(readGatewayZone(withZone('zone-b', 'envoy.lb'))).toBeUndefined();
+  });
+
+  it('is null for a value that is not a zone name, so it is counted rather than taken for none', () => {
+    for (const value of ['', 'z'.repeat(254), 7, null, ['zone-b'], { zone: 'zone-b' }, true])
+      expect(readGatewayZone(withZone(value))).toBeNull();
   });
 });
 

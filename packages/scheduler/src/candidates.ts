@@ -12,6 +12,8 @@ const NONE: readonly string[] = Object.freeze([]);
 
 /** What collecting candidates needs besides the pool and the subset. */
 export interface CollectOptions {
+  /** Tiers seen from the request's local zone (the gateway's, else the EPP's: origins.ts). */
+  readonly network: ZoneNetwork;
   readonly subsetMode: SubsetMode;
   readonly now: number;
   readonly topologyVersion: number;
@@ -19,7 +21,7 @@ export interface CollectOptions {
   /** Fail-open pass: penalised and silent endpoints are candidates too (the policy ranks them last). */
   readonly includeExcluded: boolean;
   /**
-   * When penalties (or silences) alone leave none of the EPP's own zone's endpoints while others
+   * When penalties (or silences) alone leave none of the local zone's endpoints while others
    * are eligible, keep the local ones as candidates the policy ranks last (`penaltyFailOpen`).
    */
   readonly keepLastLocal: boolean;
@@ -41,10 +43,13 @@ export interface CollectOptions {
  * - strict: ready pods whose address is in the subset, whatever their zone, and nothing else;
  * - locality: the subset's local pods, plus remote pods from the EPP's view.
  *
+ * Local is the request's local zone (`options.network`): the gateway's when it named a zone the
+ * pool has, else the EPP's.
+ *
  * Ready means the view says ready and the pod is neither in passive-health penalty nor *silent*
  * (its readiness not re-published while its zone-mates' is). Those two exclusions are dropped in a
  * second pass when they alone leave nothing eligible (fail open). They never empty the list of the
- * EPP's own zone either: when they alone leave no local endpoint while remote ones are eligible,
+ * local zone either: when they alone leave no local endpoint while remote ones are eligible,
  * the local ones stay as candidates ranked after every other (`localKept`), so the list still
  * holds a way home — a forged or stale penalty cannot send a zone's every request elsewhere with
  * no local entry.
@@ -72,13 +77,12 @@ export class CandidateSet {
   private readonly subsets = new SubsetMemo(new SubsetResolver());
   private view: PoolView | undefined;
   private options: CollectOptions | undefined;
-  private readonly tierNow = (endpoint: Endpoint): Tier =>
-    this.network.tierOf(this.view as PoolView, endpoint.zone, (this.options as CollectOptions).topologyVersion);
+  private readonly tierNow = (endpoint: Endpoint): Tier => {
+    const o = this.options as CollectOptions;
+    return o.network.tierOf(this.view as PoolView, endpoint.zone, o.topologyVersion);
+  };
 
-  constructor(
-    private readonly network: ZoneNetwork,
-    private readonly penalties: PenaltyBox,
-  ) {}
+  constructor(private readonly penalties: PenaltyBox) {}
 
   collect(pool: PoolView, subset: SubsetHint | undefined, options: CollectOptions): void {
     this.clear();
@@ -88,7 +92,7 @@ export class CandidateSet {
     const counts = this.subsetCounts;
     if (subset !== undefined) {
       // Resolved once per distinct hint and topology (subset-memo.ts): each endpoint once, tier known.
-      const resolved = this.subsets.resolve(pool, subset, options.topologyVersion, this.tierNow);
+      const resolved = this.subsets.resolve(pool, subset, options.topologyVersion, options.network.zone, this.tierNow);
       counts.entries = resolved.counts.entries;
       counts.ignored = resolved.counts.ignored;
       counts.unmatched = resolved.counts.unmatched;
@@ -102,7 +106,7 @@ export class CandidateSet {
     } else {
       counts.entries = counts.ignored = counts.unmatched = 0;
       this.subsetUnmatched = NONE;
-      for (const endpoint of pool.readyInZone(this.network.zone)) this.add(endpoint, TIER_LOCAL);
+      for (const endpoint of pool.readyInZone(options.network.zone)) this.add(endpoint, TIER_LOCAL);
     }
     if (subset === undefined || !strict) this.collectRemote(pool, options);
     const heldBack = this.heldBack;
@@ -163,13 +167,13 @@ export class CandidateSet {
     if (shortlist === undefined || o.includeExcluded) {
       // Exact: every remote pod (also the rare fail-open pass, which must see excluded ones).
       for (const zone of pool.readyZones()) {
-        const tier = this.network.tierOf(pool, zone, o.topologyVersion);
+        const tier = o.network.tierOf(pool, zone, o.topologyVersion);
         if (tier !== TIER_LOCAL) for (const endpoint of pool.readyInZone(zone)) this.add(endpoint, tier);
       }
       return;
     }
     let remoteReady = 0;
-    for (const zone of pool.readyZones()) if (zone !== this.network.zone) remoteReady += pool.readyInZone(zone).size;
+    for (const zone of pool.readyZones()) if (zone !== o.network.zone) remoteReady += pool.readyInZone(zone).size;
     if (remoteReady === 0) return;
     for (const endpoint of shortlist.endpoints) this.addShortlisted(pool, endpoint, o);
     if (o.prefixHolders) {
@@ -190,7 +194,7 @@ export class CandidateSet {
 
   private addShortlisted(pool: PoolView, endpoint: Endpoint, o: CollectOptions): void {
     if (!endpoint.ready || endpoint.deleted || endpoint.address === undefined || this.seen.has(endpoint)) return;
-    const tier = this.network.tierOf(pool, endpoint.zone, o.topologyVersion);
+    const tier = o.network.tierOf(pool, endpoint.zone, o.topologyVersion);
     if (tier === TIER_LOCAL) return;
     this.seen.add(endpoint);
     if (!this.isExcluded(endpoint, pool, o.now, o.readinessSilenceMs)) this.push(endpoint, tier);
@@ -201,7 +205,7 @@ export class CandidateSet {
     let count = 0;
     for (const endpoint of this.penalties.active(o.now)) {
       if (!endpoint.ready || endpoint.deleted || endpoint.address === undefined) continue;
-      if (this.network.tierOf(pool, endpoint.zone, o.topologyVersion) !== TIER_LOCAL) count++;
+      if (o.network.tierOf(pool, endpoint.zone, o.topologyVersion) !== TIER_LOCAL) count++;
     }
     return count;
   }

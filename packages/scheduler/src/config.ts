@@ -110,6 +110,36 @@ export const avoidablePrefillSchema = z.strictObject({
   queueWeight: z.number().finite().min(0).max(100).default(1),
 });
 
+/**
+ * A request's charge after its response has begun (docs/picking.md, "A request's charge"). Behind
+ * the shipped Envoy config the EPP sees no completion, so a started request stays charged to the
+ * endpoint that served it until a sample accounts for it or this bound passes: `slack` × (the
+ * endpoint's measured queue time + the prompt at the model's prefill rate + the output limit at the
+ * endpoint's measured inter-token time), within [`minMs`, `maxMs`]. The caps bound what charges hold.
+ */
+export const chargesConfigSchema = z
+  .strictObject({
+    /** Output tokens assumed when the body sets no limit (`max_tokens`, `max_completion_tokens`, `max_output_tokens`). */
+    defaultMaxTokens: z.number().int().min(1).max(10_000_000).default(1024),
+    /** Time per output token when the endpoint reports no inter-token time. */
+    interTokenMs: z.number().finite().gt(0).max(60_000).default(30),
+    slack: z.number().finite().min(1).max(100).default(2),
+    minMs: z.number().finite().min(0).max(86_400_000).default(2_000),
+    maxMs: z.number().finite().min(1).max(86_400_000).default(600_000),
+    /** Requests charged to one endpoint at most; a new one past it ends the endpoint's oldest started charge. */
+    maxPerEndpoint: z.number().int().min(1).max(1_000_000).default(4_096),
+    /** Estimated bytes all charges hold at most (own requests about 2 KiB each, a peer's about 0.2 KiB). */
+    maxBytes: z
+      .number()
+      .int()
+      .min(1024 * 1024)
+      .max(16 * 1024 * 1024 * 1024)
+      .default(128 * 1024 * 1024),
+  })
+  .superRefine((value, ctx) => {
+    if (value.maxMs < value.minMs) ctx.addIssue({ code: 'custom', path: ['maxMs'], message: `must be at least minMs (${value.minMs})` });
+  });
+
 export const objectiveSchema = z.strictObject({ priority: z.number().int().min(-1_000_000).max(1_000_000) });
 
 export const schedulerConfigSchema = z.strictObject({
@@ -147,6 +177,7 @@ export const schedulerConfigSchema = z.strictObject({
   objectives: z.record(z.string().min(1).max(253), objectiveSchema).default({}),
   prefix: prefixConfigSchema.prefault({}),
   remote: remoteConfigSchema.prefault({}),
+  charges: chargesConfigSchema.prefault({}),
 });
 
 export type SchedulerConfig = z.output<typeof schedulerConfigSchema>;
@@ -156,6 +187,7 @@ export type SubsetMode = SchedulerConfig['subsetMode'];
 export type Policy = SchedulerConfig['policy'];
 export type ServiceRates = z.output<typeof serviceRatesSchema>;
 export type NetworkConfig = z.output<typeof networkConfigSchema>;
+export type ChargesConfig = z.output<typeof chargesConfigSchema>;
 
 /** Validates and fills defaults; throws a ZodError naming the bad field. */
 export function parseSchedulerConfig(input: unknown = {}): SchedulerConfig {

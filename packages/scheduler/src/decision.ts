@@ -1,10 +1,11 @@
-import type { Endpoint } from '@spillway/fleet';
+import { Charge, type ChargeEnd, type Endpoint } from '@spillway/fleet';
 import type { CacheIndexSource } from './kv-lookup.js';
+import type { GatewayZoneUse } from './origins.js';
 import type { EntryCost, EntryScore } from './pricing.js';
 
 /**
- * Why an endpoint is in the list:
- * - `local-best`: the primary, in the EPP's zone.
+ * Why an endpoint is in the list (local: in the zone the request was picked for, `Decision.zone`):
+ * - `local-best`: the primary, in the local zone.
  * - `spill`: a remote endpoint ranked among the cheapest (the primary, when the request leaves its zone).
  * - `local`: a further local endpoint, next cheapest.
  * - `cross-zone-fallback`: a remote endpoint while the primary is local, so a retry can leave a failing zone.
@@ -17,7 +18,7 @@ export type EntryReason = 'local-best' | 'spill' | 'local' | 'cross-zone-fallbac
 
 /**
  * Which rule produced the outcome (for logs and a metric label):
- * - `local`: the cheapest endpoint is in the EPP's zone.
+ * - `local`: the cheapest endpoint is in the local zone (`Decision.zone`).
  * - `spill`: the cheapest endpoint is in another zone: the request leaves its zone.
  * - `last-resort`: every eligible endpoint is past a hard limit; a non-sheddable request still goes
  *   to the cheapest (round trip included).
@@ -60,7 +61,7 @@ export interface DecisionCounts {
   readonly penalised: number;
   /**
    * Of those, local endpoints listed all the same, ranked after every other candidate: penalties
-   * (or silences) had excluded every endpoint of the EPP's zone while others were eligible.
+   * (or silences) had excluded every endpoint of the local zone while others were eligible.
    */
   readonly localKept: number;
 }
@@ -74,6 +75,17 @@ export interface Decision {
   readonly destination: string;
   readonly priority: number;
   readonly sheddable: boolean;
+  /**
+   * The zone the request was picked for, its local zone: the gateway's (`x-spillway-gateway-zone`)
+   * when it named a zone the pool has a pod in, else the EPP's `--zone`.
+   */
+  readonly zone: string;
+  /**
+   * What the gateway said of its zone: `none` (nothing: the EPP's zone), `known` (a zone of the
+   * pool: that zone), `unknown` (a zone the pool has no pod in) or `malformed` (not a zone name);
+   * the last two are picked for the EPP's zone.
+   */
+  readonly gatewayZone: GatewayZoneUse;
   /** The request left its zone, or everything eligible was past its limits. */
   readonly localOverloaded: boolean;
   /** Penalties (and readiness silences) were ignored because they alone would have left nothing eligible. */
@@ -105,6 +117,9 @@ export const MAX_REQUEST_ID_CHARS = 128;
 export interface PickFacts {
   readonly priority: number;
   readonly sheddable: boolean;
+  /** The request's local zone, and what the gateway said of its zone. */
+  readonly zone: string;
+  readonly gatewayZone: GatewayZoneUse;
   /** Penalties (and readiness silences) were ignored because they alone would have left nothing eligible. */
   readonly penaltiesIgnored: boolean;
   readonly subsetGiven: boolean;
@@ -133,12 +148,41 @@ export interface DecisionVerdict {
   readonly prefixHashes: readonly number[] | undefined;
 }
 
-/** The scheduler's own bookkeeping on a decision: what commit charged, for release and the reports. */
-export class DecisionRecord implements Decision {
-  /** The endpoint whose in-flight accounting carries this request, and since when. */
-  chargedTo: Endpoint | undefined = undefined;
-  chargedAt = 0;
+/**
+ * Told when a started request's charge ends without a completion the caller reported (by the
+ * endpoint's samples, at its bound, at a cap): the EPP's request metrics end there.
+ */
+export interface ChargeListener {
+  chargeEnded(at: number, reason: ChargeEnd): void;
+}
+
+/** Where a decision's charge reports an end the fleet settled itself (the scheduler's shared state and the caller's listener). */
+export interface ChargeHooks {
+  ended(record: DecisionRecord, reason: ChargeEnd, at: number): void;
+}
+
+/**
+ * A decision's bytes while its request is charged, for the fleet's bound: the record, its list of
+ * at most a few entries with their cost components, its request id (prompt blocks are let go once
+ * the request has started).
+ */
+const DECISION_BYTES = 2048;
+
+/**
+ * The scheduler's own bookkeeping on a decision: the request's charge (the decision is the charge:
+ * the fleet links it into the charged endpoint's list, no object of its own), and what the reports
+ * need.
+ */
+export class DecisionRecord extends Charge implements Decision {
   committed = false;
+  /** The request's prompt in tokens (given, or estimated from its text) and the output limit its body set: the charge's bound. */
+  promptTokens = 0;
+  maxTokens: number | undefined = undefined;
+  /** The target model: its configured rates price the bound. */
+  model = '';
+  /** Told when the charge ends without a completion reported (set when the request starts). */
+  listener: ChargeListener | undefined = undefined;
+  hooks: ChargeHooks | undefined = undefined;
   /** The served endpoint of the first report; later reports are ignored. */
   served: string | undefined = undefined;
   /** The request's id on the shared-state channel; 0 when it is not shared. */
@@ -153,6 +197,8 @@ export class DecisionRecord implements Decision {
   readonly destination: string;
   readonly priority: number;
   readonly sheddable: boolean;
+  readonly zone: string;
+  readonly gatewayZone: GatewayZoneUse;
   readonly localOverloaded: boolean;
   readonly penaltiesIgnored: boolean;
   readonly subsetGiven: boolean;
@@ -161,15 +207,19 @@ export class DecisionRecord implements Decision {
   readonly prefixMatched: number;
   readonly policy: 'cost' | 'weighted';
   readonly at: number;
-  readonly prefixHashes: readonly number[] | undefined;
+  /** Let go once the request has started: every move and placement they serve happens before. */
+  prefixHashes: readonly number[] | undefined;
 
   constructor(facts: PickFacts, verdict: DecisionVerdict) {
+    super();
     this.status = verdict.status;
     this.rule = verdict.rule;
     this.entries = verdict.entries;
     this.destination = verdict.destination;
     this.priority = facts.priority;
     this.sheddable = facts.sheddable;
+    this.zone = facts.zone;
+    this.gatewayZone = facts.gatewayZone;
     this.localOverloaded = verdict.localOverloaded;
     this.penaltiesIgnored = facts.penaltiesIgnored;
     this.subsetGiven = facts.subsetGiven;
@@ -183,5 +233,13 @@ export class DecisionRecord implements Decision {
 
   get primary(): Endpoint | undefined {
     return this.entries[0]?.endpoint;
+  }
+
+  override get bytes(): number {
+    return DECISION_BYTES;
+  }
+
+  override chargeEnded(reason: ChargeEnd, at: number): void {
+    this.hooks?.ended(this, reason, at);
   }
 }

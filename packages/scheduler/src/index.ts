@@ -14,8 +14,19 @@ export {
   fullConfigSchema,
   parseSchedulerConfig,
 } from './config.js';
-export type { SchedulerConfig, SchedulerConfigInput, ScorerWeights, SubsetMode, Policy, ServiceRates, NetworkConfig } from './config.js';
-export type { Decision, DecisionEntry, DecisionCounts, DecisionRule, DecisionStatus, EntryReason } from './decision.js';
+export type {
+  SchedulerConfig,
+  SchedulerConfigInput,
+  ScorerWeights,
+  SubsetMode,
+  Policy,
+  ServiceRates,
+  NetworkConfig,
+  ChargesConfig,
+} from './config.js';
+export type { Decision, DecisionEntry, DecisionCounts, DecisionRule, DecisionStatus, EntryReason, ChargeListener } from './decision.js';
+export { chargeBoundMs, usableMaxTokens } from './charge-bound.js';
+export type { GatewayZoneUse } from './origins.js';
 export { queueScorer, kvCacheScorer, loraScorer, prefixCacheScorer, defaultScorers, scoreGroup, effectiveQueue } from './scorers.js';
 export type { Scorer, ScoreArrays, ScoringContext, WeightedScorer } from './scorers.js';
 export { seededRng } from './rng.js';

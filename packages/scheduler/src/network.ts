@@ -1,16 +1,17 @@
-import type { PoolView } from '@spillway/fleet';
+import { distanceOf, type PoolView } from '@spillway/fleet';
 import type { NetworkConfig } from './config.js';
 
-/** 0 = the EPP's zone, 1 = another zone of its region, 2 = another region (or an unknown one). */
+/** 0 = the local zone, 1 = another zone of its region, 2 = another region (or an unknown one): @spillway/fleet's distance. */
 export type Tier = 0 | 1 | 2;
 export const TIER_LOCAL: Tier = 0;
 export const TIER_REGION: Tier = 1;
 export const TIER_OTHER: Tier = 2;
 
 /**
- * Where each zone is from the EPP's zone: its tier and the round trip to it in milliseconds.
- * Regions come from readiness events, so both are cached until the fleet's topology changes.
- * A remote zone counts as same-region only when both regions are known and equal.
+ * Where each zone is from one local zone (the EPP's, or the gateway's: origins.ts): its tier and
+ * the round trip to it in milliseconds. Regions come from readiness events, so both are cached
+ * until the fleet's topology changes. A remote zone counts as same-region only when both regions
+ * are known and equal (distanceOf).
  */
 export class ZoneNetwork {
   private readonly tiers = new Map<string, Tier>();
@@ -29,14 +30,13 @@ export class ZoneNetwork {
     this.sync(topologyVersion);
     let tier = this.tiers.get(zone);
     if (tier === undefined) {
-      const region = pool.regionOf(zone);
-      tier = this.region !== undefined && region === this.region ? TIER_REGION : TIER_OTHER;
+      tier = distanceOf(this, { zone, region: pool.regionOf(zone) });
       this.tiers.set(zone, tier);
     }
     return tier;
   }
 
-  /** Round trip from the EPP's zone to `zone`: 0 at home, a configured pair, else by region. */
+  /** Round trip from the local zone to `zone`: 0 at home, a configured pair, else by region. */
   rttMs(pool: PoolView, zone: string | undefined, topologyVersion: number): number {
     if (zone === this.zone) return 0;
     const key = zone ?? '';

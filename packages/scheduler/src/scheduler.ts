@@ -1,11 +1,14 @@
 import { parseEndpointAddress, type KvBatch, type KvSnapshotEvent } from '@spillway/events';
-import type { Endpoint, Fleet, PoolView } from '@spillway/fleet';
+import type { ChargeEnd, Endpoint, Fleet, PoolView } from '@spillway/fleet';
 import { CandidateSet, type CollectOptions } from './candidates.js';
+import { chargeBoundMs, usableMaxTokens } from './charge-bound.js';
 import { schedulerConfigSchema, type SchedulerConfig, type SchedulerConfigInput } from './config.js';
 import { CostPolicy } from './cost.js';
 import {
   DecisionRecord,
   MAX_REQUEST_ID_CHARS,
+  type ChargeHooks,
+  type ChargeListener,
   type Decision,
   type DecisionEntry,
   type DecisionRule,
@@ -17,15 +20,16 @@ import { chooseList } from './list.js';
 import { KvBlockIndex, type KvIndexOptions, type KvIndexStats } from './kv-index.js';
 import { PrefixLookup } from './kv-lookup.js';
 import { isSilent } from './load.js';
-import { TIER_LOCAL, ZoneNetwork, type Tier } from './network.js';
+import { TIER_LOCAL, type Tier } from './network.js';
+import { Origins, type Origin } from './origins.js';
 import { PenaltyBox } from './penalties.js';
 import { PrefixIndex } from './prefix-index.js';
-import type { EntryCost, PricingContext, PricingPolicy } from './pricing.js';
+import type { EntryCost, PricingContext } from './pricing.js';
 import { Ranking } from './rank.js';
 import { seededRng, type Rng } from './rng.js';
 import { defaultScorers, type WeightedScorer } from './scorers.js';
 import { SharedState, type SharedStateOptions } from './shared-state.js';
-import { RemoteShortlist, type BaseKey } from './shortlist.js';
+import { RemoteShortlist } from './shortlist.js';
 import type { SubsetHint } from '@spillway/events';
 import { detached } from './subset.js';
 import { WeightedPolicy } from './weighted.js';
@@ -34,7 +38,10 @@ export interface SchedulerOptions {
   readonly fleet: Fleet;
   /** The InferencePool this EPP serves. */
   readonly pool: string;
-  /** The EPP's own zone and region (its flags): they define local and the round trips. */
+  /**
+   * The EPP's own zone and region (its flags): they define local and the round trips, unless the
+   * request names its gateway's zone (PickRequest.zone).
+   */
   readonly zone: string;
   readonly region?: string | undefined;
   /** Validated with schedulerConfigSchema; defaults fill the rest. */
@@ -73,6 +80,18 @@ export interface PickRequest {
   readonly promptTokenIds?: ArrayLike<number> | undefined;
   /** The gateway's request id (`x-request-id`): carried into the decision (cut to MAX_REQUEST_ID_CHARS), never interpreted. */
   readonly requestId?: string | undefined;
+  /**
+   * The output limit the body set (`max_tokens`, ...), when it set one: with the prompt it bounds
+   * how long the request stays charged once started. Anything but a whole number ≥ 1 counts as absent.
+   */
+  readonly maxTokens?: number | undefined;
+  /**
+   * The gateway's zone (`x-spillway-gateway-zone`): the request's local zone for tiers, round trips
+   * and the zone bias, when the pool has a pod in it. Undefined: the gateway named none; null: it
+   * sent a value that is not a zone name. Either, or a zone the pool does not have, picks for the
+   * EPP's zone (Decision.zone and Decision.gatewayZone say which).
+   */
+  readonly zone?: string | null | undefined;
 }
 
 /** How the scheduler sees one endpoint now, independent of any request (Scheduler.explain). */
@@ -90,16 +109,21 @@ export type ServedOutcome = 'primary' | 'fallback' | 'unparsable' | 'no-primary'
 
 /**
  * Zone-aware picking (picking v2). Pure: no I/O, `now` is always handed in, randomness comes from
- * the injected RNG. One instance per (EPP, pool). A pick runs four steps, one module each:
+ * the injected RNG. One instance per (EPP, pool). A pick runs four steps, one module each, seen
+ * from the request's origin (origins.ts: the gateway's zone, else the EPP's):
  *
  *   candidates (candidates.ts)  ->  price (cost.ts | weighted.ts)  ->  rank (rank.ts)  ->  list (list.ts)
  *
- * Per request the EPP calls:
+ * Per request the EPP calls (a request's life, docs/picking.md "A request's charge"):
  *   const d = scheduler.pick(request, now)      // never throws for bad input; d.status routed | 429 | 503
- *   if (d.status === 'routed') scheduler.commit(d, now)   // once the destination is sent
+ *   if (d.status === 'routed') scheduler.commit(d, now)   // picked: the destination is sent, the primary charged
  *   scheduler.reportServed(d, servedAddress, now)         // the response named the endpoint that served it
  *   scheduler.reportFailed(d, now)                        // the primary answered 5xx or could not be reached
- *   scheduler.release(d)                                   // when the stream ends, however it ends (idempotent)
+ *   scheduler.start(d, now, listener)                     // started: its response began (headers, success status)
+ *   scheduler.release(d, now)                              // completed, or over before it started (idempotent)
+ * A started request that is never released stays charged to the endpoint that served it until
+ * that endpoint's samples account for it or its bound passes (`listener` hears when): never at the
+ * end of its stream, which behind Envoy ≥ 1.37 comes right after the response headers.
  */
 export class Scheduler {
   readonly zone: string;
@@ -111,19 +135,22 @@ export class Scheduler {
   // Everything derived from the config is replaced as a whole by reconfigure(); what the scheduler
   // learnt (penalties, prefix index; in-flight accounting lives in the fleet) is kept.
   private current!: SchedulerConfig;
-  private policy!: PricingPolicy;
-  /** Prices endpoints for explain(): the policy itself under cost, a cost model beside the weighted policy. */
+  /** The weighted policy, shared by every origin (its keys depend on tiers only); undefined under cost. */
+  private weighted: WeightedPolicy | undefined;
+  /** Prices endpoints for explain(): the EPP's own origin's policy under cost, a cost model beside the weighted policy. */
   private costModel!: CostPolicy;
   private blockChars!: number;
   private usesPrefix!: boolean;
-  private network!: ZoneNetwork;
   private candidates!: CandidateSet;
+  /** Each request zone's network, policy and shortlist (the EPP's own, and the gateways' zones). */
+  private readonly origins: Origins;
+  /** The origin of the pick under way. */
+  private origin!: Origin;
 
   private readonly penalties = new PenaltyBox();
   private readonly index = new PrefixIndex();
   private readonly kv: KvBlockIndex;
   private readonly lookup: PrefixLookup;
-  private readonly shortlist: RemoteShortlist;
   private readonly ranking = new Ranking();
   /** Picks, releases, placements and penalties shared with the pool's other EPPs: `shared.apply(batch, now)` folds theirs in. */
   readonly shared: SharedState;
@@ -134,7 +161,6 @@ export class Scheduler {
   private waits = new Float64Array(64);
   private readonly chosen: number[] = [];
   private readonly ctx: PricingContext;
-  private readonly baseKey: BaseKey;
   private readonly excludedNow = (endpoint: Endpoint): boolean =>
     this.candidates.isExcluded(endpoint, this.ctx.pool, this.ctx.now, this.config.gaps.readinessSilenceMs);
   private readonly silentNow = (endpoint: Endpoint): boolean =>
@@ -142,6 +168,15 @@ export class Scheduler {
   private readonly penalisedNow = (endpoint: Endpoint): boolean => this.penalties.isPenalised(endpoint, this.ctx.now);
   private readonly addressOf = (index: number): string => this.candidates.endpoints[index]?.address as string;
   private listSizes!: { overall: number; remote: number; local: number };
+  /** Where a decision's charge reports an end the fleet settled itself: peers, then the caller's listener. */
+  private readonly chargeHooks: ChargeHooks = {
+    ended: (record: DecisionRecord, reason: ChargeEnd, at: number): void => {
+      this.shared.endedWithoutCompletion(record);
+      const listener = record.listener;
+      record.listener = undefined;
+      listener?.chargeEnded(at, reason);
+    },
+  };
 
   constructor(options: SchedulerOptions) {
     this.fleet = options.fleet;
@@ -170,12 +205,15 @@ export class Scheduler {
       includeExcluded: false,
       isExcluded: this.excludedNow,
     };
-    this.baseKey = (endpoint, tier) => this.policy.baseKey(this.ctx, endpoint, tier);
-    this.shortlist = new RemoteShortlist({
-      baseKey: this.baseKey,
-      isPenalised: this.penalisedNow,
-      isSilent: this.silentNow,
-      rng: this.rng,
+    this.origins = new Origins(this.zone, this.region, {
+      policy: (network) => this.weighted ?? new CostPolicy(this.current, network, this.fleet.staleAfterMs),
+      shortlist: (policy) =>
+        new RemoteShortlist({
+          baseKey: (endpoint, tier) => policy.baseKey(this.ctx, endpoint, tier),
+          isPenalised: this.penalisedNow,
+          isSilent: this.silentNow,
+          rng: this.rng,
+        }),
     });
     this.shared = new SharedState(
       {
@@ -184,7 +222,10 @@ export class Scheduler {
         index: this.index,
         penalties: this.penalties,
         learn: (endpoint, hashes) => this.learnBlocks(endpoint, hashes),
-        onPenalty: () => this.shortlist.invalidate(),
+        onPenalty: () => this.origins.invalidate(),
+        // A peer's started request is bounded as this EPP bounds its own (its model's rates are the defaults').
+        boundMs: (endpoint, promptTokens, maxTokens) =>
+          chargeBoundMs(this.config.charges, endpoint, this.config.rates.default.prefillTokensPerS, promptTokens, maxTokens),
       },
       options.shared,
     );
@@ -209,24 +250,28 @@ export class Scheduler {
       for (const endpoint of [...this.index.endpoints()]) this.index.drop(endpoint);
     }
     this.configure(next);
-    this.shortlist.invalidate();
   }
 
   private configure(config: SchedulerConfig): void {
     this.current = config;
     this.shared.penaltyLimitMs = config.penaltyMs;
-    this.network = new ZoneNetwork(this.zone, this.region, config.network);
-    this.candidates = new CandidateSet(this.network, this.penalties);
+    this.fleet.maxChargesPerEndpoint = config.charges.maxPerEndpoint;
+    this.fleet.maxChargeBytes = config.charges.maxBytes;
+    this.candidates = new CandidateSet(this.penalties);
     const staleAfterMs = this.fleet.staleAfterMs;
     if (config.policy === 'weighted') {
       const scorers = this.scorers ?? defaultScorers(config.weights);
-      this.policy = new WeightedPolicy(config, scorers, staleAfterMs);
+      this.weighted = new WeightedPolicy(config, scorers, staleAfterMs);
       this.usesPrefix = scorers.some((s) => s.scorer.name === 'prefix-cache');
     } else {
-      this.policy = new CostPolicy(config, this.network, staleAfterMs);
+      this.weighted = undefined;
       this.usesPrefix = true;
     }
-    this.costModel = this.policy instanceof CostPolicy ? this.policy : new CostPolicy(config, this.network, staleAfterMs);
+    // Every origin anew: their policies and shortlists priced with the old config.
+    this.origins.configure(config.network);
+    const own = this.origins.own;
+    this.origin = own;
+    this.costModel = own.policy instanceof CostPolicy ? own.policy : new CostPolicy(config, own.network, staleAfterMs);
     this.blockChars = config.prefix.blockTokens * config.prefix.charsPerToken;
     this.hashes = new Float64Array(config.prefix.maxBlocks);
     this.ctx.blockTokens = config.prefix.blockTokens;
@@ -250,20 +295,21 @@ export class Scheduler {
     const pool = this.fleet.pool(this.pool);
     if (!pool) return false;
     this.setContext(pool, now, '', 0, 0);
-    const tier = this.network.tierOf(pool, endpoint.zone, this.fleet.topologyVersion);
-    return this.policy.baseKey(this.ctx, endpoint, tier) >= this.policy.limitBand;
+    const own = this.origins.own;
+    const tier = own.network.tierOf(pool, endpoint.zone, this.fleet.topologyVersion);
+    return own.policy.baseKey(this.ctx, endpoint, tier) >= own.policy.limitBand;
   }
 
   /**
    * How the scheduler sees `endpoint` now, whatever the request: its request-independent cost (by
-   * the cost model, whatever the policy) and its passive health. Read-only, for views of the pool;
+   * the cost model, whatever the policy, from the EPP's own zone) and its passive health. Read-only, for views of the pool;
    * undefined when the pool is unknown.
    */
   explain(endpoint: Endpoint, now: number): EndpointExplanation | undefined {
     const pool = this.fleet.pool(this.pool);
     if (!pool) return undefined;
     this.setContext(pool, now, '', 0, 0);
-    const tier = this.network.tierOf(pool, endpoint.zone, this.fleet.topologyVersion);
+    const tier = this.origins.own.network.tierOf(pool, endpoint.zone, this.fleet.topologyVersion);
     const until = this.penalties.penalisedUntil(endpoint, now);
     return {
       cost: this.costModel.explainBase(this.ctx, endpoint, tier),
@@ -293,11 +339,16 @@ export class Scheduler {
   }
 
   pick(request: PickRequest, now: number): Decision {
+    // Charges past their bound stop loading their endpoints before they are priced (a heap peek when none is).
+    this.fleet.expireCharges(now);
     const priority = request.priority ?? this.priorityOf(request.objective);
     const sheddable = priority < 0;
     const pool = this.fleet.pool(this.pool);
     const subsetGiven = request.subset !== undefined;
     const candidates = this.candidates;
+    const { origin, gatewayZone } = this.origins.choose(pool, request.zone);
+    this.origin = origin;
+    const policy = origin.policy;
 
     const blocks = this.hashPrompt(request);
     const depth = blocks > 0 ? this.index.prepare(this.hashes, blocks) : 0;
@@ -343,6 +394,8 @@ export class Scheduler {
     const facts: PickFacts = {
       priority,
       sheddable,
+      zone: origin.zone,
+      gatewayZone,
       penaltiesIgnored: failOpen,
       subsetGiven,
       counts,
@@ -367,11 +420,11 @@ export class Scheduler {
     this.ensureScratch(n);
     this.ctx.modelIsAdapter = heldAsAdapter(request.model, candidates.endpoints, n);
     this.ctx.bestCachedTokens = this.lookup.rekey(request.model, this.ctx.modelIsAdapter, this.ctx.bestCachedTokens);
-    this.policy.price(this.ctx, candidates, this.keys, this.waits);
-    for (let i = 0; i < n; i++) if ((this.keys[i] as number) >= this.policy.limitBand) counts.full++;
+    policy.price(this.ctx, candidates, this.keys, this.waits);
+    for (let i = 0; i < n; i++) if ((this.keys[i] as number) >= policy.limitBand) counts.full++;
     this.ranking.rank(this.keys, candidates.tiers, n, this.listSizes, this.rng);
     const bestKey = this.keys[this.ranking.overall.index[0] as number] as number;
-    if (sheddable && this.policy.shouldShed(bestKey, this.waits, n)) {
+    if (sheddable && policy.shouldShed(bestKey, this.waits, n)) {
       return this.decide(facts, 429, 'shed', [], true);
     }
 
@@ -388,15 +441,20 @@ export class Scheduler {
     );
     const entries = this.entriesOf(this.chosen);
     const primary = entries[0] as DecisionEntry;
-    const rule: DecisionRule = primary.full ? 'last-resort' : primary.zone === this.zone ? 'local' : 'spill';
+    const rule: DecisionRule = primary.full ? 'last-resort' : primary.zone === origin.zone ? 'local' : 'spill';
     const overloaded = rule !== 'local';
-    return this.decide(facts, 'routed', rule, entries, overloaded);
+    const record = this.decide(facts, 'routed', rule, entries, overloaded);
+    record.model = request.model;
+    record.promptTokens = promptTokens;
+    record.maxTokens = usableMaxTokens(request.maxTokens);
+    return record;
   }
 
   /**
-   * The EPP sent this decision's destination: charge the primary with the request (in-flight and
-   * unsampled accounting, the anti-herding signal) and teach the prefix index what it now caches.
-   * Safe to call twice; ignores decisions that were not routed.
+   * Picked: the EPP sent this decision's destination. The primary is charged with the request
+   * (in-flight and unsampled accounting, the anti-herding signal; refused only at the fleet's caps)
+   * and the prefix index learns what it now caches. Safe to call twice; ignores decisions that were
+   * not routed.
    */
   commit(decision: Decision, now: number): void {
     const record = decision as DecisionRecord;
@@ -404,27 +462,59 @@ export class Scheduler {
     const primary = record.primary;
     if (!primary) return;
     record.committed = true;
-    this.fleet.recordPick(primary, now);
-    record.chargedTo = primary;
-    record.chargedAt = now;
+    record.hooks = this.chargeHooks;
+    const charged = this.fleet.charge(record, primary, now);
     this.learn(primary, record);
-    this.shared.committed(record, primary, now);
+    if (charged) this.shared.committed(record, primary, now);
   }
 
-  /** The request finished (completed, failed or cancelled) at `now` (when known: peers learn it). Idempotent. */
+  /**
+   * Started: the request's response began at `now` (its headers came with a success status). It
+   * stays charged to the endpoint that served it (reportServed moved it there) until `release`, or,
+   * without one, until the endpoint's samples account for it or its bound passes (prompt and output
+   * limit at the endpoint's rates: config `charges`); `listener` hears when. Peers learn it. Ignored
+   * for a request not charged, or started already.
+   */
+  start(decision: Decision, now: number, listener?: ChargeListener): void {
+    const record = decision as DecisionRecord;
+    const endpoint = record.chargedTo;
+    if (endpoint === undefined || record.started) return;
+    const rates = this.config.rates;
+    // The model is the client's word: only a configured model's own rates count.
+    const prefill =
+      (Object.hasOwn(rates.models, record.model) ? rates.models[record.model]?.prefillTokensPerS : undefined) ??
+      rates.default.prefillTokensPerS;
+    record.listener = listener;
+    this.fleet.startCharge(record, now, now + chargeBoundMs(this.config.charges, endpoint, prefill, record.promptTokens, record.maxTokens));
+    // Every move and prefix placement the blocks serve happens before the response starts.
+    record.prefixHashes = undefined;
+    this.shared.started(record);
+  }
+
+  /**
+   * The request is over at `now` (when known: peers learn it): its completion was seen, or its
+   * stream ended before its response started (client gone, gateway error, immediate response). Its
+   * charge ends as a real signal: a sample that counted it over-reports by one until the next.
+   * Idempotent; a charge already ended (by samples, at its bound) stays ended.
+   */
   release(decision: Decision, now?: number): void {
     const record = decision as DecisionRecord;
-    const charged = record.chargedTo;
-    if (!charged) return;
-    record.chargedTo = undefined;
-    this.fleet.releasePick(charged, record.chargedAt);
+    if (record.chargedTo === undefined) return;
+    this.fleet.releaseCharge(record);
+    record.listener = undefined;
     this.shared.released(record, now);
+  }
+
+  /** Ends the charges whose bound has passed at `now` (picks do it too); returns how many. For the EPP's timer. */
+  expireCharges(now: number): number {
+    return this.fleet.expireCharges(now);
   }
 
   /**
    * The gateway reported which endpoint served the request (picking v2 step 7). When it is not the
    * primary, the primary failed: it is penalised for `penaltyMs`, and the request's accounting and
-   * prefix entries move to the endpoint that served it. `target` is a decision, or the primary's
+   * prefix entries move to the endpoint that served it (when that is no pod this EPP knows, the
+   * charge ends: nothing it sees carries the request). `target` is a decision, or the primary's
    * address when the caller kept only that. Only the first report of a decision counts.
    */
   reportServed(target: Decision | string, served: string | undefined, now: number): ServedOutcome {
@@ -454,13 +544,18 @@ export class Scheduler {
 
     this.penalise(primaries, now);
     const servedEndpoint = pool?.routableAt(servedAddress.key)[0];
-    if (record && servedEndpoint && record.chargedTo !== undefined && record.chargedTo !== servedEndpoint) {
-      this.fleet.releasePick(record.chargedTo, record.chargedAt);
-      this.fleet.recordPick(servedEndpoint, now);
-      record.chargedTo = servedEndpoint;
-      record.chargedAt = now;
-      this.learn(servedEndpoint, record);
-      this.shared.moved(record, servedEndpoint, now);
+    if (record && record.chargedTo !== undefined && record.chargedTo !== servedEndpoint) {
+      if (servedEndpoint === undefined) {
+        // Served where this EPP sees no pod: nothing it knows carries the request, and the primary never ran it.
+        this.fleet.forgetCharge(record);
+        this.shared.endedWithoutCompletion(record);
+      } else {
+        this.fleet.releaseCharge(record);
+        if (this.fleet.charge(record, servedEndpoint, now)) {
+          this.learn(servedEndpoint, record);
+          this.shared.moved(record, servedEndpoint, now);
+        } else this.shared.released(record, now);
+      }
     }
     return 'fallback';
   }
@@ -502,6 +597,7 @@ export class Scheduler {
         forget.push([kvPod.zone, kvPod.pod]);
     }
     for (const [zone, pod] of forget) this.kv.forget(zone, pod);
+    this.origins.prune(pool);
   }
 
   private penalise(endpoints: readonly Endpoint[], now: number): void {
@@ -510,7 +606,7 @@ export class Scheduler {
       this.penalties.penalise(endpoint, now + this.config.penaltyMs);
       this.shared.penalised(endpoint, now + this.config.penaltyMs);
     }
-    this.shortlist.invalidate();
+    this.origins.invalidate();
   }
 
   /** Starts a pick's context (excluded endpoints left out; a fail-open pick turns them back in). */
@@ -527,20 +623,22 @@ export class Scheduler {
     ctx.includeExcluded = false;
   }
 
-  /** Step 1: the candidates, with the remote shortlist refreshed when it is due. */
+  /** Step 1: the candidates, seen from the pick's origin, with its remote shortlist refreshed when it is due. */
   private collect(pool: PoolView, subset: SubsetHint | undefined, prefixDepth: number): void {
     const ctx = this.ctx;
+    const { network, shortlist } = this.origin;
     const useShortlist = (subset === undefined || this.config.subsetMode === 'locality') && this.config.remote.refreshMs > 0;
     const version = ctx.topologyVersion;
-    if (useShortlist && this.shortlist.stale(ctx.now, this.config.remote.refreshMs, this.network, pool, version)) this.scan(pool);
+    if (useShortlist && shortlist.stale(ctx.now, this.config.remote.refreshMs, network, pool, version)) this.scan(pool);
     const options: CollectOptions = {
+      network,
       subsetMode: this.config.subsetMode,
       now: ctx.now,
       topologyVersion: version,
       readinessSilenceMs: this.config.gaps.readinessSilenceMs,
       keepLastLocal: this.config.penaltyFailOpen,
       includeExcluded: ctx.includeExcluded,
-      shortlist: useShortlist ? this.shortlist : undefined,
+      shortlist: useShortlist ? shortlist : undefined,
       prefixHolders: prefixDepth > 0 ? this.index.bestHolders() : undefined,
       prefixHolderBudget: this.config.remote.shortlist,
       kvHolders: this.lookup.precise ? this.lookup.holders(this.config.remote.shortlist) : undefined,
@@ -554,13 +652,14 @@ export class Scheduler {
   }
 
   private scan(pool: PoolView): void {
-    const ctx = this.ctx;
-    this.shortlist.scan(pool, this.network, ctx.topologyVersion, ctx.now, this.config.remote.shortlist);
+    const { network, shortlist } = this.origin;
+    shortlist.scan(pool, network, this.ctx.topologyVersion, this.ctx.now, this.config.remote.shortlist);
   }
 
   private entriesOf(chosen: readonly number[]): DecisionEntry[] {
     const candidates = this.candidates;
-    const limit = this.policy.limitBand;
+    const policy = this.origin.policy;
+    const limit = policy.limitBand;
     const first = chosen[0] as number;
     const primaryLocal = candidates.tiers[first] === TIER_LOCAL;
     // Everything eligible is past its limits: the whole list is the last resort.
@@ -585,7 +684,7 @@ export class Scheduler {
         reason,
         key,
         full,
-        cost: this.policy.explain(this.ctx, endpoint, tier),
+        cost: policy.explain(this.ctx, endpoint, tier),
       });
     }
     return entries;

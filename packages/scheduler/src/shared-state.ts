@@ -1,5 +1,14 @@
-import { STATE_PENALTY, STATE_PICK, STATE_PLACEMENT, STATE_RELEASE, type StateBatch, type StateEntry } from '@spillway/events';
-import type { Endpoint, Fleet } from '@spillway/fleet';
+import {
+  RELEASED_WITHOUT_COMPLETION,
+  STATE_PENALTY,
+  STATE_PICK,
+  STATE_PLACEMENT,
+  STATE_RELEASE,
+  STATE_STARTED,
+  type StateBatch,
+  type StateEntry,
+} from '@spillway/events';
+import { Charge, CHARGE_BYTES, type Endpoint, type Fleet } from '@spillway/fleet';
 import type { DecisionRecord } from './decision.js';
 import type { PenaltyBox } from './penalties.js';
 import type { PrefixIndex } from './prefix-index.js';
@@ -16,9 +25,11 @@ import { SHARED_STATE_DEFAULTS } from './sharing-config.js';
  *
  * Correctness under loss: a remote pick loads its endpoint only until the first sample that
  * postdates it, exactly like a local pick, so a lost release or a dead peer leaves no phantom load
- * beyond the next sample. Every remote in-flight entry is also forgotten `remoteEntryTtlMs` after it
- * arrived, and a peer silent for `peerTimeoutMs` (it sends heartbeats) is forgotten with all its
- * entries. Prefix placements outlive their peer: they say what an endpoint caches, not who sent it.
+ * beyond the next sample. A remote request that never starts is forgotten `remoteEntryTtlMs` after
+ * it arrived; a started one is a charge like this EPP's own (the endpoint's samples end it, or this
+ * EPP's own bound for it); a peer silent for `peerTimeoutMs` (it sends heartbeats) is forgotten
+ * with all its entries. Prefix placements outlive their peer: they say what an endpoint caches,
+ * not who sent it.
  *
  * Clocks: a batch's times are its origin's clock. They are translated by the batch's `sentAt`:
  * an entry stamped `t` is taken to have happened `sentAt − t` (clamped to [0, remoteEntryTtlMs])
@@ -26,7 +37,8 @@ import { SHARED_STATE_DEFAULTS } from './sharing-config.js';
  * matters; the channel's transit time (milliseconds) makes remote entries look that much younger.
  *
  * A peer's claims are bounded by what it could know: its penalties last at most this EPP's own
- * `penaltyMs` and go when the peer is forgotten; prefix placements (`[4, ...]`) are taken from
+ * `penaltyMs` and go when the peer is forgotten; its started requests last at most the bound this
+ * EPP derives itself (from their prompt and output limit, at its rates and its cap), and go with it; prefix placements (`[4, ...]`) are taken from
  * warm-start answers only (a live batch says where its picks went, with their blocks); a peer is
  * identified by its zone and id, so a batch on one zone's subjects cannot touch another zone's
  * peers; the peer table evicts the silent and holds at most `maxPeersPerZone` per zone, so made-up
@@ -69,6 +81,8 @@ export interface SharedStateParts {
   readonly learn: (endpoint: Endpoint, hashes: readonly number[]) => void;
   /** Penalties change eligibility: the scheduler drops its cached remote shortlist. */
   readonly onPenalty: () => void;
+  /** How long a started request may stay charged to `endpoint` (charge-bound.ts, at this EPP's rates and cap). */
+  readonly boundMs: (endpoint: Endpoint, promptTokens: number, maxTokens: number | undefined) => number;
 }
 
 /** Receives this EPP's entries, in order, as the scheduler makes them (the EPP's publisher buffers and batches them). */
@@ -90,8 +104,8 @@ export interface SharedApplyResult {
   readonly gap: number;
   readonly entries: number;
   /**
-   * Entries naming an endpoint this EPP does not know, a release of a request it does not hold,
-   * past a peer's bound, or a prefix placement outside a warm-start answer.
+   * Entries naming an endpoint this EPP does not know, a release or start of a request it does not
+   * hold, past a peer's bound, or a prefix placement outside a warm-start answer.
    */
   readonly ignored: number;
   /**
@@ -121,11 +135,33 @@ export interface SharedPeer {
   readonly inFlight: number;
 }
 
-interface RemoteEntry {
-  readonly endpoint: Endpoint;
-  /** On this EPP's clock (translated). */
-  readonly pickedAt: number;
-  readonly expiresAt: number;
+/** Estimated bytes of a peer's in-flight entry: the charge, its place in the peer's map. */
+const REMOTE_CHARGE_BYTES = CHARGE_BYTES + 64;
+
+/**
+ * A peer's request in flight: a charge of its endpoint on this EPP's clock (translated), in its
+ * peer's table by id. When the fleet ends it (by samples, at this EPP's bound) it leaves the table.
+ */
+class RemoteCharge extends Charge {
+  /** Forgotten then unless started (a request whose start never came: lost, or it never started). */
+  expiresAt: number;
+
+  constructor(
+    private readonly peer: Peer,
+    private readonly id: number,
+    expiresAt: number,
+  ) {
+    super();
+    this.expiresAt = expiresAt;
+  }
+
+  override get bytes(): number {
+    return REMOTE_CHARGE_BYTES;
+  }
+
+  override chargeEnded(): void {
+    this.peer.state.remoteEnded(this.peer, this.id);
+  }
 }
 
 interface Peer {
@@ -138,8 +174,9 @@ interface Peer {
   /** The last refused sequence number and how many consecutive ones were refused in a row (re-sync). */
   refusedSeq: number;
   refusedRun: number;
-  /** Request id -> entry, in arrival order (so expiry stops at the first live one). */
-  readonly entries: Map<number, RemoteEntry>;
+  /** Request id -> its charge, in arrival order. */
+  readonly entries: Map<number, RemoteCharge>;
+  readonly state: SharedState;
 }
 
 /** Consecutive sequence numbers refused in a row after which a peer's sequence is taken up afresh. */
@@ -156,6 +193,15 @@ function stalest(peers: Iterable<Peer>): Peer | undefined {
   let found: Peer | undefined;
   for (const peer of peers) if (found === undefined || peer.lastSeenAt < found.lastSeenAt) found = peer;
   return found;
+}
+
+/** Token counts a started entry carries at most (the batch's bound: a larger one would fail the batch). */
+const MAX_SHARED_TOKENS = 1_000_000_000;
+
+/** `[5, id, startedAt, promptTokens, maxTokens]` of a started request (maxTokens 0: its body set none). */
+function startedEntry(id: number, record: DecisionRecord): StateEntry {
+  const prompt = Math.min(MAX_SHARED_TOKENS, Math.round(Math.max(0, record.promptTokens)));
+  return [STATE_STARTED, id, record.startedAt, prompt, Math.min(MAX_SHARED_TOKENS, record.maxTokens ?? 0)];
 }
 
 /** Hashes per placement entry in a snapshot: keeps each well inside a batch's bounds. */
@@ -187,6 +233,7 @@ export class SharedState {
   private readonly penalties: PenaltyBox;
   private readonly learn: SharedStateParts['learn'];
   private readonly onPenalty: () => void;
+  private readonly boundMs: SharedStateParts['boundMs'];
 
   constructor(parts: SharedStateParts, options: SharedStateOptions = {}) {
     this.fleet = parts.fleet;
@@ -195,6 +242,7 @@ export class SharedState {
     this.penalties = parts.penalties;
     this.learn = parts.learn;
     this.onPenalty = parts.onPenalty;
+    this.boundMs = parts.boundMs;
     this.outbox = options.outbox;
     this.remoteEntryTtlMs = options.remoteEntryTtlMs ?? SHARED_STATE_DEFAULTS.remoteEntryTtlMs;
     this.peerTimeoutMs = options.peerTimeoutMs ?? SHARED_STATE_DEFAULTS.peerTimeoutMs;
@@ -229,6 +277,24 @@ export class SharedState {
     if (outbox === undefined || record.shareId === 0) return;
     this.own.delete(record.shareId);
     outbox.push([STATE_RELEASE, record.shareId, now ?? record.chargedAt]);
+  }
+
+  /** The request's response began: peers keep it charged past its stream, bounded by their own rule. */
+  started(record: DecisionRecord): void {
+    const outbox = this.outbox;
+    if (outbox === undefined || record.shareId === 0) return;
+    outbox.push(startedEntry(record.shareId, record));
+  }
+
+  /**
+   * The request's charge ended without a completion (by samples, at its bound): a release whose
+   * time, 0, no peer can take for a completion since its latest sample (readers that predate it too).
+   */
+  endedWithoutCompletion(record: DecisionRecord): void {
+    const outbox = this.outbox;
+    if (outbox === undefined || record.shareId === 0) return;
+    this.own.delete(record.shareId);
+    outbox.push([STATE_RELEASE, record.shareId, RELEASED_WITHOUT_COMPLETION]);
   }
 
   /** A fallback served the request: its charge moved to `endpoint` at `now`. */
@@ -319,9 +385,12 @@ export class SharedState {
             ignored++;
             break;
           }
-          const pickedAt = local(entry[4]);
-          this.fleet.recordPickAt(endpoint, pickedAt);
-          peer.entries.set(entry[1], { endpoint, pickedAt, expiresAt: receivedAt + maxAge });
+          const charge = new RemoteCharge(peer, entry[1], receivedAt + maxAge);
+          if (!this.fleet.charge(charge, endpoint, local(entry[4]))) {
+            ignored++;
+            break;
+          }
+          peer.entries.set(entry[1], charge);
           this.remoteEntries++;
           if (entry[5].length > 0) this.learn(endpoint, entry[5]);
           break;
@@ -334,7 +403,22 @@ export class SharedState {
           }
           peer.entries.delete(entry[1]);
           this.remoteEntries--;
-          this.fleet.releasePick(held.endpoint, held.pickedAt, local(entry[2]));
+          // Ended without a completion there: the samples say what still runs, never counted as released since one.
+          if (entry[2] === RELEASED_WITHOUT_COMPLETION) this.fleet.forgetCharge(held);
+          else this.fleet.releaseCharge(held, local(entry[2]));
+          break;
+        }
+        case STATE_STARTED: {
+          const held = peer.entries.get(entry[1]);
+          const endpoint = held?.chargedTo;
+          if (held === undefined || endpoint === undefined) {
+            ignored++;
+            break;
+          }
+          // No longer the peer's to keep alive by TTL: started, it ends like this EPP's own.
+          held.expiresAt = Number.POSITIVE_INFINITY;
+          const startedAt = local(entry[2]);
+          this.fleet.startCharge(held, startedAt, startedAt + this.boundMs(endpoint, entry[3], entry[4] === 0 ? undefined : entry[4]));
           break;
         }
         case STATE_PENALTY: {
@@ -409,13 +493,14 @@ export class SharedState {
       refusedSeq: -1,
       refusedRun: 0,
       entries: new Map(),
+      state: this,
     };
     peers.set(epp, peer);
     this.peerTotal++;
     return peer;
   }
 
-  /** Forgets remote entries past their time and peers silent for `peerTimeoutMs`. Call now and then. */
+  /** Forgets remote entries that never started within their time, and peers silent for `peerTimeoutMs`. Call now and then. */
   expire(now: number): SharedExpiry {
     let expired = 0;
     let peersForgotten = 0;
@@ -427,8 +512,9 @@ export class SharedState {
           peersForgotten++;
           continue;
         }
+        // Started entries never expire here (the fleet ends them), so they do not stop the walk.
         for (const [id, entry] of peer.entries) {
-          if (entry.expiresAt > now) break;
+          if (entry.expiresAt > now) continue;
           this.drop(peer, id, entry);
           expired++;
         }
@@ -450,7 +536,7 @@ export class SharedState {
 
   /** Forgets a peer with its in-flight entries and its penalties. */
   private forget(peer: Peer): number {
-    for (const entry of peer.entries.values()) this.fleet.forgetPick(entry.endpoint, entry.pickedAt);
+    for (const entry of peer.entries.values()) this.fleet.forgetCharge(entry);
     this.remoteEntries -= peer.entries.size;
     const peers = this.zones.get(peer.zone) as Map<string, Peer>;
     peers.delete(peer.epp);
@@ -461,10 +547,15 @@ export class SharedState {
   }
 
   /** Forgets one in-flight entry of a peer without saying the request finished. */
-  private drop(peer: Peer, id: number, entry: RemoteEntry): void {
+  private drop(peer: Peer, id: number, entry: RemoteCharge): void {
     peer.entries.delete(id);
     this.remoteEntries--;
-    this.fleet.forgetPick(entry.endpoint, entry.pickedAt);
+    this.fleet.forgetCharge(entry);
+  }
+
+  /** @internal The fleet ended a peer's charge itself (its samples, this EPP's bound, a cap): it leaves the peer's table. */
+  remoteEnded(peer: Peer, id: number): void {
+    if (peer.entries.delete(id)) this.remoteEntries--;
   }
 
   get peerCount(): number {
@@ -503,6 +594,7 @@ export class SharedState {
       const endpoint = record.chargedTo;
       if (endpoint === undefined) continue;
       entries.push([STATE_PICK, id, endpoint.zone, endpoint.pod, record.chargedAt, NO_HASHES as number[]]);
+      if (record.started) entries.push(startedEntry(id, record));
     }
     for (const [endpoint, blocks] of placements ? this.index.placements() : []) {
       if (endpoint.deleted) continue;

@@ -1,5 +1,4 @@
 import { z } from 'zod';
-import { MAX_STATE_ENTRIES } from '@spillway/events';
 
 /**
  * `sharedState` in the EPP's config file: the channel between the EPPs of a pool (docs/sharing.md).
@@ -13,8 +12,11 @@ export const sharedStateConfigSchema = z
     enabled: z.boolean().default(true),
     /** A batch leaves at most this long after its first entry (off the request path, on a timer). */
     batchMs: ms(0, 1000).default(5),
-    /** ...or as soon as it holds this many entries. */
-    batchEntries: z.number().int().min(1).max(MAX_STATE_ENTRIES).default(256),
+    /**
+     * ...or as soon as it holds this many entries. More than one batch carries (512, the receivers'
+     * bound) is allowed: what is due leaves split into batches of at most that many.
+     */
+    batchEntries: z.number().int().min(1).max(8192).default(256),
     /** Entries waiting to be sent, at most (and their estimated bytes); beyond, new entries are dropped and counted. */
     maxBufferedEntries: z.number().int().min(1).max(1_000_000).default(16_384),
     maxBufferedBytes: z

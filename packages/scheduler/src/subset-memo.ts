@@ -20,6 +20,8 @@ const MEMO_HINT_CHARS = 64 * 1024;
 const MEMO_CHARS = 4 * MEMO_HINT_CHARS;
 
 interface Memo {
+  /** The local zone the tiers were taken from. */
+  readonly zone: string;
   /** A detached copy of the hint: its text, or its entries. */
   readonly key: string | readonly string[];
   readonly chars: number;
@@ -32,7 +34,8 @@ interface Memo {
  * thousands of entries) once per distinct hint and topology, instead of on every pick, leaves a
  * pick with one comparison of the hint against what it was (a string comparison, or one per entry).
  *
- * Everything a resolution depends on is in the key: the hint's content, the pool and the fleet's
+ * Everything a resolution depends on is in the key: the hint's content, the local zone its tiers
+ * are seen from (the gateway's or the EPP's: one zone's gateways send one hint), the pool and the fleet's
  * topology version (which changes with every readiness event, and so with every change of an
  * address, of readiness or of a region). Time-dependent exclusions (penalties, readiness
  * silences) are not resolved here: the caller applies them on every pick. Bounded: at most
@@ -54,12 +57,13 @@ export class SubsetMemo {
 
   constructor(private readonly resolver: SubsetResolver) {}
 
-  resolve(pool: PoolView, hint: SubsetHint, topologyVersion: number, tierOf: (endpoint: Endpoint) => Tier): ResolvedSubset {
+  /** The hint's endpoints with their tiers from `zone` (by `tierOf`). */
+  resolve(pool: PoolView, hint: SubsetHint, topologyVersion: number, zone: string, tierOf: (endpoint: Endpoint) => Tier): ResolvedSubset {
     if (pool !== this.pool || topologyVersion !== this.version) this.forget(pool, topologyVersion);
     const memos = this.memos;
     for (let i = 0; i < memos.length; i++) {
       const memo = memos[i] as Memo;
-      if (sameHint(memo.key, hint)) return memo.resolved;
+      if (memo.zone === zone && sameHint(memo.key, hint)) return memo.resolved;
     }
     const counts: SubsetCounts = { entries: 0, ignored: 0, unmatched: 0 };
     const unmatched: string[] = [];
@@ -70,7 +74,7 @@ export class SubsetMemo {
     this.found.length = 0;
     this.seen.clear();
     const resolved: ResolvedSubset = { endpoints, tiers, counts, unmatched };
-    this.remember(hint, resolved);
+    this.remember(hint, zone, resolved);
     return resolved;
   }
 
@@ -81,11 +85,12 @@ export class SubsetMemo {
     this.version = topologyVersion;
   }
 
-  private remember(hint: SubsetHint, resolved: ResolvedSubset): void {
+  /** `zone` is an origin's (origins.ts), already a detached copy. */
+  private remember(hint: SubsetHint, zone: string, resolved: ResolvedSubset): void {
     const key = detachedKey(hint);
     if (key === undefined) return;
     const chars = typeof key === 'string' ? key.length : key.reduce((sum, entry) => sum + entry.length + 1, 0);
-    this.memos.unshift({ key, chars, resolved });
+    this.memos.unshift({ zone, key, chars, resolved });
     this.chars += chars;
     while (this.memos.length > MEMO_HINTS || this.chars > MEMO_CHARS) this.chars -= (this.memos.pop() as Memo).chars;
   }

@@ -10,6 +10,8 @@ export interface RequestOptions {
   chunks?: number;
   mode?: 'full-duplex' | 'buffered';
   subset?: unknown;
+  /** The gateway's zone, in the subset hint's namespace as spillway-xds's filter config writes it (`x-spillway-gateway-zone`). */
+  gatewayZone?: unknown;
   headers?: Record<string, string>;
   /** Send no protocol_config (Envoy before 1.34). */
   noProtocolConfig?: boolean;
@@ -26,13 +28,11 @@ export function envoyRequestMessages(options: RequestOptions = {}): ProcessingRe
     'content-type': 'application/json',
     ...options.headers,
   };
+  const hint: Record<string, unknown> = {};
+  if (options.subset !== undefined) hint['x-gateway-destination-endpoint-subset'] = options.subset;
+  if (options.gatewayZone !== undefined) hint['x-spillway-gateway-zone'] = options.gatewayZone;
   const metadataContext =
-    options.subset === undefined
-      ? undefined
-      : {
-          filterMetadata: { 'envoy.lb.subset_hint': { 'x-gateway-destination-endpoint-subset': options.subset } },
-          typedFilterMetadata: {},
-        };
+    Object.keys(hint).length === 0 ? undefined : { filterMetadata: { 'envoy.lb.subset_hint': hint }, typedFilterMetadata: {} };
   const messages: ProcessingRequest[] = [
     {
       request: {

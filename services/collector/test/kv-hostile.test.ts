@@ -1,10 +1,12 @@
 /**
  * Hostile KV-event publishers against the relay: a raw ZeroMQ PUB socket sends what no vLLM would
- * (garbage, unknown tags, huge batches, wrong frames, a flood of blocks). Everything is dropped or
- * bounded and counted; the relay keeps relaying valid batches and never throws.
+ * (garbage, unknown tags, huge batches, wrong frames, a flood of blocks, megabytes of nested
+ * one-element arrays). Everything is dropped or bounded and counted; the relay keeps relaying
+ * valid batches and never throws.
  */
 import { encode } from '@msgpack/msgpack';
 import {
+  DEFAULT_VLLM_KV_LIMITS,
   encodeVllmKvBatch,
   encodeVllmSeq,
   KV_CLEARED,
@@ -13,6 +15,7 @@ import {
   kvBlockKeys,
   type KvBatch,
   type KvSnapshotEvent,
+  type VllmKvLimits,
 } from '@spillway/events';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -42,6 +45,36 @@ async function until(check: () => boolean, what: string): Promise<void> {
     if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
     await new Promise((r) => setTimeout(r, 10));
   }
+}
+
+/** A relay following one pod, `evil`, whose KV events come from `pub`. */
+function relayOf(pub: Publisher, sink: KvSink, metrics: CollectorMetrics, limits: VllmKvLimits, maxBytesPerPod: number): KvRelay {
+  const relay = new KvRelay({
+    pool: 'llama',
+    limits,
+    maxBytesPerPod,
+    snapshotIntervalMs: 60_000,
+    replayTimeoutMs: 500,
+    reconnectMs: 50,
+    reconnectMaxMs: 200,
+    topic: '',
+    sink,
+    logger: pino({ level: 'silent' }),
+    metrics,
+  });
+  relay.setEndpoints([
+    {
+      pod: 'evil',
+      address: '127.0.0.1:1',
+      zone: 'zone-a',
+      region: undefined,
+      engine: undefined,
+      labels: undefined,
+      sourceReady: true,
+      kvEvents: pub.lastEndpoint as string,
+    },
+  ]);
+  return relay;
 }
 
 const BS = 4;
@@ -80,31 +113,7 @@ describe('KV relay against a hostile publisher', () => {
     await pub.bind('tcp://127.0.0.1:*');
     sink = new MemoryKvSink();
     metrics = new CollectorMetrics();
-    relay = new KvRelay({
-      pool: 'llama',
-      limits: { maxPayloadBytes: 64 * 1024, maxEvents: 64, maxHashes: 256, maxTokens: 1024 },
-      maxBytesPerPod: 176 * 100,
-      snapshotIntervalMs: 60_000,
-      replayTimeoutMs: 500,
-      reconnectMs: 50,
-      reconnectMaxMs: 200,
-      topic: '',
-      sink,
-      logger: pino({ level: 'silent' }),
-      metrics,
-    });
-    relay.setEndpoints([
-      {
-        pod: 'evil',
-        address: '127.0.0.1:1',
-        zone: 'zone-a',
-        region: undefined,
-        engine: undefined,
-        labels: undefined,
-        sourceReady: true,
-        kvEvents: pub.lastEndpoint as string,
-      },
-    ]);
+    relay = relayOf(pub, sink, metrics, { maxPayloadBytes: 64 * 1024, maxEvents: 64, maxHashes: 256, maxTokens: 1024 }, 176 * 100);
     // Publish valid batches until one arrives: the subscription is live from then on.
     await until(() => {
       void send(valid([seq + 1_000_000], null, seq * 100));
@@ -170,5 +179,72 @@ describe('KV relay against a hostile publisher', () => {
     expect(snap?.keys.length).toBe(relay.status()[0]?.blocks);
     // The last flood batch's blocks are the newest.
     expect(snap?.keys.slice(-50)).toEqual(kvBlockKeys(tokens(200, 19_000), BS));
+  });
+});
+
+/** `bytes` of nested one-element arrays with a nil at the bottom: valid msgpack, one array per byte. */
+function nestedArrays(bytes: number): Uint8Array {
+  const payload = new Uint8Array(bytes).fill(0x91);
+  payload[bytes - 1] = 0xc0;
+  return payload;
+}
+
+describe('KV relay at its default limits against megabytes of nested arrays', () => {
+  let pub: Publisher;
+  let relay: KvRelay;
+  let sink: MemoryKvSink;
+  let metrics: CollectorMetrics;
+  let seq = 0;
+  const send = (payload: Uint8Array, s = seq++) => pub.send(['', encodeVllmSeq(s), payload]);
+  const valid = (hash: number, base: number) =>
+    encodeVllmKvBatch(1, [
+      {
+        type: 'stored',
+        hashes: [hash],
+        parent: null,
+        tokenIds: tokens(BS, base),
+        blockSize: BS,
+        loraId: null,
+        medium: 'GPU',
+        loraName: null,
+      },
+    ]);
+  const storedAt = (key: number) => sink.batches.findIndex((b) => b.events.some((e) => e[0] === KV_STORED && e[1].includes(key)));
+
+  beforeAll(async () => {
+    pub = new Publisher({ linger: 0 });
+    await pub.bind('tcp://127.0.0.1:*');
+    sink = new MemoryKvSink();
+    metrics = new CollectorMetrics();
+    // The collector's own limits (app.ts): the 8 MiB default of --kv-max-batch-bytes.
+    relay = relayOf(pub, sink, metrics, DEFAULT_VLLM_KV_LIMITS, 1024 * 1024);
+    await until(() => {
+      void send(valid(seq + 1_000_000, seq * 100));
+      return sink.batches.length > 0;
+    }, 'the subscription');
+  });
+  afterAll(() => {
+    relay.stop();
+    pub.close();
+  });
+
+  it('refuses 1 MiB and 8 MiB of nested one-element arrays as too complex, counts them, and relays the valid batch after them', async () => {
+    const dropped = (reason: string) =>
+      metrics.registry
+        .getSingleMetric('spillway_collector_kv_dropped_total')
+        ?.get()
+        .then((m) => m.values.find((v) => v.labels['reason'] === reason)?.value ?? 0);
+    const relayedBefore = sink.batches.length;
+    await send(nestedArrays(1024 * 1024));
+    await send(nestedArrays(DEFAULT_VLLM_KV_LIMITS.maxPayloadBytes));
+    await send(valid(4242, 90_000));
+    const key = kvBlockKeys(tokens(BS, 90_000), BS)[0] as number;
+    await until(() => storedAt(key) >= 0, 'the valid batch after the nested arrays');
+    expect(await dropped('too-complex')).toBe(2);
+    // Nothing else was counted against them: they were refused on their shape, not decoded.
+    for (const reason of ['not-msgpack', 'malformed', 'oversized', 'too-many-events']) expect(await dropped(reason)).toBe(0);
+    // A refused batch may have carried removals: the pod's blocks were cleared before the valid one's.
+    const cleared = sink.batches.slice(relayedBefore, storedAt(key)).some((b) => b.events.some((e) => e[0] === KV_CLEARED));
+    expect(cleared).toBe(true);
   });
 });

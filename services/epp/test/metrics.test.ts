@@ -245,6 +245,8 @@ describe('metrics after traffic', () => {
         'tier',
         'credited',
         'rank',
+        'phase',
+        'state',
       ]).toContain(name);
   });
 

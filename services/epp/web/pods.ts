@@ -27,6 +27,7 @@ const COLUMNS: readonly Column[] = [
   { key: 'kvCacheUsage', label: 'KV cache', firstOrder: 'desc', value: (p) => percent(p.kvCacheUsage) },
   { key: 'metricsAgeMs', label: 'Metrics age', firstOrder: 'desc', value: (p) => ms(p.metricsAgeMs) },
   { key: 'inFlight', label: 'In flight here', firstOrder: 'desc', value: (p) => String(p.inFlight) },
+  { key: 'started', label: 'Started', firstOrder: 'desc', value: (p) => String(p.started) },
   { key: 'penaltyLeftMs', label: 'Penalty left', firstOrder: 'desc', value: (p) => (p.penaltyLeftMs > 0 ? ms(p.penaltyLeftMs) : '') },
   { key: 'expectedWaitMs', label: 'Expected wait', firstOrder: 'desc', value: (p) => ms(p.expectedWaitMs) },
   { key: 'costMs', label: 'Cost from here', firstOrder: 'desc', value: (p) => ms(p.costMs) },

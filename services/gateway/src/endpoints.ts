@@ -36,6 +36,9 @@ export interface KnownEndpoint {
   readonly address: string;
   readonly zone: string | undefined;
   readonly local: boolean;
+  readonly priority: number;
+  /** What the cluster's source says of its health (EDS); true for a static list. */
+  readonly sourceHealthy: boolean;
 }
 
 /** Canonicalised, de-duplicated endpoints, looked up by their canonical address. */
@@ -52,10 +55,23 @@ export class EndpointTable {
       }
       if (byAddress.has(canonical)) throw new RangeError(`endpoint ${canonical} is listed twice`);
       // Without a zone of its own the gateway treats every endpoint as local.
-      byAddress.set(canonical, { address: canonical, zone: endpoint.zone, local: zone === undefined || endpoint.zone === zone });
+      byAddress.set(canonical, {
+        address: canonical,
+        zone: endpoint.zone,
+        local: zone === undefined || endpoint.zone === zone,
+        priority: endpoint.priority ?? 0,
+        sourceHealthy: endpoint.healthy ?? true,
+      });
     }
     this.#byAddress = byAddress;
     this.all = [...byAddress.values()];
+  }
+
+  /** The hosts by priority (0 first), in configuration order within each. */
+  priorities(): string[][] {
+    const levels: string[][] = [];
+    for (const endpoint of this.all) (levels[endpoint.priority] ??= []).push(endpoint.address);
+    return Array.from(levels, (level) => level ?? []);
   }
 
   /** The configured endpoint a destination entry names, matched on its canonical spelling. */

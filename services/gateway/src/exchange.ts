@@ -14,7 +14,6 @@ import type { CommonResponse, ProcessingResponse } from '@spillway/protocol';
 import type { Logger } from 'pino';
 import type { Dispatcher } from 'undici';
 import { BodyReadError, BodyReader, BodyTooLarge } from './bodies.js';
-import type { EndpointTable } from './endpoints.js';
 import type { EppCluster } from './epp-cluster.js';
 import { gatewayError } from './errors.js';
 import { ExtProcSession } from './ext-proc-session.js';
@@ -25,7 +24,8 @@ import { ProtocolViolation, applyHeaderMutation, destinationEntries, destination
 import type { Headers, LocalReply } from './mutations.js';
 import type { ResolvedOptions } from './options.js';
 import { DestinationWalk } from './override-host.js';
-import type { RoundRobin } from './override-host.js';
+import type { ModelServers } from './model-servers.js';
+import type { SubsetFilter } from './subset-filter.js';
 import { retriesFailure, retriesStatus, retryBackOffMs } from './retry-policy.js';
 import type { AttemptFailure } from './retry-policy.js';
 import type { Stats } from './stats.js';
@@ -34,10 +34,11 @@ import type { UpstreamRequest, UpstreamResponse, Upstreams } from './upstream.js
 export interface ExchangeContext {
   /** The EPP hosts, health-checked, a new stream's host picked by round robin. */
   readonly epp: EppCluster;
-  readonly table: EndpointTable;
+  /** The model-server cluster: its hosts now and its fallback policy, shared by all requests. */
+  readonly servers: ModelServers;
   readonly health: HealthView;
-  /** The model-server cluster's fallback policy, shared by all requests. */
-  readonly fallback: RoundRobin;
+  /** What the set_metadata filter before ext_proc writes (the subset hint and the gateway's zone). */
+  readonly subsetFilter: SubsetFilter;
   readonly upstreams: Upstreams;
   readonly stats: Stats;
   readonly logger: Logger;
@@ -181,7 +182,7 @@ class Exchange {
     const declared = req.headers['content-length'];
     const hasBody = req.headers['transfer-encoding'] !== undefined || Number(declared ?? 0) > 0;
     const headers = clientHeaders(req);
-    if (options.subsetHint) this.#metadata.setSubsetHint(this.#ctx.health.healthyLocal());
+    if (options.subsetHint) this.#ctx.subsetFilter.apply(this.#metadata);
     // The EPP sees every client header, but a client's own x-gateway-destination-endpoint* values
     // never go upstream (the route strips them) and never steer routing (override_host reads metadata).
     const forwarded: Headers = headers.filter(([name]) => !name.startsWith(':') && !name.startsWith(DESTINATION_HEADER_PREFIX));
@@ -317,7 +318,9 @@ class Exchange {
     const { health, stats, options } = this.#ctx;
     const entries = destinationEntries(destinationOf(this.#metadata, request.headers));
     this.#destination = entries.length > 0 ? entries.join(',') : undefined;
-    const walk = new DestinationWalk(entries, this.#ctx.table, options.passthrough);
+    const servers = this.#ctx.servers;
+    const table = servers.table;
+    const walk = new DestinationWalk(entries, table, options.passthrough);
     // Protocol headers (the EPP's destination) are routing state, not something a model server needs.
     const upstreamRequest: UpstreamRequest = {
       method: this.#req.method ?? 'GET',
@@ -332,7 +335,7 @@ class Exchange {
       for (let attempt = 1; attempt <= budget; attempt++) {
         if (attempt > 1) await this.#backOff(attempt - 1);
         const listed = walk.next();
-        address = listed ?? this.#ctx.fallback.pick();
+        address = listed ?? servers.fallback.pick();
         if (address === undefined) {
           // Envoy's "no healthy upstream": a local reply, never retried.
           failure = gatewayError(503, 'no_healthy_upstream', 'no host to send the request to');
@@ -406,7 +409,7 @@ class Exchange {
       if (response.statusCode >= 500) health.reportFailure(address);
       else health.reportSuccess(address);
       const first = destinationEntries(this.#destination)[0];
-      stats.served(address, first === undefined || this.#ctx.table.lookup(first)?.address !== address);
+      stats.served(address, first === undefined || this.#ctx.servers.table.lookup(first)?.address !== address);
     }
     const session = this.#session;
     session.responseHeadersArrived();

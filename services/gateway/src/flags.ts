@@ -4,7 +4,7 @@ import { CliError, commaList, durationMs, logLevel, nonNegativeInt, parseCommand
 import type { FlagSpecs } from '@spillway/cli';
 import { z } from 'zod';
 import { loadEndpointsFile } from './endpoints.js';
-import { DEFAULTS } from './options.js';
+import { DEFAULTS, eppPrioritiesOf, XDS_DEFAULTS } from './options.js';
 import type { EppTlsOptions, GatewayOptions } from './options.js';
 import { parseRetryOn } from './retry-policy.js';
 
@@ -29,17 +29,30 @@ export const gatewayFlags = {
   port: { description: `HTTP listen port; 0 picks a free one (default ${DEFAULTS.port})`, schema: port(DEFAULTS.port), placeholder: 'N' },
   host: { description: `listen address (default ${DEFAULTS.host})`, schema: text.default(DEFAULTS.host), placeholder: 'ADDR' },
   zone: {
-    description: "this gateway's zone: endpoints of this zone make up the subset hint (default: all)",
+    description:
+      "this gateway's zone: endpoints of this zone make up the subset hint, and it travels beside it (x-spillway-gateway-zone); with --xds the node's zone (default: all endpoints local)",
     schema: text.optional(),
     placeholder: 'Z',
   },
   epp: {
     description:
-      "the EPP cluster's ext_proc addresses, comma-separated (required): each health-checked, new streams by round robin over the healthy ones",
+      "the EPP cluster's priority-0 ext_proc addresses (this zone's EPPs), comma-separated (required): each health-checked, new streams by round robin over the healthy ones",
     schema: z
       .string()
       .refine((value) => value.split(',').every((host) => hostPort.safeParse(host.trim()).success), 'must be HOST:PORT[,HOST:PORT...]'),
     placeholder: 'HOST:PORT[,...]',
+  },
+  eppFallback: {
+    description:
+      "lower priorities of the EPP cluster (other zones' EPPs): hosts of priority 1, then after each / the next priority's; as Envoy, a priority takes the streams the ones before it cannot carry (overprovisioning factor 1.4, then panic)",
+    schema: z
+      .string()
+      .refine(
+        (value) => value.split('/').every((group) => group.split(',').every((host) => hostPort.safeParse(host.trim()).success)),
+        'must be HOST:PORT[,HOST:PORT...][/HOST:PORT...]',
+      )
+      .optional(),
+    placeholder: 'HOST:PORT[,...][/...]',
   },
   eppTls: { description: 'use TLS to the EPP with the system roots', schema: z.boolean().default(false), boolean: true },
   eppTlsCa: { description: 'PEM CA bundle for the EPP (implies TLS)', schema: text.optional(), placeholder: 'FILE' },
@@ -47,9 +60,30 @@ export const gatewayFlags = {
   eppTlsKey: { description: 'client key for mutual TLS', schema: text.optional(), placeholder: 'FILE' },
   eppTlsServerName: { description: "name to verify in the EPP's certificate", schema: text.optional(), placeholder: 'NAME' },
   endpoints: {
-    description: 'YAML/JSON list of { address: ip:port, zone? }: the model servers (required unless --passthrough)',
+    description: 'YAML/JSON list of { address: ip:port, zone? }: the model servers (required unless --xds or --passthrough)',
     schema: text.optional(),
     placeholder: 'FILE',
+  },
+  xds: {
+    description:
+      "spillway-xds's ADS address: take the model servers from EDS and the subset hint with the gateway's zone from ECDS, as the shipped Envoy config does, instead of --endpoints (needs --zone)",
+    schema: hostPort.optional(),
+    placeholder: 'HOST:PORT',
+  },
+  region: {
+    description: "with --xds: this gateway's region (node.locality.region)",
+    schema: text.optional(),
+    placeholder: 'R',
+  },
+  nodeId: {
+    description: 'with --xds: node.id (default spillway-gateway-<zone>-<pid>)',
+    schema: text.max(256).optional(),
+    placeholder: 'ID',
+  },
+  xdsClusterName: {
+    description: `with --xds: the EDS resource, spillway-xds's --cluster-name (default ${XDS_DEFAULTS.clusterName})`,
+    schema: text.max(256).default(XDS_DEFAULTS.clusterName),
+    placeholder: 'NAME',
   },
   passthrough: {
     description: 'also forward to destination entries that are not in --endpoints',
@@ -197,7 +231,12 @@ function readPem(flag: string, path: string | undefined): Buffer | undefined {
 export function parseGatewayArgs(argv: readonly string[], env: NodeJS.ProcessEnv): ParsedGatewayArgs {
   if (argv.includes('--help')) return { help: true };
   const { values } = parseCommandLine(gatewayFlags, argv, env);
-  if (values.endpoints === undefined && !values.passthrough) throw new CliError('--endpoints: required (or give --passthrough)');
+  if (values.xds !== undefined) {
+    if (values.endpoints !== undefined) throw new CliError('--endpoints: not with --xds (the model servers come from EDS)');
+    if (values.zone === undefined) throw new CliError("--zone: required with --xds (the node's zone, node.locality.zone)");
+  } else if (values.endpoints === undefined && !values.passthrough) {
+    throw new CliError('--endpoints: required (or give --xds or --passthrough)');
+  }
   if ((values.eppTlsCert === undefined) !== (values.eppTlsKey === undefined)) {
     throw new CliError('--epp-tls-cert and --epp-tls-key go together');
   }
@@ -221,6 +260,11 @@ export function parseGatewayArgs(argv: readonly string[], env: NodeJS.ProcessEnv
   } catch (error) {
     throw new CliError(`--retry-on: ${(error as Error).message}`);
   }
+  try {
+    eppPrioritiesOf(values.epp, values.eppFallback);
+  } catch (error) {
+    throw new CliError(`--epp-fallback: ${(error as Error).message.replace(/^eppFallback: |^epp: /, '')}`);
+  }
   let endpoints: GatewayOptions['endpoints'] = [];
   if (values.endpoints !== undefined) {
     try {
@@ -233,8 +277,13 @@ export function parseGatewayArgs(argv: readonly string[], env: NodeJS.ProcessEnv
     help: false,
     options: {
       epp: values.epp,
+      eppFallback: values.eppFallback,
       eppTls,
       endpoints,
+      xds:
+        values.xds === undefined
+          ? undefined
+          : { server: values.xds, region: values.region, nodeId: values.nodeId, clusterName: values.xdsClusterName },
       zone: values.zone,
       port: values.port,
       host: values.host,

@@ -4,16 +4,17 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { pino } from 'pino';
 import type { Logger } from 'pino';
-import { EndpointTable } from './endpoints.js';
 import { EppCluster, type EppHostState } from './epp-cluster.js';
 import { gatewayError } from './errors.js';
 import { handleExchange } from './exchange.js';
 import type { ExchangeContext } from './exchange.js';
 import { HealthView } from './health.js';
 import type { EndpointHealth } from './health.js';
-import { eppHostsOf, resolveOptions } from './options.js';
-import { RoundRobin } from './override-host.js';
-import type { GatewayOptions, ResolvedOptions } from './options.js';
+import { ModelServers } from './model-servers.js';
+import { resolveOptions, XDS_DEFAULTS } from './options.js';
+import type { GatewayOptions, ResolvedOptions, XdsOptions } from './options.js';
+import { DiscoveredSubsetFilter, staticSubsetFilter } from './subset-filter.js';
+import { GatewayXdsClient, type XdsState } from './xds-client.js';
 import { Stats } from './stats.js';
 import type { StatsSnapshot } from './stats.js';
 import { Upstreams } from './upstream.js';
@@ -22,11 +23,15 @@ export interface GatewayStats extends StatsSnapshot {
   zone: string | undefined;
   /** The --epp addresses, as given. */
   epp: string;
+  /** The --epp-fallback groups, as given. */
+  eppFallback: string | undefined;
   /** Whether any EPP host passes the gateway's health checks. */
   eppHealthy: boolean;
   /** Each EPP host and its health as the gateway's checks see it. */
   eppHosts: EppHostState[];
   subsetHint: boolean;
+  /** With --xds: the ADS stream, the versions accepted, ACKs and NACKs. */
+  xds: XdsState | undefined;
   endpoints: EndpointHealth[];
 }
 
@@ -48,9 +53,10 @@ const HEALTH_PATH = '/gateway/health';
 export async function startGateway(input: GatewayOptions): Promise<Gateway> {
   const options = resolveOptions(input);
   const logger: Logger = input.logger ?? pino({ level: options.logLevel, base: { service: 'spillway-gateway' } });
-  const table = new EndpointTable(options.endpoints, options.zone);
-  const health = new HealthView(
-    table,
+  // The model-server cluster: the static list, or (with --xds) empty until EDS fills it.
+  const servers: ModelServers = new ModelServers(options.endpoints, options.zone, (address: string): boolean => health.isHealthy(address));
+  const health: HealthView = new HealthView(
+    servers,
     {
       intervalMs: options.healthIntervalMs,
       timeoutMs: options.healthTimeoutMs,
@@ -62,9 +68,9 @@ export async function startGateway(input: GatewayOptions): Promise<Gateway> {
     logger,
   );
   // The shipped config's EPP cluster: each host health-checked every 2 s (or as set), 1 s timeout,
-  // 2 to fail, 1 to recover; new streams by round robin over the healthy hosts.
+  // 2 to fail, 1 to recover; new streams by priority, then round robin over a level's healthy hosts.
   const epp = new EppCluster(
-    eppHostsOf(options.epp),
+    options.eppPriorities,
     options.eppTls,
     {
       intervalMs: options.eppHealthIntervalMs,
@@ -77,14 +83,13 @@ export async function startGateway(input: GatewayOptions): Promise<Gateway> {
   );
   const upstreams = new Upstreams({ connectTimeoutMs: options.connectTimeoutMs, perTryTimeoutMs: options.perTryTimeoutMs });
   const stats = new Stats();
-  // Round robin starts at a random host, as Envoy's does, so gateways do not move in step.
-  const hosts = table.all.map((endpoint) => endpoint.address);
-  const fallback = new RoundRobin(hosts, (address) => health.isHealthy(address), Math.floor(Math.random() * Math.max(hosts.length, 1)));
+  const xds = options.xds === undefined ? undefined : discovery(options, options.xds, servers, logger);
+  const subsetFilter = xds?.filter ?? staticSubsetFilter(health, options.zone);
   const ctx: ExchangeContext = {
     epp,
-    table,
+    servers,
     health,
-    fallback,
+    subsetFilter,
     upstreams,
     stats,
     logger,
@@ -96,9 +101,11 @@ export async function startGateway(input: GatewayOptions): Promise<Gateway> {
     ...stats.snapshot(),
     zone: options.zone,
     epp: options.epp,
+    eppFallback: input.eppFallback,
     eppHealthy: epp.healthy,
     eppHosts: epp.hosts(),
     subsetHint: options.subsetHint,
+    xds: xds?.client.state(),
     endpoints: health.snapshot(),
   });
 
@@ -120,19 +127,41 @@ export async function startGateway(input: GatewayOptions): Promise<Gateway> {
     });
   });
 
+  if (xds !== undefined) {
+    xds.client.start();
+    // Envoy starts its listeners once its clusters warmed, or after initial_fetch_timeout.
+    const timeoutMs = options.xds?.initialFetchTimeoutMs ?? 0;
+    if (!(await xds.client.initialFetch(timeoutMs)))
+      logger.warn({ server: options.xds?.server, timeoutMs }, 'no EDS and ECDS answer from spillway-xds in time; listening anyway');
+  }
   await Promise.all([health.start(), epp.start()]);
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(options.port, options.host, () => {
-      server.off('error', reject);
-      resolve();
+  try {
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(options.port, options.host, () => {
+        server.off('error', reject);
+        resolve();
+      });
     });
-  });
+  } catch (error) {
+    xds?.client.stop();
+    await health.stop();
+    await epp.stop();
+    throw error;
+  }
   const { port } = server.address() as AddressInfo;
   const host = options.host.includes(':') ? `[${options.host}]` : options.host;
   const url = `http://${host}:${port}`;
   logger.info(
-    { url, epp: options.epp, zone: options.zone, endpoints: table.all.length, subsetHint: options.subsetHint, retries: options.retries },
+    {
+      url,
+      epp: options.epp,
+      eppFallback: input.eppFallback,
+      zone: options.zone,
+      endpoints: servers.table.all.length,
+      subsetHint: options.subsetHint,
+      retries: options.retries,
+    },
     'listening',
   );
 
@@ -142,10 +171,36 @@ export async function startGateway(input: GatewayOptions): Promise<Gateway> {
       const closed = new Promise<void>((resolve) => server.close(() => resolve()));
       server.closeAllConnections();
       await closed;
+      xds?.client.stop();
       await health.stop();
       await epp.stop();
       await upstreams.close();
     })());
 
-  return { url, port, options, stats: snapshot, subsetHint: () => health.healthyLocal(), close };
+  return { url, port, options, stats: snapshot, subsetHint: () => subsetFilter.subset(), close };
+}
+
+/** The xDS client and what it feeds: the model-server cluster (EDS) and the subset filter (ECDS). */
+function discovery(
+  options: ResolvedOptions,
+  xds: XdsOptions,
+  servers: ModelServers,
+  logger: Logger,
+): { client: GatewayXdsClient; filter: DiscoveredSubsetFilter } {
+  const zone = options.zone as string;
+  const filter = new DiscoveredSubsetFilter(zone);
+  const client = new GatewayXdsClient(
+    {
+      server: xds.server,
+      node: { id: xds.nodeId ?? `spillway-gateway-${zone}`, zone, region: xds.region },
+      clusterName: xds.clusterName ?? XDS_DEFAULTS.clusterName,
+      filterName: XDS_DEFAULTS.filterName,
+      logger: logger.child({ xds: xds.server }),
+    },
+    {
+      endpoints: (endpoints) => servers.replace(endpoints),
+      subsetFilter: (entries) => filter.update(entries),
+    },
+  );
+  return { client, filter };
 }

@@ -5,6 +5,11 @@ import { Agent, request } from 'undici';
 import type { Logger } from 'pino';
 import type { EndpointTable, KnownEndpoint } from './endpoints.js';
 
+/** Where the health view finds the cluster's hosts now (they change with EDS). */
+export interface HostSource {
+  readonly table: EndpointTable;
+}
+
 export interface HealthOptions {
   /** 0 disables active checks: endpoints are healthy unless ejected. */
   readonly intervalMs: number;
@@ -33,7 +38,7 @@ export interface EndpointHealth {
 }
 
 export class HealthView {
-  readonly #table: EndpointTable;
+  readonly #hosts: HostSource;
   readonly #options: HealthOptions;
   readonly #logger: Logger;
   readonly #now: () => number;
@@ -44,15 +49,24 @@ export class HealthView {
   #stopped = false;
   #round: Promise<void> | undefined;
 
-  constructor(table: EndpointTable, options: HealthOptions, logger: Logger, now: () => number = Date.now) {
-    this.#table = table;
+  constructor(hosts: HostSource, options: HealthOptions, logger: Logger, now: () => number = Date.now) {
+    this.#hosts = hosts;
     this.#options = options;
     this.#logger = logger;
     this.#now = now;
-    // Optimistic start (like a freshly configured static cluster); the first round runs at once.
-    for (const endpoint of table.all) {
-      this.#states.set(endpoint.address, { checkFailures: 0, activeHealthy: true, requestFailures: 0, ejectedUntil: 0 });
+  }
+
+  /**
+   * A host's state, made on first sight: optimistic (like a freshly configured static cluster),
+   * until its first check says otherwise.
+   */
+  #stateOf(address: string): State | undefined {
+    let state = this.#states.get(address);
+    if (state === undefined && this.#hosts.table.lookup(address) !== undefined) {
+      state = { checkFailures: 0, activeHealthy: true, requestFailures: 0, ejectedUntil: 0 };
+      this.#states.set(address, state);
     }
+    return state;
   }
 
   /** Runs the first round of checks (so the first hint reflects them), then keeps checking. */
@@ -70,24 +84,24 @@ export class HealthView {
   }
 
   isHealthy(address: string): boolean {
-    const state = this.#states.get(address);
+    const state = this.#stateOf(address);
     return state !== undefined && state.activeHealthy && state.ejectedUntil <= this.#now();
   }
 
   /** Healthy endpoints of the gateway's zone, in configuration order: the subset hint. */
   healthyLocal(): string[] {
-    return this.#table.all.filter((e) => e.local && this.isHealthy(e.address)).map((e) => e.address);
+    return this.#hosts.table.all.filter((e) => e.local && e.sourceHealthy && this.isHealthy(e.address)).map((e) => e.address);
   }
 
   /** A request to the endpoint got a response that was not a 5xx. */
   reportSuccess(address: string): void {
-    const state = this.#states.get(address);
+    const state = this.#stateOf(address);
     if (state !== undefined) state.requestFailures = 0;
   }
 
   /** A request to the endpoint failed (connect failure, reset, timeout or 5xx). */
   reportFailure(address: string): void {
-    const state = this.#states.get(address);
+    const state = this.#stateOf(address);
     if (state === undefined || this.#options.outlierFailures <= 0) return;
     state.requestFailures++;
     if (state.requestFailures >= this.#options.outlierFailures) {
@@ -99,11 +113,18 @@ export class HealthView {
 
   snapshot(): EndpointHealth[] {
     const now = this.#now();
-    return this.#table.all.map((e) => {
-      const state = this.#states.get(e.address);
+    return this.#hosts.table.all.map((e) => {
+      const state = this.#stateOf(e.address);
       const ejected = state !== undefined && state.ejectedUntil > now;
       const activeHealthy = state?.activeHealthy ?? false;
-      return { address: e.address, zone: e.zone, local: e.local, healthy: activeHealthy && !ejected, activeHealthy, ejected };
+      return {
+        address: e.address,
+        zone: e.zone,
+        local: e.local,
+        healthy: e.sourceHealthy && activeHealthy && !ejected,
+        activeHealthy,
+        ejected,
+      };
     });
   }
 
@@ -116,14 +137,17 @@ export class HealthView {
   }
 
   #checkAll(): Promise<void> {
-    this.#round = Promise.all(this.#table.all.map((e) => this.#check(e))).then(() => undefined);
+    const table = this.#hosts.table;
+    // Hosts that left the cluster (EDS) leave the view.
+    for (const address of [...this.#states.keys()]) if (table.lookup(address) === undefined) this.#states.delete(address);
+    this.#round = Promise.all(table.all.map((e) => this.#check(e))).then(() => undefined);
     return this.#round;
   }
 
   async #check(endpoint: KnownEndpoint): Promise<void> {
     const ok = await this.#probe(endpoint.address);
     if (this.#stopped) return;
-    const state = this.#states.get(endpoint.address);
+    const state = this.#stateOf(endpoint.address);
     if (state === undefined) return;
     if (ok) {
       state.checkFailures = 0;

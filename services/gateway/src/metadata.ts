@@ -1,7 +1,8 @@
 // A request's dynamic metadata, handled as the production Envoy config does (infra/envoy):
 // metadata_options forwarding [envoy.lb, envoy.lb.subset_hint], receiving [envoy.lb].
-import { LB_NAMESPACE, SERVED_KEY, SUBSET_KEY, SUBSET_NAMESPACE } from '@spillway/protocol';
+import { GATEWAY_ZONE_KEY, LB_NAMESPACE, SERVED_KEY, SUBSET_KEY, SUBSET_NAMESPACE } from '@spillway/protocol';
 import type { Metadata } from '@spillway/protocol';
+import { applySetMetadata, type SetMetadataEntry } from './set-metadata.js';
 
 type Namespace = Record<string, unknown>;
 
@@ -15,9 +16,20 @@ function isNamespace(value: unknown): value is Namespace {
 export class DynamicMetadata {
   readonly #namespaces = new Map<string, Namespace>();
 
-  /** What set_metadata writes before ext_proc in the production config: the zone-local subset. */
-  setSubsetHint(endpoints: readonly string[]): void {
-    this.#namespaces.set(SUBSET_NAMESPACE, { [SUBSET_KEY]: [...endpoints] });
+  /**
+   * What set_metadata writes before ext_proc in the production config: the zone-local subset, and
+   * the gateway's zone when it has one (so an EPP of another zone picks for this one).
+   */
+  setSubsetHint(endpoints: readonly string[], zone: string | undefined): void {
+    this.#namespaces.set(
+      SUBSET_NAMESPACE,
+      zone === undefined ? { [SUBSET_KEY]: [...endpoints] } : { [SUBSET_KEY]: [...endpoints], [GATEWAY_ZONE_KEY]: zone },
+    );
+  }
+
+  /** What a set_metadata filter config writes (set-metadata.ts): spillway-xds's subset filter, by ECDS. */
+  setMetadata(entries: readonly SetMetadataEntry[]): void {
+    applySetMetadata(this.#namespaces, entries);
   }
 
   /** What override_host's selected_host_key writes after each pick. */

@@ -10,6 +10,10 @@ export interface EndpointConfig {
   readonly address: string;
   /** Zone label; endpoints in the gateway's own zone make up its subset hint. */
   readonly zone?: string | undefined;
+  /** The cluster priority it is at (EDS: by distance from the gateway's zone); 0 for a static list. */
+  readonly priority?: number | undefined;
+  /** Its health as the cluster's source says (EDS health_status); healthy unless said otherwise. */
+  readonly healthy?: boolean | undefined;
 }
 
 /** TLS towards the EPP; absent means plaintext gRPC. */
@@ -23,14 +27,35 @@ export interface EppTlsOptions {
   readonly serverName?: string | undefined;
 }
 
+/** The gateway as an xDS client of spillway-xds (as the shipped Envoy bootstrap makes Envoy one). */
+export interface XdsOptions {
+  /** spillway-xds's ADS address, `host:port`. */
+  readonly server: string;
+  /** node.id; default `spillway-gateway-<zone>-<pid>`. */
+  readonly nodeId?: string | undefined;
+  /** node.locality.region (the zone is GatewayOptions.zone). */
+  readonly region?: string | undefined;
+  /** The EDS resource: the model-server cluster's service_name (spillway-xds's --cluster-name). */
+  readonly clusterName?: string | undefined;
+  /** How long the start waits for the first EDS and ECDS answers before listening anyway (Envoy's initial_fetch_timeout). */
+  readonly initialFetchTimeoutMs?: number | undefined;
+}
+
 export interface GatewayOptions {
   /**
    * The EPP cluster's hosts: one ext_proc address `host:port`, or several comma-separated (a zone's
    * EPPs, as the shipped Envoy config's per-zone name resolves to them).
    */
   readonly epp: string;
+  /**
+   * Lower priorities of the EPP cluster (the other zones' EPPs, as the shipped Envoy config lists
+   * them): comma-separated hosts of priority 1, then after each `/` those of the next priority.
+   */
+  readonly eppFallback?: string | undefined;
   readonly eppTls?: EppTlsOptions | undefined;
+  /** The model servers, as a static list; with `xds` they come from EDS instead (this must then be empty). */
   readonly endpoints: readonly EndpointConfig[];
+  readonly xds?: XdsOptions | undefined;
   /** This gateway's zone. Undefined: every configured endpoint counts as local. */
   readonly zone?: string | undefined;
   readonly port?: number | undefined;
@@ -91,6 +116,8 @@ export type ResolvedOptions = Required<
   Omit<
     GatewayOptions,
     | 'eppTls'
+    | 'eppFallback'
+    | 'xds'
     | 'zone'
     | 'logger'
     | 'retryOn'
@@ -101,7 +128,12 @@ export type ResolvedOptions = Required<
     | 'responseTrailerMode'
   >
 > &
-  Pick<GatewayOptions, 'eppTls' | 'zone'> & { readonly retryOn: RetryOn; readonly processingMode: ProcessingMode };
+  Pick<GatewayOptions, 'eppTls' | 'zone' | 'xds'> & {
+    readonly retryOn: RetryOn;
+    readonly processingMode: ProcessingMode;
+    /** The EPP cluster's hosts by priority: `epp` first, then each group of `eppFallback`. */
+    readonly eppPriorities: readonly (readonly string[])[];
+  };
 
 export const DEFAULTS = {
   port: 8080,
@@ -160,12 +192,50 @@ export function eppHostsOf(epp: string): string[] {
   return hosts;
 }
 
+/** The EPP cluster by priority: `epp` at 0, then each `/`-separated group of `fallback`; an address may appear once. */
+export function eppPrioritiesOf(epp: string, fallback: string | undefined): string[][] {
+  const priorities = [eppHostsOf(epp)];
+  if (fallback !== undefined) {
+    for (const group of fallback.split('/')) {
+      try {
+        priorities.push(eppHostsOf(group));
+      } catch {
+        throw new RangeError(`eppFallback: an empty address or priority in ${JSON.stringify(fallback)}`);
+      }
+    }
+  }
+  const seen = new Set<string>();
+  for (const host of priorities.flat()) {
+    if (seen.has(host)) throw new RangeError(`epp: ${host} is listed twice (in --epp and --epp-fallback)`);
+    seen.add(host);
+  }
+  return priorities;
+}
+
+/** The spillway-xds ADS server's defaults: the EDS resource and the subset filter's ECDS resource. */
+export const XDS_DEFAULTS = { clusterName: 'model-servers', filterName: 'spillway-subset-hint', initialFetchTimeoutMs: 15_000 } as const;
+
+function xdsOf(options: GatewayOptions): XdsOptions | undefined {
+  const xds = options.xds;
+  if (xds === undefined) return undefined;
+  if (options.zone === undefined) throw new RangeError('xds: needs the gateway zone (node.locality.zone): set zone');
+  if (options.endpoints.length > 0) throw new RangeError('xds: the endpoints come from EDS; give no static endpoints');
+  return {
+    server: xds.server,
+    nodeId: xds.nodeId ?? `spillway-gateway-${options.zone}-${process.pid}`,
+    region: xds.region,
+    clusterName: xds.clusterName ?? XDS_DEFAULTS.clusterName,
+    initialFetchTimeoutMs: xds.initialFetchTimeoutMs ?? XDS_DEFAULTS.initialFetchTimeoutMs,
+  };
+}
+
 export function resolveOptions(options: GatewayOptions): ResolvedOptions {
   const pick = <K extends keyof typeof DEFAULTS & keyof ResolvedOptions>(key: K): ResolvedOptions[K] =>
     (options[key] ?? DEFAULTS[key]) as unknown as ResolvedOptions[K];
   return {
     retryOn: parseRetryOn(options.retryOn ?? DEFAULTS.retryOn.split(',')),
     processingMode: processingModeOf(options),
+    eppPriorities: eppPrioritiesOf(options.epp, options.eppFallback),
     streamCloseOptimization: pick('streamCloseOptimization'),
     failureModeAllow: pick('failureModeAllow'),
     statusOnError: pick('statusOnError'),
@@ -174,6 +244,7 @@ export function resolveOptions(options: GatewayOptions): ResolvedOptions {
     epp: options.epp,
     eppTls: options.eppTls,
     endpoints: options.endpoints,
+    xds: xdsOf(options),
     zone: options.zone,
     port: pick('port'),
     host: pick('host'),

@@ -1,6 +1,6 @@
 // Host selection for one request as the shipped config's model-server cluster does it: the
-// override_host policy walks the EPP's list, and its fallback policy (round robin over the whole
-// cluster, every zone) serves whatever the list does not (envoyproxy/envoy,
+// override_host policy walks the EPP's list, and its fallback policy (round robin over the
+// cluster's priorities, priority-lb.ts) serves whatever the list does not (envoyproxy/envoy,
 // source/extensions/load_balancing_policies/override_host/load_balancer.cc).
 import { canonicalAddress } from './endpoints.js';
 import type { EndpointTable } from './endpoints.js';
@@ -38,39 +38,5 @@ export class DestinationWalk {
       this.#skipped++;
     }
     return undefined;
-  }
-}
-
-/** Default healthy_panic_threshold of an Envoy cluster (percent). */
-export const DEFAULT_PANIC_THRESHOLD = 50;
-
-/**
- * The fallback policy: round robin over the cluster's healthy hosts, every zone alike (the
- * fallback RoundRobin has no locality config); when fewer than the panic threshold are healthy,
- * over all hosts (LoadBalancerBase panic mode). Shared by all requests, like Envoy's per-worker LB.
- */
-export class RoundRobin {
-  readonly #hosts: readonly string[];
-  readonly #isHealthy: (address: string) => boolean;
-  readonly #panicThreshold: number;
-  #index: number;
-
-  constructor(hosts: readonly string[], isHealthy: (address: string) => boolean, start = 0, panicThreshold = DEFAULT_PANIC_THRESHOLD) {
-    this.#hosts = hosts;
-    this.#isHealthy = isHealthy;
-    this.#panicThreshold = panicThreshold;
-    this.#index = start;
-  }
-
-  /** The next host, or undefined when the cluster has none ("no healthy upstream"). */
-  pick(): string | undefined {
-    if (this.#hosts.length === 0) return undefined;
-    const healthy = this.#hosts.filter(this.#isHealthy);
-    const panic = (healthy.length * 100) / this.#hosts.length < this.#panicThreshold;
-    const pool = panic ? this.#hosts : healthy;
-    if (pool.length === 0) return undefined;
-    const host = pool[this.#index % pool.length];
-    this.#index = (this.#index + 1) % Number.MAX_SAFE_INTEGER;
-    return host;
   }
 }

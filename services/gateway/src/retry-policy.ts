@@ -51,6 +51,11 @@ export const RETRY_MAX_MS = 250;
  * [0, (2^retry - 1) x base), capped at the maximum (JitteredExponentialBackOffStrategy::nextBackOffMs).
  */
 export function retryBackOffMs(retry: number, random: () => number): number {
-  const ceiling = (2 ** Math.min(retry, 30) - 1) * RETRY_BASE_MS;
-  return Math.min(Math.floor(random() * ceiling), RETRY_MAX_MS);
+  return jitteredBackOffMs(retry, RETRY_BASE_MS, RETRY_MAX_MS, random);
+}
+
+/** JitteredExponentialBackOffStrategy with another base and maximum (attempt 1 = the first back-off). */
+export function jitteredBackOffMs(attempt: number, baseMs: number, maxMs: number, random: () => number): number {
+  const ceiling = (2 ** Math.min(attempt, 30) - 1) * baseMs;
+  return Math.min(Math.floor(random() * ceiling), maxMs);
 }

@@ -1,5 +1,5 @@
 // The gateway's health view decides its subset hint: active checks plus outlier ejection.
-import { SUBSET_KEY, SUBSET_NAMESPACE } from '@spillway/protocol';
+import { GATEWAY_ZONE_KEY, SUBSET_KEY, SUBSET_NAMESPACE } from '@spillway/protocol';
 import { eventually } from '@spillway/testkit';
 import { describe, expect, it } from 'vitest';
 import { completion, fakeEpp, gateway, post, rawUpstream, sim } from './fixtures.js';
@@ -30,7 +30,7 @@ describe('health view', () => {
     await eventually(() => expect(gw.subsetHint()).toEqual([b.address]));
     expect((await post(`${gw.url}/v1/completions`, completion())).status).toBe(200);
     const hinted = epp.streams.at(-1)?.messages[0]?.metadataContext?.filterMetadata[SUBSET_NAMESPACE];
-    expect(hinted).toEqual({ [SUBSET_KEY]: [b.address] });
+    expect(hinted).toEqual({ [SUBSET_KEY]: [b.address], [GATEWAY_ZONE_KEY]: 'z' });
     expect(gw.stats().endpoints.find((e) => e.address === a.address)).toMatchObject({ healthy: false, activeHealthy: false });
 
     await setStall(a.url, false);
@@ -38,6 +38,7 @@ describe('health view', () => {
     expect((await post(`${gw.url}/v1/completions`, completion())).status).toBe(200);
     expect(epp.streams.at(-1)?.messages[0]?.metadataContext?.filterMetadata[SUBSET_NAMESPACE]).toEqual({
       [SUBSET_KEY]: [a.address, b.address],
+      [GATEWAY_ZONE_KEY]: 'z',
     });
   });
 

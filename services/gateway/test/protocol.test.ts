@@ -1,6 +1,6 @@
 // The gateway talks to the EPP exactly as Envoy's ext_proc filter does (docs/protocol.md).
 import { request } from 'node:http';
-import { BodySendMode, LB_NAMESPACE, SERVED_KEY, SUBSET_KEY, SUBSET_NAMESPACE, headerValue } from '@spillway/protocol';
+import { BodySendMode, GATEWAY_ZONE_KEY, LB_NAMESPACE, SERVED_KEY, SUBSET_KEY, SUBSET_NAMESPACE, headerValue } from '@spillway/protocol';
 import type { HttpBody, HttpHeaders, ProcessingRequest } from '@spillway/protocol';
 import { describe, expect, it } from 'vitest';
 import { messagesOf } from './fake-epp.js';
@@ -74,8 +74,12 @@ describe('ext_proc messages', () => {
     expect(header(headers, 'host')).toBeUndefined();
     expect(header(headers, 'connection')).toBeUndefined();
 
-    // The subset: exactly the zone-local endpoints that passed the health check, as a list.
-    expect(first?.metadataContext?.filterMetadata[SUBSET_NAMESPACE]).toEqual({ [SUBSET_KEY]: [localA.address, localB.address] });
+    // The subset: exactly the zone-local endpoints that passed the health check, as a list; beside
+    // it the gateway's zone, so any zone's EPP picks for this one.
+    expect(first?.metadataContext?.filterMetadata[SUBSET_NAMESPACE]).toEqual({
+      [SUBSET_KEY]: [localA.address, localB.address],
+      [GATEWAY_ZONE_KEY]: 'zone-a',
+    });
 
     const chunks = messagesOf(stream, 'requestBody').map(bodyOf);
     expect(utf8(Buffer.concat(chunks.map((c) => c.body)))).toBe(body);
@@ -209,7 +213,10 @@ describe('ext_proc messages', () => {
       ],
     });
     expect((await post(`${gw.url}/v1/completions`, completion())).status).toBe(200);
-    expect(epp.streams[0]?.messages[0]?.metadataContext?.filterMetadata[SUBSET_NAMESPACE]).toEqual({ [SUBSET_KEY]: [] });
+    expect(epp.streams[0]?.messages[0]?.metadataContext?.filterMetadata[SUBSET_NAMESPACE]).toEqual({
+      [SUBSET_KEY]: [],
+      [GATEWAY_ZONE_KEY]: 'zone-a',
+    });
   });
 
   it('forwards a client header the EPP set and never forwards client destination headers', async () => {

@@ -156,7 +156,9 @@ async function show(
     inFlight?.view.prune(at);
     const rows = fleetRows(fleet, options.pool, at, inFlight?.view.byEndpoint());
     const shared =
-      inFlight === undefined ? undefined : { epps: inFlight.view.eppCount, inFlight: inFlight.view.total, refused: inFlight.refused };
+      inFlight === undefined
+        ? undefined
+        : { epps: inFlight.view.eppCount, inFlight: inFlight.view.total, started: inFlight.view.started, refused: inFlight.refused };
     return `${renderFleetStatus({ header, status: reader.status, counters: fleet.counters, rows, now: at, shared })}\n\n${renderFleetTable(rows)}\n`;
   };
   try {

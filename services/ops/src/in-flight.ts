@@ -6,6 +6,7 @@ import {
   parseStateSubject,
   STATE_PICK,
   STATE_RELEASE,
+  STATE_STARTED,
   statePoolFilter,
   stateSyncSubjectFor,
   type StateBatch,
@@ -22,13 +23,17 @@ interface EppRequests {
   lastSeenAt: number;
   /** Request id -> `zone/pod` of the endpoint that carries it. */
   readonly open: Map<number, string>;
+  /** Of the open requests, those whose response has begun (they stay charged past their streams). */
+  readonly started: Set<number>;
   readonly released: Set<number>;
 }
 
 /**
  * Requests in flight per endpoint as the pool's EPPs see them together: each EPP's own requests,
  * learnt from their warm-start answers (asked for `in-flight` only) and followed live on the
- * shared-state subjects. Pure bookkeeping; `followInFlight` wires it to NATS.
+ * shared-state subjects. A request stays open until its EPP says its charge ended — a completion,
+ * a release before it started, or an end by the samples or its bound (a release at time 0) — not
+ * when its ext_proc stream did. Pure bookkeeping; `followInFlight` wires it to NATS.
  */
 export class PoolInFlight {
   private readonly epps = new Map<string, EppRequests>();
@@ -38,7 +43,7 @@ export class PoolInFlight {
   apply(batch: StateBatch, now: number): void {
     let epp = this.epps.get(batch.epp);
     if (epp === undefined) {
-      epp = { zone: batch.zone, lastSeenAt: now, open: new Map(), released: new Set() };
+      epp = { zone: batch.zone, lastSeenAt: now, open: new Map(), started: new Set(), released: new Set() };
       this.epps.set(batch.epp, epp);
     }
     epp.lastSeenAt = now;
@@ -46,8 +51,11 @@ export class PoolInFlight {
       if (entry[0] === STATE_PICK) {
         if (batch.snapshot !== undefined && epp.released.has(entry[1])) continue;
         epp.open.set(entry[1], `${entry[2]}/${entry[3]}`);
+      } else if (entry[0] === STATE_STARTED) {
+        if (epp.open.has(entry[1])) epp.started.add(entry[1]);
       } else if (entry[0] === STATE_RELEASE) {
         epp.open.delete(entry[1]);
+        epp.started.delete(entry[1]);
         epp.released.add(entry[1]);
         if (epp.released.size > REMEMBERED_RELEASES) epp.released.delete(epp.released.values().next().value as number);
       }
@@ -73,6 +81,13 @@ export class PoolInFlight {
   get total(): number {
     let n = 0;
     for (const epp of this.epps.values()) n += epp.open.size;
+    return n;
+  }
+
+  /** Of `total`, the requests whose response has begun: their charges end by a completion, the samples or their bound. */
+  get started(): number {
+    let n = 0;
+    for (const epp of this.epps.values()) n += epp.started.size;
     return n;
   }
 }

@@ -98,7 +98,7 @@ export interface FleetStatusView {
    * The pool's requests in flight as its EPPs share them; undefined when not followed. `refused`:
    * why the EPPs could not be asked for what they held before (then only later requests show).
    */
-  readonly shared?: { epps: number; inFlight: number; refused?: string | undefined } | undefined;
+  readonly shared?: { epps: number; inFlight: number; started?: number | undefined; refused?: string | undefined } | undefined;
 }
 
 /** The summary lines above the table: connection, replay, counters. */
@@ -120,7 +120,7 @@ export function renderFleetStatus(view: FleetStatusView): string {
       : [
           shared.epps === 0
             ? 'in flight: no EPP shares its state'
-            : `in flight ${shared.inFlight} over ${shared.epps} EPP${shared.epps === 1 ? '' : 's'} (their shared state)`,
+            : `in flight ${shared.inFlight}${shared.started === undefined ? '' : ` (${shared.started} started)`} over ${shared.epps} EPP${shared.epps === 1 ? '' : 's'} (their shared state)`,
           ...(shared.refused === undefined
             ? []
             : [

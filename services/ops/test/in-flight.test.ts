@@ -60,6 +60,23 @@ describe('PoolInFlight', () => {
     view.prune(6001);
     expect([view.eppCount, view.total]).toEqual([1, 2]);
   });
+
+  it('keeps a started request open past its stream until its EPP ends its charge (a release at time 0 without a completion)', () => {
+    const view = new PoolInFlight();
+    view.apply(
+      batch('e1', [
+        [1, 1, 'zone-a', 'a0', 0, []],
+        [1, 2, 'zone-a', 'a0', 0, []],
+        [5, 1, 10, 100, 256],
+        [5, 9, 10, 100, 256], // not open: not counted
+      ]),
+      1000,
+    );
+    expect([view.total, view.started]).toEqual([2, 1]);
+    view.apply(batch('e1', [[2, 1, 0]]), 1100);
+    expect([view.total, view.started]).toEqual([1, 0]);
+    expect(Object.fromEntries(view.byEndpoint())).toEqual({ 'zone-a/a0': 1 });
+  });
 });
 
 const PODS: PodSpec[] = [
@@ -140,7 +157,7 @@ describe('spillway-fleet --once', () => {
       err: () => undefined,
     });
     expect(code).toBe(0);
-    expect(out).toContain('in flight 5 over 2 EPPs (their shared state)');
+    expect(out).toContain('in flight 5 (0 started) over 2 EPPs (their shared state)');
     expect(out).toMatch(/^zone-a\s+a0\s+10\.0\.1\.1:8000\s+ready\s+0\s+0\s+0\.0%\s+4\s/m);
     expect(out).toMatch(/^zone-a\s+a1\s+10\.0\.1\.2:8000\s+ready\s+0\s+0\s+0\.0%\s+1\s/m);
     // Both EPPs answered the operator's request.

@@ -121,6 +121,16 @@ describe('fleet table', () => {
         shared: { epps, inFlight },
       });
     expect(shared(2, 5)).toContain('in flight 5 over 2 EPPs (their shared state)');
+    expect(
+      renderFleetStatus({
+        header: { pool: 'llama', stream: 'SPILLWAY', server: 'x' },
+        status,
+        counters: { applied: 0, ignored: 0, rejected: 0, future: 0, overCapacity: 0, tooManyZones: 0, addressConflict: 0 },
+        rows: [],
+        now: 0,
+        shared: { epps: 1, inFlight: 4, started: 3 },
+      }),
+    ).toContain('in flight 4 (3 started) over 1 EPP (their shared state)');
     expect(shared(0, 0)).toContain('in flight: no EPP shares its state');
   });
 });

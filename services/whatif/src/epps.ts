@@ -12,7 +12,7 @@ import { createRouter } from './router-factory.js';
 import type { EppRouter } from './routers.js';
 import { PEER_TIMEOUT_MS, REMOTE_ENTRY_TTL_MS, SharingChannel } from './sharing.js';
 import type { SignalBus } from './signals.js';
-import { DEPLOYMENTS, schedulerConfigFor, sharesState, type Deployment, type StrategySpec } from './strategies.js';
+import { DEPLOYMENTS, schedulerConfigFor, seesCompletion, sharesState, type Deployment, type StrategySpec } from './strategies.js';
 
 export interface Epp {
   readonly index: number;
@@ -247,6 +247,7 @@ export class EppSet {
       fleet: epp.fleet,
       config: schedulerConfigFor(this.strategy, { zones: this.s.zones, rttMs: this.s.rttMs }),
       shared: outbox === undefined ? undefined : { outbox, peerTimeoutMs: PEER_TIMEOUT_MS, remoteEntryTtlMs: REMOTE_ENTRY_TTL_MS },
+      seesCompletion: seesCompletion(this.strategy, this.s.epps.responseBody),
     });
     sharing?.attach(epp.index, router.shared);
     return router;

@@ -162,6 +162,7 @@ export class Gateways {
       return;
     }
     r.active.add(flight);
+    route.started = true;
     route.router.served(route, replica, now);
     if (this.wiring.epps.deployment.signals === 'orca') this.report(trip, replica, r.engine.kvUsage, now + back);
   }
@@ -173,7 +174,7 @@ export class Gateways {
     this.wiring.queue.push(at, { kind: 'load-report', epp: epp.index, replica, utilization });
   }
 
-  /** A request's last token: its figures, and its EPP's in-flight accounting released. */
+  /** A request's last token: its figures, and its EPP told (which sees it only when the body streams through it). */
   finish(seq: Sequence<SimEngineRequest>, at: number): void {
     const flight = seq.request.flight;
     const r = this.wiring.replicas.get(flight.replica);

@@ -3,7 +3,7 @@ import { capacityOf, type Capacity } from './calibrate.js';
 import { rateSchedules } from './load.js';
 import { resolveEngine, type FaultInput, type ScenarioFile, type SingleWorkloadInput, type WorkloadInput } from './scenario.js';
 import { spillOf, type SpillFigures } from './spill.js';
-import { strategySpecs, withSweep, type StrategySpec } from './strategies.js';
+import { strategySpecs, withSweep, type ResponseBodyMode, type StrategySpec } from './strategies.js';
 import { RoundTrips, type ZoneSpec } from './topology.js';
 import type { RateSchedule, SingleWorkload, WorkloadSpec } from './workload.js';
 
@@ -34,6 +34,8 @@ export interface ResolvedScenario {
     readonly spread: 'round-robin' | 'random';
     readonly sharing: boolean;
     readonly batchMs: number;
+    /** What the gateway sends Spillway's EPPs of a response (the shipped config: `none`, headers only). */
+    readonly responseBody: ResponseBodyMode;
     /** Index of the zone the pool-wide reference EPP (the Gateway API Inference Extension's EPP, now in llm-d) runs in. */
     readonly referenceZone: number;
   };
@@ -140,6 +142,7 @@ export function resolveScenario(file: ScenarioFile, options: ResolveOptions = {}
       spread: file.epps.spread,
       sharing: file.epps.sharing,
       batchMs: file.epps.batchMs,
+      responseBody: file.epps.responseBody,
       referenceZone: Math.max(
         0,
         zones.findIndex((z) => z.zone === file.epps.referenceZone),

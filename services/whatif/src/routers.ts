@@ -1,6 +1,6 @@
 import { Rng, type EngineConfig } from '@spillway/engine';
 import type { KvBatch, KvSnapshotEvent } from '@spillway/events';
-import type { Endpoint, Fleet } from '@spillway/fleet';
+import { Charge, type Endpoint, type Fleet } from '@spillway/fleet';
 import type { SchedulerConfigInput, SharedState, SharedStateOptions } from '@spillway/scheduler';
 import type { Network } from './network.js';
 import type { ReplicaInfo } from './topology.js';
@@ -32,6 +32,8 @@ export interface Route {
   readonly router: EppRouter;
   /** Router-private state for served/release (a Decision, a charged endpoint, ...). */
   token: unknown;
+  /** The response began: a replica accepted it, and a streamed response's headers leave then (as vLLM's and spillway-sim's do). */
+  started?: boolean;
 }
 
 /** What the gateway tells a picker beside the request. */
@@ -54,9 +56,16 @@ export interface ScrapeSample {
 
 export interface EppRouter {
   route(request: SimRequest, ask: RouteAsk, now: number): Route;
-  /** The gateway served the request at `replica` (primary or not). */
+  /**
+   * The gateway served the request at `replica` (primary or not): the replica accepted it, so its
+   * response began (its headers, before the first token). The gateway sets `route.started` first.
+   */
   served(route: Route, replica: number, now: number): void;
-  /** The request ended at `now`, however. Idempotent. */
+  /**
+   * The request ended at `now`, however (its last token, a failure, no replica took it). A picker
+   * behind Envoy's shipped config does not see the end of a started request: it may ignore it
+   * (RouterContext.seesCompletion). Idempotent.
+   */
   release(route: Route, now: number): void;
   /** This picker's view of the replica's load is older than `limitMs`, or absent (the fault windows' probe). */
   isStale(replica: number, now: number, limitMs: number): boolean;
@@ -103,6 +112,11 @@ export interface RouterContext {
   readonly config: SchedulerConfigInput;
   /** The shared-state channel of the scheduler-based kinds (its outbox), when the EPPs share state. */
   readonly shared?: SharedStateOptions | undefined;
+  /**
+   * The EPP sees a request's completion (its response body streams through it: `full-duplex`);
+   * false behind the shipped Envoy config, where it sees only the start (scenario `epps.responseBody`).
+   */
+  readonly seesCompletion: boolean;
 }
 
 export const unavailable = (router: EppRouter): Route => ({ status: 503, list: [], router, token: undefined });
@@ -163,11 +177,6 @@ export class RoundRobinRouter implements EppRouter {
   }
 }
 
-interface Charge {
-  endpoint: Endpoint;
-  at: number;
-}
-
 /**
  * Zone-unaware least-queue: lowest waiting + running of the latest sample plus the requests this
  * EPP sent since that sample (the fleet's unsampled picks), over every ready replica.
@@ -200,8 +209,8 @@ export class LeastQueueRouter implements EppRouter {
     const endpoint = this.endpoint(list[0] as number);
     let token: Charge | undefined;
     if (endpoint) {
-      this.ctx.fleet.recordPick(endpoint, now);
-      token = { endpoint, at: now };
+      token = new Charge();
+      this.ctx.fleet.charge(token, endpoint, now);
     }
     return { status: 'routed', list, router: this, token };
   }
@@ -209,16 +218,15 @@ export class LeastQueueRouter implements EppRouter {
   served(route: Route, replica: number, now: number): void {
     const charge = route.token as Charge | undefined;
     const endpoint = this.endpoint(replica);
-    if (!charge || !endpoint || charge.endpoint === endpoint) return;
-    this.ctx.fleet.releasePick(charge.endpoint, charge.at);
-    this.ctx.fleet.recordPick(endpoint, now);
-    route.token = { endpoint, at: now };
+    if (!charge || !endpoint || charge.chargedTo === undefined || charge.chargedTo === endpoint) return;
+    this.ctx.fleet.releaseCharge(charge);
+    this.ctx.fleet.charge(charge, endpoint, now);
   }
 
   release(route: Route): void {
     const charge = route.token as Charge | undefined;
     if (!charge) return;
-    this.ctx.fleet.releasePick(charge.endpoint, charge.at);
+    this.ctx.fleet.releaseCharge(charge);
     route.token = undefined;
   }
 

@@ -3,7 +3,15 @@ import { Worker } from 'node:worker_threads';
 import type { ResolvedScenario } from './resolve.js';
 import type { RunResult } from './measure.js';
 import { runStrategy } from './simulation.js';
-import { SHARING_KINDS, sharesState, STRATEGY_DESCRIPTIONS, type StrategyKind, type StrategySpec } from './strategies.js';
+import {
+  seesCompletion,
+  SHARING_KINDS,
+  sharesState,
+  STRATEGY_DESCRIPTIONS,
+  type ResponseBodyMode,
+  type StrategyKind,
+  type StrategySpec,
+} from './strategies.js';
 
 /** What `--json` writes: one scenario instance (file, load) and one result per (strategy, seed). */
 export interface ScenarioReport {
@@ -108,7 +116,7 @@ function reportOf(scenario: ResolvedScenario, results: RunResult[]): ScenarioRep
     strategies: scenario.strategies.map((s) => ({
       name: s.name,
       kind: s.kind,
-      description: describeStrategy(s, scenario.epps.sharing),
+      description: describeStrategy(s, scenario.epps),
       config: s.config,
       ...(s.sweep ? { sweep: s.sweep } : {}),
     })),
@@ -116,11 +124,17 @@ function reportOf(scenario: ResolvedScenario, results: RunResult[]): ScenarioRep
   };
 }
 
-/** A strategy's description, saying whether its EPPs share state where that can apply. */
-function describeStrategy(spec: StrategySpec, scenarioSharing: boolean): string {
+/** A strategy's description, saying whether its EPPs share state and see completions where that can apply. */
+function describeStrategy(spec: StrategySpec, epps: { sharing: boolean; responseBody: ResponseBodyMode }): string {
   const base = STRATEGY_DESCRIPTIONS[spec.kind];
   if (!SHARING_KINDS.includes(spec.kind)) return base;
-  return `${base}; ${sharesState(spec, scenarioSharing) ? "the pool's EPPs share picks in flight, prefix placements and penalties" : 'no state shared between EPPs'}`;
+  const sharing = sharesState(spec, epps.sharing)
+    ? "the pool's EPPs share picks in flight, prefix placements and penalties"
+    : 'no state shared between EPPs';
+  const lifetime = seesCompletion(spec, epps.responseBody)
+    ? 'response bodies stream through the EPPs: they see each completion'
+    : 'response headers only (the shipped Envoy config): the EPPs see a request start, never its end';
+  return `${base}; ${sharing}; ${lifetime}`;
 }
 
 interface Pending {

@@ -1,7 +1,7 @@
 import { ENGINE_MODES, engineConfig, PRESET_NAMES, type EngineConfig, type EngineMode, type PresetName } from '@spillway/engine';
 import { schedulerConfigSchema } from '@spillway/scheduler';
 import { z } from 'zod';
-import { STRATEGY_KINDS } from './strategies.js';
+import { RESPONSE_BODY_MODES, STRATEGY_KINDS } from './strategies.js';
 
 const KV_REPLAY_MODES = ['none', 'tail', 'full'] as const;
 
@@ -198,6 +198,13 @@ const eppsSchema = z.strictObject({
   batchMs: z.number().finite().min(0).max(1000).default(5),
   /** The zone the pool-wide reference EPP runs in (`reference`, `reference-plus`); default the first zone. */
   referenceZone: name.optional(),
+  /**
+   * What the gateway sends Spillway's EPPs of a response (ext_proc `response_body_mode`). `none`,
+   * the shipped Envoy config: response headers only, so an EPP sees a request start (its headers,
+   * when the engine accepts it) and never its end — its charge ends by samples or at its bound.
+   * `full-duplex`: the body streams through the EPP, which sees the last token (a completion).
+   */
+  responseBody: z.enum(RESPONSE_BODY_MODES).default('none'),
 });
 
 const faultSchema = z.discriminatedUnion('kind', [
@@ -249,6 +256,8 @@ const strategyObject = z.strictObject({
   config: configOverrides.optional(),
   /** Overrides `epps.sharing` for this strategy (e.g. `spillway-unshared`: `sharing: false`). */
   sharing: z.boolean().optional(),
+  /** Overrides `epps.responseBody` for this strategy (e.g. `spillway-full-duplex`: `responseBody: full-duplex`). */
+  responseBody: z.enum(RESPONSE_BODY_MODES).optional(),
   /** Overrides `signals.kvReplay` for this strategy (the same run with the servers' replay sockets set otherwise). */
   kvReplay: z.enum(KV_REPLAY_MODES).optional(),
 });

@@ -8,6 +8,12 @@ import type { SimRequest } from './workload.js';
  * - `spillway`: locality mode with the gateway's zone-local subset;
  * - `zone-local`: strict mode with the same subset, so nothing ever leaves the zone;
  * the mode itself comes from the strategy's config (schedulerConfigFor).
+ *
+ * A request's life as the EPP sees it behind the gateway: picked (route), started when a replica
+ * accepts it (`served`: a streamed response's headers leave then, before the first token), and,
+ * only when the response body streams through the EPP (`seesCompletion`), completed at its last
+ * token. Behind the shipped Envoy config it never sees the end of a started request: the
+ * scheduler's charge ends when the replica's samples account for it or at its bound.
  */
 export class SchedulerRouter implements EppRouter {
   protected readonly scheduler: Scheduler;
@@ -49,9 +55,12 @@ export class SchedulerRouter implements EppRouter {
   served(route: Route, replica: number, now: number): void {
     const address = this.ctx.replicas[replica]?.address;
     if (address !== undefined) this.scheduler.reportServed(route.token as Decision, address, now);
+    this.scheduler.start(route.token as Decision, now);
   }
 
   release(route: Route, now: number): void {
+    // A started request's end reaches the EPP only with its response body.
+    if (route.started === true && !this.ctx.seesCompletion) return;
     this.scheduler.release(route.token as Decision, now);
   }
 

@@ -126,6 +126,8 @@ export interface StrategySpec {
   readonly config: Readonly<Record<string, unknown>>;
   /** The variant's own `sharing`, over the scenario's `epps.sharing`. */
   readonly sharing?: boolean | undefined;
+  /** The variant's own `responseBody`, over the scenario's `epps.responseBody`. */
+  readonly responseBody?: ResponseBodyMode | undefined;
   /** The variant's own `kvReplay`, over the scenario's `signals.kvReplay`. */
   readonly kvReplay?: KvReplayMode | undefined;
   /** A point of a sweep: the strategy it varies, and the config field and value it sets. */
@@ -163,6 +165,18 @@ export function withSweep(specs: readonly StrategySpec[], sweep: Readonly<Record
 
 /** The kinds whose EPPs run Spillway's scheduler per zone, and so can share state with each other. */
 export const SHARING_KINDS: readonly StrategyKind[] = ['spillway', 'zone-local', 'spillway-precise', 'oracle'];
+
+/**
+ * What the gateway sends an EPP of a response (ext_proc `response_body_mode`): `none` (the shipped
+ * Envoy config: headers only, no completion seen) or `full-duplex` (the body, so the last token).
+ */
+export const RESPONSE_BODY_MODES = ['none', 'full-duplex'] as const;
+export type ResponseBodyMode = (typeof RESPONSE_BODY_MODES)[number];
+
+/** Whether a strategy's EPPs see a request's completion (its response body streams through them). */
+export function seesCompletion(spec: StrategySpec, scenarioMode: ResponseBodyMode): boolean {
+  return (spec.responseBody ?? scenarioMode) === 'full-duplex';
+}
 
 /** Whether a strategy's EPPs share state in a scenario whose `epps.sharing` is `scenarioSharing`. */
 export function sharesState(spec: StrategySpec, scenarioSharing: boolean): boolean {
@@ -236,6 +250,7 @@ export function strategySpecs(
         kind: StrategyKind;
         config?: Record<string, unknown> | undefined;
         sharing?: boolean | undefined;
+        responseBody?: ResponseBodyMode | undefined;
         kvReplay?: KvReplayMode | undefined;
       }
   )[],
@@ -244,13 +259,21 @@ export function strategySpecs(
   return entries.map((entry) => {
     const base =
       typeof entry === 'string'
-        ? { name: entry, kind: entry, config: {}, sharing: undefined, kvReplay: undefined }
-        : { name: entry.name, kind: entry.kind, config: entry.config ?? {}, sharing: entry.sharing, kvReplay: entry.kvReplay };
+        ? { name: entry, kind: entry, config: {}, sharing: undefined, responseBody: undefined, kvReplay: undefined }
+        : {
+            name: entry.name,
+            kind: entry.kind,
+            config: entry.config ?? {},
+            sharing: entry.sharing,
+            responseBody: entry.responseBody,
+            kvReplay: entry.kvReplay,
+          };
     return {
       name: base.name,
       kind: base.kind,
       config: mergeLayers(base.config, overrides[base.name] ?? {}),
       ...(base.sharing === undefined ? {} : { sharing: base.sharing }),
+      ...(base.responseBody === undefined ? {} : { responseBody: base.responseBody }),
       ...(base.kvReplay === undefined ? {} : { kvReplay: base.kvReplay }),
     };
   });

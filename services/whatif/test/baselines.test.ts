@@ -43,6 +43,7 @@ function context(scope?: readonly number[]): RouterContext {
     seed: 7,
     fleet: new Fleet(),
     config: {},
+    seesCompletion: false,
   };
 }
 

@@ -12,7 +12,8 @@ describe('scenario file: validation', () => {
     const s = parse(smallScenario());
     expect(s.signals).toMatchObject({ sampleEveryMs: 100, delayMs: [5, 20], lossRate: 0, staleAfterMs: 1000, sharingDelayMs: [1, 3] });
     // Sharing is the product's default: the scheduler-based strategies run with it unless told otherwise.
-    expect(s.epps).toEqual({ perZone: 1, spread: 'round-robin', sharing: true, batchMs: 5 });
+    // So are response headers only (the shipped Envoy config): the EPPs see a request start, not its end.
+    expect(s.epps).toEqual({ perZone: 1, spread: 'round-robin', sharing: true, batchMs: 5, responseBody: 'none' });
     expect(s.signals).toMatchObject({ scrapeEveryMs: 50, scrapeMs: [1, 5] });
     expect(s.network).toMatchObject({ sameRegionMs: 1, crossRegionMs: 30 });
     // A restarted collector recovers nothing unless the servers have a replay socket (vLLM's default).

@@ -12,9 +12,8 @@
  * empty endpoint list would send a gateway's traffic nowhere. Then each node's zone is checked: a
  * zone that is neither in `zones` (when given) nor in the view is an error that ends the stream.
  */
-import type { PoolView } from '@spillway/fleet';
-import { kindOf, TYPE_URLS, type DiscoveryRequest, type TypeLabel } from './messages.js';
-import type { Place } from './priorities.js';
+import type { Place, PoolView } from '@spillway/fleet';
+import { kindOf, TYPE_URLS, type DiscoveryRequest, type TypeLabel } from '@spillway/xds-protocol';
 import { placeResources, staticResources, type EncodedResource } from './resources.js';
 import { XdsSession, type NodeInfo, type Outgoing, type ProtocolErrorCode, type RequestOutcome } from './session.js';
 

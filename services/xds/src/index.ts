@@ -6,8 +6,6 @@ export { XdsHub, HubCounters } from './hub.js';
 export type { HubOptions, HubMemory, HubObserver, XdsTransport } from './hub.js';
 export { XdsSession, versionOf } from './session.js';
 export type { NodeInfo, Outgoing, RequestOutcome } from './session.js';
-export { distanceOf, prioritiesOf } from './priorities.js';
-export type { Distance, Place } from './priorities.js';
 export {
   zonesByDistance,
   clusterLoadAssignment,
@@ -15,13 +13,12 @@ export {
   placeResources,
   staticResources,
   SUBSET_HINT_RESOURCE,
-  GATEWAY_ZONE_KEY,
 } from './resources.js';
+/** Where the gateway's zone travels to the EPP, beside the subset (docs/xds.md); @spillway/protocol's key. */
+export { GATEWAY_ZONE_KEY } from '@spillway/protocol';
 export type { EncodedResource, ZoneEndpoints } from './resources.js';
 export { LIMITS } from './limits.js';
 export { RoutingChangeSink } from './view-sink.js';
 export { ADS_SERVICE_NAME } from './health.js';
-export * from './messages.js';
-export { AggregatedDiscoveryServiceClient, AggregatedDiscoveryServiceService } from './gen/envoy/service/discovery/v3/ads.js';
-export { AdsClient } from './client.js';
-export type { AdsClientOptions, AdsClientEnd } from './client.js';
+// The wire protocol it serves (messages, type URLs, the ADS service and client), for its callers.
+export * from '@spillway/xds-protocol';

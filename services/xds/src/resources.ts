@@ -3,7 +3,7 @@
  * Pure: a view and a place in, messages out; the same view gives the same bytes, in any replica.
  *
  * - EDS `<cluster-name>`: every routable pod of the pool, one LocalityLbEndpoints per zone with its
- *   region, priority by distance from the node (priorities.ts), weight = its pod count.
+ *   region, priority by distance from the node (@spillway/fleet's prioritiesOf), weight = its pod count.
  * - ECDS `spillway-subset-hint`: a set_metadata filter config writing the node zone's routable pods
  *   to `envoy.lb.subset_hint/x-gateway-destination-endpoint-subset` (a list of `ip:port`) and the
  *   node's zone to `envoy.lb.subset_hint/x-spillway-gateway-zone`.
@@ -11,8 +11,8 @@
  *   proxyless gRPC client resolves `xds:///<cluster-name>` to the same endpoints. They do not
  *   depend on the view or the node.
  */
-import type { Endpoint, PoolView } from '@spillway/fleet';
-import { SUBSET_KEY, SUBSET_NAMESPACE } from '@spillway/protocol';
+import { prioritiesOf, type Endpoint, type Place, type PoolView } from '@spillway/fleet';
+import { GATEWAY_ZONE_KEY, SUBSET_KEY, SUBSET_NAMESPACE } from '@spillway/protocol';
 import { contentHash } from './hash.js';
 import {
   ApiVersion,
@@ -31,13 +31,10 @@ import {
   packAny,
   type Any,
   type LocalityLbEndpoints,
-} from './messages.js';
-import { prioritiesOf, type Place } from './priorities.js';
+} from '@spillway/xds-protocol';
 
 /** The ECDS resource name: the name of the gateway's set_metadata filter that takes its config from spillway-xds. */
 export const SUBSET_HINT_RESOURCE = 'spillway-subset-hint';
-/** Where the gateway's zone travels to the EPP, beside the subset (docs/xds.md). */
-export const GATEWAY_ZONE_KEY = 'x-spillway-gateway-zone';
 const SET_METADATA_TYPE_URL = 'type.googleapis.com/envoy.extensions.filters.http.set_metadata.v3.Config';
 const HCM_TYPE_URL = 'type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager';
 const ROUTER_TYPE_URL = 'type.googleapis.com/envoy.extensions.filters.http.router.v3.Router';

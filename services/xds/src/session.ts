@@ -19,10 +19,10 @@
  * - The first request of a type on a stream is always answered, whatever version the client says
  *   it holds.
  */
-import type { DiscoveryRequest, DiscoveryResponse } from './gen/envoy/service/discovery/v3/discovery.js';
+import type { DiscoveryRequest, DiscoveryResponse } from '@spillway/xds-protocol';
 import { textHash } from './hash.js';
 import { LIMITS, NAME_OVERHEAD_BYTES, SESSION_OVERHEAD_BYTES, TYPE_OVERHEAD_BYTES } from './limits.js';
-import { TYPE_URL_PREFIX, wildcardWhenEmpty } from './messages.js';
+import { TYPE_URL_PREFIX, wildcardWhenEmpty } from '@spillway/xds-protocol';
 import type { EncodedResource } from './resources.js';
 
 /** Who is on the other end of the stream, from the first request's `node`. */

@@ -1,5 +1,5 @@
 /**
- * The trimmed protos (services/xds/proto) are Envoy's on the wire: every message and enum they
+ * The trimmed protos (packages/xds-protocol/proto) are Envoy's on the wire: every message and enum they
  * define exists in Envoy's own .proto files (the copy in @grpc/grpc-js-xds, deps/) under the same
  * full name, and every field has Envoy's number, type, label and oneof; every enum value Envoy's
  * number. The resources spillway-xds encodes decode with Envoy's files to what docs/xds.md says.
@@ -15,7 +15,7 @@ import { CLUSTER, POOL, THREE_ZONES, fleetOf } from './fixtures.js';
 
 const require = createRequire(import.meta.url);
 const DEPS = join(dirname(require.resolve('@grpc/grpc-js-xds/package.json')), 'deps');
-const TRIMMED = join(dirname(fileURLToPath(import.meta.url)), '..', 'proto');
+const TRIMMED = join(dirname(fileURLToPath(import.meta.url)), '..', '..', '..', 'packages', 'xds-protocol', 'proto');
 const WELL_KNOWN = /^google\/protobuf\/(any|duration|empty|struct|timestamp|wrappers|field_mask)\.proto$/;
 // protobufjs carries the well-known types itself, and google/protobuf/descriptor.proto (for options) as a file.
 const PROTOBUFJS = dirname(require.resolve('protobufjs/package.json'));

@@ -4,7 +4,8 @@
  * and does nothing else: the minimum valid exchange. It buffers the request body until end_of_stream,
  * then writes what the EPP writes for a full-duplex request (one headers response with the
  * destination, the body echoed as streamed_response), answers response_headers with a plain continue,
- * and ends the stream when the client half-closes. What it reaches is the transport's own limit on
+ * echoes each response body chunk (as streamed_response when the response body mode is
+ * FULL_DUPLEX_STREAMED), and ends the stream when the client half-closes. What it reaches is the transport's own limit on
  * this machine.
  *
  *   node --conditions=@spillway/source --import tsx test/bench/extproc/bare-server.ts [PORT]
@@ -13,7 +14,9 @@
  */
 import { Server, ServerCredentials, type ServerDuplexStream } from '@grpc/grpc-js';
 import {
+  BodySendMode,
   extProcService,
+  responseBodyResponse,
   responseHeadersResponse,
   routedResponses,
   type ProcessingRequest,
@@ -25,10 +28,15 @@ const DESTINATION = '10.0.0.1:8000';
 function process_(call: ServerDuplexStream<ProcessingRequest, ProcessingResponse>): void {
   const chunks: Uint8Array[] = [];
   let answered = false;
+  let responseFullDuplex = false;
   call.on('data', (message: ProcessingRequest) => {
     const request = message.request;
+    if (message.protocolConfig !== undefined)
+      responseFullDuplex = message.protocolConfig.responseBodyMode === BodySendMode.FULL_DUPLEX_STREAMED;
     if (answered) {
       if (request?.$case === 'responseHeaders') call.write(responseHeadersResponse());
+      else if (request?.$case === 'responseBody')
+        call.write(responseBodyResponse(request.value.body, request.value.endOfStream, responseFullDuplex));
       return;
     }
     if (request?.$case === 'requestHeaders' && !request.value.endOfStream) return;

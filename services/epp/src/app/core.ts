@@ -9,6 +9,7 @@ import { RequestControl } from '../request/control.js';
 import type { BodyBudget } from '../request/body-budget.js';
 import type { DeadlineSweeper } from '../request/deadlines.js';
 import { StateOutbox } from '../shared-state/outbox.js';
+import { registerChargeMetrics } from '../telemetry/charge-metrics.js';
 import { registerKvMetrics } from '../telemetry/kv-metrics.js';
 import type { EppMetrics } from '../telemetry/metrics.js';
 import { ModelLabels } from '../telemetry/model-labels.js';
@@ -74,6 +75,7 @@ export class EppCore {
       },
       scheduler,
     );
+    registerChargeMetrics(metrics.registry, this.fleet);
     const kvMetrics = registerKvMetrics(metrics.registry, {
       counters: this.kv.counters,
       stats: () => scheduler.kvIndexStats,
@@ -82,7 +84,6 @@ export class EppCore {
     this.telemetry = new RequestTelemetry({
       metrics,
       logger,
-      zone: flags.zone,
       modelLabels: new ModelLabels(config.modelRewrites, flags.metricModels),
       tokenized: kvMetrics.tokenized,
       now,

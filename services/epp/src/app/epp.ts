@@ -16,6 +16,9 @@ import { NatsFollower } from './nats.js';
 import { Readiness } from './readiness.js';
 import { startServers } from './servers.js';
 
+/** How often charges past their bound are looked for between picks (a heap peek when there is none). */
+const CHARGE_EXPIRY_MS = 250;
+
 export interface RunningEpp {
   readonly grpcPort: number;
   readonly healthPort: number;
@@ -80,6 +83,10 @@ export async function startEpp(config: EppConfig, options: StartOptions = {}): P
 
   const tick = setInterval(() => readiness.evaluate(nats.status), options.tickMs ?? 200);
   tick.unref();
+  // Started requests past their bound stop loading their endpoints (and end their records) even
+  // while no pick comes to find them.
+  const charges = setInterval(() => core.scheduler.expireCharges(Date.now()), CHARGE_EXPIRY_MS);
+  charges.unref();
   const housekeeping = setInterval(() => {
     const now = Date.now();
     core.scheduler.prune(now);
@@ -94,6 +101,7 @@ export async function startEpp(config: EppConfig, options: StartOptions = {}): P
     closed = true;
     nats.abort();
     clearInterval(tick);
+    clearInterval(charges);
     clearInterval(housekeeping);
     configWatch?.close();
     summary.close();

@@ -5,7 +5,7 @@ import { DeadlineSweeper } from './deadlines.js';
 import type { RequestObserver, RequestRecord, TokenizeOutcome } from './observer.js';
 
 /** What the request control needs of the scheduler: a pick, and the pick's life after it. */
-export type Picker = Pick<Scheduler, 'pick' | 'commit' | 'reportServed' | 'reportFailed' | 'release'>;
+export type Picker = Pick<Scheduler, 'pick' | 'commit' | 'reportServed' | 'reportFailed' | 'start' | 'release'>;
 
 /** A prompt's token ids for the precise block index, and how long they took. */
 export interface TokenizedPrompt {
@@ -101,11 +101,25 @@ export class RequestControl {
     if (this.picker.reportFailed(decision, this.now())) this.observer.primaryFailed(decision, status);
   }
 
-  /** The stream ended, however: the pick's charge is released and the request's record finished. */
-  release(decision: Decision, record: RequestRecord | undefined): void {
+  /**
+   * The response began (its headers, with a success status). When its body does not come through
+   * the EPP (`completionSeen` false), nothing will say when it ends: the request stays charged to
+   * the endpoint that served it until the samples or its bound end the charge, and the record ends
+   * with the charge.
+   */
+  started(decision: Decision, record: RequestRecord, completionSeen: boolean): void {
+    this.picker.start(decision, this.now(), completionSeen ? undefined : record);
+  }
+
+  /**
+   * The request is over: its response completed (seen here), or its stream ended before the
+   * response began (client gone, gateway error, an error status), or with it (its body came here).
+   * The charge is released and the record finished.
+   */
+  ended(decision: Decision, record: RequestRecord): void {
     const now = this.now();
     this.picker.release(decision, now);
-    record?.finish(now);
+    record.finish(now);
   }
 
   /** An error answer (400, 413, 429, 503, ...); `request` when the body was understood. */

@@ -1,16 +1,29 @@
 import type { ErrorStatus, PreparedRequest } from '@spillway/protocol';
-import type { Decision, PickRequest } from '@spillway/scheduler';
+import type { ChargeListener, Decision, PickRequest } from '@spillway/scheduler';
 
 /** Where a request's token ids came from: a cached prompt prefix and the tail tokenized, or the whole prompt. */
 export type TokenizeOutcome = 'prefix-cached' | 'full';
 
-/** One routed request's own record, from its commit to the end of its stream. */
-export interface RequestRecord {
+/**
+ * Phases of the request path the stream times itself (`spillway_request_phase_seconds`,
+ * docs/metrics.md): `receive`, its first request-body chunk to the end of its body; `parse`, the
+ * body to a request; `answer`, the pick's end to the destination and body written; `decide`, the
+ * end of the body to the destination written (parse, tokenization, pick and answer). The
+ * tokenization and the pick are timed by the request control (`tokenized`, `picked`).
+ */
+export type RequestPhase = 'receive' | 'parse' | 'answer' | 'decide';
+
+/**
+ * One routed request's own record, from its commit to its end: its completion when the EPP sees
+ * one, else the end of its charge (`chargeEnded`: by samples, at its bound), else the end of its
+ * stream when no response began.
+ */
+export interface RequestRecord extends ChargeListener {
   /** A response body chunk passed through the EPP (only when the gateway streams response bodies). */
   responseBody(chunk: Uint8Array): void;
   /** The model server answered with an error status. */
   modelServerError(): void;
-  /** The stream ended at `now` (ms, the request control's clock). */
+  /** The request ended at `now` (ms, the request control's clock). Only the first end counts. */
   finish(now: number): void;
 }
 
@@ -21,6 +34,8 @@ export interface RequestRecord {
  * counter and no logger. Called on the request path: implementations keep each call cheap.
  */
 export interface RequestObserver {
+  /** A phase of a request took `seconds` (`answer` and `decide`: routed requests only). */
+  phase(phase: RequestPhase, seconds: number): void;
   /** A prompt was tokenized for the precise block index, in `seconds`. */
   tokenized(outcome: TokenizeOutcome, seconds: number): void;
   /** The scheduler answered `request` (routed or not) after `seconds`; `prepared` when the body was understood. */

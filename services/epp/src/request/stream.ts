@@ -3,8 +3,10 @@ import {
   BodyAccumulator,
   decodePhase,
   immediateResponse,
+  outputLimitOf,
   prepareRequest,
   readBodyModes,
+  readGatewayZone,
   readServedEndpoint,
   readSubsetHint,
   requestHeadersResponse,
@@ -32,22 +34,36 @@ type Call = ServerDuplexStream<ProcessingRequest, ProcessingResponse>;
 /**
  * One ext_proc stream = one HTTP request (docs/protocol.md), as an explicit state machine:
  *
- *   awaiting-headers -> awaiting-body -> picked -> (response phases) -> done
+ *   awaiting-headers -> awaiting-body -> picked -> started -> completed -> done
  *
  * The request path, end to end: headers are read; body chunks are collected until end of stream
  * (or the headers say there is no body); then the body is parsed, the scheduler picks, and the
- * destination goes back with the body. The response phases pass through, reporting the endpoint
- * the gateway actually served. However the stream ends, the request's in-flight charge is released.
+ * destination goes back with the body (picked). The response phases pass through, reporting the
+ * endpoint the gateway actually served; response headers with a success status start the request
+ * (started), and its end, when the EPP sees it, completes it (completed: the response body's last
+ * chunk or trailers, when the gateway streams them here; or the headers themselves for a request
+ * that does not stream, which a model server answers only when it is done).
+ *
+ * The stream's end is not the request's (docs/picking.md, "A request's charge"): behind Envoy ≥
+ * 1.37 with the shipped config it comes right after the response headers, while a streamed
+ * generation runs on. So at the stream's end a request still `picked` (no response began: client
+ * gone, gateway error, an error status) is released; one `started` whose response body comes here
+ * is released too (its stream lasts as long as its response); one `started` whose body does not
+ * come here stays charged to the endpoint that served it, and its record is handed to the charge,
+ * which ends when the endpoint's samples account for it or at its bound.
  *
  * Each state carries what exists in it and nothing else: the body only while it is collected, the
- * decision only once there is one. The subset hint lives until the pick (the latest one before it
- * wins); after the pick it is neither read nor kept (a hint can be megabytes, a response minutes).
+ * decision only once there is one. The subset hint and the gateway's zone live until the pick (the
+ * latest before it win); after the pick they are neither read nor kept (a hint can be megabytes, a
+ * response minutes).
  */
-type State = AwaitingHeaders | AwaitingBody | Picked | Done;
+type State = AwaitingHeaders | AwaitingBody | Picked | Started | Completed | Done;
 
 interface AwaitingHeaders {
   readonly kind: 'awaiting-headers';
   subset: SubsetHint | undefined;
+  /** `x-spillway-gateway-zone` (null: not a zone name). */
+  zone: string | null | undefined;
 }
 
 /** What the request headers settled: all a pick needs besides the body. */
@@ -55,6 +71,7 @@ interface RequestHead {
   readonly headers: RequestHeaders;
   readonly modes: BodyModes;
   subset: SubsetHint | undefined;
+  zone: string | null | undefined;
 }
 
 interface AwaitingBody extends RequestHead {
@@ -65,22 +82,44 @@ interface AwaitingBody extends RequestHead {
   reservedBytes: number;
 }
 
-interface Picked {
-  readonly kind: 'picked';
+/** A routed request, from its destination on: what its response phases need. */
+interface Routed {
   readonly decision: Decision;
-  /** The routed request's record, until the stream ends. */
+  /** The routed request's record, until its end (the stream's, or its charge's). */
   readonly record: RequestRecord;
-  /** Response body chunks come back in FULL_DUPLEX_STREAMED mode. */
+  /** The gateway streams the response body here (FULL_DUPLEX_STREAMED): the response's end is seen. */
   readonly responseFullDuplex: boolean;
+  /** The body asked for a streamed response (`"stream": true`): its headers come before its first token. */
+  readonly streamed: boolean;
   /** The served endpoint the gateway reported (canonical), once seen. */
   served: string | undefined;
   failureSeen: boolean;
+}
+
+/** The destination is sent; no response has begun (or it began with an error status). */
+interface Picked extends Routed {
+  readonly kind: 'picked';
+  /** Response headers came, with an error status: the request is over when its stream is. */
+  answered: boolean;
+}
+
+/** Its response began (headers with a success status): it runs, charged to the endpoint that served it. */
+interface Started extends Routed {
+  readonly kind: 'started';
+}
+
+/** Its response's end was seen and its charge released; the stream may still carry trailers. */
+interface Completed {
+  readonly kind: 'completed';
+  readonly responseFullDuplex: boolean;
 }
 
 interface Done {
   readonly kind: 'done';
 }
 
+const COMPLETED_STREAMING: Completed = { kind: 'completed', responseFullDuplex: true };
+const COMPLETED: Completed = { kind: 'completed', responseFullDuplex: false };
 const DONE: Done = { kind: 'done' };
 
 export function handleStream(control: RequestControl, call: Call): void {
@@ -92,9 +131,11 @@ export function handleStream(control: RequestControl, call: Call): void {
 class ExtProcStream implements Deadline {
   /** Deadline: when the request phase must be complete. */
   readonly at: number;
-  private state: State = { kind: 'awaiting-headers', subset: undefined };
-  /** When the stream began (ms): a request's duration runs from here to the end of the stream. */
+  private state: State = { kind: 'awaiting-headers', subset: undefined, zone: undefined };
+  /** When the stream began (ms): a request's duration runs from here to its end (docs/metrics.md). */
   private readonly startedAt = Date.now();
+  /** performance.now() at the first request-body chunk (0 before it): the receive phase starts here. */
+  private bodyStartedAt = 0;
 
   constructor(
     private readonly control: RequestControl,
@@ -122,10 +163,12 @@ class ExtProcStream implements Deadline {
   private onMessage(message: ProcessingRequest): void {
     const state = this.state;
     if (state.kind === 'done') return;
-    // Envoy attaches the forwarded namespaces to every message; the latest hint before the pick wins.
-    if (state.kind !== 'picked') {
+    // Envoy attaches the forwarded namespaces to every message; the latest hint and zone before the pick win.
+    if (state.kind === 'awaiting-headers' || state.kind === 'awaiting-body') {
       const hint = readSubsetHint(message.metadataContext);
       if (hint !== undefined) state.subset = hint;
+      const zone = readGatewayZone(message.metadataContext);
+      if (zone !== undefined) state.zone = zone;
     }
     const phase = decodePhase(message);
     switch (phase.kind) {
@@ -137,21 +180,23 @@ class ExtProcStream implements Deadline {
         return this.onRequestBody(state, phase.chunk, phase.endOfStream);
       case 'requestTrailers':
         if (state.kind === 'awaiting-body') return this.completeRequest(state, true);
-        if (state.kind === 'picked') return this.write(requestTrailersResponse());
-        return this.protocolError('request_trailers before request_headers');
+        if (state.kind === 'awaiting-headers') return this.protocolError('request_trailers before request_headers');
+        return this.write(requestTrailersResponse());
       case 'responseHeaders':
       case 'responseBody':
       case 'responseTrailers':
-        if (state.kind !== 'picked') return this.protocolError(`${phase.kind} before the request was routed`);
-        this.noteServed(state, message);
+        if (state.kind === 'awaiting-headers' || state.kind === 'awaiting-body')
+          return this.protocolError(`${phase.kind} before the request was routed`);
         if (phase.kind === 'responseHeaders') {
-          this.noteStatus(state, phase.headers.status);
+          if (state.kind !== 'completed') this.onResponseHeaders(state, message, phase.headers.status);
           return this.write(responseHeadersResponse());
         }
-        if (phase.kind === 'responseTrailers') return this.write(responseTrailersResponse());
-        state.record.responseBody(phase.chunk);
-        this.write(responseBodyResponse(phase.chunk, phase.endOfStream, state.responseFullDuplex));
-        return;
+        if (phase.kind === 'responseTrailers') {
+          // Trailers come at the response's end.
+          if (state.kind !== 'completed') this.complete(state);
+          return this.write(responseTrailersResponse());
+        }
+        return this.onResponseBody(state, message, phase.chunk, phase.endOfStream);
       case 'empty':
         return this.protocolError('a ProcessingRequest with no phase set');
     }
@@ -159,7 +204,8 @@ class ExtProcStream implements Deadline {
 
   private onRequestHeaders(state: AwaitingHeaders, headers: RequestHeaders, modes: BodyModes): void {
     const mode = modes.request;
-    if (headers.endOfStream || mode === 'none') return this.route({ headers, modes, subset: state.subset }, 'header-only', undefined, 0);
+    if (headers.endOfStream || mode === 'none')
+      return this.route({ headers, modes, subset: state.subset, zone: state.zone }, 'header-only', undefined, 0);
     if (mode !== 'full-duplex' && mode !== 'buffered') {
       return this.reject(
         500,
@@ -168,12 +214,13 @@ class ExtProcStream implements Deadline {
       );
     }
     const body = new BodyAccumulator(this.control.limits.maxBodyBytes);
-    this.state = { kind: 'awaiting-body', headers, modes, subset: state.subset, mode, body, reservedBytes: 0 };
+    this.state = { kind: 'awaiting-body', headers, modes, subset: state.subset, zone: state.zone, mode, body, reservedBytes: 0 };
     // BUFFERED: Envoy waits for this reply before it sends the body; the decision rides on the body reply.
     if (mode === 'buffered') this.write(requestHeadersResponse({ removeHeaders: headers.destinationHeaders }));
   }
 
   private onRequestBody(state: AwaitingBody, chunk: Uint8Array, endOfStream: boolean): void {
+    if (this.bodyStartedAt === 0) this.bodyStartedAt = performance.now();
     if (!state.body.push(chunk)) {
       return this.reject(413, `request body exceeds ${state.body.limit} bytes`, 'request_too_large');
     }
@@ -185,14 +232,18 @@ class ExtProcStream implements Deadline {
   }
 
   private completeRequest(state: AwaitingBody, endedWithTrailers: boolean): void {
+    const bodyEndedAt = performance.now();
+    if (this.bodyStartedAt !== 0) this.control.observer.phase('receive', (bodyEndedAt - this.bodyStartedAt) / 1e3);
     const body = state.body.take();
     // The stream lives as long as the response (minutes for a long generation): the body's chunks
     // go with this state, and its bytes back to the EPP-wide budget now rather than at the end.
     this.control.bodies.release(state.reservedBytes);
     state.reservedBytes = 0;
     const prepared = prepareRequest(body, state.headers, this.control.rewriter, Math.random);
+    this.control.observer.phase('parse', (performance.now() - bodyEndedAt) / 1e3);
     if (!prepared.ok) return this.reject(prepared.error.status, prepared.error.message, prepared.error.code);
     this.route(state, state.mode, prepared.request, body.length, endedWithTrailers);
+    if (this.state.kind === 'picked') this.control.observer.phase('decide', (performance.now() - bodyEndedAt) / 1e3);
   }
 
   /**
@@ -213,10 +264,13 @@ class ExtProcStream implements Deadline {
         prompt: request?.prompt,
         objective: headers.objective,
         subset: head.subset,
+        zone: head.zone,
         requestId: headers.requestId,
+        maxTokens: request === undefined ? undefined : outputLimitOf(request.api, request.json),
       },
       request,
     );
+    const pickedAt = performance.now();
     if (decision.status !== 'routed') {
       const message =
         decision.status === 429
@@ -231,8 +285,10 @@ class ExtProcStream implements Deadline {
       decision,
       record,
       responseFullDuplex: head.modes.response === 'full-duplex',
+      streamed: request?.stream === true,
       served: undefined,
       failureSeen: false,
+      answered: false,
     };
     for (const response of routedResponses({
       mode,
@@ -244,9 +300,61 @@ class ExtProcStream implements Deadline {
     })) {
       this.write(response);
     }
+    this.control.observer.phase('answer', (performance.now() - pickedAt) / 1e3);
   }
 
-  private noteServed(state: Picked, message: ProcessingRequest): void {
+  /**
+   * The response headers: the endpoint that served, the status for passive health, and the
+   * request's life. A success status starts it, or completes it when it does not stream and its
+   * body does not come here (the model server sent its headers with the whole response).
+   */
+  private onResponseHeaders(state: Picked | Started, message: ProcessingRequest, status: number | undefined): void {
+    this.noteServed(state, message);
+    this.noteStatus(state, status);
+    if (state.kind !== 'picked' || state.answered) return;
+    if (status !== undefined && status >= 400) {
+      state.answered = true;
+      return;
+    }
+    if (!state.streamed && !state.responseFullDuplex) return this.complete(state);
+    this.start(state);
+  }
+
+  /** A response body chunk, echoed; its last one completes the request. */
+  private onResponseBody(state: Picked | Started | Completed, message: ProcessingRequest, chunk: Uint8Array, endOfStream: boolean): void {
+    // A body with no headers before it (response headers skipped): the response began all the same.
+    if (state.kind === 'picked' && !state.answered) {
+      this.noteServed(state, message);
+      state = this.start(state);
+    }
+    if (state.kind !== 'completed') state.record.responseBody(chunk);
+    this.write(responseBodyResponse(chunk, endOfStream, state.responseFullDuplex));
+    if (endOfStream && state.kind !== 'completed') this.complete(state);
+  }
+
+  /** Picked -> started. Without the response body here, the charge's end is the record's end too. */
+  private start(state: Picked): Started {
+    const started: Started = {
+      kind: 'started',
+      decision: state.decision,
+      record: state.record,
+      responseFullDuplex: state.responseFullDuplex,
+      streamed: state.streamed,
+      served: state.served,
+      failureSeen: state.failureSeen,
+    };
+    this.state = started;
+    this.control.started(started.decision, started.record, started.responseFullDuplex);
+    return started;
+  }
+
+  /** The response's end: the charge is released and the record finished. */
+  private complete(state: Picked | Started): void {
+    this.state = state.responseFullDuplex ? COMPLETED_STREAMING : COMPLETED;
+    this.control.ended(state.decision, state.record);
+  }
+
+  private noteServed(state: Picked | Started, message: ProcessingRequest): void {
     if (state.served !== undefined) return;
     const served = readServedEndpoint(message.metadataContext, state.decision.entries[0]?.address);
     if (served === undefined) return;
@@ -260,7 +368,7 @@ class ExtProcStream implements Deadline {
    * headers for its own local reply when it could not connect (503, served = the last host tried),
    * so a connection failure lands here too. A served fallback already penalised the primary.
    */
-  private noteStatus(state: Picked, status: number | undefined): void {
+  private noteStatus(state: Picked | Started, status: number | undefined): void {
     if (status !== undefined && status >= 400 && !state.failureSeen) state.record.modelServerError();
     if (status === undefined || status < 500 || status > 599 || state.failureSeen) return;
     state.failureSeen = true;
@@ -308,7 +416,7 @@ class ExtProcStream implements Deadline {
     if (!this.call.destroyed && this.call.writable) this.call.end();
   }
 
-  /** However the stream ends, release what the request holds; idempotent. */
+  /** However the stream ends, give back what the request holds; idempotent. */
   private finish(clientEnded: boolean): void {
     const state = this.state;
     if (state.kind === 'done') return;
@@ -328,8 +436,15 @@ class ExtProcStream implements Deadline {
         this.control.bodies.release(state.reservedBytes);
         return;
       case 'picked':
-        this.control.release(state.decision, state.record);
+        // No response began: the request is over (client gone, gateway error, an error status).
+        this.control.ended(state.decision, state.record);
         return;
+      case 'started':
+        // With its body here, the stream lasts as long as the response (or the response was cut).
+        // Without, the request runs on: its charge, and its record, end by samples or at its bound.
+        if (state.responseFullDuplex) this.control.ended(state.decision, state.record);
+        return;
+      case 'completed':
       case 'done':
         return;
     }

@@ -9,7 +9,8 @@ import {
 } from '@spillway/events';
 import type { SharedStateCounters } from './counters.js';
 import type { ChannelContext } from './context.js';
-import { entryBytes, type StateOutbox } from './outbox.js';
+import { stateBatches } from './batches.js';
+import type { StateOutbox } from './outbox.js';
 
 /** A batch aims at this size, well below the 1 MiB bound, so one large pick never pushes it over. */
 const TARGET_BATCH_BYTES = 256 * 1024;
@@ -17,7 +18,7 @@ const TARGET_BATCH_BYTES = 256 * 1024;
 /**
  * Sends this EPP's entries to its peers on `spillway.state.<pool>.<zone>.<epp-id>`: whatever the
  * outbox holds when a batch is due (a few ms after the first entry, or at once past N entries),
- * split so no batch is too large, each with the next sequence number. An EPP with nothing to say
+ * split into batches every receiver accepts (batches.ts), each with the next sequence number. An EPP with nothing to say
  * sends an empty batch every `heartbeatMs` so its peers keep it (and its requests) alive.
  */
 export class StatePublisher {
@@ -68,17 +69,7 @@ export class StatePublisher {
       return;
     }
     const max = Math.min(MAX_STATE_BATCH_BYTES, this.nc.info?.max_payload ?? MAX_STATE_BATCH_BYTES);
-    let start = 0;
-    do {
-      let end = start;
-      let bytes = 0;
-      while (end < entries.length && (end === start || bytes + entryBytes(entries[end] as StateEntry) <= TARGET_BATCH_BYTES)) {
-        bytes += entryBytes(entries[end] as StateEntry);
-        end++;
-      }
-      this.publish(entries.slice(start, end), max);
-      start = end;
-    } while (start < entries.length);
+    for (const batch of stateBatches(entries, TARGET_BATCH_BYTES)) this.publish(batch, max);
   }
 
   close(): void {

@@ -13,6 +13,7 @@ import type { SharedState } from '@spillway/scheduler';
 import type { Logger } from 'pino';
 import type { SharedStateCounters, StateRejectReason } from './counters.js';
 import type { ChannelContext } from './context.js';
+import { stateBatches } from './batches.js';
 import { entryBytes } from './outbox.js';
 
 /** A snapshot part aims at this size (several parts per warm-start answer; NATS's default max payload is 1 MiB). */
@@ -220,21 +221,16 @@ export class SyncResponder {
   }
 }
 
-/** Splits snapshot entries into parts of about SNAPSHOT_PART_BYTES, at most `maxBytes` in all (the rest left out); always one part at least. */
+/**
+ * Snapshot entries in parts of about SNAPSHOT_PART_BYTES, each a batch every receiver accepts
+ * (batches.ts), at most `maxBytes` in all (the rest left out); always one part at least.
+ */
 export function snapshotParts(entries: readonly StateEntry[], maxBytes: number): StateEntry[][] {
-  const parts: StateEntry[][] = [[]];
-  let partBytes = 0;
   let total = 0;
-  for (const entry of entries) {
-    const size = entryBytes(entry);
-    if (total + size > maxBytes) break;
-    if (partBytes + size > SNAPSHOT_PART_BYTES && (parts[parts.length - 1] as StateEntry[]).length > 0) {
-      parts.push([]);
-      partBytes = 0;
-    }
-    (parts[parts.length - 1] as StateEntry[]).push(entry);
-    partBytes += size;
-    total += size;
+  let kept = 0;
+  while (kept < entries.length && total + entryBytes(entries[kept] as StateEntry) <= maxBytes) {
+    total += entryBytes(entries[kept] as StateEntry);
+    kept++;
   }
-  return parts;
+  return stateBatches(kept === entries.length ? entries : entries.slice(0, kept), SNAPSHOT_PART_BYTES);
 }

@@ -9,6 +9,9 @@ export interface DecisionSummary {
   rule: Decision['rule'];
   policy: Decision['policy'];
   priority: number;
+  /** The zone the request was picked for (its local zone), and what the gateway said of its zone. */
+  zone: string;
+  gatewayZone: Decision['gatewayZone'];
   destination: string;
   counts: Decision['counts'];
   /** The first subset entries that named no routable pod (`counts.subsetUnmatched` counts them all). */
@@ -67,6 +70,8 @@ function summarize(d: Decision): DecisionSummary {
     rule: d.rule,
     policy: d.policy,
     priority: d.priority,
+    zone: d.zone,
+    gatewayZone: d.gatewayZone,
     destination: d.destination,
     counts: d.counts,
     subsetUnmatchedEntries: d.subsetUnmatchedEntries,

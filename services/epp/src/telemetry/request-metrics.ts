@@ -76,12 +76,13 @@ class PairSeries {
 }
 
 /**
- * One routed request's metric bookkeeping, from the pick to the end of its ext_proc stream: its
- * series, when it started, and (only when the gateway streams the response body) the body's last
- * bytes, where the token usage is.
+ * One routed request's metric bookkeeping, from the pick to its end (its completion when the EPP
+ * sees it, else the end of its charge: docs/metrics.md): its series, when it started, and (only
+ * when the gateway streams the response body) the body's last bytes, where the token usage is.
  */
 export class TrackedRequest {
   private body: UsageTail | undefined;
+  private finished = false;
 
   constructor(
     readonly series: PairSeries,
@@ -100,8 +101,15 @@ export class TrackedRequest {
     this.series.error('ModelServerError');
   }
 
-  /** The stream ended: the request's duration, and its size and tokens when the response body was seen. */
+  /** Its charge ended without a completion seen (by the endpoint's samples, at its bound): the request's end as the EPP knows it. */
+  chargeEnded(at: number): void {
+    this.finish(at);
+  }
+
+  /** The request ended: its duration, and its size and tokens when the response body was seen. Only the first end counts. */
   finish(now: number): void {
+    if (this.finished) return;
+    this.finished = true;
     this.running.dec();
     const seconds = Math.max(0, now - this.startedAt) / 1000;
     this.series.duration.observe(seconds);

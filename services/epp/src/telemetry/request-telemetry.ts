@@ -1,7 +1,8 @@
 import type { Logger } from 'pino';
 import type { ErrorStatus, PreparedRequest } from '@spillway/protocol';
+import type { Counter } from 'prom-client';
 import type { Decision, PickRequest } from '@spillway/scheduler';
-import type { RequestObserver, RequestRecord, TokenizeOutcome } from '../request/observer.js';
+import type { RequestObserver, RequestPhase, RequestRecord, TokenizeOutcome } from '../request/observer.js';
 import { DecisionLog } from './decision-log.js';
 import { LabelCache } from './label-cache.js';
 import type { EppMetrics, Outcome } from './metrics.js';
@@ -11,14 +12,12 @@ import type { PendingHistogram } from './pending-histogram.js';
 import { RequestMetrics } from './request-metrics.js';
 import { SpillMatrix } from './spill-matrix.js';
 
-/** Stale subset entries are logged at most this often (they are counted always). */
+/** Stale subset entries, and gateway zones the pool does not have, are logged at most this often (they are counted always). */
 const UNMATCHED_LOG_EVERY_MS = 60_000;
 
 export interface RequestTelemetryParts {
   readonly metrics: EppMetrics;
   readonly logger: Logger;
-  /** This EPP's zone: where the spill matrix counts its picks from. */
-  readonly zone: string;
   readonly modelLabels: ModelLabels;
   /** Observes one prompt's tokenization (telemetry/kv-metrics.ts). */
   readonly tokenized: (outcome: TokenizeOutcome, seconds: number) => void;
@@ -33,16 +32,19 @@ export interface RequestTelemetryParts {
 export class RequestTelemetry implements RequestObserver {
   /** The last decisions, for `GET /debug/decisions`. */
   readonly decisions = new DecisionLog();
-  /** Requests per second from this EPP's zone into each zone, for the operators' view. */
+  /** Requests per second from each gateway zone (the zone each request was picked for) into each zone, for the operators' view. */
   readonly spill: SpillMatrix;
   /** Client-chosen model names to label values: configured models, everything else `other`. Replaced by a config reload. */
   modelLabels: ModelLabels;
   readonly tokenized: (outcome: TokenizeOutcome, seconds: number) => void;
   private readonly metrics: EppMetrics;
   private readonly logger: Logger;
-  private readonly zone: string;
   private readonly now: () => number;
   private unmatchedLoggedAt = Number.NEGATIVE_INFINITY;
+  private unknownZoneLoggedAt = Number.NEGATIVE_INFINITY;
+  /** spillway_gateway_zone_unknown_total by reason (rare: not batched). */
+  private readonly zoneUnknown: Counter.Internal;
+  private readonly zoneMalformed: Counter.Internal;
   // Prometheus children per label set, so the request path does not build label objects.
   // Batched (see PendingCount): the per-request counters with fixed labels.
   private readonly routed: PendingCount;
@@ -52,6 +54,8 @@ export class RequestTelemetry implements RequestObserver {
   private readonly entryReasons: LabelCache<PendingCount>;
   private readonly pickSeconds: PendingHistogram;
   private readonly listLength: PendingHistogram;
+  /** `spillway_request_phase_seconds`, one batched series per phase (a fixed set). */
+  private readonly phaseSeconds: Record<RequestPhase | 'tokenize' | 'pick', PendingHistogram>;
   /** Per-model request metrics, keyed by label values: at most the configured models plus `other`. */
   private readonly requestMetrics: RequestMetrics;
 
@@ -59,10 +63,26 @@ export class RequestTelemetry implements RequestObserver {
     const metrics = parts.metrics;
     this.metrics = metrics;
     this.logger = parts.logger;
-    this.zone = parts.zone;
     this.modelLabels = parts.modelLabels;
-    this.tokenized = parts.tokenized;
     this.now = parts.now ?? Date.now;
+    // Every phase's series exists from the start, at zero, so a reader's before-and-after sees each.
+    const phase = (name: RequestPhase | 'tokenize' | 'pick'): PendingHistogram => {
+      metrics.requestPhases.zero({ phase: name });
+      return metrics.batchedHistogram(metrics.requestPhases, { phase: name });
+    };
+    this.phaseSeconds = {
+      receive: phase('receive'),
+      parse: phase('parse'),
+      tokenize: phase('tokenize'),
+      pick: phase('pick'),
+      answer: phase('answer'),
+      decide: phase('decide'),
+    };
+    const tokenizePhase = this.phaseSeconds.tokenize;
+    this.tokenized = (outcome, seconds) => {
+      parts.tokenized(outcome, seconds);
+      tokenizePhase.observe(seconds);
+    };
     this.spill = new SpillMatrix(this.now());
     this.routed = metrics.batched(metrics.requests.labels({ outcome: 'routed' }));
     this.attemptSucceeded = metrics.batched(metrics.schedulerAttempts.labels({ status: 'success' }));
@@ -71,16 +91,27 @@ export class RequestTelemetry implements RequestObserver {
     this.pickSeconds = metrics.batchedHistogram(metrics.schedulerDuration);
     this.listLength = metrics.batchedHistogram(metrics.listLength);
     this.requestMetrics = new RequestMetrics(metrics);
+    this.zoneUnknown = metrics.gatewayZoneUnknown.labels({ reason: 'unknown' });
+    this.zoneMalformed = metrics.gatewayZoneUnknown.labels({ reason: 'malformed' });
+    // Exported as 0 from the start, so a rate over them needs no first occurrence.
+    this.zoneUnknown.inc(0);
+    this.zoneMalformed.inc(0);
     // Reasons are the scheduler's fixed EntryReason set, far below the cache limit: the cache never resets.
     this.entryReasons = new LabelCache((reason) => metrics.batched(metrics.listEntries.labels({ reason })));
   }
 
+  phase(phase: RequestPhase, seconds: number): void {
+    this.phaseSeconds[phase].observe(seconds);
+  }
+
   picked(decision: Decision, request: PickRequest, prepared: PreparedRequest | undefined, seconds: number): void {
     this.pickSeconds.observe(seconds);
+    this.phaseSeconds.pick.observe(seconds);
     this.decisions.record(decision);
     (decision.status === 'routed' ? this.attemptSucceeded : this.attemptFailed).inc();
     if (decision.counts.subsetIgnored > 0) this.metrics.subsetEntriesIgnored.inc(decision.counts.subsetIgnored);
     if (decision.counts.subsetUnmatched > 0) this.subsetUnmatched(decision);
+    if (decision.gatewayZone === 'unknown' || decision.gatewayZone === 'malformed') this.unknownGatewayZone(decision, request);
     if (decision.status === 'routed') {
       this.listLength.observe(decision.entries.length);
       for (const entry of decision.entries) this.entryReasons.get(entry.reason).inc();
@@ -94,6 +125,8 @@ export class RequestTelemetry implements RequestObserver {
           targetModel: capLabel(request.model),
           status: decision.status,
           rule: decision.rule,
+          zone: decision.zone,
+          gatewayZone: decision.gatewayZone,
           destination: decision.destination,
           entries: decision.entries.map((e) => ({ address: e.address, zone: e.zone, reason: e.reason, full: e.full, cost: e.cost })),
           localOverloaded: decision.localOverloaded,
@@ -128,6 +161,28 @@ export class RequestTelemetry implements RequestObserver {
     );
   }
 
+  /**
+   * The gateway named a zone the pool has no pod in, or a value that is not a zone name: the
+   * request was picked for this EPP's zone. Counted, and logged at most once a minute with the
+   * value (cut like a label value): a gateway whose zone is misconfigured, or a zone whose pods
+   * are all gone, sends its requests to be priced from the wrong place.
+   */
+  private unknownGatewayZone(decision: Decision, request: PickRequest): void {
+    (decision.gatewayZone === 'unknown' ? this.zoneUnknown : this.zoneMalformed).inc();
+    const now = this.now();
+    if (now - this.unknownZoneLoggedAt < UNMATCHED_LOG_EVERY_MS) return;
+    this.unknownZoneLoggedAt = now;
+    this.logger.warn(
+      {
+        gatewayZone: typeof request.zone === 'string' ? capLabel(request.zone) : request.zone,
+        reason: decision.gatewayZone,
+        pickedFor: decision.zone,
+        requestId: decision.requestId,
+      },
+      'the gateway names a zone the pool has no pod in (or not a zone name); picked for this EPP zone',
+    );
+  }
+
   committed(
     decision: Decision,
     prepared: PreparedRequest | undefined,
@@ -135,7 +190,7 @@ export class RequestTelemetry implements RequestObserver {
     startedAt: number,
     now: number,
   ): RequestRecord {
-    this.spill.record(this.zone, decision.entries[0]?.zone ?? '', now);
+    this.spill.record(decision.zone, decision.entries[0]?.zone ?? '', now);
     this.routed.inc();
     const labels = this.modelLabels;
     const target = prepared?.model ?? '';

@@ -18,6 +18,8 @@ export function podView(endpoint: Endpoint, explained: EndpointExplanation | und
     kvCacheUsage: metrics?.kvCacheUsage ?? null,
     metricsAgeMs: metrics === undefined ? null : Math.max(0, now - metrics.receivedAt),
     inFlight: endpoint.inFlight,
+    started: endpoint.startedInFlight,
+    batchSize: endpoint.batchCapacity ?? null,
     penaltyLeftMs: explained?.penaltyLeftMs ?? 0,
     silent: explained?.silent ?? false,
     stale: cost?.stale ?? metrics === undefined,

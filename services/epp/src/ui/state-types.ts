@@ -65,8 +65,16 @@ export interface UiPod {
   readonly running: number | null;
   readonly kvCacheUsage: number | null;
   readonly metricsAgeMs: number | null;
-  /** Requests this EPP sent to the pod that have not finished. */
+  /**
+   * Requests charged to the pod (this EPP's, and its peers' with sharing) whose charge has not
+   * ended: picked and not released, or started and not yet completed, accounted for by a sample
+   * or past their bound.
+   */
   readonly inFlight: number;
+  /** Of `inFlight`, those whose response has begun (they outlive their ext_proc streams). */
+  readonly started: number;
+  /** How many requests the pod runs at once, learnt from samples taken while its queue persisted; null until seen full. */
+  readonly batchSize: number | null;
   /** Passive-health penalty left (0 when none). */
   readonly penaltyLeftMs: number;
   /** Readiness not re-published while its zone-mates' was: left out of picks like a penalised pod. */
@@ -92,6 +100,7 @@ export type UiPodSortKey =
   | 'kvCacheUsage'
   | 'metricsAgeMs'
   | 'inFlight'
+  | 'started'
   | 'penaltyLeftMs'
   | 'expectedWaitMs'
   | 'costMs'

@@ -38,6 +38,7 @@ const SORT_KEYS = [
   'kvCacheUsage',
   'metricsAgeMs',
   'inFlight',
+  'started',
   'penaltyLeftMs',
   'expectedWaitMs',
   'costMs',

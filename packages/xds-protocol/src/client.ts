@@ -3,7 +3,8 @@
  * source/extensions/config_subscription/grpc/grpc_mux_impl.cc): the first request of each type
  * carries the node and the names, every response is answered with its nonce — an ACK carrying its
  * version, or a NACK carrying the last accepted version and an error_detail. It keeps the last
- * response of each type and counts them; the tests and the benchmark stand in for gateways with it.
+ * response of each type and counts them; the tests and the benchmark stand in for gateways with it,
+ * and the development gateway takes its endpoints and subset through it (one client per stream).
  */
 import { credentials, type ClientDuplexStream, type ServiceError } from '@grpc/grpc-js';
 import { AggregatedDiscoveryServiceClient } from './gen/envoy/service/discovery/v3/ads.js';
@@ -18,6 +19,11 @@ export interface AdsClientOptions {
   onResponse?: (response: DiscoveryResponse) => void;
   /** Own connection per client (as separate Envoys have), rather than grpc-js's shared one. Default true. */
   ownConnection?: boolean;
+  /**
+   * The versions this node already holds, by type URL: a new stream's first requests carry them,
+   * as Envoy's do after a reconnect (GrpcMuxImpl keeps each type's last accepted version_info).
+   */
+  initialVersions?: ReadonlyMap<string, string>;
 }
 
 export interface AdsClientEnd {
@@ -68,9 +74,10 @@ export class AdsClient {
       userAgentName: 'spillway-ads-client',
       userAgentVersionType: undefined,
     };
+    for (const [typeUrl, version] of options.initialVersions ?? []) this.accepted.set(typeUrl, version);
     options.subscriptions.forEach((s, i) =>
       this.write({
-        versionInfo: '',
+        versionInfo: this.accepted.get(s.typeUrl) ?? '',
         // Like Envoy with set_node_on_first_message_only: the node on the stream's first request only.
         node: i === 0 ? node : undefined,
         resourceNames: [...s.names],

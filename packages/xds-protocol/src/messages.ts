@@ -1,8 +1,9 @@
 /**
  * The xDS resource types spillway-xds serves, their type URLs, and packing a message into an Any
  * (pure: the gRPC service definition lives apart, in gen/envoy/service/discovery/v3/ads.ts).
- * The message code is generated from trimmed copies of Envoy's protos (services/xds/proto, names
- * and field numbers unchanged; test/xds-proto.test.ts compares every field with Envoy's own files).
+ * The message code is generated from trimmed copies of Envoy's protos (packages/xds-protocol/proto,
+ * names and field numbers unchanged; services/xds/test/proto.test.ts compares every field with
+ * Envoy's own files).
  */
 import type { Any } from './gen/google/protobuf/any.js';
 
