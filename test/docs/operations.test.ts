@@ -37,6 +37,7 @@ async function exported(): Promise<Set<string>> {
   // So do the KV metrics (--kv-events, the default), the token cache's with a tokenizer.
   const stats = {
     pods: 0,
+    partialPods: 0,
     blocks: 0,
     bytes: 0,
     gaps: 0,

@@ -94,13 +94,18 @@ export function decodeEvent(payload: Uint8Array | string, subject?: string): Dec
  * The snapshot with its oldest keys dropped so that it encodes to at most `maxBytes` (a NATS
  * server's `max_payload` may be below `MAX_KV_SNAPSHOT_BYTES`) and holds at most
  * `MAX_KV_SNAPSHOT_KEYS` keys. Keys are kept newest-last, so what is dropped is what the pod is
- * likeliest to evict next. Returns the same object when nothing has to go.
+ * likeliest to evict next — though a block stored long ago and hit ever since is dropped too, so a
+ * cut snapshot's `known` (when it has one) says it is not complete. Returns the same object when
+ * nothing has to go.
  */
 export function fitKvSnapshot(event: KvSnapshotEvent, maxBytes = MAX_KV_SNAPSHOT_BYTES): KvSnapshotEvent {
   const limit = Math.min(maxBytes, MAX_KV_SNAPSHOT_BYTES);
   const keys = event.keys;
   if (keys.length <= MAX_KV_SNAPSHOT_KEYS && encoder.encode(JSON.stringify(event)).byteLength <= limit) return event;
-  let budget = limit - encoder.encode(JSON.stringify({ ...event, keys: [] })).byteLength;
+  // A cut snapshot no longer holds every block of the pod: it says so when it says anything of that.
+  const known = event.known === undefined ? undefined : { since: event.known.since, complete: false };
+  const cut: KvSnapshotEvent = known === undefined ? { ...event, keys: [] } : { ...event, keys: [], known };
+  let budget = limit - encoder.encode(JSON.stringify(cut)).byteLength;
   let first = keys.length;
   // Each kept key costs its decimal digits plus a comma (one comma too many: a byte of slack).
   while (first > 0 && keys.length - first < MAX_KV_SNAPSHOT_KEYS) {
@@ -109,5 +114,7 @@ export function fitKvSnapshot(event: KvSnapshotEvent, maxBytes = MAX_KV_SNAPSHOT
     budget -= cost;
     first--;
   }
-  return { ...event, keys: keys.slice(first) };
+  cut.keys = keys.slice(first);
+  if (first === 0 && event.known !== undefined) cut.known = event.known;
+  return cut;
 }

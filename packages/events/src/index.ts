@@ -50,6 +50,7 @@ export {
   kvBatchSchema,
   kvStoredRunSchema,
   kvSkippedSchema,
+  kvKnownSchema,
   encodeKvBatch,
   decodeKvBatch,
   kvCreditable,
@@ -61,7 +62,7 @@ export {
   UNKNOWN_FIELD_DEPTH,
   UNKNOWN_FIELD_VALUES,
 } from './kv.js';
-export type { KvSubjectParts, KvBatch, KvEvent, KvDecodeResult, KvStoredRun, KvSkipped, KvBlockInfo } from './kv.js';
+export type { KvSubjectParts, KvBatch, KvEvent, KvDecodeResult, KvStoredRun, KvSkipped, KvBlockInfo, KvKnown } from './kv.js';
 export {
   STATE_SUBJECT_ROOT,
   ALL_STATE_SUBJECTS,

@@ -200,6 +200,23 @@ export const kvSkippedSchema = z.object({
 });
 
 /**
+ * What the relay knows of the pod's cache (optional: readers before this field ignore it, and an
+ * absent one means what it meant to them, that the relay vouches for every block):
+ * - `since`: when the relay's continuous view of the pod began (ms since the epoch, the relay's
+ *   clock): its start, or its latest fresh start of one of the pod's ranks;
+ * - `complete`: whether that view covers every block the server holds — each rank followed from
+ *   the server's first batch or from a cache reset the server reported, or its cache turned over
+ *   since the relay last saw a block chained to one it never heard of. False: the server may hold
+ *   blocks it stored before `since` that the relay cannot name (a collector that started after the
+ *   server without a full replay), so a receiver must not take their absence as a miss. In a
+ *   snapshot it also says that `keys` holds all of them (not cut to the newest).
+ */
+export const kvKnownSchema = z.object({
+  since: z.number().finite().nonnegative().max(8.64e15),
+  complete: z.boolean(),
+});
+
+/**
  * One relayed batch, msgpack-encoded on the wire:
  * - `seq`: the collector's sequence for this pod, +1 per batch; a receiver that sees a gap has
  *   missed deltas and drops what it knows of the pod until the next `cleared`/snapshot;
@@ -210,7 +227,8 @@ export const kvSkippedSchema = z.object({
  * - `blockSize`: tokens per block of this server (keys are only comparable at equal block sizes);
  * - optional, for visibility (docs/events.md): `rank` the data-parallel rank whose events these
  *   are, `stored` what the server said of the stored events' blocks (runs, in order), `skipped`
- *   the blocks it reported that are not in `events`, counted by description.
+ *   the blocks it reported that are not in `events`, counted by description;
+ * - optional, `known`: whether the relay knows every block of the pod (`kvKnownSchema`).
  */
 export const kvBatchSchema = z.object({
   v: z.literal(1),
@@ -226,9 +244,11 @@ export const kvBatchSchema = z.object({
   rank: z.number().int().min(0).max(MAX_KV_RANK).optional(),
   stored: z.array(kvStoredRunSchema).max(MAX_KV_STORED_RUNS).optional(),
   skipped: z.array(kvSkippedSchema).max(MAX_KV_SKIPPED).optional(),
+  known: kvKnownSchema.optional(),
 });
 
 export type KvBatch = z.infer<typeof kvBatchSchema>;
+export type KvKnown = z.infer<typeof kvKnownSchema>;
 export type KvEvent = KvBatch['events'][number];
 export type KvStoredRun = z.infer<typeof kvStoredRunSchema>;
 export type KvSkipped = z.infer<typeof kvSkippedSchema>;
@@ -371,6 +391,24 @@ function readSkipped(r: MsgpackReader): KvSkipped[] {
   });
 }
 
+/** The `known` map: its two fields required, unknown ones skipped within bounds. */
+function readKnown(r: MsgpackReader, path: string): KvKnown {
+  const fields = r.mapHeader(16, path);
+  let since: number | undefined;
+  let complete: boolean | undefined;
+  for (let f = 0; f < fields; f++) {
+    const key = r.str(64, `${path}: a field name`);
+    if (key === 'since') {
+      since = r.number(`${path}.since`);
+      check(Number.isFinite(since) && since >= 0 && since <= 8.64e15, `${path}.since`, 'a time in ms since the epoch');
+    } else if (key === 'complete') complete = r.bool(`${path}.complete`);
+    else r.skip(UNKNOWN_FIELD_DEPTH, UNKNOWN_FIELD_VALUES, `${path}.${key}`);
+  }
+  check(since !== undefined, `${path}.since`, 'required');
+  check(complete !== undefined, `${path}.complete`, 'required');
+  return { since: since as number, complete: complete as boolean };
+}
+
 function readEvents(r: MsgpackReader): KvEvent[] {
   const length = r.arrayHeader(MAX_KV_EVENTS, 'events');
   const events = new Array<KvEvent>(length);
@@ -444,6 +482,9 @@ function readKvBatch(data: Uint8Array): KvBatch {
       case 'skipped':
         seen.skipped = readSkipped(r);
         break;
+      case 'known':
+        seen.known = readKnown(r, 'known');
+        break;
       default:
         // Unknown fields are ignored (forward compatible), skipped within bounds.
         r.skip(UNKNOWN_FIELD_DEPTH, UNKNOWN_FIELD_VALUES, key);
@@ -468,6 +509,7 @@ function readKvBatch(data: Uint8Array): KvBatch {
   if (batch.rank !== undefined) out.rank = batch.rank;
   if (batch.stored !== undefined) out.stored = batch.stored;
   if (batch.skipped !== undefined) out.skipped = batch.skipped;
+  if (batch.known !== undefined) out.known = batch.known;
   return out;
 }
 

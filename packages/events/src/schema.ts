@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { parseEndpointAddress } from './address.js';
-import { MAX_KV_INFO_TEXT, MAX_KV_RANK } from './kv.js';
+import { kvKnownSchema, MAX_KV_INFO_TEXT, MAX_KV_RANK } from './kv.js';
 
 /**
  * The v1 event contract (docs/events.md). Unknown fields are stripped (forward compatible); every
@@ -126,6 +126,11 @@ export const kvSnapshotEventSchema = z.object({
   ranks: z.array(kvSnapshotRankSchema).max(MAX_KV_SNAPSHOT_RANKS).optional(),
   /** Optional: every block the relay follows by tier, those not in `keys` included (offload tiers, extra-keyed blocks). */
   tiers: z.array(kvSnapshotTierSchema).max(MAX_KV_SNAPSHOT_TIERS).optional(),
+  /**
+   * Optional: whether the relay knows every block of the pod (`kvKnownSchema`); `complete` also
+   * says that `keys` holds them all (not cut to the newest). Absent: as before, taken as complete.
+   */
+  known: kvKnownSchema.optional(),
 });
 
 export const spillwayEventSchema = z.discriminatedUnion('kind', [readinessEventSchema, metricsEventSchema, kvSnapshotEventSchema]);

@@ -80,6 +80,12 @@ describe('the kv snapshot kind', () => {
       { ...snapshot, ranks: Array.from({ length: MAX_KV_SNAPSHOT_RANKS + 1 }, (_, rank) => ({ rank, blocks: 0 })) },
       'ranks',
     ],
+    ['known without since', { ...snapshot, known: { complete: true } }, 'known.since'],
+    ['known without complete', { ...snapshot, known: { since: 5 } }, 'known.complete'],
+    ['a negative known since', { ...snapshot, known: { since: -1, complete: false } }, 'known.since'],
+    ['a known since past the schema maximum', { ...snapshot, known: { since: 9e15, complete: false } }, 'known.since'],
+    ['a known complete that is a string', { ...snapshot, known: { since: 5, complete: 'yes' } }, 'known.complete'],
+    ['known that is a list', { ...snapshot, known: [5, true] }, 'known'],
     ['a tier without a medium', { ...snapshot, tiers: [{ blocks: 1 }] }, 'tiers.0.medium'],
     ['an empty medium', { ...snapshot, tiers: [{ medium: '', blocks: 1 }] }, 'tiers.0.medium'],
     ['a fractional tier count', { ...snapshot, tiers: [{ medium: 'CPU', blocks: 0.5 }] }, 'tiers.0.blocks'],
@@ -116,6 +122,20 @@ describe('the kv snapshot kind', () => {
     const { ranks: _r, tiers: _t, ...rest } = described;
     expect(first.parse(JSON.parse(Buffer.from(encodeEvent(described)).toString()))).toEqual(rest);
     expect(compileSchema(first)(JSON.parse(Buffer.from(encodeEvent(described)).toString()))).toEqual(rest);
+  });
+
+  it('optionally says whether the relay knows every block of the pod; readers from before that field ignore it', () => {
+    const partial: KvSnapshotEvent = { ...snapshot, ranks: [{ rank: 0, blocks: 4 }], known: { since: 1764419990000, complete: false } };
+    expect(decodeEvent(encodeEvent(partial), SUBJECT)).toEqual({ ok: true, event: partial });
+    expect(decodeEvent(encodeEvent({ ...partial, known: { since: 0, complete: true } }), SUBJECT).ok).toBe(true);
+    const wire = () => JSON.parse(Buffer.from(encodeEvent(partial)).toString()) as unknown;
+    const { known: _k, ...described } = partial;
+    // The snapshot kind with ranks and tiers, and as first released: the field is stripped, by zod and by the compiled check.
+    const before = kvSnapshotEventSchema.omit({ known: true });
+    expect(before.parse(wire())).toEqual(described);
+    expect(compileSchema(before)(wire())).toEqual(described);
+    const { ranks: _r, ...first } = described;
+    expect(compileSchema(kvSnapshotEventSchema.omit({ known: true, ranks: true, tiers: true }))(wire())).toEqual(first);
   });
 
   it('a full snapshot of 53-bit keys fits its byte limit; other kinds keep theirs', () => {
@@ -156,5 +176,20 @@ describe('the kv snapshot kind', () => {
     expect(size).toBeGreaterThan(4096 - 40);
     expect(small.keys.at(-1)).toBe(many.keys.at(-1));
     expect(kvSnapshotEventSchema.safeParse(small).success).toBe(true);
+  });
+
+  it('fitKvSnapshot: a cut snapshot is not complete; an uncut one says what the relay said', () => {
+    const known = { since: 1764419990000, complete: true };
+    const whole = { ...snapshot, known };
+    expect(fitKvSnapshot(whole)).toBe(whole);
+    const many = { ...whole, keys: Array.from({ length: MAX_KV_SNAPSHOT_KEYS + 100 }, (_, i) => 1e15 + i) };
+    expect(fitKvSnapshot(many).known).toEqual({ since: known.since, complete: false });
+    const small = fitKvSnapshot(many, 4096);
+    expect(small.known).toEqual({ since: known.since, complete: false });
+    expect(encodeEvent(small).byteLength).toBeLessThanOrEqual(4096);
+    // The relay's own word is kept as it was: the input is not changed.
+    expect(many.known).toEqual(known);
+    const partial = { ...many, known: { since: 5, complete: false } };
+    expect(fitKvSnapshot(partial).known).toEqual({ since: 5, complete: false });
   });
 });

@@ -24,6 +24,7 @@ import {
   type KvSkipped,
   type KvStoredRun,
 } from '@spillway/events';
+import { readKvBatchAsDescribed } from './fixtures/kv-reader-v1-described.js';
 import { readKvBatchAsFirstReleased } from './fixtures/kv-reader-v1-first.js';
 
 const SUBJECT = kvSubjectFor({ pool: 'llama', zone: 'zone-a', pod: 'vllm.0' });
@@ -224,6 +225,73 @@ describe('what the server said of the blocks: optional rank, stored runs and ski
 
   it.each(hostile)('refuse %s, saying which field (invalid)', (_name, fields, detail) => {
     const decoded = decodeKvBatch(SUBJECT, encode({ ...batch(), ...fields }));
+    expect(decoded).toMatchObject({ ok: false, reason: 'invalid' });
+    if (!decoded.ok) expect(decoded.detail).toMatch(detail);
+  });
+});
+
+describe('what the relay knows of the pod: the optional `known` field', () => {
+  const partial = batch({ events: [[3], [1, [1, 2]]], known: { since: 1_764_419_990_000, complete: false } });
+  const text = 'm'.repeat(MAX_KV_INFO_TEXT);
+  const fullInfo = { medium: text, group: 0xffffffff, kind: text, window: 0xffffffff, lora: 'l'.repeat(253), extraKeys: true };
+  /** Every optional field at its largest, `known` included: 12 of the 16 fields a batch may have. */
+  const largest = batch({
+    rank: 65535,
+    stored: Array.from({ length: MAX_KV_STORED_RUNS }, (): KvStoredRun => ({ events: 1024, ...fullInfo })),
+    skipped: Array.from({ length: MAX_KV_SKIPPED }, (): KvSkipped => ({ reason: text, stored: 1, removed: 1, ...fullInfo })),
+    known: { since: 8.64e15, complete: true },
+  });
+
+  it('round-trips when present, and is absent (not undefined) when a batch has none', () => {
+    expect(decodeKvBatch(SUBJECT, encodeKvBatch(partial))).toEqual({ ok: true, batch: partial });
+    expect(decodeKvBatch(SUBJECT, encodeKvBatch(largest))).toEqual({ ok: true, batch: largest });
+    const plain = decodeKvBatch(SUBJECT, encodeKvBatch({ ...batch(), known: undefined }));
+    expect(plain.ok && 'known' in plain.batch).toBe(false);
+  });
+
+  it('fields it does not know inside `known` are skipped (forward compatible)', () => {
+    const later = encode({ ...batch(), known: { since: 5, complete: true, blocks: 19_200, why: ['replay'] } });
+    expect(decodeKvBatch(SUBJECT, later)).toEqual({ ok: true, batch: batch({ known: { since: 5, complete: true } }) });
+  });
+
+  it('still decodes, with the same events and descriptions, in the readers EPPs had before it (unknown fields ignored)', () => {
+    for (const b of [partial, largest]) {
+      const data = encodeKvBatch(b);
+      const { known: _k, ...described } = b;
+      const { rank: _r, stored: _s, skipped: _d, ...first } = described;
+      expect(readKvBatchAsFirstReleased(data)).toEqual(first);
+      expect(readKvBatchAsDescribed(data)).toEqual(described);
+    }
+    // The field is far within what those readers skip.
+    expect(
+      scanMsgpack(encode(largest.known), {
+        maxDepth: UNKNOWN_FIELD_DEPTH,
+        maxElements: UNKNOWN_FIELD_VALUES,
+        maxStrBytes: 1 << 20,
+        maxBinBytes: 0,
+      }),
+    ).toBeUndefined();
+  });
+
+  const hostile: Array<[string, unknown, RegExp]> = [
+    ['a list', [5, true], /^known/],
+    ['a number', 1, /^known/],
+    ['a nil', null, /^known/],
+    ['no `since`', { complete: true }, /^known\.since: required/],
+    ['no `complete`', { since: 5 }, /^known\.complete: required/],
+    ['a negative `since`', { since: -1, complete: true }, /^known\.since/],
+    ['a `since` past the schema maximum', { since: 9e15, complete: true }, /^known\.since/],
+    ['an infinite `since`', { since: Number.POSITIVE_INFINITY, complete: true }, /^known\.since/],
+    ['a `since` that is a string', { since: '5', complete: true }, /known\.since/],
+    ['a `complete` that is a number', { since: 5, complete: 1 }, /known\.complete/],
+    ['a `complete` that is a string', { since: 5, complete: 'true' }, /known\.complete/],
+    ['more than 16 fields', Object.fromEntries(Array.from({ length: 17 }, (_, i) => [`f${i}`, i])), /^known/],
+    ['an unknown field nested too deep', { since: 5, complete: true, x: [[[[[1]]]]] }, /known\.x/],
+    ['an unknown field too large', { since: 5, complete: true, x: Array.from({ length: 300 }, () => 0) }, /known\.x/],
+  ];
+
+  it.each(hostile)('refuses `known` that is %s, saying which field (invalid)', (_name, known, detail) => {
+    const decoded = decodeKvBatch(SUBJECT, encode({ ...batch(), known }));
     expect(decoded).toMatchObject({ ok: false, reason: 'invalid' });
     if (!decoded.ok) expect(decoded.detail).toMatch(detail);
   });

@@ -101,7 +101,7 @@ export interface Decision {
   /** Prompt blocks hashed, and how many of them the primary was believed to cache. */
   readonly prefixBlocks: number;
   readonly prefixMatched: number;
-  /** Which index priced the primary's cached prefix, and the tokens the precise index says it caches (0 unless precise). */
+  /** Which index priced the primary's cached prefix, and the tokens the precise index says it caches (0 when the approximate index alone priced it). */
   readonly prefixSource: CacheIndexSource;
   readonly kvMatchedTokens: number;
   readonly policy: 'cost' | 'weighted';

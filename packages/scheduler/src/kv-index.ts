@@ -1,5 +1,14 @@
 import type { Endpoint } from '@spillway/fleet';
-import { KV_CLEARED, KV_STORED, kvBlockKeys, kvCreditable, KvStoredRuns, type KvBatch, type KvSnapshotEvent } from '@spillway/events';
+import {
+  KV_CLEARED,
+  KV_STORED,
+  kvBlockKeys,
+  kvCreditable,
+  KvStoredRuns,
+  type KvBatch,
+  type KvKnown,
+  type KvSnapshotEvent,
+} from '@spillway/events';
 
 /**
  * The precise block index (precise prefix-cache routing, docs/kv-events.md "The EPP's block
@@ -9,8 +18,11 @@ import { KV_CLEARED, KV_STORED, kvBlockKeys, kvCreditable, KvStoredRuns, type Kv
  *
  * - block key -> the pods holding it (one pod, or an array of them: most blocks have one holder);
  * - pod -> its keys, a Map in recency order (its LRU), for removals, `cleared` and eviction;
- * - per pod: block size, the last relay `seq` applied, and whether it is *blind* (a sequence gap
- *   lost deltas: what was known is dropped and nothing is believed until a `cleared` or snapshot).
+ * - per pod: block size, the last relay `seq` applied, whether it is *blind* (a sequence gap
+ *   lost deltas: what was known is dropped and nothing is believed until a `cleared` or snapshot),
+ *   and whether its data is *partial*: the pod may hold blocks the index does not know (the relay
+ *   said so, `known.complete` false, or the index's own view has a hole), so the lookup prices it
+ *   by both prefix indexes (kv-lookup.ts).
  *
  * Bounded in bytes: every (pod, block) entry is charged `KV_ENTRY_BYTES` (measured: two Map entries
  * and the boxed 53-bit key cost 50–100 bytes with V8's power-of-two tables), so the default
@@ -35,6 +47,8 @@ export interface KvIndexOptions {
 export interface KvIndexStats {
   /** Pods with KV data (not blind). */
   readonly pods: number;
+  /** Of those, pods whose data is partial (`KvPod.partial`): priced by both prefix indexes. */
+  readonly partialPods: number;
   /** (pod, block) entries held. */
   readonly blocks: number;
   /** Estimated bytes held. */
@@ -67,6 +81,16 @@ export class KvPod {
   seq = -1;
   /** Deltas were lost: nothing is believed until a `cleared` or snapshot. */
   blind = false;
+  /** The relay's latest word (`known.complete` false): it may not know every block the pod holds. Absent: it vouches for all. */
+  relayPartial = false;
+  /**
+   * This index's own view has a hole: it began from a snapshot that was not complete (cut to its
+   * newest keys, or of a partial relay), or it evicted the pod's blocks for its bounds. Healed by a
+   * `cleared` (the view starts again from empty) or a complete snapshot.
+   */
+  holed = false;
+  /** When the relay's continuous view of the pod began (`known.since`); -1 when it said nothing. */
+  knownSince = -1;
   lastSeenAt = 0;
   // Per-lookup match (see KvBlockIndex.prepare): valid when matchEpoch is the index's epoch.
   match = 0;
@@ -78,6 +102,11 @@ export class KvPod {
     readonly zone: string,
     readonly pod: string,
   ) {}
+
+  /** The pod may hold blocks this index does not know: their absence here is not a miss. */
+  get partial(): boolean {
+    return this.relayPartial || this.holed;
+  }
 }
 
 type Holders = KvPod | KvPod[];
@@ -115,8 +144,14 @@ export class KvBlockIndex {
 
   get stats(): KvIndexStats {
     let pods = 0;
-    for (const zone of this.zones.values()) for (const pod of zone.values()) if (!pod.blind && pod.seq >= 0) pods++;
-    return { pods, blocks: this.entries, bytes: this.bytes, ...this.counters };
+    let partialPods = 0;
+    for (const zone of this.zones.values())
+      for (const pod of zone.values())
+        if (!pod.blind && pod.seq >= 0) {
+          pods++;
+          if (pod.partial) partialPods++;
+        }
+    return { pods, partialPods, blocks: this.entries, bytes: this.bytes, ...this.counters };
   }
 
   get bytes(): number {
@@ -168,6 +203,7 @@ export class KvBlockIndex {
       if (event[0] === KV_CLEARED) {
         this.clearPod(pod);
         pod.blind = false;
+        pod.holed = false;
       } else if (pod.blind) {
         continue;
       } else if (event[0] === KV_STORED) {
@@ -182,13 +218,15 @@ export class KvBlockIndex {
         for (const key of event[1]) this.release(pod, key);
       }
     }
+    this.takeKnown(pod, batch.known);
     this.enforceBounds(pod);
     return outcome;
   }
 
   /**
    * Replaces a pod's set with its snapshot, unless what the index knows is newer (a larger seq,
-   * and not blind). A snapshot dated too far in the future is refused, as the fleet refuses events.
+   * and not blind) or the same (an equal seq) — except that a complete snapshot of the same seq
+   * heals a view with a hole. A snapshot dated too far in the future is refused, as the fleet refuses events.
    */
   applySnapshot(event: KvSnapshotEvent, receivedAtMs: number): 'applied' | 'dropped' | 'future' {
     if (event.observedAt > receivedAtMs + this.maxClockSkewMs) {
@@ -199,10 +237,16 @@ export class KvBlockIndex {
     const pod = this.podFor(event.zone, event.pod);
     if (pod === undefined) return this.drop();
     pod.lastSeenAt = receivedAtMs;
-    if (pod.seq >= 0 && !pod.blind && event.seq <= pod.seq) return this.drop();
+    if (pod.seq >= 0 && !pod.blind && event.seq <= pod.seq) {
+      const heals = event.seq === pod.seq && pod.holed && event.known?.complete === true;
+      if (!heals) return this.drop();
+    }
     this.counters.snapshots++;
     this.clearPod(pod);
     pod.blind = false;
+    this.takeKnown(pod, event.known);
+    // What a snapshot leaves out (cut to its newest keys, or unknown to a partial relay) is a hole in this view.
+    pod.holed = pod.relayPartial;
     pod.seq = event.seq;
     this.setBlockSize(pod, event.blockSize);
     const keys = event.keys;
@@ -211,6 +255,12 @@ export class KvBlockIndex {
     for (let i = first; i < keys.length; i++) this.hold(pod, keys[i] as number);
     this.enforceBounds(pod);
     return 'applied';
+  }
+
+  /** The relay's word on what it knows of the pod (absent: from a relay before the field, which vouched for every block). */
+  private takeKnown(pod: KvPod, known: KvKnown | undefined): void {
+    pod.relayPartial = known?.complete === false;
+    pod.knownSince = known?.since ?? -1;
   }
 
   /** Forgets a pod and its blocks (deleted from the fleet, or gone silent). */
@@ -384,6 +434,8 @@ export class KvBlockIndex {
 
   private evictOldest(pod: KvPod, count: number): void {
     const keys = pod.keys;
+    // The pod still holds what it loses here: its absence is no longer a miss.
+    if (count > 0 && keys.size > 0) pod.holed = true;
     for (let n = 0; n < count && keys.size > 0; n++) {
       const oldest = keys.keys().next().value as number;
       keys.delete(oldest);

@@ -3,14 +3,23 @@ import type { Endpoint, Fleet } from '@spillway/fleet';
 import type { KvBlockIndex, KvPod } from './kv-index.js';
 import type { PrefixIndex } from './prefix-index.js';
 
-/** Which index said what an endpoint caches: the servers' own KV events, or this EPP's own picks. */
-export type CacheIndexSource = 'precise' | 'approximate';
+/**
+ * Which index said what an endpoint caches: the servers' own KV events (`precise`), this EPP's own
+ * picks (`approximate`), or both, the larger counting (`precise+approximate`: a pod whose KV data
+ * is partial).
+ */
+export type CacheIndexSource = 'precise' | 'approximate' | 'precise+approximate';
 
 /**
- * One request's view of both prefix indexes: with the prompt's token ids and KV data for a pod, what
- * the pod caches is the precise index's longest leading match (what the server reported holding);
- * for a pod without KV data, or a request without token ids, the approximate index's guess as
- * before. Per request: `begin`, then `cachedTokens(endpoint)` per candidate (O(1) after begin).
+ * One request's view of both prefix indexes: with the prompt's token ids and complete KV data for a
+ * pod, what the pod caches is the precise index's longest leading match (what the server reported
+ * holding); for a pod without KV data, or a request without token ids, the approximate index's
+ * guess as before. A pod whose KV data is partial (`KvPod.partial`: the relay started after the
+ * server had stored blocks it cannot name, or this index's view has a hole) is credited with the
+ * larger of the two: the precise match is true but may be short (what the pod held before the
+ * relay's view began is unknown there), so it is never priced below what the approximate index
+ * alone would say (docs/kv-events.md "After a collector restart"). Per request: `begin`, then
+ * `cachedTokens(endpoint)` per candidate (O(1) after begin).
  */
 export class PrefixLookup {
   /** The request carried token ids and some pod has KV data. */
@@ -65,25 +74,40 @@ export class PrefixLookup {
 
   /**
    * Prompt tokens `endpoint` caches: the precise match when the index holds the prompt's first
-   * block there; else, for a pod without KV data, what the approximate index believes. O(1): one
-   * lookup in the few matched endpoints, and the pod's KV data only when the approximate index
-   * credits it with something.
+   * block there and the pod's KV data is complete; for a pod without KV data, what the approximate
+   * index believes; for a pod whose KV data is partial, the larger of the two. O(1): one lookup in
+   * the few matched endpoints, and the pod's KV data only when the approximate index credits it
+   * with something.
    */
   cachedTokens(endpoint: Endpoint): number {
+    let precise = 0;
     if (this.precise) {
       const pod = this.podByEndpoint.get(endpoint);
-      const matched = pod === undefined ? 0 : this.kv.matchTokensOf(pod);
-      if (matched > 0) return Math.min(this.promptTokens, matched);
+      if (pod !== undefined) {
+        // A match means the entry is this lookup's own (a stale one matches nothing).
+        precise = Math.min(this.promptTokens, this.kv.matchTokensOf(pod));
+        if (precise > 0 && !pod.partial) return precise;
+      }
     }
-    if (this.approxDepth === 0) return 0;
+    if (this.approxDepth === 0) return precise;
     const blocks = this.approx.matchOf(endpoint);
-    if (blocks === 0 || (this.precise && this.kv.podOf(endpoint.zone, endpoint.pod) !== undefined)) return 0;
-    return Math.min(this.promptTokens, blocks * this.blockTokens);
+    if (blocks === 0) return precise;
+    // Complete KV data that holds none of the prompt: what the approximate index believes, the pod evicted.
+    if (precise === 0 && this.precise && this.kv.podOf(endpoint.zone, endpoint.pod)?.partial === false) return 0;
+    return Math.max(precise, Math.min(this.promptTokens, blocks * this.blockTokens));
+  }
+
+  /** Prompt tokens the precise index says `endpoint` caches (0 without token ids or KV data). */
+  preciseTokensOf(endpoint: Endpoint): number {
+    if (!this.precise) return 0;
+    const pod = this.podByEndpoint.get(endpoint);
+    return pod === undefined ? 0 : Math.min(this.promptTokens, this.kv.matchTokensOf(pod));
   }
 
   /** Which index answers for `endpoint`. */
   sourceOf(endpoint: Endpoint): CacheIndexSource {
-    return this.precise && this.kv.podOf(endpoint.zone, endpoint.pod) !== undefined ? 'precise' : 'approximate';
+    const pod = this.precise ? this.kv.podOf(endpoint.zone, endpoint.pod) : undefined;
+    return pod === undefined ? 'approximate' : pod.partial ? 'precise+approximate' : 'precise';
   }
 
   /**
@@ -132,11 +156,11 @@ export class PrefixLookup {
   private bestCachedTokens(): number {
     let best = Math.min(this.promptTokens, this.kv.bestTokens);
     if (this.approxDepth > 0) {
-      // The approximate depth still counts when some pod it credits has no KV data to correct it.
+      // The approximate depth still counts when some pod it credits has no complete KV data to correct it.
       const holders = this.approx.bestHolders();
       if (holders !== undefined) {
         for (const endpoint of holders) {
-          if (this.kv.podOf(endpoint.zone, endpoint.pod) === undefined) {
+          if (this.kv.podOf(endpoint.zone, endpoint.pod)?.partial !== false) {
             best = Math.max(best, Math.min(this.promptTokens, this.approxDepth * this.blockTokens));
             break;
           }

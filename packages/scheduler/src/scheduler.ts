@@ -774,7 +774,7 @@ export class Scheduler {
     if (id !== undefined) record.requestId = id.length > MAX_REQUEST_ID_CHARS ? detached(id.slice(0, MAX_REQUEST_ID_CHARS)) : id;
     if (primary !== undefined && this.lookup.precise) {
       record.prefixSource = this.lookup.sourceOf(primary);
-      if (record.prefixSource === 'precise') record.kvMatchedTokens = this.lookup.cachedTokens(primary);
+      if (record.prefixSource !== 'approximate') record.kvMatchedTokens = this.lookup.preciseTokensOf(primary);
     }
     record.subsetUnmatchedEntries = this.candidates.subsetUnmatched;
     this.lookup.end();

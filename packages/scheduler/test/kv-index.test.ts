@@ -318,3 +318,65 @@ describe('KvBlockIndex', () => {
     );
   });
 });
+
+describe('KvBlockIndex: pods whose KV data is partial', () => {
+  const chain = keysOf(tokens(20));
+  const partial = (since = T - 5_000) => ({ since, complete: false });
+  const complete = { since: T - 5_000, complete: true };
+  const podOf = (index: KvBlockIndex, pod = 'p0') => index.podOf('a', pod);
+
+  it("follows the relay's word: partial while it says its view is not complete, complete again when it says so, and complete when it says nothing", () => {
+    const index = new KvBlockIndex(POOL);
+    // A restarted collector without a replay: its first batch clears the pod and says its view is partial.
+    index.applyBatch({ ...batch('p0', 10, [[3], [1, chain.slice(0, 2)]]), known: partial() }, T);
+    expect(podOf(index)).toMatchObject({ partial: true, relayPartial: true, holed: false, knownSince: T - 5_000 });
+    expect(matches(index, tokens(20))).toEqual({ p0: 8 });
+    expect(index.stats).toMatchObject({ pods: 1, partialPods: 1 });
+    // The server's cache turned over (or it reset): the relay vouches for every block again.
+    index.applyBatch({ ...batch('p0', 11, [[1, chain.slice(2, 3)]]), known: complete }, T);
+    expect(podOf(index)?.partial).toBe(false);
+    expect(index.stats.partialPods).toBe(0);
+    // A relay from before the field says nothing: it vouches for every block, as it always did.
+    index.applyBatch({ ...batch('p0', 12, [[2, chain.slice(2, 3)]]), known: partial() }, T);
+    index.applyBatch(batch('p0', 13, []), T);
+    expect(podOf(index)).toMatchObject({ partial: false, knownSince: -1 });
+    // A duplicate batch says nothing new.
+    index.applyBatch({ ...batch('p0', 13, []), known: partial() }, T);
+    expect(podOf(index)?.partial).toBe(false);
+  });
+
+  it('a view that began from an incomplete snapshot has a hole: partial until a clear or a complete snapshot of the same seq', () => {
+    const index = new KvBlockIndex(POOL);
+    // A restarted EPP replays a snapshot cut to the pod's newest keys.
+    index.applySnapshot(snapshot('p0', 20, chain.slice(0, 3), 'a', { known: { since: T - 60_000, complete: false } }), T);
+    expect(podOf(index)).toMatchObject({ partial: true, holed: true });
+    // The relay's own view is complete, but what the snapshot left out is still unknown here.
+    index.applyBatch({ ...batch('p0', 21, [[1, chain.slice(3)]]), known: complete }, T);
+    expect(podOf(index)).toMatchObject({ partial: true, relayPartial: false, holed: true });
+    // A snapshot of an older seq is dropped, whatever it says.
+    expect(index.applySnapshot(snapshot('p0', 20, chain, 'a', { known: complete }), T)).toBe('dropped');
+    // An incomplete one of the same seq is dropped too (it would change nothing).
+    expect(index.applySnapshot(snapshot('p0', 21, chain, 'a', { known: partial() }), T)).toBe('dropped');
+    // A complete one of the same seq is exactly the relay's set: it heals the hole.
+    expect(index.applySnapshot(snapshot('p0', 21, chain, 'a', { known: complete }), T)).toBe('applied');
+    expect(podOf(index)?.partial).toBe(false);
+    expect(matches(index, tokens(20))).toEqual({ p0: 20 });
+    // An EPP whose view has no hole drops snapshots of the same seq as before.
+    expect(index.applySnapshot(snapshot('p0', 21, chain, 'a', { known: complete }), T)).toBe('dropped');
+
+    // A snapshot of a partial relay, then the server resets its cache: the clear starts the view from empty.
+    index.applySnapshot(snapshot('p1', 5, chain, 'a', { known: partial() }), T);
+    expect(podOf(index, 'p1')?.holed).toBe(true);
+    index.applyBatch({ ...batch('p1', 6, [[3]]), known: complete }, T);
+    expect(podOf(index, 'p1')?.partial).toBe(false);
+  });
+
+  it('a pod that loses blocks to the index bounds has a hole (it still holds them)', () => {
+    const index = new KvBlockIndex(POOL, { maxBlocksPerPod: 3 });
+    index.applyBatch({ ...batch('p0', 1, [[1, chain]]), known: complete }, T);
+    expect(index.stats.evicted).toBe(2);
+    expect(podOf(index)).toMatchObject({ partial: true, relayPartial: false, holed: true });
+    index.applyBatch({ ...batch('p0', 2, [[3], [1, chain.slice(0, 2)]]), known: complete }, T);
+    expect(podOf(index)?.partial).toBe(false);
+  });
+});

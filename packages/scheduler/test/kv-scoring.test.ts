@@ -1,6 +1,10 @@
+import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { kvBlockKeys, kvKeySeed, type KvBatch } from '@spillway/events';
-import { Scheduler, type EntryCost, type PickRequest } from '../src/index.js';
+import { kvBlockKeys, kvKeySeed, type KvBatch, type KvKnown } from '@spillway/events';
+import type { Endpoint } from '@spillway/fleet';
+import { KvBlockIndex, Scheduler, type EntryCost, type PickRequest } from '../src/index.js';
+import { PrefixLookup } from '../src/kv-lookup.js';
+import { PrefixIndex } from '../src/prefix-index.js';
 import { applyPod, buildFleet, POOL, T0, threeZones, type PodSpec } from './fleet-fixture.js';
 
 const BS = 16;
@@ -135,5 +139,124 @@ describe('precise prefix scoring (cost policy)', () => {
     expect(s.kvIndexStats).toMatchObject({ pods: 1, blocks: keys.length });
     s.prune(T0 + 61_000);
     expect(s.kvIndexStats).toMatchObject({ pods: 0, blocks: 0, bytes: 0 });
+  });
+});
+
+describe('pods whose KV data is partial (a collector that started after the servers, without a full replay)', () => {
+  const tokens = prompt(4000);
+  const partial: KvKnown = { since: T0 - 1_000, complete: false };
+  const complete: KvKnown = { since: T0 - 1_000, complete: true };
+
+  it('are priced by the larger of both indexes, never below the approximate index; precise alone once the relay vouches for every block', () => {
+    seqs.clear();
+    const text = 'x'.repeat(16_000);
+    const teach = (s: Scheduler) => {
+      // The approximate index learns that a1 got this prompt before the collector restarted.
+      const first = s.pick({ model: 'llama', prompt: text, subset: ['10.0.0.2:8000'] }, T0);
+      s.commit(first, T0);
+      s.release(first, T0);
+    };
+    const approxOnly = scheduler(threeZones());
+    teach(approxOnly);
+    const s = scheduler(threeZones());
+    teach(s);
+    // The new collector's first batch per pod clears it at every EPP, and says its view is partial.
+    for (const pod of ['a0', 'a1']) s.applyKvBatch({ ...stored('a', pod, []), events: [[3]], known: partial }, T0);
+    const request = { prompt: text, promptTokenIds: tokens };
+    const d = pick(s, request);
+    const baseline = pick(approxOnly, request);
+    expect(baseline.entries[0]?.endpoint.pod).toBe('a1');
+    expect(d.entries[0]?.endpoint.pod).toBe('a1');
+    expect(d.prefixSource).toBe('precise+approximate');
+    expect(d.kvMatchedTokens).toBe(0);
+    expect(costOf(d.entries[0])).toMatchObject({
+      cacheIndex: 'precise+approximate',
+      cachedTokens: costOf(baseline.entries[0]).cachedTokens,
+    });
+    expect(costOf(d.entries[0]).cachedTokens).toBeGreaterThan(0);
+    expect(s.kvIndexStats).toMatchObject({ pods: 2, partialPods: 2 });
+    // What the relay has heard since counts too: a0 stored the whole prompt, deeper than the approximate index says of a1.
+    s.applyKvBatch({ ...stored('a', 'a0', tokens), known: partial }, T0);
+    const deeper = pick(s, request);
+    expect(deeper.entries[0]?.endpoint.pod).toBe('a0');
+    expect(costOf(deeper.entries[0])).toMatchObject({ cacheIndex: 'precise+approximate', cachedTokens: 4000 });
+    expect(deeper.kvMatchedTokens).toBe(4000);
+    // The relay vouches for every block of a1 again (its cache turned over): a1 holds none of the prompt.
+    s.applyKvBatch({ ...stored('a', 'a1', []), events: [], known: complete }, T0);
+    s.applyKvBatch({ ...stored('a', 'a0', []), events: [[2, kvBlockKeys(tokens, BS)]], known: complete }, T0);
+    const trusted = pick(s, request);
+    expect(trusted.prefixSource).toBe('precise');
+    for (const e of trusted.entries) if (e.zone === 'a') expect(costOf(e)).toMatchObject({ cacheIndex: 'precise', cachedTokens: 0 });
+    expect(s.kvIndexStats.partialPods).toBe(0);
+  });
+
+  it('each endpoint: complete data priced precisely; partial data at the larger of the precise match and what the approximate index alone says (property)', () => {
+    const fleet = buildFleet(threeZones());
+    const endpoints = ['a0', 'a1', 'b0'].map((pod) => fleet.get(POOL, pod[0] as string, pod) as Endpoint);
+    const hashes = Float64Array.from([11, 12, 13, 14, 15]);
+    const BLOCK_TOKENS = 800; // 5 approximate blocks of the 4,000-token prompt
+    const podState = fc.record({
+      approx: fc.integer({ min: 0, max: 5 }),
+      kv: fc.constantFrom('none', 'complete', 'partial'),
+      precise: fc.integer({ min: 0, max: 250 }),
+    });
+    fc.assert(
+      fc.property(fc.array(podState, { minLength: 3, maxLength: 3 }), (states) => {
+        const approx = new PrefixIndex();
+        const kv = new KvBlockIndex(POOL);
+        states.forEach((st, i) => {
+          const endpoint = endpoints[i] as Endpoint;
+          if (st.approx > 0) approx.insert(endpoint, hashes, st.approx, 1000);
+          if (st.kv === 'none') return;
+          const keys = kvBlockKeys(tokens, BS).slice(0, st.precise);
+          const known = st.kv === 'partial' ? partial : complete;
+          kv.applyBatch(
+            {
+              v: 1,
+              pool: POOL,
+              zone: endpoint.zone as string,
+              pod: endpoint.pod,
+              seq: 1,
+              observedAt: T0,
+              blockSize: BS,
+              events: [[3], [1, keys]],
+              known,
+            },
+            T0,
+          );
+        });
+        const depth = approx.prepare(hashes, hashes.length);
+        const lookup = new PrefixLookup(kv, approx, fleet, POOL);
+        const best = lookup.begin(tokens, 'llama', tokens.length, depth, BLOCK_TOKENS);
+        // The approximate index alone, as for a request without token ids.
+        const alone = new PrefixLookup(new KvBlockIndex(POOL), approx, fleet, POOL);
+        alone.begin(tokens, 'llama', tokens.length, depth, BLOCK_TOKENS);
+        let deepest = 0;
+        let preciseBest = 0;
+        let approxBest = 0;
+        const maxApprox = Math.max(...states.map((st) => st.approx));
+        states.forEach((st, i) => {
+          const endpoint = endpoints[i] as Endpoint;
+          const cached = lookup.cachedTokens(endpoint);
+          const precise = st.kv === 'none' ? 0 : st.precise * BS;
+          const guess = alone.cachedTokens(endpoint);
+          expect(guess).toBe(st.approx * BLOCK_TOKENS);
+          if (st.kv === 'complete' && kv.hasData) expect(cached).toBe(precise);
+          else expect(cached).toBe(Math.max(precise, guess));
+          expect(lookup.sourceOf(endpoint)).toBe(
+            st.kv === 'none' || !kv.hasData ? 'approximate' : st.kv === 'partial' ? 'precise+approximate' : 'precise',
+          );
+          deepest = Math.max(deepest, cached);
+          if (st.kv !== 'none') preciseBest = Math.max(preciseBest, precise);
+          // The approximate index's deepest holders, unless complete KV data corrects them.
+          if (st.approx === maxApprox && !(st.kv === 'complete' && kv.hasData)) approxBest = Math.max(approxBest, guess);
+        });
+        // The request's best cached prefix: no deeper than any endpoint is credited with, at least
+        // the deepest precise match and the approximate depth of its deepest holders left uncorrected.
+        expect(best).toBeLessThanOrEqual(deepest);
+        expect(best).toBeGreaterThanOrEqual(Math.max(preciseBest, approxBest));
+      }),
+      { numRuns: 300 },
+    );
   });
 });

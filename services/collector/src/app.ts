@@ -99,6 +99,7 @@ export async function startCollector(config: CollectorConfig, options: StartOpti
     metrics,
     onMetricsPublished: options.onMetricsPublished,
     onEndpoints: kvRelay && ((endpoints) => kvRelay.setEndpoints(endpoints)),
+    onCacheSize: kvRelay && ((pod, numBlocks) => kvRelay.setCacheBlocks(pod, numBlocks)),
   });
   collector.start();
 

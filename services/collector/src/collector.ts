@@ -41,6 +41,8 @@ export interface CollectorOptions {
   metrics: CollectorMetrics;
   /** Told the merged endpoint list whenever a source changes it (the KV relay follows it). */
   onEndpoints?: (endpoints: readonly EndpointSpec[]) => void;
+  /** Told each server's KV-cache size in blocks whenever a sample reports it (the KV relay's turnover bound). */
+  onCacheSize?: (pod: string, numBlocks: number) => void;
   /** Observes each published metrics event and its lag (scrape start to publish, ms). For benchmarks. */
   onMetricsPublished?: (event: MetricsEvent, lagMs: number) => void;
 }
@@ -304,6 +306,8 @@ export class Collector {
       observedAt: startedAt,
       ...extracted.sample,
     };
+    const cache = extracted.sample.cache;
+    if (cache !== undefined) o.onCacheSize?.(t.spec.pod, cache.numBlocks);
     const rates = this.serviceRates(t, extracted, startedPerf);
     if (rates) candidate.rates = rates;
     const parsed = metricsEventSchema.safeParse(candidate);

@@ -139,7 +139,8 @@ export class ZmqRankFeed implements KvFeed {
       return this.pod.fresh(this.rank);
     }
     if (decoded.batch.unknownEvents > 0) relay.options.metrics.kvDropped.inc({ reason: 'unknown-tag' }, decoded.batch.unknownEvents);
-    this.pod.apply(this.rank, decoded.batch.events, fresh, decoded.batch.dataParallelRank);
+    // Sequence 0 is the server's first batch: whatever its cache holds was stored from here on.
+    this.pod.apply(this.rank, decoded.batch.events, { fresh, fromServerStart: seq === 0, said: decoded.batch.dataParallelRank });
   }
 
   /**
@@ -320,9 +321,10 @@ export class TrtllmFeed implements KvFeed {
       return;
     }
     // Consecutive events of one rank are folded together; a gap or restart starts the rank afresh first.
-    let run: { rank: number; events: VllmKvEvent[]; fresh: boolean } | undefined;
+    let run: { rank: number; events: VllmKvEvent[]; fresh: boolean; fromServerStart: boolean } | undefined;
     const flush = (): void => {
-      if (run !== undefined && (run.events.length > 0 || run.fresh)) this.pod.apply(run.rank, run.events, run.fresh, run.rank);
+      if (run !== undefined && (run.events.length > 0 || run.fresh))
+        this.pod.apply(run.rank, run.events, { fresh: run.fresh, fromServerStart: run.fromServerStart, said: run.rank });
       run = undefined;
     };
     for (const e of decoded.events) {
@@ -330,7 +332,8 @@ export class TrtllmFeed implements KvFeed {
       const fresh = this.follow(rank, e);
       if (run === undefined || run.rank !== rank || fresh) {
         flush();
-        run = { rank, events: [], fresh };
+        // Event id 0 is the server's first (its `created` cache).
+        run = { rank, events: [], fresh, fromServerStart: e.id === 0 };
       }
       run.events.push(...this.namespaced(e));
     }

@@ -51,9 +51,11 @@ function tierOf(medium: string | null): string {
 /** Content key of a block no EPP request can match (extra keys, or chained from such a block). */
 const UNMATCHABLE = -1;
 
-/** Bytes one block costs, estimated: the rank map's entry (a Map slot, the hash, the Held object) and the pod union's entry. */
+/** Bytes one block with a numeric hash costs the relay, estimated: the rank map's entry (a Map slot, the hash, the Held object) and the pod union's entry. */
+export const BLOCK_ENTRY_BYTES = 176;
+
 function entryBytes(hash: VllmBlockHash): number {
-  const base = 176;
+  const base = BLOCK_ENTRY_BYTES;
   if (typeof hash === 'number') return base;
   if (typeof hash === 'bigint') return base + 16;
   return base + 2 * hash.length;
@@ -149,6 +151,13 @@ export class RankKvMap {
   private bytesHeld = 0;
   /** Tokens per block of this server (0 until its first BlockStored). */
   blockSize = 0;
+  /**
+   * GPU blocks of the followed group the server stored since the map last met a sign of blocks it
+   * cannot name: a stored run whose parent it never heard of (`orphan`), blocks it forgot for its
+   * byte bound, or a clear. Once this reaches the server's cache size, a view that began partial
+   * names every block the server holds (kv-known.ts).
+   */
+  storedSinceUnknown = 0;
 
   constructor(private readonly maxBytes: number) {}
 
@@ -163,6 +172,7 @@ export class RankKvMap {
   clear(): void {
     this.byHash.clear();
     this.bytesHeld = 0;
+    this.storedSinceUnknown = 0;
   }
 
   /** The KV-cache group followed (undefined before the first BlockStored). */
@@ -214,7 +224,11 @@ export class RankKvMap {
     let parentKey: number | undefined;
     if (e.parent !== null) {
       parentKey = this.byHash.get(e.parent)?.key;
-      if (parentKey === undefined) return skip('orphan', n, { info });
+      if (parentKey === undefined) {
+        // A request extended a block stored before this map's view began: the server holds blocks it cannot name.
+        this.storedSinceUnknown = 0;
+        return skip('orphan', n, { info });
+      }
     }
     if (this.blockSize !== e.blockSize) {
       // Keys are only comparable at one block size: a server that changed it starts afresh.
@@ -250,6 +264,7 @@ export class RankKvMap {
       this.bytesHeld += entryBytes(h);
       if (cached && key !== UNMATCHABLE) keys.push(key);
     }
+    if (cached) this.storedSinceUnknown += n;
     if (unmatchable > 0) skip('extra-keys', unmatchable, { info: blockInfo({ ...said, extraKeys: true }) });
     if (!cached) skip('other-medium', n, { info });
     if (keys.length > 0) out.push([KV_STORED, keys, info]);
@@ -308,6 +323,7 @@ export class RankKvMap {
       count++;
       if (held.relayed) forgotten.push(held.key);
     }
+    this.storedSinceUnknown = 0;
     skip('pod-overflow', count, { removed: true });
     if (forgotten.length > 0) out.push([KV_REMOVED, forgotten]);
   }

@@ -6,10 +6,12 @@ import {
   MAX_KV_EVENTS,
   MAX_KV_KEYS,
   MAX_KV_RANK,
+  MAX_KV_SNAPSHOT_KEYS,
   MAX_KV_SNAPSHOT_RANKS,
   MAX_KV_SNAPSHOT_TIERS,
   MAX_KV_STORED_RUNS,
   type KvBatch,
+  type KvKnown,
   type KvSkipped,
   type KvSnapshotEvent,
   type KvSnapshotRank,
@@ -23,7 +25,8 @@ import type { Dispatcher } from 'undici';
 import type { EndpointSpec } from './endpoint.js';
 import { TrtllmFeed, ZmqRankFeed, type KvFeed } from './kv-feeds.js';
 import { blockInfo, chunkKvChanges, SkippedTally, type KvChange } from './kv-info.js';
-import { PodKvUnion, RankKvMap, type KvSkipReason } from './kv-map.js';
+import { PodKnowledge } from './kv-known.js';
+import { BLOCK_ENTRY_BYTES, PodKvUnion, RankKvMap, type KvSkipReason } from './kv-map.js';
 import { kvSourceOf, sameSource, type KvEventsFormat, type KvSource } from './kv-sources.js';
 import type { CollectorMetrics } from './self-metrics.js';
 
@@ -129,9 +132,26 @@ export class KvRelay {
     this.pods.clear();
   }
 
-  /** Per pod: blocks known, relay seq, and per rank the server seq expected (tests and the operators' questions). */
-  status(): Array<{ pod: string; blocks: number; bytes: number; seq: number | undefined; expected: number; ranks: number[] }> {
+  /** Per pod: blocks known, relay seq, per rank the server seq expected, and what the relay knows of its cache (tests and the operators' questions). */
+  status(): Array<{
+    pod: string;
+    blocks: number;
+    bytes: number;
+    seq: number | undefined;
+    expected: number;
+    ranks: number[];
+    known: KvKnown | undefined;
+  }> {
     return [...this.pods.values()].map((r) => r.status());
+  }
+
+  /**
+   * The server's KV-cache size in blocks per rank, as its metrics say (`vllm:cache_config_info`
+   * `num_gpu_blocks` and the other engines' equivalents): how many stored blocks turn its cache over.
+   */
+  setCacheBlocks(pod: string, numBlocks: number): void {
+    const relay = this.pods.get(pod);
+    if (relay !== undefined && Number.isSafeInteger(numBlocks) && numBlocks >= 1) relay.cacheBlocks = numBlocks;
   }
 
   publishSnapshots(): void {
@@ -142,13 +162,16 @@ export class KvRelay {
   updateGauges(): void {
     let blocks = 0;
     let bytes = 0;
+    let partial = 0;
     for (const r of this.pods.values()) {
       const s = r.status();
       blocks += s.blocks;
       bytes += s.bytes;
+      if (s.known?.complete === false) partial++;
     }
     this.options.metrics.kvBlocks.set(blocks);
     this.options.metrics.kvMapBytes.set(bytes);
+    this.options.metrics.kvPartialPods.set(partial);
     this.options.metrics.kvEndpoints.set(this.pods.size);
   }
 
@@ -176,8 +199,21 @@ export class KvRelay {
 }
 
 /**
- * One model server: its ranks' block maps, their union, and the relay sequence of its subject.
- * Its feeds hand it each rank's decoded events (`apply`) or ask for a rank's fresh start (`fresh`).
+ * How a rank's events come: `fresh` when the rank must start over first (events were lost);
+ * `fromServerStart` when they are the server's first (sequence 0, event id 0: its cache was empty
+ * before them); `said` the data-parallel rank the server says they are of (vLLM's
+ * `data_parallel_rank`, TensorRT-LLM's `attention_dp_rank`), relayed as the batch's `rank`.
+ */
+export interface RankEvents {
+  readonly fresh: boolean;
+  readonly fromServerStart: boolean;
+  readonly said?: number | null | undefined;
+}
+
+/**
+ * One model server: its ranks' block maps, their union, the relay sequence of its subject, and
+ * what the relay knows of its cache (`PodKnowledge`). Its feeds hand it each rank's decoded events
+ * (`apply`) or ask for a rank's fresh start (`fresh`).
  */
 export class PodRelay {
   private readonly union = new PodKvUnion();
@@ -185,6 +221,13 @@ export class PodRelay {
   /** Per rank (its place in the pod's rank list), the data-parallel rank it last said it is. */
   private readonly saidRanks: number[] = [];
   private readonly feeds: KvFeed[];
+  private readonly knowledge = new PodKnowledge();
+  /** When the relay began to follow the pod. */
+  private readonly startedAt: number;
+  /** The server's cache size per rank in blocks, from its metrics (`KvRelay.setCacheBlocks`). */
+  cacheBlocks: number | undefined;
+  /** Whether the last batch said the view is complete (transitions are logged). */
+  private saidComplete: boolean | undefined;
   /**
    * The relay's own sequence for this pod: +1 per published batch, starting from the clock in
    * microseconds so a restarted collector continues above what receivers last saw.
@@ -198,7 +241,8 @@ export class PodRelay {
     readonly spec: EndpointSpec,
     readonly source: KvSource,
   ) {
-    this.relaySeq = relay.now() * 1000;
+    this.startedAt = relay.now();
+    this.relaySeq = this.startedAt * 1000;
     this.feeds =
       source.format === 'trtllm'
         ? [new TrtllmFeed(this, source.ranks[0]?.events as string)]
@@ -230,26 +274,43 @@ export class PodRelay {
       seq: this.published ? this.relaySeq - 1 : undefined,
       expected: this.feeds[0]?.expected ?? 0,
       ranks: this.feeds.map((f) => f.expected),
+      known: this.published ? this.knowledge.known(this.startedAt) : undefined,
     };
   }
 
   /**
-   * Folds one rank's decoded events and publishes what they changed for the pod. `fresh`: start the
-   * rank over first. `said`: the data-parallel rank the server says these events are of (vLLM's
-   * `data_parallel_rank`, TensorRT-LLM's `attention_dp_rank`), relayed as the batch's `rank`.
+   * Stored blocks that turn a rank's cache over: the server's cache size when its metrics say it,
+   * else the most blocks the relay can hold for the rank (a larger cache overflows the relay's
+   * bound, which keeps the view partial anyway).
    */
-  apply(rank: number, events: readonly VllmKvEvent[], fresh: boolean, said?: number | null): void {
+  private turnoverBlocks(rank: number): number {
+    if (this.cacheBlocks !== undefined) return this.cacheBlocks;
+    const ranks = Math.max(this.source.ranks.length, this.maps.length, rank + 1);
+    return Math.max(1, Math.floor(this.relay.options.maxBytesPerPod / ranks / BLOCK_ENTRY_BYTES));
+  }
+
+  /** Folds one rank's decoded events and publishes what they changed for the pod (`how`: see `RankEvents`). */
+  apply(rank: number, events: readonly VllmKvEvent[], how: RankEvents): void {
+    const said = how.said;
     // A rank the batch field cannot carry is relayed as its place in the pod's rank list.
     if (said !== undefined && said !== null && Number.isInteger(said) && said >= 0 && said <= MAX_KV_RANK) this.saidRanks[rank] = said;
     const out: KvChange[] = [];
     const map = this.mapOf(rank);
-    if (fresh) this.startRankAfresh(rank, out);
+    const knowledge = this.knowledge;
+    if (how.fresh) this.startRankAfresh(rank, out);
+    if (how.fresh || !knowledge.heard(rank)) knowledge.began(rank, this.relay.now(), how.fromServerStart);
     const changes: KvChange[] = [];
     const skipped = new SkippedTally();
+    let forgot = false;
     map.fold(events, changes, (reason, blocks, what) => {
+      if (reason === 'pod-overflow') forgot = true;
       this.relay.skipped(this.pod, reason, blocks);
       skipped.add(reason, blocks, what);
     });
+    // The bound's forgetting comes last in a fold, so it outweighs a reset earlier in the batch.
+    if (events.some((e) => e.type === 'cleared')) knowledge.completed(rank);
+    if (forgot) knowledge.lost(rank);
+    else if (!knowledge.isComplete(rank) && map.storedSinceUnknown >= this.turnoverBlocks(rank)) knowledge.completed(rank);
     this.union.apply(rank, changes, out);
     this.publish(out, { rank: this.rankOf(rank), skipped: skipped.list() });
   }
@@ -258,6 +319,7 @@ export class PodRelay {
   fresh(rank: number): void {
     const out: KvChange[] = [];
     this.startRankAfresh(rank, out);
+    this.knowledge.began(rank, this.relay.now(), false);
     this.publish(out, { rank: this.rankOf(rank) });
   }
 
@@ -290,6 +352,8 @@ export class PodRelay {
    * (its events empty) when it has tallies: the blocks were reported, and receivers may count them.
    */
   private publish(changes: KvChange[], what: { rank?: number; skipped?: KvSkipped[] | undefined }): void {
+    const known = this.knowledge.known(this.startedAt);
+    this.noteKnown(known);
     if (changes.length === 0 && what.skipped === undefined) return;
     const o = this.relay.options;
     // The first batch a collector relays for a pod starts it afresh: receivers may hold what an
@@ -312,6 +376,7 @@ export class PodRelay {
         events: chunk.events,
       };
       if (what.rank !== undefined) batch.rank = what.rank;
+      batch.known = known;
       if (chunk.stored.length > 0) batch.stored = chunk.stored;
       if (i === 0 && what.skipped !== undefined) batch.skipped = what.skipped;
       this.published = true;
@@ -341,11 +406,35 @@ export class PodRelay {
         seq: this.relaySeq - 1,
         keys: this.union.snapshotKeys(),
         ...this.describeRanks(),
+        known: this.snapshotKnown(),
       },
       o.sink.maxPayload(),
     );
     if (o.sink.publishKvSnapshot(event)) o.metrics.kvSnapshots.inc();
     else o.metrics.kvDropped.inc({ reason: 'nats-down' });
+  }
+
+  /** The snapshot's `known`: complete only when its keys are every block the pod holds (fitKvSnapshot cuts further). */
+  private snapshotKnown(): KvKnown {
+    const known = this.knowledge.known(this.startedAt);
+    return known.complete && this.union.blocks > MAX_KV_SNAPSHOT_KEYS ? { since: known.since, complete: false } : known;
+  }
+
+  /** Logs a pod's view turning partial or complete (at most once a minute per pod and direction). */
+  private noteKnown(known: KvKnown): void {
+    if (known.complete === this.saidComplete) return;
+    const first = this.saidComplete === undefined;
+    this.saidComplete = known.complete;
+    if (first && known.complete) return;
+    const o = this.relay.options;
+    this.relay.logLimited(this.pod, known.complete ? 'known-complete' : 'known-partial', () =>
+      o.logger.info(
+        { pod: this.pod, since: new Date(known.since).toISOString() },
+        known.complete
+          ? 'KV events: the relay now knows every block the server holds'
+          : 'KV events: the relay does not know every block the server holds (its view began after the server stored some: no full replay, a lost batch or connection, or its byte bound); EPPs price the pod by both prefix indexes',
+      ),
+    );
   }
 
   /**

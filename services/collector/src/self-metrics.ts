@@ -26,6 +26,7 @@ export class CollectorMetrics {
   readonly kvEndpoints: Gauge;
   readonly kvBlocks: Gauge;
   readonly kvMapBytes: Gauge;
+  readonly kvPartialPods: Gauge;
 
   constructor(options: { defaultMetrics?: boolean } = {}) {
     const registers = [this.registry];
@@ -141,6 +142,11 @@ export class CollectorMetrics {
     this.kvMapBytes = new Gauge({
       name: 'spillway_collector_kv_map_bytes',
       help: 'Estimated bytes of the KV relay maps, over all pods (each bounded by --kv-max-bytes-per-pod).',
+      registers,
+    });
+    this.kvPartialPods = new Gauge({
+      name: 'spillway_collector_kv_partial_pods',
+      help: 'Pods whose KV relay does not know every block the server holds (its view began after the server stored them; EPPs price them by both prefix indexes).',
       registers,
     });
     if (options.defaultMetrics) collectDefaultMetrics({ register: this.registry, prefix: 'spillway_collector_' });

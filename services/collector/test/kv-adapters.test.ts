@@ -228,6 +228,8 @@ describe('TensorRT-LLM adapter against its fixtures', () => {
       removedOf([k[0] as number]),
     ]);
     expect(await counter('spillway_collector_kv_skipped_blocks_total', { reason: 'extra-keys' })).toBe(1);
+    // Followed from the server's `created` cache (event 0): the relay knows every block.
+    expect(sink.batches.map((b) => b.known?.complete)).toEqual(sink.batches.map(() => true));
   });
 
   it('V2 events with attention-DP ranks, hex hashes and mm_keys; a lost event starts its rank afresh', async () => {
@@ -239,6 +241,8 @@ describe('TensorRT-LLM adapter against its fixtures', () => {
     expect(sink.events()).toEqual([[KV_CLEARED], stored(k), [KV_CLEARED]]);
     expect(await counter('spillway_collector_kv_skipped_blocks_total', { reason: 'extra-keys' })).toBe(1);
     expect(await counter('spillway_collector_kv_gaps_total', { handling: 'cleared' })).toBe(1);
+    // Both ranks followed from their `created` caches until rank 0 lost an event: from then on the pod is partial.
+    expect(sink.batches.map((b) => b.known?.complete)).toEqual([...sink.batches.slice(0, -1).map(() => true), false]);
     // Each attention-DP rank's batches say their rank; the group is the V2 layer group, the window its size.
     const stores = sink.batches.filter((b) => b.events.some((e) => e[0] === KV_STORED));
     expect(stores.map((b) => b.rank)).toEqual([0]);

@@ -12,6 +12,7 @@ import {
 import { KvBlockIndex } from '@spillway/scheduler';
 import { describe, expect, it } from 'vitest';
 import type { KvChange } from '../src/kv-info.js';
+import { PodKnowledge } from '../src/kv-known.js';
 import { PodKvUnion, RankKvMap, SeqTracker, type KvSkipReason } from '../src/kv-map.js';
 
 const BS = 4;
@@ -322,5 +323,60 @@ describe('SeqTracker', () => {
     expect(t.verdict(0)).toBe('restart');
     const late = new SeqTracker();
     expect(late.verdict(40)).toBe('gap'); // a collector that starts after the server did
+  });
+});
+
+describe('What the relay knows of a pod: turnover since the last sign of unknown blocks', () => {
+  it('counts GPU blocks of the followed group stored since an orphan, the byte bound forgetting, or a clear', () => {
+    const map = new RankKvMap(176 * 10);
+    fold(map, stored([1, 2], null, tokens(2 * BS)));
+    expect(map.storedSinceUnknown).toBe(2);
+    // Another tier and another group take no slot of the cache the EPP prices.
+    fold(
+      map,
+      stored([3], 2, tokens(BS, 50), { medium: 'CPU' }),
+      stored([4], null, tokens(BS, 60), { group: 1, groupKind: 'sliding_window' }),
+    );
+    expect(map.storedSinceUnknown).toBe(2);
+    // A request extended a block the map never heard of: the server holds blocks it cannot name.
+    const orphan = fold(map, stored([6], 5, tokens(BS, 70)));
+    expect(orphan.skipped).toEqual([['orphan', 1]]);
+    expect(map.storedSinceUnknown).toBe(0);
+    fold(map, stored([7, 8, 9], null, tokens(3 * BS, 80)));
+    expect(map.storedSinceUnknown).toBe(3);
+    // Past its byte bound it forgets blocks the server may still hold.
+    fold(map, stored(tokens(12, 100), null, tokens(12 * BS, 200)));
+    expect(map.storedSinceUnknown).toBe(0);
+    // Full: every block stored forgets one more.
+    fold(map, stored([30], null, tokens(BS, 400)));
+    expect(map.storedSinceUnknown).toBe(0);
+    fold(map, { type: 'cleared' }, stored([31], null, tokens(BS, 500)));
+    expect(map.storedSinceUnknown).toBe(1);
+    fold(map, { type: 'cleared' });
+    expect(map.storedSinceUnknown).toBe(0);
+  });
+
+  it('a view is complete from the server start or a reset, partial after any other fresh start, and per pod only when every rank heard from is', () => {
+    const k = new PodKnowledge();
+    // Nothing heard yet: the pod is not vouched for.
+    expect(k.known(100)).toEqual({ since: 100, complete: false });
+    k.began(0, 200, true);
+    expect(k.known(100)).toEqual({ since: 200, complete: true });
+    // Rank 1 begins after its server stored blocks (a gap with no replay): the pod is partial since then.
+    k.began(1, 300, false);
+    expect(k.known(100)).toEqual({ since: 300, complete: false });
+    expect([k.isComplete(0), k.isComplete(1), k.heard(2)]).toEqual([true, false, false]);
+    // Its server reset its cache (or it turned over): complete again, the view still continuous since 300.
+    k.completed(1);
+    expect(k.known(100)).toEqual({ since: 300, complete: true });
+    // The relay forgot blocks of rank 0 for its bound.
+    k.lost(0);
+    expect(k.known(100)).toEqual({ since: 300, complete: false });
+    k.began(0, 400, true);
+    expect(k.known(100)).toEqual({ since: 400, complete: true });
+    // Completing or losing a rank never heard of changes nothing.
+    k.completed(5);
+    k.lost(5);
+    expect(k.known(100)).toEqual({ since: 400, complete: true });
   });
 });

@@ -177,6 +177,23 @@ describe('spillway-collector KV relay against spillway-sim processes and nats-se
     expect(await collectorMetric('spillway_collector_kv_gaps_total', 'handling="cleared"')).toBeGreaterThanOrEqual(1);
   });
 
+  it('says in every batch and snapshot whether it knows every block: a full replay does, a start without one does not', async () => {
+    // sim-a's replay reached back to the server's first batch: every block it holds is known.
+    // sim-b had stored blocks before the collector subscribed, with no replay socket: the relay cannot name them.
+    for (const pod of ['sim-a', 'sim-b']) for (const b of batches.get(pod) ?? []) expect(b.known, pod).toBeDefined();
+    expect((batches.get('sim-a') ?? []).map((b) => b.known?.complete)).not.toContain(false);
+    expect(batches.get('sim-b')?.[0]?.known?.complete).toBe(false);
+    const started = batches.get('sim-b')?.[0]?.known?.since as number;
+    expect(started).toBeGreaterThan(Date.now() - 120_000);
+    expect(started).toBeLessThanOrEqual(batches.get('sim-b')?.[0]?.observedAt as number);
+    await eventually(() => {
+      expect(snapshots.get('sim-a')?.at(-1)?.known?.complete).toBe(true);
+      expect(snapshots.get('sim-b')?.at(-1)?.known).toEqual({ since: started, complete: false });
+    }, 10_000);
+    // sim-b's cache (4,096 blocks) has not turned over since: it stays partial, and the collector counts it.
+    expect(await collectorMetric('spillway_collector_kv_partial_pods')).toBeGreaterThanOrEqual(1);
+  });
+
   it('publishes each pod’s block set as a kv snapshot in the stream', async () => {
     await eventually(() => {
       const last = snapshots.get('sim-a')?.at(-1);

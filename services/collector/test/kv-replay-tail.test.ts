@@ -123,5 +123,36 @@ describe('KV relay: a collector that starts after the server, its replay buffer 
     for (const k of keysOf(prompts[0] as string)) expect(held.has(k)).toBe(false);
     const gaps = (await metrics.registry.getSingleMetric('spillway_collector_kv_gaps_total')?.get())?.values ?? [];
     expect(gaps.find((v) => v.labels['handling'] === 'replay-tail')?.value).toBe(1);
+    // Only the tail was replayed: the server may hold blocks the relay never heard of, and every batch says so.
+    expect(batches.map((b) => b.known?.complete)).toEqual(batches.map(() => false));
+    expect(relay.status()[0]?.known?.complete).toBe(false);
+  });
+
+  it('knows every block again once the server stored as many blocks as its cache holds, none chained to an unknown one', async () => {
+    // The server's metrics say its cache size (here as small as a test can turn over: 6 blocks).
+    relay.setCacheBlocks('late', 6);
+    const seen = batches.length;
+    for (let i = 0; i < 3; i++) {
+      const r = await fetch(`${sim.url}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'm', prompt: prompt(`T${i}`, 2), max_tokens: 1 }),
+      });
+      await r.text();
+    }
+    const deadline = Date.now() + 10_000;
+    while (!batches.slice(seen).some((b) => b.known?.complete === true)) {
+      if (Date.now() > deadline) throw new Error(`never complete: ${JSON.stringify(batches.slice(seen).map((b) => b.known))}`);
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    const first = batches.slice(seen).findIndex((b) => b.known?.complete === true);
+    // Complete at the first batch that finds six blocks stored since the tail's fresh start (the tail's and the live prompts', two blocks each).
+    const storedBefore = batches
+      .slice(0, seen + first + 1)
+      .flatMap((b) => b.events)
+      .reduce((n, e) => n + (e[0] === KV_STORED ? e[1].length : 0), 0);
+    expect(storedBefore).toBeGreaterThanOrEqual(6);
+    expect(batches[seen + first]?.known?.since).toBe(batches[0]?.known?.since);
+    expect(relay.status()[0]?.known?.complete).toBe(true);
   });
 });

@@ -85,14 +85,14 @@ async function podsOf(zone: string, specs: Partial<PodSpec>[], base: number): Pr
   return pods;
 }
 
-/** Publishes one relayed batch for a pod, with the pod's next sequence number. */
-async function relay(pod: PodSpec, events: KvBatch['events']): Promise<void> {
+/** Publishes one relayed batch for a pod, with the pod's next sequence number (and what the relay knows of the pod, when given). */
+async function relay(pod: PodSpec, events: KvBatch['events'], known?: KvBatch['known']): Promise<void> {
   const id = `${pod.zone}/${pod.pod}`;
   const seq = (seqs.get(id) ?? -1) + 1;
   seqs.set(id, seq);
   raw.publish(
     kvSubjectFor({ pool: POOL, zone: pod.zone, pod: pod.pod }),
-    encodeKvBatch({ v: 1, pool: POOL, zone: pod.zone, pod: pod.pod, seq, observedAt: Date.now(), blockSize: BLOCK, events }),
+    encodeKvBatch({ v: 1, pool: POOL, zone: pod.zone, pod: pod.pod, seq, observedAt: Date.now(), blockSize: BLOCK, events, known }),
   );
   await raw.flush();
 }
@@ -215,6 +215,39 @@ describe('precise prefix-cache routing from KV events', () => {
         ),
       ).toBe(x.address);
     expect(await metricsText(epp)).toMatch(/spillway_kv_snapshots_total [1-9]/);
+  }, 60_000);
+
+  it('a collector restarted without a replay says its view is partial: the pods are priced by both indexes until it vouches for them again', async () => {
+    const epp = await startEpp('kv-p');
+    const [p0, x, p2] = await podsOf('kv-p', [{}, { waiting: 1, running: 2 }, {}], 47);
+    await eventually(() => expect(epp.core.fleet.get(POOL, 'kv-p', 'kv-p-1')?.metrics?.waitingRequests).toBe(1));
+    const all = [p0, x, p2].map((p) => (p as PodSpec).address);
+    const since = Date.now() - 60_000;
+    for (const pod of [p0, x, p2]) await relay(pod as PodSpec, [[3]], { since, complete: true });
+    // The stream's snapshots of earlier tests' pods are replayed too.
+    const others = epp.core.scheduler.kvIndexStats.blocks;
+    // X served the context through this EPP (the approximate index learns it); its server reports the blocks.
+    expect(await primary(epp, 'Before the restart: how is a weir sized?', [(x as PodSpec).address])).toBe(x?.address);
+    await relay(x as PodSpec, [[1, keysOf('Before the restart: how is a weir sized?')]], { since, complete: true });
+    await eventually(() => expect(epp.core.scheduler.kvIndexStats.blocks).toBeGreaterThan(others + 100));
+    expect(await primary(epp, 'Still before: how is a weir sized?', all)).toBe(x?.address);
+
+    // A new collector: its first batch per pod clears it at every EPP, and says it cannot name what the servers held before.
+    const restarted = Date.now();
+    for (const pod of [p0, x, p2]) await relay(pod as PodSpec, [[3]], { since: restarted, complete: false });
+    await eventually(() => expect(epp.core.scheduler.kvIndexStats).toMatchObject({ blocks: others, partialPods: 3 }));
+    // X still holds the context (vLLM never announces it again): the approximate index's word keeps it there.
+    for (let i = 0; i < 3; i++) expect(await primary(epp, `After the restart ${i}: how is a weir sized?`, all)).toBe(x?.address);
+    const decisions = (await (await fetch(`http://127.0.0.1:${epp.metricsPort}/debug/decisions?limit=1`)).json()) as
+      { decisions?: Array<{ prefixSource: string; kvMatchedTokens: number }> } | Array<{ prefixSource: string; kvMatchedTokens: number }>;
+    const last = (Array.isArray(decisions) ? decisions : (decisions.decisions ?? []))[0];
+    expect(last).toMatchObject({ prefixSource: 'precise+approximate', kvMatchedTokens: 0 });
+    expect(await metricsText(epp)).toMatch(/spillway_kv_index_partial_pods 3/);
+
+    // X's cache turned over since (the relay vouches for every block again): it holds none of the context.
+    await relay(x as PodSpec, [], { since: restarted, complete: true });
+    await eventually(() => expect(epp.core.scheduler.kvIndexStats.partialPods).toBe(2));
+    for (let i = 0; i < 3; i++) expect(await primary(epp, `Turned over ${i}: how is a weir sized?`, all)).not.toBe(x?.address);
   }, 60_000);
 
   it('drops malformed, unknown, oversized, forged and flooding input, counts it by reason, and keeps serving', async () => {

@@ -11,7 +11,7 @@ import type { SignalBus } from './signals.js';
  * The scenario's faults, applied at their times: replicas die (their requests abort; probes notice
  * `detectMs` later) and come back with empty caches; a zone's collector or NATS stops and
  * restarts (collectors then re-publish what they hold; a restarted collector's KV relays start
- * empty, kv-relay.ts); EPPs restart.
+ * empty and say that they may not know every block, kv-relay.ts); EPPs restart.
  */
 export class Faults {
   constructor(
@@ -46,7 +46,8 @@ export class Faults {
       case 'collector-up':
         signals.collectorUp[f.zone] = true;
         // A starting collector publishes every pod's readiness and a first sample at once, and
-        // follows the servers' KV events from nothing (with what their replay sockets hold).
+        // follows the servers' KV events from nothing (with what their replay sockets hold), saying
+        // in each batch that its view is partial unless the replay reached back to the servers' start.
         for (const r of replicas.all) if (r.info.zoneIndex === f.zone) signals.publishCurrent(r, now);
         kv.collectorUp(f.zone, now);
         break;

@@ -140,10 +140,12 @@ export class KvChannel {
       blockSize: KV_BLOCK_SIZE,
       seq: relay.seq,
       keys: relay.snapshotKeys(),
+      known: relay.snapshotKnown(),
     };
   }
 
   private batch(r: ReplicaState, taken: { seq: number; events: KvBatch['events'] }, now: number): KvBatch {
+    const relay = r.kv as KvRelay;
     return {
       v: 1,
       pool: POOL,
@@ -153,6 +155,7 @@ export class KvChannel {
       observedAt: now,
       blockSize: KV_BLOCK_SIZE,
       events: taken.events,
+      known: relay.known(),
     };
   }
 

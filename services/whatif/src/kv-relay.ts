@@ -1,4 +1,4 @@
-import { KV_CLEARED, KV_REMOVED, KV_STORED, MAX_KV_SNAPSHOT_KEYS, type KvEvent } from '@spillway/events';
+import { KV_CLEARED, KV_REMOVED, KV_STORED, MAX_KV_SNAPSHOT_KEYS, type KvEvent, type KvKnown } from '@spillway/events';
 
 /**
  * What a restarted collector can recover of a server's cache from the server's replay socket
@@ -135,6 +135,13 @@ class ReplayBuffer {
  * first batch clears the pod at every receiver (`services/collector/src/kv-relay.ts`
  * `PodRelay.publish`), then it recovers what the server's replay buffer holds (`KvReplay`), and
  * a stored run chained to a block it never heard of is an orphan it cannot key.
+ *
+ * Every batch and snapshot says what the relay knows of the pod (`known`, as `PodRelay.apply`
+ * and `services/collector/src/kv-known.ts` `PodKnowledge` decide it): complete while it has
+ * followed the server from its start (the simulation's start, a full replay, a restarted server's
+ * empty cache); partial from a restart without a full replay until the server's cache turns over —
+ * it stored as many blocks as it holds (`turnoverBlocks`, the engine's `numBlocks`, which the
+ * collector reads from the server's metrics) since the last orphan (`RankKvMap.storedSinceUnknown`).
  */
 export class KvRelay {
   private readonly map = new BlockMap();
@@ -149,9 +156,28 @@ export class KvRelay {
   readonly deliveredAt: number[] = [];
   /** Stored runs the collector could not key since its start (tests and reports). */
   orphans = 0;
+  /** When the relay's continuous view began, and whether it names every block the server holds. */
+  private since = 0;
+  private complete = true;
+  /** Blocks the server stored since the last orphan or fresh start (its cache turned over at `turnoverBlocks`). */
+  private storedSinceUnknown = 0;
 
-  constructor(replay: KvReplay = NO_REPLAY) {
+  constructor(
+    replay: KvReplay = NO_REPLAY,
+    /** The server's cache size in blocks. */
+    private readonly turnoverBlocks = Number.POSITIVE_INFINITY,
+  ) {
     this.buffer = new ReplayBuffer(replay);
+  }
+
+  /** What the relay knows of the pod's cache, as its batches say it. */
+  known(): KvKnown {
+    return { since: this.since, complete: this.complete };
+  }
+
+  /** As a snapshot says it: complete only when its keys are every block (not cut to the newest). */
+  snapshotKnown(): KvKnown {
+    return { since: this.since, complete: this.complete && this.map.held.size <= MAX_KV_SNAPSHOT_KEYS };
   }
 
   /** Blocks `hashes[i]` with content keys `keys[i]` entered the server's cache, parent first. */
@@ -167,12 +193,14 @@ export class KvRelay {
     if (!this.down) this.forget(hash);
   }
 
-  /** The server (re)started with an empty cache. */
+  /** The server (re)started with an empty cache: a relay that hears it knows every block from here on. */
   cleared(): void {
     this.buffer.cleared();
     if (this.down) return;
     this.map.clear();
     this.events = [[KV_CLEARED]];
+    this.complete = true;
+    this.storedSinceUnknown = 0;
   }
 
   /** The collector stops: what it had not relayed is lost with it. */
@@ -191,6 +219,10 @@ export class KvRelay {
     this.map.clear();
     this.orphans = 0;
     this.events = [[KV_CLEARED]];
+    // Only a replay from the server's first batch names every block it holds.
+    this.since = now;
+    this.complete = this.buffer.replay.mode === 'full';
+    this.storedSinceUnknown = 0;
     if (this.buffer.replay.mode === 'full') {
       this.map.copyFrom(this.buffer.everything);
       if (this.map.held.size > 0) this.events.push([KV_STORED, [...this.map.held.keys()]]);
@@ -230,8 +262,11 @@ export class KvRelay {
     const run = this.map.stored(hashes, keys, from, to);
     if (run === undefined) {
       this.orphans++;
+      this.storedSinceUnknown = 0;
       return;
     }
+    this.storedSinceUnknown += run.length;
+    if (!this.complete && this.storedSinceUnknown >= this.turnoverBlocks) this.complete = true;
     if (run.length === 0) return;
     const last = this.events[this.events.length - 1];
     if (last !== undefined && last[0] === KV_STORED) last[1].push(...run);

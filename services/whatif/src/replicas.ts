@@ -71,7 +71,8 @@ export class ReplicaSet {
       retiredTokens: 0,
       generation: 0,
       rates: new RateWindow(),
-      kv: kvReplay ? new KvRelay(kvReplay) : undefined,
+      // The collector learns each server's cache size from its metrics (its turnover bound).
+      kv: kvReplay ? new KvRelay(kvReplay, s.engines[info.zoneIndex]?.numBlocks) : undefined,
     }));
     for (const r of this.all) r.engine = this.newEngine(r);
     this.subsetCache = s.zones.map(() => undefined);

@@ -85,6 +85,10 @@ describe('KV events in the simulation', () => {
 
     const none = feed(new KvRelay());
     expect(none.take(60_000)?.events).toEqual([[KV_CLEARED]]);
+    // Only the full replay names every block the server holds; the others say their view is partial since the restart.
+    expect(full.known()).toEqual({ since: 60_000, complete: true });
+    expect(tail.known()).toEqual({ since: 60_000, complete: false });
+    expect(none.known()).toEqual({ since: 60_000, complete: false });
 
     // A server restart empties its buffer too.
     const restarted = feed(new KvRelay({ mode: 'full', tailMs: 0 }));
@@ -93,6 +97,37 @@ describe('KV events in the simulation', () => {
     restarted.cleared();
     restarted.collectorUp(70_000);
     expect(restarted.take(70_000)?.events).toEqual([[KV_CLEARED]]);
+  });
+
+  it("a partial view is complete again once the server's cache turned over since the last orphan, or when the server restarts", () => {
+    const relay = new KvRelay({ mode: 'none', tailMs: 0 }, 4);
+    expect(relay.known()).toEqual({ since: 0, complete: true });
+    relay.stored([11, 12], [101, 102], 0, 2, 10);
+    relay.collectorDown();
+    relay.collectorUp(50);
+    expect(relay.known()).toEqual({ since: 50, complete: false });
+    relay.stored([21, 22, 23], [201, 202, 203], 0, 3, 60);
+    // A request extended the context stored before the restart: the server holds blocks the relay cannot name.
+    relay.stored([11, 12, 13], [101, 102, 103], 2, 3, 70);
+    expect(relay.orphans).toBe(1);
+    relay.stored([31, 32, 33], [301, 302, 303], 0, 3, 80);
+    expect(relay.known().complete).toBe(false);
+    relay.stored([41], [401], 0, 1, 90);
+    // Four blocks stored since the orphan: the cache (4 blocks) turned over.
+    expect(relay.known()).toEqual({ since: 50, complete: true });
+    const batch = relay.take(100);
+    expect(batch?.events[0]).toEqual([KV_CLEARED]);
+    // A restarted server's empty cache is known whole at once.
+    const other = new KvRelay({ mode: 'none', tailMs: 0 }, 1000);
+    other.collectorDown();
+    other.collectorUp(10);
+    other.cleared();
+    expect(other.known()).toEqual({ since: 10, complete: true });
+    // A snapshot cut to the newest keys is not complete.
+    const big = new KvRelay({ mode: 'none', tailMs: 0 }, 1e9);
+    const many = Array.from({ length: 16_385 }, (_, i) => i + 1);
+    big.stored(many, many, 0, many.length, 5);
+    expect([big.known().complete, big.snapshotKnown().complete]).toEqual([true, false]);
   });
 
   it('each request carries its token ids and content keys, index for index with the engine block hashes', () => {
@@ -167,11 +202,13 @@ describe('KV events in the simulation', () => {
   );
 
   it(
-    'a collector restart: without a replay socket the precise index forgets every pod and the hit rate dips; a full replay buffer keeps it',
+    'a collector restart: without a replay socket the pods are partial and priced by both indexes, so the hit rate stays near the approximate index; a full replay buffer keeps it',
     () => {
       const base = {
         zones: [{ zone: 'zone-a', region: 'r1', replicas: 4 }],
-        engine: smallCaches,
+        // Caches that hold every group's context, as in the shipped collector-restart scenario: a
+        // context stays cached (and is never announced again) for as long as requests keep hitting it.
+        engine: { ...smallCaches, numBlocks: 12_000 },
         durationS: 24,
         warmupS: 4,
         load: { clusterFraction: 0.8 },
@@ -181,6 +218,7 @@ describe('KV events in the simulation', () => {
           { atS: 14, kind: 'collector-up', zone: 'zone-a', windowS: 6 },
         ],
         strategies: [
+          'spillway',
           'spillway-precise',
           { name: 'precise-full', kind: 'spillway-precise', kvReplay: 'full' },
           { name: 'no-restart', kind: 'spillway-precise' },
@@ -188,15 +226,21 @@ describe('KV events in the simulation', () => {
       };
       const s = resolve(base);
       const after = (r: RunResult) => r.windows.find((w) => w.name === 'collector-up zone-a');
+      const approx = run(s, 'spillway');
       const fresh = run(s, 'spillway-precise');
       const full = run(s, 'precise-full');
       const steady = run(resolve({ ...base, faults: [] }), 'no-restart');
       expect(s.windows.map((w) => w.name)).toEqual(['collector-down zone-a', 'collector-up zone-a']);
-      for (const r of [fresh, full]) expect(r.served + r.rejected429 + r.rejected503 + r.aborted).toBe(r.arrivals);
-      const freshHits = after(fresh)?.prefixHitShare ?? 1;
+      for (const r of [approx, fresh, full]) expect(r.served + r.rejected429 + r.rejected503 + r.aborted).toBe(r.arrivals);
+      const freshHits = after(fresh)?.prefixHitShare ?? 0;
+      const approxHits = after(approx)?.prefixHitShare ?? 1;
       const fullHits = after(full)?.prefixHitShare ?? 0;
-      // Every pod starts afresh: its cached prefixes are unknown until stored again.
-      expect(freshHits).toBeLessThan(fullHits - 0.08);
+      // The new relays cannot name the prefixes cached before them, and say so: the EPPs keep the
+      // approximate index's word for those pods instead of believing they hold nothing.
+      // (Were they believed to hold nothing, the hit rate would drop to about 0.86 here, against 0.92.)
+      expect(freshHits).toBeGreaterThan(approxHits - 0.02);
+      expect(freshHits).toBeGreaterThan(fullHits - 0.02);
+      expect(fullHits).toBeGreaterThan(approxHits - 0.02);
       expect(full.prefixHitShare).toBeGreaterThan(steady.prefixHitShare - 0.02);
     },
     SIM_TIMEOUT_MS,

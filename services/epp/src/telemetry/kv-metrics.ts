@@ -34,6 +34,14 @@ export function registerKvMetrics(
     },
   });
   new Gauge({
+    name: 'spillway_kv_index_partial_pods',
+    help: "Of those, pods whose KV data is partial: their relay did not follow the server from an empty cache (a collector that started after it without a full replay) or this index's view has a hole (an incomplete snapshot, blocks evicted for its bounds). They are priced by both prefix indexes, the larger counting.",
+    registers,
+    collect() {
+      this.set(sources.stats().partialPods);
+    },
+  });
+  new Gauge({
     name: 'spillway_kv_index_blocks',
     help: 'KV-cache blocks the precise block index holds, over every pod (a block two pods hold counts twice).',
     registers,
