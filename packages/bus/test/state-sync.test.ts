@@ -115,8 +115,8 @@ describe('requestStateSync', () => {
   });
 
   it('hands over malformed replies as decode failures, and keeps listening', async () => {
-    // Not msgpack; msgpack but not a batch (no entries, no epp); then a good part.
-    const notABatch = encodeStateBatch({ v: 1, pool: POOL } as unknown as StateBatch);
+    // Not msgpack; msgpack but not a batch (no epp, no sequence); then a good part.
+    const notABatch = encodeStateBatch({ v: 1, pool: POOL, entries: [] } as unknown as StateBatch);
     respond(() => [new Uint8Array([0xc1]), notABatch, encodeStateBatch(snapshot('peer-1', 1, true))]);
     try {
       const { result, replies } = await sync();
