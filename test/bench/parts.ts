@@ -5,6 +5,7 @@ import { events } from './events.js';
 import { extproc } from './extproc.js';
 import { extprocPhases } from './extproc-phases.js';
 import { extprocStream } from './extproc-stream.js';
+import { flow } from './flow.js';
 import { kv } from './kv.js';
 import { kvRelay } from './kv-relay.js';
 import { pick } from './pick.js';
@@ -25,6 +26,7 @@ export const parts: BenchPart[] = [
   collector,
   kvRelay,
   routing,
+  flow,
   kv,
   decodeBench,
   xds,

@@ -14,7 +14,8 @@ import {
   type ScoringContext,
   type SubsetMode,
 } from '@spillway/scheduler';
-import { markdownTable, percentile, type BenchPart } from './part.js';
+import { FlowControl } from '../../services/epp/src/request/flow-control.js';
+import { markdownTable, median, percentile, type BenchContext, type BenchPart } from './part.js';
 import { preciseCase } from './pick-kv.js';
 
 /**
@@ -353,7 +354,98 @@ export const pick: BenchPart = {
       '',
       ...verdicts,
       '',
+      ...flowControlCase(context, picks, warmup),
+      '',
       ...preciseCase(context).lines,
     ].join('\n');
   },
 };
+
+/** Flow control's cost with nothing held: at most this many µs of CPU per request more (the target). */
+const FLOW_TARGET_US = 2;
+const FLOW_ROUNDS = 5;
+
+/**
+ * Flow control on, nothing held: every pick runs the hold rule (hold.ts) and the EPP then asks its
+ * flow control whether to hold (`FlowControl.shouldHold`: the decision's verdict, or anything held
+ * already). Measured against the same picks with flow control off, in alternating rounds on fresh
+ * fleets built from the same seed (so both see the same samples), at 1,000 endpoints; the median
+ * of the rounds' CPU per pick, and the difference.
+ */
+function flowControlCase(context: BenchContext, picks: number, warmup: number): string[] {
+  const t0 = 1_764_420_000_000;
+  const rows: { subset: number | undefined; mode: SubsetMode }[] = [
+    { subset: undefined, mode: 'strict' },
+    { subset: 16, mode: 'strict' },
+    { subset: 256, mode: 'locality' },
+  ];
+  const table: string[][] = [];
+  const verdicts: string[] = [];
+  for (const row of rows) {
+    const cpu = { off: [] as number[], on: [] as number[] };
+    let held = 0;
+    for (let round = 0; round < FLOW_ROUNDS; round++) {
+      for (const on of round % 2 === 0 ? [false, true] : [true, false]) {
+        const fleet = buildFleet(TARGET_SIZE, seededRng(TARGET_SIZE), t0);
+        const subset = subsetFor(fleet, row.subset);
+        const scheduler = new Scheduler({
+          fleet,
+          pool: POOL,
+          zone: 'zone-a',
+          region: 'r1',
+          seed: 1,
+          config: { subsetMode: row.mode, flowControl: { enabled: on } },
+        });
+        const flow = new FlowControl({
+          pick: (request) => scheduler.pick(request, t0),
+          config: scheduler.config.flowControl,
+          observer: { flowHeld: () => undefined, flowLeft: () => undefined },
+          now: () => t0,
+        });
+        const outstanding: Decision[] = [];
+        const stats = measure(
+          { fleet, size: TARGET_SIZE, subset },
+          { picks, warmup, startAt: t0 },
+          {
+            pick: (request, now) => {
+              const decision = scheduler.pick(request, now);
+              // What the stream asks right after the pick; nothing is ever held here, so it goes on.
+              if (on && flow.shouldHold(decision)) held++;
+              return decision;
+            },
+            after: (result, now) => {
+              const decision = result as Decision;
+              scheduler.commit(decision, now);
+              outstanding.push(decision);
+              if (outstanding.length > IN_FLIGHT) scheduler.release(outstanding.shift() as Decision);
+            },
+          },
+        );
+        (on ? cpu.on : cpu.off).push(stats.cpu);
+      }
+    }
+    const off = median(cpu.off);
+    const on = median(cpu.on);
+    const label = row.subset === undefined ? 'none' : `${row.subset} ${row.mode}`;
+    const extra = on - off;
+    context.log(`flow control, subset ${label}: CPU off ${us(off)} µs, on ${us(on)} µs, +${us(extra)} µs/pick`);
+    table.push([label, us(off), us(on), `${extra >= 0 ? '+' : ''}${us(extra)}`, `${((held / (FLOW_ROUNDS * picks)) * 100).toFixed(1)} %`]);
+    verdicts.push(
+      `- subset ${label}: ${extra >= 0 ? '+' : ''}${us(extra)} µs of CPU per pick — ${extra <= FLOW_TARGET_US ? '**MET**' : '**NOT MET**'}`,
+    );
+  }
+  return [
+    '### Flow control on, nothing held',
+    '',
+    `\`Scheduler.pick\` with \`flowControl.enabled\` and the EPP's \`FlowControl.shouldHold\` after it, against the same`,
+    `picks with flow control off, at ${TARGET_SIZE.toLocaleString('en-US')} endpoints: ${FLOW_ROUNDS} alternating rounds of each on fresh fleets`,
+    'from the same seed, the median CPU per pick of each. "would hold" is the share of picks whose',
+    'verdict was hold (the bench commits them anyway: nothing is ever held).',
+    '',
+    markdownTable(['subset', 'CPU µs/pick off', 'on', 'difference', 'would hold'], table),
+    '',
+    `Target: at most ${FLOW_TARGET_US} µs per request more with flow control on and nothing held.`,
+    '',
+    ...verdicts,
+  ];
+}

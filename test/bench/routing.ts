@@ -84,7 +84,8 @@ export function entryOf(f: string, quick: boolean): Entry {
 }
 
 function entries(quick: boolean): Entry[] {
-  const files = readdirSync(SCENARIO_DIR).filter((f) => f.endsWith('.yaml'));
+  // The flood scenarios compare flow control on and off: the `flow` part (flow.ts) runs and judges them.
+  const files = readdirSync(SCENARIO_DIR).filter((f) => f.endsWith('.yaml') && !f.startsWith('flood-tenant-'));
   const rank = (f: string) => {
     const i = ORDER.indexOf(f.replace(/\.yaml$/, ''));
     return i < 0 ? ORDER.length : i;

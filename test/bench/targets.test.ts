@@ -19,6 +19,11 @@ function result(strategy: string, f: { p90: number; p99?: number; cross?: number
     servedByZone: {},
     arrivalsByZone: {},
     crossZoneShareByZone: {},
+    goodputPerS: 20,
+    goodputShare: 1,
+    ttftP99ByBand: {},
+    tenants: {},
+    fairness: 1,
   };
   return { strategy, seed: 1, ...figures, unbounded: false, queueGrowthPerS: 0, windows: f.windows ?? [] };
 }
@@ -42,6 +47,7 @@ function report(
     equalUtilisationShare: spill.required ?? 0,
     durationS: 60,
     warmupS: 10,
+    ttftObjectiveMs: 1000,
     capacity: { perReplicaRps: {}, clusterRps: 100, method: '' },
     strategies: [...new Set(results.map((r) => r.strategy))].map((name) => ({
       name,

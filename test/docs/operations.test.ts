@@ -5,6 +5,7 @@ import { parse as parseYaml } from 'yaml';
 import { Fleet } from '@spillway/fleet';
 import {
   EppMetrics,
+  FlowMetrics,
   KvCounters,
   registerChargeMetrics,
   registerKvMetrics,
@@ -49,6 +50,8 @@ async function exported(): Promise<Set<string>> {
     batches: 0,
   };
   registerKvMetrics(epp.registry, { counters: new KvCounters(), stats: () => stats, cache: new TokenCache(1024) });
+  // And flow control's (every EPP).
+  new FlowMetrics(epp.registry);
   // And the charges' (always).
   registerChargeMetrics(epp.registry, new Fleet());
   for (const registry of [epp.registry, new CollectorMetrics().registry]) {

@@ -18,6 +18,8 @@ export const SERVED_KEY = 'x-gateway-destination-endpoint-served';
 
 export const OBJECTIVE_HEADER = 'x-gateway-inference-objective';
 export const MODEL_REWRITE_HEADER = 'x-gateway-model-name-rewrite';
+/** The flow a request belongs to for flow control's fairness (absent: the default flow). */
+export const FAIRNESS_ID_HEADER = 'x-gateway-inference-fairness-id';
 
 /** Envoy caps a streamed body message at 64 KiB; the Gateway API Inference Extension's EPP (now in llm-d) uses 62,000 bytes. */
 export const BODY_CHUNK_BYTES = 62_000;

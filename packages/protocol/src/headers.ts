@@ -1,5 +1,5 @@
 // Typed views of the header messages. Only the headers the EPP acts on are decoded.
-import { DESTINATION_HEADER_PREFIX, MODEL_REWRITE_HEADER, OBJECTIVE_HEADER } from './constants.js';
+import { DESTINATION_HEADER_PREFIX, FAIRNESS_ID_HEADER, MODEL_REWRITE_HEADER, OBJECTIVE_HEADER } from './constants.js';
 import type { HttpHeaders } from './gen/envoy/service/ext_proc/v3/external_processor.js';
 import type { HeaderValue } from './gen/envoy/config/core/v3/base.js';
 
@@ -22,6 +22,8 @@ export interface RequestHeaders {
   /** `x-gateway-model-name-rewrite`; overrides configured rewrites. */
   readonly modelRewrite: string | undefined;
   readonly requestId: string | undefined;
+  /** `x-gateway-inference-fairness-id`: flow control's fairness flow; undefined when absent or empty (the default flow). */
+  readonly fairnessId: string | undefined;
   /** True for a header-only request (no body follows). */
   readonly endOfStream: boolean;
   /**
@@ -50,6 +52,7 @@ export function readRequestHeaders(message: HttpHeaders): RequestHeaders {
   let objective: string | undefined;
   let modelRewrite: string | undefined;
   let requestId: string | undefined;
+  let fairnessId: string | undefined;
   let destinationHeaders: string[] | undefined;
   for (const header of message.headers?.headers ?? NONE_HEADERS) {
     // Envoy lower-cases keys; other ext_proc clients may not.
@@ -78,6 +81,9 @@ export function readRequestHeaders(message: HttpHeaders): RequestHeaders {
       case 'x-request-id':
         requestId = nonEmpty(headerValue(header));
         break;
+      case FAIRNESS_ID_HEADER:
+        fairnessId = nonEmpty(headerValue(header).trim());
+        break;
       default:
         if (key.startsWith(DESTINATION_HEADER_PREFIX) && !destinationHeaders?.includes(key)) {
           (destinationHeaders ??= []).push(key);
@@ -92,6 +98,7 @@ export function readRequestHeaders(message: HttpHeaders): RequestHeaders {
     objective,
     modelRewrite,
     requestId,
+    fairnessId,
     endOfStream: message.endOfStream,
     destinationHeaders: destinationHeaders ?? NONE,
   };

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { flowControlConfigSchema } from './flow-config.js';
 
 /**
  * The scheduler's tunables (picking v2: "fixed semantics, tunable numbers"). Every object is strict
@@ -177,6 +178,8 @@ export const schedulerConfigSchema = z.strictObject({
   objectives: z.record(z.string().min(1).max(253), objectiveSchema).default({}),
   prefix: prefixConfigSchema.prefault({}),
   remote: remoteConfigSchema.prefault({}),
+  /** Holding requests when no endpoint has room (flow-config.ts). */
+  flowControl: flowControlConfigSchema.prefault({}),
   charges: chargesConfigSchema.prefault({}),
 });
 

@@ -88,6 +88,12 @@ export interface Decision {
   readonly gatewayZone: GatewayZoneUse;
   /** The request left its zone, or everything eligible was past its limits. */
   readonly localOverloaded: boolean;
+  /**
+   * Flow control is on and no eligible endpoint has room: holding the request until one has is
+   * expected to be faster than any endpoint now (hold.ts). The list is what it would be if sent
+   * now; the caller holds the request and picks again when room frees. Always false when off.
+   */
+  readonly hold: boolean;
   /** Penalties (and readiness silences) were ignored because they alone would have left nothing eligible. */
   readonly penaltiesIgnored: boolean;
   readonly subsetGiven: boolean;
@@ -191,6 +197,8 @@ export class DecisionRecord extends Charge implements Decision {
   kvMatchedTokens = 0;
   requestId: string | undefined = undefined;
   subsetUnmatchedEntries: readonly string[] = [];
+  /** Set by the pick after the verdict (Decision.hold). */
+  hold = false;
   readonly status: DecisionStatus;
   readonly rule: DecisionRule;
   readonly entries: readonly DecisionEntry[];

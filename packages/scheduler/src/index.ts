@@ -39,3 +39,9 @@ export type { SharedStateOptions, SharedStateOutbox, SharedApplyResult, SharedEx
 export { KvBlockIndex, KvPod, KV_ENTRY_BYTES } from './kv-index.js';
 export type { KvIndexOptions, KvIndexStats } from './kv-index.js';
 export type { CacheIndexSource } from './kv-lookup.js';
+export { FlowQueue, Held, flowIdOf, DEFAULT_FLOW, MAX_FLOW_ID_CHARS } from './flow-queue.js';
+export type { FlowQueueLimits, HoldRequest, OfferResult, BandStats } from './flow-queue.js';
+export { flowControlConfigSchema } from './flow-config.js';
+export type { FlowControlConfig } from './flow-config.js';
+export { shouldHold } from './hold.js';
+export type { PricedCandidates } from './hold.js';

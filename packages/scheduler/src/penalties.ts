@@ -62,6 +62,13 @@ export class PenaltyBox {
     return until !== undefined && now < until ? until : undefined;
   }
 
+  /** When the first penalty in force at `now` ends; undefined when none is (few are: a walk of the box). */
+  nextEndAfter(now: number): number | undefined {
+    let next: number | undefined;
+    for (const until of this.until.values()) if (now < until && (next === undefined || until < next)) next = until;
+    return next;
+  }
+
   /** Drops expired entries and returns the live ones, for counting and inspection. */
   active(now: number): Endpoint[] {
     const live: Endpoint[] = [];

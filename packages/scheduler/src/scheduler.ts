@@ -20,6 +20,7 @@ import { chooseList } from './list.js';
 import { KvBlockIndex, type KvIndexOptions, type KvIndexStats } from './kv-index.js';
 import { PrefixLookup } from './kv-lookup.js';
 import { isSilent } from './load.js';
+import { shouldHold, type PricedCandidates } from './hold.js';
 import { TIER_LOCAL, type Tier } from './network.js';
 import { Origins, type Origin } from './origins.js';
 import { PenaltyBox } from './penalties.js';
@@ -160,6 +161,13 @@ export class Scheduler {
   private keys = new Float64Array(64);
   private waits = new Float64Array(64);
   private readonly chosen: number[] = [];
+  private readonly priced: { -readonly [K in keyof PricedCandidates]: PricedCandidates[K] } = {
+    count: 0,
+    keys: this.keys,
+    waits: this.waits,
+    tiers: new Uint8Array(0),
+    limitBand: 0,
+  };
   private readonly ctx: PricingContext;
   private readonly excludedNow = (endpoint: Endpoint): boolean =>
     this.candidates.isExcluded(endpoint, this.ctx.pool, this.ctx.now, this.config.gaps.readinessSilenceMs);
@@ -288,6 +296,11 @@ export class Scheduler {
 
   isPenalised(endpoint: Endpoint, now: number): boolean {
     return this.penalties.isPenalised(endpoint, now);
+  }
+
+  /** When the first passive-health penalty in force at `now` ends (its endpoint may have room again); undefined when none is. */
+  nextPenaltyEndAt(now: number): number | undefined {
+    return this.penalties.nextEndAfter(now);
   }
 
   /** Past a hard limit now (cost: full; weighted: saturated), for the EPP's per-zone gauges. */
@@ -443,11 +456,25 @@ export class Scheduler {
     const primary = entries[0] as DecisionEntry;
     const rule: DecisionRule = primary.full ? 'last-resort' : primary.zone === origin.zone ? 'local' : 'spill';
     const overloaded = rule !== 'local';
+    const flow = this.config.flowControl;
+    const hold = flow.enabled && shouldHold(this.pricedView(n, policy.limitBand), flow.holdAboveMs);
     const record = this.decide(facts, 'routed', rule, entries, overloaded);
     record.model = request.model;
     record.promptTokens = promptTokens;
     record.maxTokens = usableMaxTokens(request.maxTokens);
+    record.hold = hold;
     return record;
+  }
+
+  /** This pick's keys and waits as the hold rule reads them (one object, refreshed per pick). */
+  private pricedView(count: number, limitBand: number): PricedCandidates {
+    const view = this.priced;
+    view.count = count;
+    view.keys = this.keys;
+    view.waits = this.waits;
+    view.tiers = this.candidates.tiers;
+    view.limitBand = limitBand;
+    return view;
   }
 
   /**

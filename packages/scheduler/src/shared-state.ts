@@ -318,6 +318,13 @@ export class SharedState {
 
   // ---- other EPPs' entries --------------------------------------------------------------------
 
+  /** How many of the peers known now (every zone) have an id before `self`: this EPP's rank in the pool, 0 first. */
+  rankOf(self: string): number {
+    let rank = 0;
+    for (const peers of this.zones.values()) for (const epp of peers.keys()) if (epp !== self && epp < self) rank++;
+    return rank;
+  }
+
   /**
    * Folds one batch of another EPP (`batch.epp` of `batch.zone`) into this EPP's state, received at
    * `receivedAt` (this EPP's clock). The caller has decoded and validated it and checked its origin

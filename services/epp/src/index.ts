@@ -15,6 +15,7 @@ export { TEXT_CHUNK_CHARS } from './kv/prompt-split.js';
 export type { PromptInput, PromptTokensOptions, TokenizeOutcome } from './kv/prompt-tokens.js';
 export { KvCounters } from './kv/counters.js';
 export { registerKvMetrics } from './telemetry/kv-metrics.js';
+export { FlowMetrics } from './telemetry/flow-metrics.js';
 export { registerChargeMetrics } from './telemetry/charge-metrics.js';
 export type { KvMetricSources } from './telemetry/kv-metrics.js';
 export { TokenCache } from './kv/token-cache.js';

@@ -148,20 +148,27 @@ describe('spillway-epp binary', () => {
       return responses;
     };
     // Overloaded everywhere (a backlog of 15 at the default 10 requests/s: 1.5 s, over shedAboveMs 1 s):
-    // a sheddable objective gets 429, others stay local.
+    // a sheddable objective gets 429; flow control (on by default) holds the others, with no endpoint
+    // that has room.
     const shed = await send({ body: completion(), headers: { 'x-gateway-inference-objective': 'batch' } }, 1);
     expect(immediateOf(shed[0])?.status).toBe(429);
-    const kept = await send({ body: completion(), headers: { 'x-gateway-inference-objective': 'interactive' } }, 2);
-    expect(destinationOf(kept[0]).header?.split(',')).toHaveLength(2);
-    expect(destinationOf(kept[0]).header?.split(',')[0]).toMatch(/^10\.0\.1\./);
-    // Once zone-b has room, an overloaded zone-a spills there first; the rewrite is applied.
+    const held = new EnvoyStream(client);
+    held.send(envoyRequestMessages({ body: completion(), headers: { 'x-gateway-inference-objective': 'interactive' } }));
+    await new Promise((r) => setTimeout(r, 300));
+    expect(held.responses).toHaveLength(0);
+    // Once zone-b has room, the held request goes there at once, and an overloaded zone-a spills there first; the rewrite is applied.
     await publisher.pods([{ pod: 'b0', zone: 'zone-b', address: '10.0.2.1:8000', waiting: 0 }]);
+    const kept = await held.waitFor(2);
+    held.close();
+    expect(destinationOf(kept[0]).header?.split(',')).toHaveLength(2);
+    expect(destinationOf(kept[0]).header?.split(',')[0]).toBe('10.0.2.1:8000');
     await eventually(async () => {
       const responses = await send({ body: completion('llama') }, 2);
       expect(destinationOf(responses[0]).header?.split(',')[0]).toBe('10.0.2.1:8000');
     });
     const metrics = await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text();
     expect(metrics).toMatch(/spillway_requests_total\{outcome="429"\} 1/);
+    expect(metrics).toMatch(/spillway_flow_control_requests_total\{band="10",flow="default",outcome="dispatched"\} 1/);
     expect(metrics).toMatch(/inference_pool_ready_pods\{name="llama"\} 3/);
     expect(metrics).toMatch(/spillway_zone_ready_pods\{zone="zone-a"\} 2/);
     expect(metrics).toMatch(/inference_extension_scheduler_e2e_duration_seconds_count \d+/);

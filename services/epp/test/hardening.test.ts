@@ -61,8 +61,9 @@ describe('passive health: a 5xx status or a connection failure of the primary pe
 
   it('penalises the primary on 5xx (served = primary, or no served endpoint), not on 2xx, and counts a fallback once', async () => {
     const config = join(dir, 'penalty.yaml');
-    // A long penalty, so a slow machine cannot see one expire between steps.
-    writeFileSync(config, 'penaltyMs: 600000\n');
+    // A long penalty, so a slow machine cannot see one expire between steps. Flow control off: the
+    // last pod left (a queue of 3, 300 ms) has no room, and this test is about where requests go.
+    writeFileSync(config, 'penaltyMs: 600000\nflowControl: { enabled: false }\n');
     const epp = await start('zone-h', ['--config', config]);
     await publisher.pods(pods);
     await epp.ready;

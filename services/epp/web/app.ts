@@ -52,7 +52,17 @@ function renderHeader(state: UiState): void {
     badge(`last event ${stream.lastEventAgeMs === null ? 'never' : `${ms(stream.lastEventAgeMs)} ago`}`),
     badge(`policy ${state.policy}`),
     badge(`${state.pods.total} pods in ${state.zones.length} zones`),
+    ...(state.flowControl.enabled ? [flowBadge(state)] : []),
   );
+}
+
+/** Flow control: how many requests wait for room, and how full the queue is. */
+function flowBadge(state: UiState): HTMLElement {
+  const flow = state.flowControl;
+  const bands = flow.bands.map((b) => `band ${b.priority}: ${b.requests}`).join(', ');
+  const text = flow.held === 0 ? 'flow control: none held' : `flow control: ${flow.held} held (${bands})`;
+  const tone = flow.held === 0 ? 'ok' : flow.held >= flow.maxHeldRequests || flow.bytes >= flow.maxHeldBytes ? 'bad' : 'warn';
+  return badge(text, tone);
 }
 
 function renderStream(stream: UiStream): void {

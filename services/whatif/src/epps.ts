@@ -9,7 +9,7 @@ import type { EventQueue } from './queue.js';
 import type { ReplicaSet } from './replicas.js';
 import type { ResolvedScenario } from './resolve.js';
 import { createRouter } from './router-factory.js';
-import type { EppRouter } from './routers.js';
+import type { EppRouter, Route } from './routers.js';
 import { PEER_TIMEOUT_MS, REMOTE_ENTRY_TTL_MS, SharingChannel } from './sharing.js';
 import type { SignalBus } from './signals.js';
 import { DEPLOYMENTS, schedulerConfigFor, seesCompletion, sharesState, type Deployment, type StrategySpec } from './strategies.js';
@@ -81,6 +81,8 @@ export class EppSet {
       readonly signals: SignalBus;
       readonly network: Network;
       readonly observer: RunObserver;
+      /** A held request's EPP answers it (flow control). */
+      readonly answerHeld: (held: Route, outcome: Route, now: number) => void;
     },
   ) {
     this.deployment = DEPLOYMENTS[strategy.kind];
@@ -198,6 +200,8 @@ export class EppSet {
     const before = epp.fleet;
     epp.restarts++;
     epp.id = `epp-${epp.index}-${epp.restarts}`;
+    // Streams it held go with the process: the gateway answers them as it answers a lost EPP.
+    epp.router.close?.(now);
     epp.fleet = new Fleet({ staleAfterMs: this.s.signals.staleAfterMs });
     epp.router = this.newRouter(epp);
     if (this.deployment.signals === 'nats') {
@@ -248,6 +252,10 @@ export class EppSet {
       config: schedulerConfigFor(this.strategy, { zones: this.s.zones, rttMs: this.s.rttMs }),
       shared: outbox === undefined ? undefined : { outbox, peerTimeoutMs: PEER_TIMEOUT_MS, remoteEntryTtlMs: REMOTE_ENTRY_TTL_MS },
       seesCompletion: seesCompletion(this.strategy, this.s.epps.responseBody),
+      flow: {
+        answer: (held, outcome, now) => this.wiring.answerHeld(held, outcome, now),
+        wakeAt: (at) => this.wiring.queue.push(at, { kind: 'flow-wake', epp: epp.index }),
+      },
     });
     sharing?.attach(epp.index, router.shared);
     return router;

@@ -22,6 +22,8 @@ export interface EventMap {
   'scrape-reply': { readonly epp: number; readonly replica: number; readonly startedAt: number; readonly sample: ScrapeSample | undefined };
   /** An ORCA load report (in a response's headers) reaches a gateway. */
   'load-report': { readonly epp: number; readonly replica: number; readonly utilization: number };
+  /** An EPP's flow control wakes for its next expiry. */
+  'flow-wake': { readonly epp: number };
   /** A picker's periodic work. */
   'router-tick': { readonly epp: number };
   /** A replica's collector takes a metrics sample. */

@@ -6,6 +6,7 @@ import type { Measurements } from './measure.js';
 import type { Network } from './network.js';
 import type { EventQueue } from './queue.js';
 import type { Flight, ReplicaSet, SimEngineRequest } from './replicas.js';
+import type { Route } from './routers.js';
 import type { ResolvedScenario } from './resolve.js';
 import type { Trip } from './trip.js';
 import { ArrivalStream, prefixGroupsOf } from './workload.js';
@@ -27,6 +28,8 @@ const REFUSED_MS = 0.2;
 export class Gateways {
   private readonly streams: ArrivalStream[];
   private readonly rng: Rng;
+  /** Requests flow control holds at an EPP, by the route they wait on. */
+  private readonly held = new Map<Route, Trip>();
 
   constructor(
     private readonly s: ResolvedScenario,
@@ -69,6 +72,7 @@ export class Gateways {
     this.wiring.measure.count(request.arrivalAt, (range) => {
       range.arrivals++;
       (range.arrivalsByZone[gateway] as number)++;
+      (range.tenantArrivals[request.tenant] as number)++;
     });
     const trip: Trip = { request, gateway, chain: this.wiring.epps.chain(gateway), stage: 0, route: undefined, tried: [] };
     this.ask(trip, now, now);
@@ -91,7 +95,25 @@ export class Gateways {
     this.wiring.kv.beforePick(now);
     const mayDefer = trip.stage < trip.chain.length - 1;
     const route = epp.router.route(trip.request, { gatewayZone: trip.gateway, mayDefer }, now);
-    const answeredAt = now + this.wiring.network.oneWay(epp.zoneIndex, trip.gateway);
+    if (route.status === 'held') {
+      // Flow control holds it: the stream stays open until the EPP answers (answerHeld).
+      this.held.set(route, trip);
+      return;
+    }
+    this.answered(trip, route, now + this.wiring.network.oneWay(epp.zoneIndex, trip.gateway), now);
+  }
+
+  /** A held request's EPP answers it at `now`: with a list, or a rejection (expired, evicted). */
+  answerHeld(held: Route, outcome: Route, now: number): void {
+    const trip = this.held.get(held);
+    if (!trip) return;
+    this.held.delete(held);
+    const epp = trip.chain[trip.stage];
+    this.answered(trip, outcome, now + this.wiring.network.oneWay(epp?.zoneIndex ?? trip.gateway, trip.gateway), now);
+  }
+
+  /** The EPP's answer reaches the gateway at `answeredAt`: ask the next EPP, count a rejection, or send. */
+  private answered(trip: Trip, route: Route, answeredAt: number, now: number): void {
     if (route.status === 'defer') {
       trip.stage++;
       this.ask(trip, answeredAt, now);
@@ -187,9 +209,10 @@ export class Gateways {
     const e2e = at - request.arrivalAt + flight.backMs;
     const gateway = request.gateway;
     const zone = r.info.zoneIndex;
+    const good = ttft <= this.s.ttftObjectiveMs;
     this.wiring.measure.count(request.arrivalAt, (t) => {
       t.served++;
-      t.ttft.push(ttft);
+      t.servedTtft(ttft, request.priority, request.tenant, good);
       t.e2e.push(e2e);
       if (flight.attempt > 0) t.fallback++;
       (t.servedByZone[zone] as number)++;

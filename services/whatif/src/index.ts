@@ -20,7 +20,18 @@ export {
 } from './strategies.js';
 export type { Deployment, StrategyKind, StrategySpec, StrategyContext } from './strategies.js';
 export type { SpillFigures } from './spill.js';
-export { byStrategy, describe, median, renderMarkdown, renderText, spread, summaryTable, sweepTables, windowTables } from './report.js';
+export {
+  byStrategy,
+  describe,
+  flowTable,
+  median,
+  renderMarkdown,
+  renderText,
+  spread,
+  summaryTable,
+  sweepTables,
+  windowTables,
+} from './report.js';
 export type { Table, Spread } from './report.js';
 export { measureCapacity, capacityOf } from './calibrate.js';
 export type { Capacity } from './calibrate.js';

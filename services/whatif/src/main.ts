@@ -1,7 +1,7 @@
 import { writeFileSync } from 'node:fs';
 import { runMain } from '@spillway/cli';
 import { HELP, parseWhatifArgs } from './options.js';
-import { describe, renderText, summaryTable, sweepTables, windowTables } from './report.js';
+import { describe, flowTable, renderText, summaryTable, sweepTables, windowTables } from './report.js';
 import { runScenario } from './run.js';
 
 /** The spillway-whatif binary: load a scenario, run every (strategy, seed), print the tables. */
@@ -25,6 +25,8 @@ runMain(async () => {
   });
   const zones = resolved.zones.map((z) => z.zone);
   const out = [describe(report), '', renderText(summaryTable(report))];
+  const flow = flowTable(report);
+  if (flow) out.push('', flow.title, renderText(flow.table));
   for (const w of windowTables(report, zones)) out.push('', w.title, renderText(w.table));
   for (const w of sweepTables(report)) out.push('', w.title, renderText(w.table));
   process.stdout.write(`${out.join('\n')}\n`);

@@ -71,14 +71,15 @@ export class Measurements {
     },
   ) {
     const zones = s.zones.length;
-    this.measured = new Tally(s.warmupMs, s.durationMs, zones);
+    const tenants = s.workload.tenants?.map((t) => t.name);
+    this.measured = new Tally(s.warmupMs, s.durationMs, zones, tenants);
     this.windows = s.windows.map((spec) => {
       const len = spec.toMs - spec.fromMs;
       const beforeFrom = Math.max(s.warmupMs, spec.fromMs - len);
-      const before = spec.fromMs - beforeFrom >= 1000 ? new Tally(beforeFrom, spec.fromMs, zones) : undefined;
+      const before = spec.fromMs - beforeFrom >= 1000 ? new Tally(beforeFrom, spec.fromMs, zones, tenants) : undefined;
       return {
         spec,
-        tally: new Tally(spec.fromMs, spec.toMs, zones),
+        tally: new Tally(spec.fromMs, spec.toMs, zones, tenants),
         before,
         stale: new Array<number>(zones).fill(0),
         observed: new Array<number>(zones).fill(0),

@@ -105,6 +105,52 @@ export function summaryTable(report: ScenarioReport): Table {
   return { header, rows };
 }
 
+/**
+ * Flow control's figures, for workloads with tenants: goodput (served within the TTFT objective),
+ * TTFT p99 per priority band (highest first) and per tenant, fairness between tenants (Jain's
+ * index over their goodput ÷ max-min fair share) and cross-zone share. Undefined without tenants.
+ */
+export function flowTable(report: ScenarioReport): { title: string; table: Table } | undefined {
+  const first = report.results[0];
+  if (!first || Object.keys(first.tenants).length < 2) return undefined;
+  const bands = [...new Set(report.results.flatMap((r) => Object.keys(r.ttftP99ByBand)))].sort((a, b) => Number(b) - Number(a));
+  const tenants = Object.keys(first.tenants);
+  const header = [
+    'strategy',
+    'goodput (req/s)',
+    'goodput %',
+    ...bands.map((b) => `p99 band ${b} (ms)`),
+    ...tenants.map((t) => `p99 ${t} (ms)`),
+    ...tenants.map((t) => `${t} served %`),
+    'fairness (Jain)',
+    'cross-zone %',
+  ];
+  const rows = byStrategy(report).map(({ name, runs }) => [
+    name,
+    ranged(
+      runs.map((r) => r.goodputPerS),
+      (v) => v.toFixed(1),
+    ),
+    pc(median(runs, (r) => r.goodputShare)),
+    ...bands.map((b) =>
+      ranged(
+        runs.map((r) => r.ttftP99ByBand[b] ?? Number.NaN),
+        ms,
+      ),
+    ),
+    ...tenants.map((t) =>
+      ranged(
+        runs.map((r) => r.tenants[t]?.ttftMs.p99 ?? Number.NaN),
+        ms,
+      ),
+    ),
+    ...tenants.map((t) => pc(median(runs, (r) => (r.tenants[t]?.served ?? 0) / Math.max(1, r.tenants[t]?.arrivals ?? 0)))),
+    median(runs, (r) => r.fairness).toFixed(3),
+    pc(median(runs, (r) => r.crossZoneShare)),
+  ]);
+  return { title: `flow control: goodput (TTFT within ${report.ttftObjectiveMs} ms), bands, tenants`, table: { header, rows } };
+}
+
 /** One table per fault window: the window's figures next to the span before it. */
 export function windowTables(report: ScenarioReport, zones: readonly string[]): { title: string; table: Table }[] {
   const first = report.results[0];

@@ -46,6 +46,8 @@ export interface ResolvedScenario {
   /** What the offered load asks of routing across zones, and the load itself (measured window). */
   readonly spill: SpillFigures;
   readonly ladder: readonly number[] | undefined;
+  /** A served request meeting this time to first token counts as goodput. */
+  readonly ttftObjectiveMs: number;
 }
 
 export interface CapacityReport {
@@ -96,9 +98,24 @@ export function toWorkloadSpec(input: WorkloadInput): WorkloadSpec {
           outputTokens: w.outputTokens,
         };
   const lora = input.lora ? { lora: { adapters: input.lora.adapters, share: input.lora.share, skew: input.lora.skew } } : {};
+  const tenants = input.tenants
+    ? {
+        tenants: input.tenants.map((t) => ({
+          name: t.name,
+          share: t.share,
+          fairnessId: t.fairnessId ?? t.name,
+          priorities: t.priorities ?? [{ priority: 0, share: 1 }],
+        })),
+      }
+    : {};
   if (input.kind === 'mixed')
-    return { parts: input.parts.map((p) => ({ weight: p.weight, spec: one(p) })), sheddableShare: input.sheddableShare, ...lora };
-  return { parts: [{ weight: 1, spec: one(input) }], sheddableShare: input.sheddableShare, ...lora };
+    return {
+      parts: input.parts.map((p) => ({ weight: p.weight, spec: one(p) })),
+      sheddableShare: input.sheddableShare,
+      ...lora,
+      ...tenants,
+    };
+  return { parts: [{ weight: 1, spec: one(input) }], sheddableShare: input.sheddableShare, ...lora, ...tenants };
 }
 
 export function resolveScenario(file: ScenarioFile, options: ResolveOptions = {}): ResolvedScenario {
@@ -154,6 +171,7 @@ export function resolveScenario(file: ScenarioFile, options: ResolveOptions = {}
     capacity,
     spill,
     ladder: file.ladder,
+    ttftObjectiveMs: file.ttftObjectiveMs,
   };
 }
 

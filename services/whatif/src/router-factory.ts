@@ -1,6 +1,7 @@
 import { EnvoyLoadAwareRouter } from './envoy-router.js';
 import { ReferenceRouter, type ReferenceProfile } from './reference-router.js';
 import { LeastQueueRouter, RandomRouter, RoundRobinRouter, type EppRouter, type RouterContext } from './routers.js';
+import { FlowControlRouter } from './flow-router.js';
 import { PreciseRouter, SchedulerRouter } from './spillway-router.js';
 import type { StrategyKind } from './strategies.js';
 
@@ -46,5 +47,7 @@ export function createRouter(kind: StrategyKind, ctx: RouterContext): EppRouter 
     case 'zone-local':
     case 'spillway':
       return new SchedulerRouter(ctx);
+    case 'spillway-fc':
+      return new FlowControlRouter(ctx);
   }
 }

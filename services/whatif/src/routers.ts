@@ -20,10 +20,12 @@ export const MODEL = 'llama-3-8b';
 export const LIST_LENGTH = 3;
 
 /**
+ * `held`: flow control holds the request at the EPP; the router answers it later through its
+ * context's `flow.answer` (routed, or 429/503 when it expires or is evicted).
  * `defer`: this pool is saturated and the gateway has other pools to fail over to (the zonal and
  * regional reference deployments); the gateway asks the next one.
  */
-export type RouteStatus = 'routed' | 'defer' | 429 | 503;
+export type RouteStatus = 'routed' | 'defer' | 'held' | 429 | 503;
 
 export interface Route {
   readonly status: RouteStatus;
@@ -78,6 +80,12 @@ export interface EppRouter {
   applyScrape?(replica: number, sample: ScrapeSample, now: number): void;
   /** A response from `replica` carried this ORCA utilisation (the ORCA path). */
   applyLoadReport?(replica: number, utilization: number, now: number): void;
+  /** Something that may show room reached this EPP (a sample, a peer's batch): held requests may go. */
+  onRoom?(now: number): void;
+  /** The wake-up this router asked for (`flow.wakeAt`) is due. */
+  wake?(now: number): void;
+  /** The EPP is gone (a restart): requests it holds are answered (503). */
+  close?(now: number): void;
   /** Periodic work every `tickEveryMs` (a load balancer's weight update). */
   readonly tickEveryMs?: number;
   tick?(now: number): void;
@@ -117,6 +125,16 @@ export interface RouterContext {
    * false behind the shipped Envoy config, where it sees only the start (scenario `epps.responseBody`).
    */
   readonly seesCompletion: boolean;
+  /** Flow control's way back to the gateway (the kinds that hold requests). */
+  readonly flow?: HeldRequests | undefined;
+}
+
+/** How an EPP that holds requests answers them later, and asks to be woken for their expiry. */
+export interface HeldRequests {
+  /** The request `held` stands for is answered at `now`: `outcome` is routed (its list) or a rejection. */
+  answer(held: Route, outcome: Route, now: number): void;
+  /** Call the router's `wake` at `at`. */
+  wakeAt(at: number): void;
 }
 
 export const unavailable = (router: EppRouter): Route => ({ status: 503, list: [], router, token: undefined });

@@ -29,6 +29,8 @@ export interface ScenarioReport {
   readonly equalUtilisationShare: number;
   readonly durationS: number;
   readonly warmupS: number;
+  /** A served request meeting this TTFT counts as goodput. */
+  readonly ttftObjectiveMs: number;
   readonly capacity: {
     readonly perReplicaRps: Readonly<Record<string, number>>;
     readonly clusterRps: number;
@@ -107,6 +109,7 @@ function reportOf(scenario: ResolvedScenario, results: RunResult[]): ScenarioRep
     equalUtilisationShare: share(scenario.spill.equalUtilisationShare),
     durationS: scenario.durationMs / 1000,
     warmupS: scenario.warmupMs / 1000,
+    ttftObjectiveMs: scenario.ttftObjectiveMs,
     capacity: {
       perReplicaRps: perZone(scenario.capacity.perReplica),
       clusterRps: Math.round(scenario.capacity.clusterRps * 100) / 100,

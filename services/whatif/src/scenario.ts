@@ -87,7 +87,25 @@ const loraSchema = z.strictObject({
   share: fraction,
   skew: z.number().finite().min(0).max(4).default(1),
 });
-const common = { sheddableShare: fraction.default(0), lora: loraSchema.optional() };
+/**
+ * Tenants: `share` of each gateway's arrivals belongs to each (shares sum to 1), each with its
+ * fairness id (`x-gateway-inference-fairness-id`, default its name) and its requests' priority
+ * bands (`priorities`, shares summing to 1; default one band of priority 0). A flooding tenant is
+ * one whose share asks for more than the pool has. Without tenants every request is of one flow
+ * and priority 0 (or −1 at `sheddableShare`, which still applies on top of a tenant's bands).
+ */
+const prioritySchema = z.strictObject({ priority: z.number().int().min(-1_000_000).max(1_000_000), share: fraction });
+const tenantSchema = z.strictObject({
+  name,
+  share: fraction,
+  fairnessId: z.string().min(1).max(128).optional(),
+  priorities: z.array(prioritySchema).min(1).max(16).optional(),
+});
+const common = {
+  sheddableShare: fraction.default(0),
+  lora: loraSchema.optional(),
+  tenants: z.array(tenantSchema).min(1).max(16).optional(),
+};
 const workloadSchema = z.discriminatedUnion('kind', [
   shareGpt.extend(common),
   sharedPrefix.extend(common),
@@ -293,6 +311,8 @@ const scenarioObject = z.strictObject({
   engine: engineSchema.prefault({}),
   workload: workloadSchema,
   load: loadSchema,
+  /** The time-to-first-token objective a served request must meet to count as goodput. */
+  ttftObjectiveMs: z.number().finite().positive().max(600_000).default(1000),
   /** Cluster loads the benchmark iterates (each overrides load.clusterFraction). */
   ladder: z.array(z.number().finite().positive().max(10)).min(1).max(20).optional(),
   signals: signalsSchema.prefault({}),
@@ -345,6 +365,7 @@ function checkScenario(s: z.output<typeof scenarioObject>, ctx: Ctx): void {
     for (const to of Object.keys(row)) knownZone(['network', 'rttMs', from, to], to);
   }
 
+  checkTenants(ctx, s.workload.tenants);
   checkLoad(ctx, ['load'], s.load, knownZone, true);
   for (const z of Object.keys(s.load.diurnal?.lagS ?? {})) knownZone(['load', 'diurnal', 'lagS', z], z);
   const bursts = s.load.bursts;
@@ -410,6 +431,28 @@ function checkScenario(s: z.output<typeof scenarioObject>, ctx: Ctx): void {
     const r = schedulerConfigSchema.safeParse(overrides);
     if (!r.success) for (const e of r.error.issues) issue(ctx, ['config', key, ...e.path.map(String)], e.message);
   }
+}
+
+function checkTenants(ctx: Ctx, tenants: WorkloadInput['tenants']): void {
+  if (!tenants) return;
+  const sums = (path: (string | number)[], shares: readonly number[]): void => {
+    const sum = shares.reduce((a, b) => a + b, 0);
+    if (Math.abs(sum - 1) > 1e-6) issue(ctx, path, `shares must sum to 1, got ${+sum.toFixed(6)}`);
+  };
+  sums(
+    ['workload', 'tenants'],
+    tenants.map((t) => t.share),
+  );
+  const seen = new Set<string>();
+  tenants.forEach((t, i) => {
+    if (seen.has(t.name)) issue(ctx, ['workload', 'tenants', i, 'name'], `tenant ${t.name} is listed twice`);
+    seen.add(t.name);
+    if (t.priorities)
+      sums(
+        ['workload', 'tenants', i, 'priorities'],
+        t.priorities.map((p) => p.share),
+      );
+  });
 }
 
 function checkEngine(ctx: Ctx, path: string[] | (string | number)[], base: EngineInput, zone: EngineInput | undefined): void {

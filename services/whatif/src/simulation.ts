@@ -72,7 +72,14 @@ class Simulation {
         observer.onMessage?.({ kind: m.kind, fromZone: m.fromZone, toZone: m.toZone, sentAt: m.observedAt, at: now });
       },
     });
-    this.epps = new EppSet(s, strategy, seed, { queue, replicas, signals: this.signals, network, observer });
+    this.epps = new EppSet(s, strategy, seed, {
+      queue,
+      replicas,
+      signals: this.signals,
+      network,
+      observer,
+      answerHeld: (held, outcome, now) => this.gateways.answerHeld(held, outcome, now),
+    });
     if (this.epps.deployment.signals === 'nats') natsEpps.push(...this.epps.all);
     if (this.epps.deployment.signals === 'scrape') scrapeEpps.push(...this.epps.all);
     this.kv = new KvChannel(s, seed, kvMode, { queue, replicas, network, epps: natsEpps, signals: this.signals, observer });
@@ -94,7 +101,11 @@ class Simulation {
       dispatch: (e, at) => this.gateways.dispatch(e, at),
       sample: (e, at) => this.signals.sample(e, at),
       readiness: (e, at) => this.signals.republish(e, at),
-      deliver: (e, at) => this.signals.deliver(e, at),
+      deliver: (e, at) => {
+        this.signals.deliver(e, at);
+        // A sample may show room for requests flow control holds.
+        router(e.epp)?.onRoom?.(at);
+      },
       'scrape-read': (e, at) => this.scraper.read(e, at),
       'scrape-reply': (e, at) => this.scraper.reply(e, at),
       'load-report': (e, at) => router(e.epp)?.applyLoadReport?.(e.replica, e.utilization, at),
@@ -104,6 +115,7 @@ class Simulation {
         r.tick?.(at);
         if (at + r.tickEveryMs < durationMs) this.queue.push(at + r.tickEveryMs, { kind: 'router-tick', epp: e.epp });
       },
+      'flow-wake': (e, at) => router(e.epp)?.wake?.(at),
       fault: (e, at) => this.faults.apply(e.fault, at),
       detect: (e, at) => this.faults.detect(e, at),
       mark: (e) => this.measure.mark(e),
@@ -112,6 +124,8 @@ class Simulation {
       'share-flush': (e, at) => sharing?.flush(e.peer, at),
       'share-deliver': (e, at) => {
         sharing?.deliver(e.peer, e.batch, at);
+        // A peer's releases may show room too.
+        router(e.peer)?.onRoom?.(at);
         const to = this.epps.all[e.peer];
         if (to && this.observer.onMessage) {
           const fromZone = this.s.zones.findIndex((z) => z.zone === e.batch.zone);

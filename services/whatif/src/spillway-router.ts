@@ -41,12 +41,22 @@ export class SchedulerRouter implements EppRouter {
   }
 
   route(request: SimRequest, ask: RouteAsk, now: number): Route {
+    const d = this.pickOnly(request, ask, now);
+    if (d.status !== 'routed') return { status: d.status, list: [], router: this, token: d };
+    return this.routed(d, now);
+  }
+
+  /** The scheduler's pick for a request from this EPP's gateway, not committed. */
+  protected pickOnly(request: SimRequest, ask: RouteAsk, now: number): Decision {
     const subset = this.ctx.localSubset(ask.gatewayZone);
     const promptTokenIds = this.tokenized ? request.tokenIds : undefined;
     // A LoRA request asks for its adapter by name: the model the scheduler's LoRA affinity looks for.
     const model = request.lora ?? MODEL;
-    const d = this.scheduler.pick({ model, prompt: request.prompt, subset, priority: request.priority, promptTokenIds }, now);
-    if (d.status !== 'routed') return { status: d.status, list: [], router: this, token: d };
+    return this.scheduler.pick({ model, prompt: request.prompt, subset, priority: request.priority, promptTokenIds }, now);
+  }
+
+  /** A routed decision sent: committed, as the gateway's list of replicas. */
+  protected routed(d: Decision, now: number): Route {
     this.scheduler.commit(d, now);
     const list = d.entries.map((e) => this.byAddress.get(e.address) as number);
     return { status: 'routed', list, router: this, token: d };

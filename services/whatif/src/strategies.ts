@@ -18,6 +18,7 @@ export const STRATEGY_KINDS = [
   'llm-d-topology',
   'zone-local',
   'spillway',
+  'spillway-fc',
   'spillway-precise',
   'oracle',
 ] as const;
@@ -47,6 +48,8 @@ export const STRATEGY_DESCRIPTIONS: Readonly<Record<StrategyKind, string>> = {
     'an llm-d EPP per zone scraping the whole pool: the reference scorers plus a zone topology scorer outweighing them, behind the utilisation capacity filter, so a request leaves its zone only when the filter drops every local pod',
   'zone-local': "Spillway's scheduler in strict mode with the gateway's zone-local subset: never leaves the zone",
   spillway: "Spillway's scheduler in locality mode with the gateway's zone-local subset: spills to other zones by its rules",
+  'spillway-fc':
+    'spillway with flow control: a request no endpoint has room for is held at its EPP (priority bands, round robin across fairness ids, FCFS within one) and dispatched when a sample, a completion or a peer shows room',
   'spillway-precise':
     "spillway, with the precise block index: the requests' token ids and every replica's KV events (relayed in batches with delay and loss, snapshots every kvSnapshotEveryS)",
   oracle:
@@ -111,6 +114,7 @@ export const DEPLOYMENTS: Readonly<Record<StrategyKind, Deployment>> = {
   'llm-d-topology': perZone('scrape'),
   'zone-local': { ...perZone('nats'), fallback: 'gateway-zone' },
   spillway: perZone('nats'),
+  'spillway-fc': perZone('nats'),
   'spillway-precise': perZone('nats'),
   oracle: perZone('nats'),
 };
@@ -135,7 +139,7 @@ export interface StrategySpec {
 }
 
 /** The kinds a sweep varies: Spillway's cost policy, where the swept fields act. */
-export const SWEPT_KINDS: readonly StrategyKind[] = ['spillway', 'spillway-precise', 'oracle'];
+export const SWEPT_KINDS: readonly StrategyKind[] = ['spillway', 'spillway-fc', 'spillway-precise', 'oracle'];
 
 /**
  * A sweep's points: after each Spillway strategy listed by its kind, one variant per value
@@ -164,7 +168,7 @@ export function withSweep(specs: readonly StrategySpec[], sweep: Readonly<Record
 }
 
 /** The kinds whose EPPs run Spillway's scheduler per zone, and so can share state with each other. */
-export const SHARING_KINDS: readonly StrategyKind[] = ['spillway', 'zone-local', 'spillway-precise', 'oracle'];
+export const SHARING_KINDS: readonly StrategyKind[] = ['spillway', 'spillway-fc', 'zone-local', 'spillway-precise', 'oracle'];
 
 /**
  * What the gateway sends an EPP of a response (ext_proc `response_body_mode`): `none` (the shipped
@@ -202,12 +206,15 @@ export function schedulerConfigFor(spec: StrategySpec, context: StrategyContext)
 
 function kindDefaults(kind: StrategyKind, context: StrategyContext): SchedulerConfigInput {
   switch (kind) {
+    // Flow control is on by default in the EPP; only spillway-fc runs it (its router holds requests).
     case 'spillway':
     case 'spillway-precise':
     case 'oracle':
-      return { subsetMode: 'locality', network: { rttMs: rttTable(context) } };
+      return { subsetMode: 'locality', network: { rttMs: rttTable(context) }, flowControl: { enabled: false } };
+    case 'spillway-fc':
+      return { subsetMode: 'locality', network: { rttMs: rttTable(context) }, flowControl: { enabled: true } };
     case 'zone-local':
-      return { subsetMode: 'strict', crossZoneFallbacks: 0 };
+      return { subsetMode: 'strict', crossZoneFallbacks: 0, flowControl: { enabled: false } };
     default:
       return {};
   }

@@ -38,11 +38,20 @@ export interface LoraSpec {
   readonly skew: number;
 }
 
-/** A workload: one or more request shapes drawn by weight, the share of sheddable (priority −1) requests, LoRA use. */
+/** A tenant: its share of each gateway's arrivals, its fairness id, its requests' priority bands. */
+export interface TenantSpec {
+  readonly name: string;
+  readonly share: number;
+  readonly fairnessId: string;
+  readonly priorities: readonly { readonly priority: number; readonly share: number }[];
+}
+
+/** A workload: one or more request shapes drawn by weight, the share of sheddable (priority −1) requests, LoRA use, tenants. */
 export interface WorkloadSpec {
   readonly parts: readonly { readonly weight: number; readonly spec: SingleWorkload }[];
   readonly sheddableShare: number;
   readonly lora?: LoraSpec | undefined;
+  readonly tenants?: readonly TenantSpec[] | undefined;
 }
 
 export interface SimRequest {
@@ -63,8 +72,11 @@ export interface SimRequest {
   readonly contentKeys: number[] | undefined;
   /** Shared-prefix group (`part:group`), or -1. */
   readonly group: number;
-  /** 0, or −1 for sheddable requests. */
+  /** Its band: 0, −1 for sheddable requests, or its tenant's band. */
   readonly priority: number;
+  /** Its tenant (index in the workload's tenants; 0 without tenants) and fairness id (undefined without tenants). */
+  readonly tenant: number;
+  readonly fairnessId: string | undefined;
   /** The LoRA adapter it names (the model it asks for), or undefined for the base model. */
   readonly lora: string | undefined;
 }
@@ -117,6 +129,16 @@ function adapterOf(spec: LoraSpec, rng: Rng): string | undefined {
     if (u < 0) return `adapter-${k}`;
   }
   return `adapter-${spec.adapters - 1}`;
+}
+
+/** An index drawn by share (the shares sum to 1; rounding lands on the last). */
+function drawShare(items: readonly { readonly share: number }[], rng: Rng): number {
+  let u = rng.next();
+  for (let i = 0; i < items.length - 1; i++) {
+    u -= (items[i] as { share: number }).share;
+    if (u < 0) return i;
+  }
+  return items.length - 1;
 }
 
 function clampInt(x: number, lo: number, hi: number): number {
@@ -281,8 +303,15 @@ export class ArrivalStream {
       let u = rng.next() * parts.reduce((a, p) => a + p.weight, 0);
       while (part < parts.length - 1 && u >= (parts[part] as { weight: number }).weight) u -= (parts[part++] as { weight: number }).weight;
     }
-    const priority = this.workload.sheddableShare > 0 && rng.next() < this.workload.sheddableShare ? -1 : 0;
+    const shed = this.workload.sheddableShare > 0 && rng.next() < this.workload.sheddableShare;
     const lora = this.workload.lora ? adapterOf(this.workload.lora, rng) : undefined;
+    // Drawn only when the workload has tenants, so the requests of a workload without are unchanged.
+    const tenants = this.workload.tenants;
+    const tenant = tenants ? drawShare(tenants, rng) : 0;
+    const spec0 = tenants?.[tenant];
+    const band = spec0 ? (spec0.priorities[drawShare(spec0.priorities, rng)]?.priority ?? 0) : 0;
+    const priority = shed ? -1 : band;
+    const who = { tenant, fairnessId: spec0?.fairnessId };
     const spec = (parts[part] as { spec: SingleWorkload }).spec;
     if (spec.kind === 'sharegpt') {
       const promptTokens = clampInt(lognormal(rng, spec.inputMean, spec.sigma), 4, spec.inputMax);
@@ -300,6 +329,7 @@ export class ArrivalStream {
         contentKeys: undefined,
         group: -1,
         priority,
+        ...who,
         lora,
       };
     }
@@ -326,6 +356,7 @@ export class ArrivalStream {
       contentKeys,
       group: part * 1_000_000 + group,
       priority,
+      ...who,
       lora,
     };
   }

@@ -61,6 +61,8 @@ function request(priority = 0, prompt = `question ${nextId} `.repeat(20)): SimRe
     contentKeys: undefined,
     group: -1,
     priority,
+    tenant: 0,
+    fairnessId: undefined,
     lora: undefined,
   };
 }

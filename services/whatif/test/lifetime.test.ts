@@ -72,6 +72,8 @@ const request: SimRequest = {
   contentKeys: undefined,
   group: -1,
   priority: 0,
+  tenant: 0,
+  fairnessId: undefined,
   lora: undefined,
 };
 

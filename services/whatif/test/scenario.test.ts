@@ -227,11 +227,18 @@ describe('scenario file: validation', () => {
       ],
     };
     const network = { rttMs: { a: { b: 30 }, b: { a: 30 } } };
-    expect(schedulerConfigFor(spill!, ctx)).toEqual({ subsetMode: 'locality', network, weights: { prefixCache: 6 } });
-    expect(schedulerConfigFor(local!, ctx)).toEqual({ subsetMode: 'strict', crossZoneFallbacks: 0 });
+    const off = { flowControl: { enabled: false } };
+    expect(schedulerConfigFor(spill!, ctx)).toEqual({ subsetMode: 'locality', network, weights: { prefixCache: 6 }, ...off });
+    expect(schedulerConfigFor(local!, ctx)).toEqual({ subsetMode: 'strict', crossZoneFallbacks: 0, ...off });
     // The reference family is not Spillway's scheduler: no scheduler config.
     expect(schedulerConfigFor(ref!, ctx)).toEqual({});
-    expect(schedulerConfigFor(variant!, ctx)).toEqual({ subsetMode: 'locality', network, queueThreshold: 2, crossZoneFallbacks: 2 });
+    expect(schedulerConfigFor(variant!, ctx)).toEqual({
+      subsetMode: 'locality',
+      network,
+      queueThreshold: 2,
+      crossZoneFallbacks: 2,
+      ...off,
+    });
   });
 
   it('every shipped scenario file is valid', () => {

@@ -8,6 +8,7 @@ import { EppKv } from '../kv/epp-kv.js';
 import { RequestControl } from '../request/control.js';
 import type { BodyBudget } from '../request/body-budget.js';
 import type { DeadlineSweeper } from '../request/deadlines.js';
+import { newEppId } from '../shared-state/identity.js';
 import { StateOutbox } from '../shared-state/outbox.js';
 import { registerChargeMetrics } from '../telemetry/charge-metrics.js';
 import { registerKvMetrics } from '../telemetry/kv-metrics.js';
@@ -31,12 +32,15 @@ export class EppCore {
   readonly telemetry: RequestTelemetry;
   /** What every ext_proc stream calls (request/stream.ts). */
   readonly control: RequestControl;
+  private readonly sharedBatchMs: number;
 
   constructor(
     config: EppConfig,
     readonly metrics: EppMetrics,
     readonly logger: Logger,
     now: () => number = Date.now,
+    /** This process's id among the pool's EPPs (shared state, flow control's dispatch stagger). */
+    readonly eppId: string = newEppId(),
   ) {
     const { flags } = config;
     this.fleet = new Fleet({
@@ -48,6 +52,7 @@ export class EppCore {
       localZone: flags.zone,
     });
     const sharing = config.sharedState;
+    this.sharedBatchMs = sharing.batchMs;
     this.outbox = sharing.enabled ? new StateOutbox(sharing) : undefined;
     this.scheduler = new Scheduler({
       fleet: this.fleet,
@@ -99,7 +104,22 @@ export class EppCore {
       },
       rewriter: rewriterOf(config.modelRewrites),
       now,
+      flowControl: config.scheduler.flowControl,
+      dispatchDelayMs: () => this.dispatchDelayMs(),
     });
+    this.telemetry.flow.attach(this.control.flow);
+  }
+
+  /**
+   * Active-active: a sample reaches every EPP of the pool at once, so after one an EPP's dispatch
+   * pass waits its rank among the pool's EPPs it knows (by id) times the shared-state channel's
+   * batch delay plus a little for the network. The later EPP's pick then counts what earlier ones
+   * dispatched, and two EPPs do not release into the same room. 0 without sharing.
+   */
+  private dispatchDelayMs(): number {
+    if (this.outbox === undefined) return 0;
+    const rank = this.scheduler.shared.rankOf(this.eppId);
+    return Math.min(MAX_DISPATCH_DELAY_MS, rank * (this.sharedBatchMs + DISPATCH_NETWORK_MS));
   }
 
   /** Request-body bytes held by all open streams. */
@@ -118,10 +138,17 @@ export class EppCore {
    */
   reconfigure(settings: LiveSettings): void {
     this.scheduler.reconfigure(settings.scheduler);
+    // Held requests stay held: new bounds and budget apply from now on.
+    this.control.flow.reconfigure(settings.scheduler.flowControl);
     this.control.rewriter = rewriterOf(settings.modelRewrites);
     this.telemetry.modelLabels = new ModelLabels(settings.modelRewrites, settings.metricModels);
   }
 }
+
+/** A sample-triggered dispatch pass waits at most this long. */
+const MAX_DISPATCH_DELAY_MS = 60;
+/** What a shared-state batch takes over NATS beyond its batch delay, for the dispatch stagger. */
+const DISPATCH_NETWORK_MS = 20;
 
 function rewriterOf(rules: readonly ModelRewriteRule[]): ModelRewriter | undefined {
   return rules.length > 0 ? compileModelRewrites(rules) : undefined;

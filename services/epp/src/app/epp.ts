@@ -3,7 +3,6 @@ import type { EventReader } from '@spillway/bus';
 import type { EppConfig } from '../config/config.js';
 import { watchEppConfig } from '../config/watch.js';
 import { SharedStateCounters } from '../shared-state/counters.js';
-import { newEppId } from '../shared-state/identity.js';
 import { BUILD } from '../telemetry/build-info.js';
 import { EppMetrics } from '../telemetry/metrics.js';
 import { registerSharedStateMetrics } from '../telemetry/shared-state-metrics.js';
@@ -70,10 +69,10 @@ export async function startEpp(config: EppConfig, options: StartOptions = {}): P
   for (const warning of config.warnings) logger.warn(warning);
   const metrics = new EppMetrics();
   const core = new EppCore(config, metrics, logger);
+  const eppId = core.eppId;
   const health = new HealthState();
   const configWatch = watchEppConfig(config, core, metrics, logger, options.configPollMs);
   const summary = startSummaryLog(metrics, logger, options.summaryMs);
-  const eppId = newEppId();
   const sharedCounters = sharedStateCounters(core, metrics);
   // Without sharing there is no warm start to wait for.
   const readiness = new Readiness(health, new ViewStatus(metrics, logger), logger, sharedCounters !== undefined);

@@ -1,7 +1,15 @@
 import type { Logger } from 'pino';
 import type { NatsConnection } from '@nats-io/nats-core';
 import { jetstreamManager } from '@nats-io/jetstream';
-import { connectNatsWithRetry, describeDifferences, ensureStream, startReader, type EventReader, type ReaderStatus } from '@spillway/bus';
+import {
+  connectNatsWithRetry,
+  describeDifferences,
+  ensureStream,
+  startReader,
+  type EventReader,
+  type ReaderSink,
+  type ReaderStatus,
+} from '@spillway/bus';
 import type { EppConfig } from '../config/config.js';
 import { startChannel, type RunningChannel } from '../shared-state/channel.js';
 import type { SharedStateCounters } from '../shared-state/counters.js';
@@ -83,7 +91,7 @@ export class NatsFollower {
     core.kv.follow(connection, logger);
     const reader = startReader(connection, {
       pool: flags.pool,
-      sink: core.kv.readerSink(core.fleet),
+      sink: roomOnEvents(core.kv.readerSink(core.fleet), () => core.control.flow.onRoom('sample')),
       stream: flags.stream,
       logger,
       // A stream deleted while running is created again, as at start, when this EPP may create it.
@@ -105,10 +113,24 @@ export class NatsFollower {
       config: config.sharedState,
       counters,
       logger,
+      // A peer's releases (and the end of its penalties) may show room for held requests.
+      onApplied: () => core.control.flow.onRoom('peer'),
     });
     await Promise.race([this.channel.warm, this.stopped]);
     if (!this.closed) readiness.warmStartOver(reader.status);
   }
+}
+
+/** The view's sink, telling flow control after each metrics or readiness event (a sample may show room). */
+function roomOnEvents(sink: ReaderSink, onRoom: () => void): ReaderSink {
+  return {
+    apply(event, receivedAt) {
+      const outcome = sink.apply(event, receivedAt);
+      if (event.kind === 'metrics' || event.kind === 'readiness') onRoom();
+      return outcome;
+    },
+    recordRejected: () => sink.recordRejected(),
+  };
 }
 
 async function ensureStreamLogged(nc: NatsConnection, stream: string, logger: Logger): Promise<void> {

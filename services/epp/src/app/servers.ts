@@ -74,6 +74,7 @@ export async function startServers(parts: ServerParts): Promise<RunningServers> 
           spill: core.telemetry.spill,
           isReady: () => health.isReady,
           readerStatus: parts.readerStatus,
+          flow: core.control.flow,
         },
         logger,
       )

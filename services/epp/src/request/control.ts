@@ -1,11 +1,13 @@
 import type { ErrorStatus, ModelRewriter, PreparedRequest } from '@spillway/protocol';
-import type { Decision, PickRequest, Scheduler } from '@spillway/scheduler';
+import { flowControlConfigSchema, type Decision, type FlowControlConfig, type PickRequest, type Scheduler } from '@spillway/scheduler';
 import { BodyBudget } from './body-budget.js';
 import { DeadlineSweeper } from './deadlines.js';
+import { FlowControl } from './flow-control.js';
 import type { RequestObserver, RequestRecord, TokenizeOutcome } from './observer.js';
 
 /** What the request control needs of the scheduler: a pick, and the pick's life after it. */
-export type Picker = Pick<Scheduler, 'pick' | 'commit' | 'reportServed' | 'reportFailed' | 'start' | 'release'>;
+export type Picker = Pick<Scheduler, 'pick' | 'commit' | 'reportServed' | 'reportFailed' | 'start' | 'release'> &
+  Partial<Pick<Scheduler, 'nextPenaltyEndAt'>>;
 
 /** A prompt's token ids for the precise block index, and how long they took. */
 export interface TokenizedPrompt {
@@ -35,6 +37,10 @@ export interface RequestControlParts {
   readonly limits: RequestLimits;
   readonly rewriter: ModelRewriter | undefined;
   readonly now?: () => number;
+  /** Flow control's settings (the default config's when absent). */
+  readonly flowControl?: FlowControlConfig;
+  /** How long a sample-triggered dispatch pass waits (active-active; FlowControlParts.dispatchDelayMs). */
+  readonly dispatchDelayMs?: () => number;
 }
 
 /**
@@ -48,6 +54,8 @@ export class RequestControl {
   readonly deadlines: DeadlineSweeper;
   /** Request-body bytes held by all open streams (--max-buffered-body-bytes). */
   readonly bodies: BodyBudget;
+  /** Flow control's queue of held requests and its dispatch (request/flow-control.ts). */
+  readonly flow: FlowControl;
   /** Replaced by a config reload; read once per request. */
   rewriter: ModelRewriter | undefined;
   private readonly picker: Picker;
@@ -63,6 +71,15 @@ export class RequestControl {
     this.now = parts.now ?? Date.now;
     this.deadlines = new DeadlineSweeper(this.now);
     this.bodies = new BodyBudget(parts.limits.maxBufferedBodyBytes);
+    const picker = this.picker;
+    this.flow = new FlowControl({
+      pick: (request, prepared) => this.pick(request, prepared),
+      config: parts.flowControl ?? flowControlConfigSchema.parse({}),
+      observer: parts.observer,
+      now: this.now,
+      dispatchDelayMs: parts.dispatchDelayMs,
+      nextPenaltyEndAt: picker.nextPenaltyEndAt === undefined ? undefined : (now) => picker.nextPenaltyEndAt?.(now),
+    });
   }
 
   pick(request: PickRequest, prepared: PreparedRequest | undefined): Decision {
@@ -114,12 +131,13 @@ export class RequestControl {
   /**
    * The request is over: its response completed (seen here), or its stream ended before the
    * response began (client gone, gateway error, an error status), or with it (its body came here).
-   * The charge is released and the record finished.
+   * The charge is released and the record finished; held requests may take its room.
    */
   ended(decision: Decision, record: RequestRecord): void {
     const now = this.now();
     this.picker.release(decision, now);
     record.finish(now);
+    this.flow.onRoom('completion');
   }
 
   /** An error answer (400, 413, 429, 503, ...); `request` when the body was understood. */
@@ -128,6 +146,7 @@ export class RequestControl {
   }
 
   close(): void {
+    this.flow.close();
     this.deadlines.close();
   }
 }

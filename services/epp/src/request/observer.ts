@@ -5,6 +5,13 @@ import type { ChargeListener, Decision, PickRequest } from '@spillway/scheduler'
 export type TokenizeOutcome = 'prefix-cached' | 'full';
 
 /**
+ * How a request left flow control's queue: dispatched (room freed), expired (`maxHoldMs`), evicted
+ * (a higher band needed its place), refused (the queue was full when it came), cancelled (its
+ * client or gateway went away), unroutable (nothing eligible when its turn came), shutdown.
+ */
+export type FlowOutcome = 'dispatched' | 'expired' | 'evicted' | 'refused' | 'cancelled' | 'unroutable' | 'shutdown';
+
+/**
  * Phases of the request path the stream times itself (`spillway_request_phase_seconds`,
  * docs/metrics.md): `receive`, its first request-body chunk to the end of its body; `parse`, the
  * body to a request; `answer`, the pick's end to the destination and body written; `decide`, the
@@ -55,4 +62,8 @@ export interface RequestObserver {
   protocolViolation(reason: string): void;
   /** The request phase was not complete within `timeoutMs`; the stream ends. */
   requestTimedOut(timeoutMs: number): void;
+  /** Flow control holds a request of this band and fairness id (flow control's queue). */
+  flowHeld(priority: number, flow: string): void;
+  /** A request left flow control's queue (or was refused a place: `refused`, waited 0) after `waitedMs`. */
+  flowLeft(priority: number, flow: string, outcome: FlowOutcome, waitedMs: number): void;
 }

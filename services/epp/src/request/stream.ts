@@ -24,8 +24,9 @@ import {
   type RoutedMode,
 } from '@spillway/protocol';
 import type { SubsetHint } from '@spillway/events';
-import type { Decision } from '@spillway/scheduler';
+import type { Decision, PickRequest } from '@spillway/scheduler';
 import type { RequestControl } from './control.js';
+import type { HeldStream, HeldTicket } from './flow-control.js';
 import type { Deadline } from './deadlines.js';
 import type { RequestRecord } from './observer.js';
 
@@ -34,7 +35,7 @@ type Call = ServerDuplexStream<ProcessingRequest, ProcessingResponse>;
 /**
  * One ext_proc stream = one HTTP request (docs/protocol.md), as an explicit state machine:
  *
- *   awaiting-headers -> awaiting-body -> picked -> started -> completed -> done
+ *   awaiting-headers -> awaiting-body -> [held ->] picked -> started -> completed -> done
  *
  * The request path, end to end: headers are read; body chunks are collected until end of stream
  * (or the headers say there is no body); then the body is parsed, the scheduler picks, and the
@@ -43,6 +44,11 @@ type Call = ServerDuplexStream<ProcessingRequest, ProcessingResponse>;
  * (started), and its end, when the EPP sees it, completes it (completed: the response body's last
  * chunk or trailers, when the gateway streams them here; or the headers themselves for a request
  * that does not stream, which a model server answers only when it is done).
+ *
+ * With flow control on, a request no endpoint has room for is *held* before it is picked
+ * (request/flow-control.ts): its stream stays open — Envoy waits, full duplex has no message
+ * timeout — until the queue dispatches it (a fresh pick, then picked as any other) or answers it
+ * (429/503 `queue_timeout`, `queue_full`); a stream that goes away while held leaves the queue at once.
  *
  * The stream's end is not the request's (docs/picking.md, "A request's charge"): behind Envoy ≥
  * 1.37 with the shipped config it comes right after the response headers, while a streamed
@@ -57,7 +63,7 @@ type Call = ServerDuplexStream<ProcessingRequest, ProcessingResponse>;
  * latest before it win); after the pick they are neither read nor kept (a hint can be megabytes, a
  * response minutes).
  */
-type State = AwaitingHeaders | AwaitingBody | Picked | Started | Completed | Done;
+type State = AwaitingHeaders | AwaitingBody | HeldState | Picked | Started | Completed | Done;
 
 interface AwaitingHeaders {
   readonly kind: 'awaiting-headers';
@@ -81,6 +87,27 @@ interface AwaitingBody extends RequestHead {
   /** Bytes of this body taken from the EPP-wide body budget. */
   reservedBytes: number;
 }
+
+/** A request ready for its destination: what was read, and how the answer goes back. */
+interface Routable extends RequestHead {
+  readonly mode: RoutedMode;
+  /** The parsed body; undefined for a header-only request. */
+  readonly request: PreparedRequest | undefined;
+  /** The body as the client sent it. */
+  readonly requestBytes: number;
+  readonly endedWithTrailers: boolean;
+}
+
+/** Waiting in flow control's queue: all a pick and the answer need, and its place in the queue. */
+interface HeldState extends Routable {
+  readonly kind: 'held';
+  ticket: HeldTicket | undefined;
+}
+
+/** What holding a request costs beyond its body: the stream, its state, its headers (an estimate). */
+const HELD_OVERHEAD_BYTES = 1024;
+/** A subset hint entry, kept while held. */
+const SUBSET_ENTRY_BYTES = 32;
 
 /** A routed request, from its destination on: what its response phases need. */
 interface Routed {
@@ -122,13 +149,27 @@ const COMPLETED_STREAMING: Completed = { kind: 'completed', responseFullDuplex: 
 const COMPLETED: Completed = { kind: 'completed', responseFullDuplex: false };
 const DONE: Done = { kind: 'done' };
 
+/** What the scheduler is asked for a request (the same at its first pick and at a held request's dispatch). */
+function pickRequestOf(head: RequestHead, request: PreparedRequest | undefined): PickRequest {
+  const headers = head.headers;
+  return {
+    model: request?.model ?? '',
+    prompt: request?.prompt,
+    objective: headers.objective,
+    subset: head.subset,
+    zone: head.zone,
+    requestId: headers.requestId,
+    maxTokens: request === undefined ? undefined : outputLimitOf(request.api, request.json),
+  };
+}
+
 export function handleStream(control: RequestControl, call: Call): void {
   new ExtProcStream(control, call);
 }
 
 // The stream is its own request deadline (at + expire), which saves an object and a closure per
 // stream. The deadline is registered exactly while the state is awaiting-headers or awaiting-body.
-class ExtProcStream implements Deadline {
+class ExtProcStream implements Deadline, HeldStream {
   /** Deadline: when the request phase must be complete. */
   readonly at: number;
   private state: State = { kind: 'awaiting-headers', subset: undefined, zone: undefined };
@@ -164,7 +205,7 @@ class ExtProcStream implements Deadline {
     const state = this.state;
     if (state.kind === 'done') return;
     // Envoy attaches the forwarded namespaces to every message; the latest hint and zone before the pick win.
-    if (state.kind === 'awaiting-headers' || state.kind === 'awaiting-body') {
+    if (state.kind === 'awaiting-headers' || state.kind === 'awaiting-body' || state.kind === 'held') {
       const hint = readSubsetHint(message.metadataContext);
       if (hint !== undefined) state.subset = hint;
       const zone = readGatewayZone(message.metadataContext);
@@ -185,7 +226,7 @@ class ExtProcStream implements Deadline {
       case 'responseHeaders':
       case 'responseBody':
       case 'responseTrailers':
-        if (state.kind === 'awaiting-headers' || state.kind === 'awaiting-body')
+        if (state.kind === 'awaiting-headers' || state.kind === 'awaiting-body' || state.kind === 'held')
           return this.protocolError(`${phase.kind} before the request was routed`);
         if (phase.kind === 'responseHeaders') {
           if (state.kind !== 'completed') this.onResponseHeaders(state, message, phase.headers.status);
@@ -243,6 +284,7 @@ class ExtProcStream implements Deadline {
     this.control.observer.phase('parse', (performance.now() - bodyEndedAt) / 1e3);
     if (!prepared.ok) return this.reject(prepared.error.status, prepared.error.message, prepared.error.code);
     this.route(state, state.mode, prepared.request, body.length, endedWithTrailers);
+    // A held request's decide phase is not timed: its destination waits for room.
     if (this.state.kind === 'picked') this.control.observer.phase('decide', (performance.now() - bodyEndedAt) / 1e3);
   }
 
@@ -257,34 +299,78 @@ class ExtProcStream implements Deadline {
     requestBytes: number,
     endedWithTrailers = false,
   ): void {
-    const headers = head.headers;
-    const decision = this.control.pick(
-      {
-        model: request?.model ?? '',
-        prompt: request?.prompt,
-        objective: headers.objective,
-        subset: head.subset,
-        zone: head.zone,
-        requestId: headers.requestId,
-        maxTokens: request === undefined ? undefined : outputLimitOf(request.api, request.json),
-      },
+    const decision = this.control.pick(pickRequestOf(head, request), request);
+    if (decision.status !== 'routed') return this.rejectDecision(decision, request);
+    const routable: Routable = {
+      headers: head.headers,
+      modes: head.modes,
+      subset: head.subset,
+      zone: head.zone,
+      mode,
       request,
-    );
-    const pickedAt = performance.now();
-    if (decision.status !== 'routed') {
-      const message =
-        decision.status === 429
-          ? 'every eligible endpoint is saturated and the request is sheddable'
-          : `no endpoint available (${decision.rule})`;
-      return this.reject(decision.status, message, decision.status === 429 ? 'system_saturated' : decision.rule, request);
+      requestBytes,
+      endedWithTrailers,
+    };
+    const flow = this.control.flow;
+    if (!flow.shouldHold(decision)) return this.send(routable, decision);
+    // Held: Envoy waits on the open stream, and maxHoldMs bounds the wait instead of the request deadline.
+    const held: HeldState = { kind: 'held', ...routable, ticket: undefined };
+    this.control.deadlines.remove(this);
+    this.state = held;
+    const subsetBytes = (head.subset?.length ?? 0) * SUBSET_ENTRY_BYTES;
+    const bytes = requestBytes + HELD_OVERHEAD_BYTES + subsetBytes;
+    held.ticket = flow.hold(this, { priority: decision.priority, flow: head.headers.fairnessId, bytes });
+    if (held.ticket === undefined && this.state === held) {
+      this.reject(decision.sheddable ? 429 : 503, 'the flow control queue is full; retry', 'queue_full', request);
     }
+  }
+
+  /** HeldStream: the pick made again at dispatch, with the latest subset hint and zone. */
+  pickRequest(): PickRequest {
+    const state = this.state;
+    if (state.kind !== 'held') throw new Error(`pickRequest in state ${state.kind}`);
+    return pickRequestOf(state, state.request);
+  }
+
+  /** HeldStream: the body as parsed (for the pick's tokens and the observer). */
+  get prepared(): PreparedRequest | undefined {
+    return this.state.kind === 'held' ? this.state.request : undefined;
+  }
+
+  /** HeldStream: room freed and the pick found it; the destination goes now. */
+  dispatch(decision: Decision): void {
+    const state = this.state;
+    if (state.kind !== 'held') return;
+    this.send(state, decision);
+  }
+
+  /** HeldStream: expired, evicted, or nothing eligible when its turn came. */
+  refuse(status: 429 | 503, code: string, message: string): void {
+    const state = this.state;
+    if (state.kind !== 'held') return;
+    // Out of the queue already: nothing to leave.
+    state.ticket = undefined;
+    this.reject(status, message, code, state.request);
+  }
+
+  private rejectDecision(decision: Decision, request: PreparedRequest | undefined): void {
+    const status = decision.status === 429 ? 429 : 503;
+    const message =
+      status === 429 ? 'every eligible endpoint is saturated and the request is sheddable' : `no endpoint available (${decision.rule})`;
+    this.reject(status, message, status === 429 ? 'system_saturated' : decision.rule, request);
+  }
+
+  /** Answers with the destination: the pick is committed and the request's record starts (picked). */
+  private send(routable: Routable, decision: Decision): void {
+    const pickedAt = performance.now();
+    const { headers, mode, request, requestBytes, endedWithTrailers } = routable;
     this.control.deadlines.remove(this);
     const record = this.control.commit(decision, request, requestBytes, this.startedAt);
     this.state = {
       kind: 'picked',
       decision,
       record,
-      responseFullDuplex: head.modes.response === 'full-duplex',
+      responseFullDuplex: routable.modes.response === 'full-duplex',
       streamed: request?.stream === true,
       served: undefined,
       failureSeen: false,
@@ -434,6 +520,10 @@ class ExtProcStream implements Deadline {
       case 'awaiting-body':
         this.control.deadlines.remove(this);
         this.control.bodies.release(state.reservedBytes);
+        return;
+      case 'held':
+        // Gone while held: out of the queue at once, never dispatched.
+        if (state.ticket !== undefined) this.control.flow.leave(state.ticket);
         return;
       case 'picked':
         // No response began: the request is over (client gone, gateway error, an error status).

@@ -27,6 +27,8 @@ export interface ChannelParts {
   readonly counters: SharedStateCounters;
   readonly logger: Logger;
   readonly now?: () => number;
+  /** A peer's batch was applied (its releases may have freed room). */
+  readonly onApplied?: () => void;
 }
 
 /**
@@ -41,6 +43,7 @@ export function startChannel(parts: ChannelParts): RunningChannel {
   const now = parts.now ?? Date.now;
   const context = { nc, self, counters, logger, now };
   const receiver = new StateReceiver(context, shared);
+  receiver.onApplied = parts.onApplied;
   receiver.start();
   const publisher = new StatePublisher(context, outbox, config.heartbeatMs);
   publisher.start();

@@ -29,6 +29,8 @@ const LOG_EVERY_MS = 60_000;
 export class StateReceiver {
   /** Told when a batch of a peer arrived on its own subject and was applied (the warm start waits for this). */
   onPeerHeard: ((zone: string, epp: string) => void) | undefined;
+  /** Told after every batch applied. */
+  onApplied: (() => void) | undefined;
   private subscription: Subscription | undefined;
   private readonly lastLogged = new Map<string, number>();
   private readonly nc: NatsConnection;
@@ -64,6 +66,7 @@ export class StateReceiver {
     }
     this.counters.batchesIn++;
     this.counters.entriesIn += result.entries;
+    this.onApplied?.();
     this.counters.gaps += result.gap;
     this.counters.entriesIgnored += result.ignored;
     this.counters.peersEvicted += result.evicted;

@@ -2,8 +2,9 @@ import type { Logger } from 'pino';
 import type { ErrorStatus, PreparedRequest } from '@spillway/protocol';
 import type { Counter } from 'prom-client';
 import type { Decision, PickRequest } from '@spillway/scheduler';
-import type { RequestObserver, RequestPhase, RequestRecord, TokenizeOutcome } from '../request/observer.js';
+import type { FlowOutcome, RequestObserver, RequestPhase, RequestRecord, TokenizeOutcome } from '../request/observer.js';
 import { DecisionLog } from './decision-log.js';
+import { FlowMetrics } from './flow-metrics.js';
 import { LabelCache } from './label-cache.js';
 import type { EppMetrics, Outcome } from './metrics.js';
 import type { PendingCount } from './pending-count.js';
@@ -37,6 +38,8 @@ export class RequestTelemetry implements RequestObserver {
   /** Client-chosen model names to label values: configured models, everything else `other`. Replaced by a config reload. */
   modelLabels: ModelLabels;
   readonly tokenized: (outcome: TokenizeOutcome, seconds: number) => void;
+  /** Flow control's counters and gauges (its queue attaches once the request control exists). */
+  readonly flow: FlowMetrics;
   private readonly metrics: EppMetrics;
   private readonly logger: Logger;
   private readonly now: () => number;
@@ -91,6 +94,7 @@ export class RequestTelemetry implements RequestObserver {
     this.pickSeconds = metrics.batchedHistogram(metrics.schedulerDuration);
     this.listLength = metrics.batchedHistogram(metrics.listLength);
     this.requestMetrics = new RequestMetrics(metrics);
+    this.flow = new FlowMetrics(metrics.registry);
     this.zoneUnknown = metrics.gatewayZoneUnknown.labels({ reason: 'unknown' });
     this.zoneMalformed = metrics.gatewayZoneUnknown.labels({ reason: 'malformed' });
     // Exported as 0 from the start, so a rate over them needs no first occurrence.
@@ -227,5 +231,13 @@ export class RequestTelemetry implements RequestObserver {
 
   requestTimedOut(timeoutMs: number): void {
     this.logger.warn({ timeoutMs }, 'request not complete in time; ending the stream');
+  }
+
+  flowHeld(priority: number, flow: string): void {
+    this.flow.held(priority, flow);
+  }
+
+  flowLeft(priority: number, flow: string, outcome: FlowOutcome, waitedMs: number): void {
+    this.flow.left(priority, flow, outcome, waitedMs);
   }
 }

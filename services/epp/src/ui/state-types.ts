@@ -24,6 +24,21 @@ export interface UiState {
   readonly spill: UiSpill;
   readonly decisions: readonly UiDecision[];
   readonly stream: UiStream;
+  /** Flow control's queue (docs/flow-control.md); held counts stay 0 while it is off. */
+  readonly flowControl: UiFlowControl;
+}
+
+export interface UiFlowControl {
+  readonly enabled: boolean;
+  /** Requests held now, their bytes, and the flows (band, fairness id) they are in. */
+  readonly held: number;
+  readonly bytes: number;
+  readonly flows: number;
+  readonly maxHeldRequests: number;
+  readonly maxHeldBytes: number;
+  readonly maxHoldMs: number;
+  /** Held requests per band, highest priority first. */
+  readonly bands: readonly { readonly priority: number; readonly requests: number; readonly bytes: number; readonly flows: number }[];
 }
 
 export interface UiZone {

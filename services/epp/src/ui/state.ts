@@ -2,9 +2,10 @@ import { z } from 'zod';
 import type { ReaderStatus } from '@spillway/bus';
 import type { Fleet, PoolView } from '@spillway/fleet';
 import type { Scheduler } from '@spillway/scheduler';
+import type { FlowControl } from '../request/flow-control.js';
 import type { DecisionLog } from '../telemetry/decision-log.js';
 import type { SpillMatrix, SpillSnapshot } from '../telemetry/spill-matrix.js';
-import type { UiPod, UiPodSortKey, UiSpill, UiState, UiStream, UiZone } from './state-types.js';
+import type { UiFlowControl, UiPod, UiPodSortKey, UiSpill, UiState, UiStream, UiZone } from './state-types.js';
 import { podOrder, podView } from './pods.js';
 
 /** What the state is read from: the EPP's view, its scheduler, and its own records. */
@@ -16,6 +17,8 @@ export interface StateSources {
   isReady(): boolean;
   /** The event reader's status; undefined until NATS was first reached. */
   readerStatus(): ReaderStatus | undefined;
+  /** Flow control's queue. */
+  readonly flow: FlowControl;
 }
 
 /** Pods per page: the default, and the most `?limit` may ask for (the response stays well under a megabyte). */
@@ -113,6 +116,21 @@ export function buildState(sources: StateSources, query: StateQuery, now: number
     spill: { windowS: round(spill.windowS), zones: [...spill.zones], perS: spill.perS.map((row) => row.map(round)) } satisfies UiSpill,
     decisions: sources.decisions.recent(query.decisions),
     stream: streamView(sources.readerStatus(), fleet, now),
+    flowControl: flowView(sources.flow, scheduler),
+  };
+}
+
+function flowView(flow: FlowControl, scheduler: Scheduler): UiFlowControl {
+  const config = scheduler.config.flowControl;
+  return {
+    enabled: flow.enabled,
+    held: flow.size,
+    bytes: flow.bytes,
+    flows: flow.flows,
+    maxHeldRequests: config.maxHeldRequests,
+    maxHeldBytes: config.maxHeldBytes,
+    maxHoldMs: config.maxHoldMs,
+    bands: flow.bandStats(),
   };
 }
 
