@@ -1,5 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { jetstreamManager } from '@nats-io/jetstream';
@@ -65,6 +66,22 @@ function nodeFlags(): string[] {
   return (process.env['SPILLWAY_BENCH_NODE_FLAGS'] ?? '').split(/\s+/).filter((f) => f.length > 0);
 }
 
+/**
+ * The config every bench EPP runs with: flow control off. The benches send each exchange's messages
+ * pre-encoded, response headers included, without waiting for the EPP's answer (as h2load must); a
+ * request the EPP holds cannot take response headers before it is routed (Envoy never sends them
+ * then), so a held request would end as a protocol violation rather than be measured. Holding is
+ * its own path, measured by the `flow` part; these parts measure the routed one.
+ */
+let benchConfig: string | undefined;
+function benchConfigArgs(): string[] {
+  if (benchConfig === undefined) {
+    benchConfig = join(mkdtempSync(join(tmpdir(), 'spillway-bench-epp-')), 'config.yaml');
+    writeFileSync(benchConfig, 'flowControl: { enabled: false }\n');
+  }
+  return ['--config', benchConfig];
+}
+
 export interface RunningEppChild extends Child {
   grpcPort: number;
   metricsPort: number;
@@ -98,6 +115,7 @@ export async function startEppChild(natsUrl: string, zone: string, extraArgs: st
     String(metricsPort),
     '--log-level',
     'warn',
+    ...benchConfigArgs(),
     ...extraArgs,
   ];
   const child = track('spillway-epp', spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe'] }));
