@@ -34,7 +34,8 @@ export function chooseList(input: ListInput, out: number[]): void {
   // Required entries, capped so they never take more than the slots after the primary.
   const wantRemote = Math.min(input.crossZoneFallbacks - (primaryLocal ? 0 : 1), max - 1);
   const wantLocal = primaryLocal ? 0 : 1;
-  const required: number[] = [];
+  const required = REQUIRED;
+  required.length = 0;
   takeFrom(ranking.local, wantLocal, input, out, required);
   takeFrom(ranking.remote, Math.min(wantRemote, max - 1 - required.length), input, out, required);
 
@@ -45,10 +46,22 @@ export function chooseList(input: ListInput, out: number[]): void {
     out.push(candidate);
   }
   for (const candidate of required) out.push(candidate);
-  // Primary first, the rest cheapest first.
-  const rest = out.slice(1).sort((a, b) => (keys[a] as number) - (keys[b] as number));
-  for (let i = 0; i < rest.length; i++) out[i + 1] = rest[i] as number;
+  // Primary first, the rest cheapest first: an insertion sort in place (a list holds a few entries;
+  // Array.prototype.sort with a comparator allocated on every pick).
+  for (let i = 2; i < out.length; i++) {
+    const candidate = out[i] as number;
+    const key = keys[candidate] as number;
+    let j = i - 1;
+    while (j >= 1 && (keys[out[j] as number] as number) > key) {
+      out[j + 1] = out[j] as number;
+      j--;
+    }
+    out[j + 1] = candidate;
+  }
 }
+
+/** Scratch for chooseList's required entries (a pick runs alone: nothing else uses it meanwhile). */
+const REQUIRED: number[] = [];
 
 function takeFrom(top: TopK, want: number, input: ListInput, out: number[], required: number[]): void {
   for (let i = 0; i < top.size && want > 0; i++) {
