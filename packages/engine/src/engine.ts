@@ -58,6 +58,18 @@ export interface EngineStats {
   ttftCount: number;
   queueSumMs: number;
   queueCount: number;
+  /**
+   * Sum (ms) and count of prefill times, one per request at its first token: from when it was first
+   * scheduled (admitted into the batch; in step mode, the start of the step that runs its first
+   * chunk) until that token, preemptions included, as vLLM's `request_prefill_time_seconds`
+   * measures it (vLLM observes it when the request finishes; here it counts at the first token,
+   * with TTFT, so a request cancelled after its first token counts too).
+   */
+  prefillSumMs: number;
+  prefillCount: number;
+  /** Sum (ms) and count of the gaps between consecutive output tokens (vLLM's `inter_token_latency_seconds`). */
+  itlSumMs: number;
+  itlCount: number;
   /** Step mode: steps run, the tokens they computed (prefill and decode), and the virtual time they took. */
   steps: number;
   stepTokens: number;
@@ -121,6 +133,10 @@ export class Engine<R extends EngineRequest = EngineRequest> {
   private ttftCount = 0;
   private queueSumMs = 0;
   private queueCount = 0;
+  private prefillSumMs = 0;
+  private prefillCount = 0;
+  private itlSumMs = 0;
+  private itlCount = 0;
 
   constructor(
     options: EngineOptions | EngineConfig = {},
@@ -250,6 +266,10 @@ export class Engine<R extends EngineRequest = EngineRequest> {
       ttftCount: this.ttftCount,
       queueSumMs: this.queueSumMs,
       queueCount: this.queueCount,
+      prefillSumMs: this.prefillSumMs,
+      prefillCount: this.prefillCount,
+      itlSumMs: this.itlSumMs,
+      itlCount: this.itlCount,
       steps: this.steps,
       stepTokens: this.stepTokens,
       busyMs: this.busyMs,
@@ -360,9 +380,14 @@ export class Engine<R extends EngineRequest = EngineRequest> {
       s.firstTokenAt = at;
       this.ttftSumMs += at - s.submittedAt;
       this.ttftCount++;
+      // admittedAt is the first admission only: a prefill preempted and redone counts from there.
+      this.prefillSumMs += at - s.admittedAt;
+      this.prefillCount++;
       s.lastItlMs = Number.NaN;
     } else {
       s.lastItlMs = at - s.lastTokenAt;
+      this.itlSumMs += s.lastItlMs;
+      this.itlCount++;
     }
     s.lastTokenAt = at;
 

@@ -13,6 +13,11 @@ export interface Counters {
   ttft?: Moments;
   queue?: Moments;
   itl?: Moments;
+  /**
+   * Prefill time per request: from when it was first scheduled until its first token (vLLM's
+   * `request_prefill_time_seconds`; preemptions during the prefill included).
+   */
+  prefill?: Moments;
   /** Prompt tokens (or KV blocks) found in the prefix cache, and looked up there. */
   prefixHits?: number;
   prefixQueries?: number;
@@ -58,6 +63,12 @@ export interface RateUpdate {
  *   together or not at all; means (TTFT, queue, ITL) are Δsum / Δcount of the server's histograms
  *   and are left out when nothing was observed in the window; the prefix hit rate is Δhits /
  *   Δlookups. A counter the server does not expose leaves its field out.
+ * - Prefill (`prefillMs`, `prefillTokensPerS`) comes from the prefill-time histogram: its mean, and
+ *   the window's uncached prompt tokens (prompt tokens × (1 − the window's prefix hit rate), all
+ *   prompt tokens without hit data) per second of prefill time. Both need Δcount > 0 and Δsum > 0.
+ *   That histogram going down while nothing else does is no restart but a broken series (a
+ *   negative observation: vLLM's prefill time is a difference of two timestamps); it costs only
+ *   these two fields, for as long as the window spans the decrease, not the whole history.
  * - Nothing is reported until the history spans at least half the window.
  * - A counter that goes down (server restart) drops the history; a gap longer than the window
  *   (failed scrapes, a pod that was not ready) starts it afresh, so a rate never averages over a gap.
@@ -66,6 +77,8 @@ export interface RateUpdate {
  */
 export class RateWindow {
   private readonly history: Snapshot[] = [];
+  /** When the prefill moments last went down from one snapshot to the next (see the class note). */
+  private prefillDownAt = Number.NEGATIVE_INFINITY;
 
   constructor(private readonly windowMs: number = DEFAULT_RATES_WINDOW_MS) {}
 
@@ -76,6 +89,7 @@ export class RateWindow {
       reset = wentDown(newest.counters, counters);
       this.history.length = 0;
     }
+    if (newest !== undefined && decreased(newest.counters.prefill, counters.prefill)) this.prefillDownAt = atMs;
     this.history.push({ at: atMs, counters });
     // Keep the newest snapshot at or before the window's start as the base, and none older.
     while (this.history.length > MAX_SNAPSHOTS || (this.history.length > 1 && (this.history[1] as Snapshot).at <= atMs - this.windowMs)) {
@@ -84,7 +98,7 @@ export class RateWindow {
     const base = this.history[0] as Snapshot;
     const span = atMs - base.at;
     if (span < this.windowMs / 2) return reset ? { reset } : {};
-    const rates = ratesBetween(base.counters, counters, span);
+    const rates = ratesBetween(base.counters, counters, span, base.at >= this.prefillDownAt);
     if (rates === undefined) return reset ? { reset } : {};
     const checked = serviceRatesSchema.safeParse(rates);
     return checked.success ? { rates: checked.data } : { outOfRange: true };
@@ -92,6 +106,7 @@ export class RateWindow {
 }
 
 const COUNTS = ['promptTokens', 'generationTokens', 'requests', 'prefixHits', 'prefixQueries'] as const;
+// Not `prefill`: a restart takes every counter down, and prefill going down alone is handled apart.
 const MOMENTS = ['ttft', 'queue', 'itl'] as const;
 
 /** Whether any counter present in both snapshots decreased. */
@@ -100,11 +115,33 @@ function wentDown(before: Counters, after: Counters): boolean {
     const [a, b] = [before[key], after[key]];
     if (a !== undefined && b !== undefined && b < a) return true;
   }
-  for (const key of MOMENTS) {
-    const [a, b] = [before[key], after[key]];
-    if (a !== undefined && b !== undefined && (b.count < a.count || b.sumMs < a.sumMs)) return true;
-  }
+  for (const key of MOMENTS) if (decreased(before[key], after[key])) return true;
   return false;
+}
+
+function decreased(a: Moments | undefined, b: Moments | undefined): boolean {
+  return a !== undefined && b !== undefined && (b.count < a.count || b.sumMs < a.sumMs);
+}
+
+const prefillMsSchema = serviceRatesSchema.shape.prefillMs;
+const prefillTokensPerSSchema = serviceRatesSchema.shape.prefillTokensPerS;
+
+/**
+ * The window's prefill fields, each checked against its bounds on its own: an absurd prefill
+ * histogram leaves these two out, never the rest of the rates.
+ */
+function addPrefill(rates: ServiceRates, before: Moments | undefined, after: Moments | undefined, promptTokens: number): void {
+  if (before === undefined || after === undefined) return;
+  const count = after.count - before.count;
+  const sumMs = after.sumMs - before.sumMs;
+  if (!(count > 0 && sumMs > 0)) return;
+  const prefillMs = sumMs / count;
+  if (!prefillMsSchema.safeParse(prefillMs).success) return;
+  rates.prefillMs = prefillMs;
+  const uncached = promptTokens * (1 - (rates.prefixHitRate ?? 0));
+  const perS = (uncached * 1000) / sumMs;
+  // No uncached token in the window (every prompt cached): no rate rather than 0 tokens/s.
+  if (uncached > 0 && prefillTokensPerSSchema.safeParse(perS).success) rates.prefillTokensPerS = perS;
 }
 
 function delta(before: number | undefined, after: number | undefined): number | undefined {
@@ -118,7 +155,7 @@ function mean(before: Moments | undefined, after: Moments | undefined): number |
   return count > 0 ? (after.sumMs - before.sumMs) / count : undefined;
 }
 
-function ratesBetween(before: Counters, after: Counters, spanMs: number): ServiceRates | undefined {
+function ratesBetween(before: Counters, after: Counters, spanMs: number, prefillComparable: boolean): ServiceRates | undefined {
   const prompt = delta(before.promptTokens, after.promptTokens);
   const generation = delta(before.generationTokens, after.generationTokens);
   const requests = delta(before.requests, after.requests);
@@ -140,5 +177,6 @@ function ratesBetween(before: Counters, after: Counters, spanMs: number): Servic
   const queries = delta(before.prefixQueries, after.prefixQueries);
   // A server counting more hits than lookups is inconsistent: no hit rate rather than a wrong one.
   if (hits !== undefined && queries !== undefined && queries > 0 && hits <= queries) rates.prefixHitRate = hits / queries;
+  if (prefillComparable) addPrefill(rates, before.prefill, after.prefill, prompt);
   return rates;
 }

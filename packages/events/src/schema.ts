@@ -22,11 +22,17 @@ export const ENGINES = ['vllm', 'sglang', 'trtllm', 'triton'] as const;
 // off as a rate. A latency of an hour or a window of an hour is already meaningless for picking.
 const perSecond = z.number().finite().nonnegative().max(1e9);
 const latencyMs = z.number().finite().nonnegative().max(3_600_000);
+// A rate a reader divides by (a prompt's prefill time is its uncached tokens over it): never 0.
+const positivePerSecond = z.number().finite().positive().max(1e9);
 
 /**
  * Service rates measured at the source (optional part of a metrics event): deltas of the model
  * server's counters and histogram `_sum`/`_count` over the last `windowMs`. The three throughputs
  * come together or not at all; the means are left out when nothing happened in the window.
+ * `prefillMs` and `prefillTokensPerS` were added later (optional, so readers from before them
+ * strip them and accept the event): the mean prefill time per request (scheduled → first token,
+ * vLLM's `request_prefill_time_seconds`) and the uncached prompt tokens prefilled per second of
+ * that time; present only when the window observed prefill time.
  */
 export const serviceRatesSchema = z.object({
   windowMs: z.number().int().min(1).max(3_600_000),
@@ -37,6 +43,8 @@ export const serviceRatesSchema = z.object({
   queueMs: latencyMs.optional(),
   itlMs: latencyMs.optional(),
   prefixHitRate: z.number().min(0).max(1).optional(),
+  prefillMs: latencyMs.optional(),
+  prefillTokensPerS: positivePerSecond.optional(),
 });
 
 export const readinessEventSchema = z.object({

@@ -92,6 +92,8 @@ const rates = fc.record(
     queueMs: count,
     itlMs: count,
     prefixHitRate: fraction,
+    prefillMs: count,
+    prefillTokensPerS: count,
   },
   { requiredKeys: ['windowMs', 'promptTokensPerS', 'generationTokensPerS', 'requestsPerS'] },
 );
@@ -170,7 +172,20 @@ const fieldNames = [
   'rates',
   'extra',
 ];
-const nestedNames = ['running', 'waiting', 'max', 'blockSize', 'numBlocks', 'windowMs', 'ttftMs', 'prefixHitRate', '0', 'app', 'unknown'];
+const nestedNames = [
+  'running',
+  'waiting',
+  'max',
+  'blockSize',
+  'numBlocks',
+  'windowMs',
+  'ttftMs',
+  'prefixHitRate',
+  'prefillTokensPerS',
+  '0',
+  'app',
+  'unknown',
+];
 const mutation: fc.Arbitrary<Mutation> = fc.record({
   path: fc.oneof(
     fc.tuple(fc.constantFrom(...fieldNames)).map((p) => [...p]),

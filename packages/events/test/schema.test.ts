@@ -1,5 +1,13 @@
 import { describe, expect, it } from 'vitest';
-import { decodeEvent, encodeEvent, MAX_EVENT_BYTES, MAX_KV_SNAPSHOT_BYTES, type SpillwayEvent } from '@spillway/events';
+import {
+  decodeEvent,
+  encodeEvent,
+  MAX_EVENT_BYTES,
+  MAX_KV_SNAPSHOT_BYTES,
+  metricsEventSchema,
+  serviceRatesSchema,
+  type SpillwayEvent,
+} from '@spillway/events';
 
 const readiness = {
   v: 1,
@@ -62,6 +70,47 @@ describe('v1 events', () => {
     const { ttftMs: _t, queueMs: _q, itlMs: _i, prefixHitRate: _p, ...throughputs } = rates;
     expect(decode({ ...metrics, rates: throughputs }).ok).toBe(true);
     expect(decode({ ...metrics, rates: { ...throughputs, promptTokensPerS: 0, generationTokensPerS: 0, requestsPerS: 0 } }).ok).toBe(true);
+  });
+
+  it('accepts the prefill fields, and events from before them; readers from before them accept events with them', () => {
+    const withPrefill = { ...metrics, rates: { ...rates, prefillMs: 95, prefillTokensPerS: 7512.4 } };
+    expect(decode(withPrefill)).toEqual({ ok: true, event: withPrefill });
+    expect(decode({ ...metrics, rates: { ...rates, prefillMs: 95 } }).ok).toBe(true);
+    expect(decode({ ...metrics, rates })).toEqual({ ok: true, event: { ...metrics, rates } });
+    // A reader of the contract before the two fields: its rates schema without them.
+    const before = metricsEventSchema.extend({
+      rates: serviceRatesSchema.omit({ prefillMs: true, prefillTokensPerS: true }).optional(),
+    });
+    const old = before.safeParse(JSON.parse(new TextDecoder().decode(encodeEvent(withPrefill as SpillwayEvent))));
+    expect(old.success).toBe(true);
+    expect(old.data?.rates).toEqual(rates);
+  });
+
+  it('rejects absurd prefill values: negative, zero or non-finite rates, over an hour of prefill', () => {
+    const reject = (extra: object, field: string) => {
+      const result = decode({ ...metrics, rates: { ...rates, ...extra } });
+      expect(result.ok).toBe(false);
+      if (!result.ok) expect(result.error.message).toContain(field);
+    };
+    reject({ prefillMs: -1 }, 'rates.prefillMs');
+    reject({ prefillMs: 3_600_001 }, 'rates.prefillMs');
+    reject({ prefillMs: 'slow' }, 'rates.prefillMs');
+    reject({ prefillTokensPerS: -5 }, 'rates.prefillTokensPerS');
+    // A reader divides a prompt's uncached tokens by it.
+    reject({ prefillTokensPerS: 0 }, 'rates.prefillTokensPerS');
+    reject({ prefillTokensPerS: 2e9 }, 'rates.prefillTokensPerS');
+    reject({ prefillTokensPerS: null }, 'rates.prefillTokensPerS');
+    // JSON's only way to Infinity: a number too large for a double.
+    for (const field of ['prefillMs', 'prefillTokensPerS']) {
+      const text = JSON.stringify({ ...metrics, rates }).replace('"windowMs"', `"${field}":1e999,"windowMs"`);
+      const result = decodeEvent(text);
+      expect(result.ok).toBe(false);
+      if (!result.ok) expect(result.error.message).toContain(`rates.${field}`);
+    }
+    for (const value of [Number.NaN, Number.POSITIVE_INFINITY]) {
+      expect(serviceRatesSchema.safeParse({ ...rates, prefillMs: value }).success).toBe(false);
+      expect(serviceRatesSchema.safeParse({ ...rates, prefillTokensPerS: value }).success).toBe(false);
+    }
   });
 
   it('JSON has no NaN or Infinity: a computed NaN rate serialises as null and is rejected', () => {

@@ -20,6 +20,8 @@ interface HistogramSeries {
  *   the pre-0.10 name of `inter_token_latency_seconds` (today `request_time_per_output_token_seconds`
  *   is a per-request mean, not read); `gpu_prefix_cache_queries`/`_hits` became
  *   `prefix_cache_queries`/`_hits` (token counts, `_total` in the exposition).
+ *   `request_prefill_time_seconds` is observed when a request finishes: its first token's time
+ *   minus when it was first scheduled (preemptions included).
  * - SGLang: `python/sglang/srt/metrics/collector.py` (TokenizerMetricsCollector: counters bumped
  *   when a request finishes; `cached_tokens_total` is only created at the first hit, so the hit
  *   rate is left out until then; SchedulerMetricsCollector: `queue_time_seconds`; older releases
@@ -27,15 +29,21 @@ interface HistogramSeries {
  *   (2026), `cached_tokens_total` has one series per tier, label `cache_source`: `device` (the
  *   GPU's radix cache), `host` (HiCache's CPU memory), `storage_<backend>` (its L3 store). Only
  *   `device` is a prefix hit here: the others are loads the request waited for (docs/events.md).
- *   Releases before the label count every tier in one series, read as it is.
+ *   Releases before the label count every tier in one series, read as it is. No prefill time:
+ *   SGLang's only per-request stage timing, `per_stage_req_latency_seconds{stage}`, times the
+ *   stages of prefill/decode disaggregation (bootstrap, waiting, forward, transfer), not a
+ *   request's scheduled → first token, so `prefill` is left out for SGLang.
  * - TensorRT-LLM `trtllm-serve` (served on `/prometheus/metrics`: set `--metrics-path`):
  *   `tensorrt_llm/metrics/collector.py`, prefix `trtllm_`; its per-output-token histogram is
  *   observed once per request (a per-request mean); prefix reuse is counted in tokens
  *   (`prompt_cached_tokens_total`, newer releases) or, before that, in KV blocks reused and missed.
+ *   Newer releases also observe `request_prefill_time_seconds` (first token − first scheduled, at
+ *   the request's end); older ones have none, and `prefill` is left out.
  * - Triton with the TensorRT-LLM backend: only token-length histograms
  *   (`inflight_batcher_llm/src/custom_metrics_reporter` in triton-inference-server/tensorrtllm_backend):
  *   their `_sum` counts tokens and `_count` requests. Triton has no TTFT, ITL or prefix counters
- *   for it (its queue time is per model of an ensemble, not per request), so those are left out.
+ *   for it (its queue time is per model of an ensemble, not per request), so those are left out,
+ *   and so is prefill time.
  */
 interface CounterSpec {
   readonly promptTokens: readonly Series[];
@@ -44,6 +52,8 @@ interface CounterSpec {
   readonly ttft: readonly HistogramSeries[];
   readonly queue: readonly HistogramSeries[];
   readonly itl: readonly HistogramSeries[];
+  /** Prefill time per request (scheduled → first token); empty where the engine exports none. */
+  readonly prefill: readonly HistogramSeries[];
   /** Prefix-cache hits with what they are out of: lookups, or (when only misses are counted) hits + misses; the first whose hits are present is read. */
   readonly prefix: readonly PrefixSource[];
 }
@@ -61,6 +71,7 @@ export const COUNTER_SPECS: Readonly<Record<Engine, CounterSpec>> = {
     ttft: [seconds('vllm:time_to_first_token_seconds')],
     queue: [seconds('vllm:request_queue_time_seconds')],
     itl: [seconds('vllm:inter_token_latency_seconds'), seconds('vllm:time_per_output_token_seconds')],
+    prefill: [seconds('vllm:request_prefill_time_seconds')],
     prefix: [
       { hits: { name: 'vllm:prefix_cache_hits_total' }, queries: { name: 'vllm:prefix_cache_queries_total' } },
       { hits: { name: 'vllm:gpu_prefix_cache_hits_total' }, queries: { name: 'vllm:gpu_prefix_cache_queries_total' } },
@@ -73,6 +84,7 @@ export const COUNTER_SPECS: Readonly<Record<Engine, CounterSpec>> = {
     ttft: [seconds('sglang:time_to_first_token_seconds')],
     queue: [seconds('sglang:queue_time_seconds')],
     itl: [seconds('sglang:inter_token_latency_seconds'), seconds('sglang:time_per_output_token_seconds')],
+    prefill: [],
     prefix: [
       { hits: { name: 'sglang:cached_tokens_total', match: { cache_source: 'device' } }, queries: { name: 'sglang:prompt_tokens_total' } },
       { hits: { name: 'sglang:cached_tokens_total', match: { cache_source: '' } }, queries: { name: 'sglang:prompt_tokens_total' } },
@@ -85,6 +97,7 @@ export const COUNTER_SPECS: Readonly<Record<Engine, CounterSpec>> = {
     ttft: [seconds('trtllm_time_to_first_token_seconds')],
     queue: [seconds('trtllm_request_queue_time_seconds')],
     itl: [seconds('trtllm_time_per_output_token_seconds')],
+    prefill: [seconds('trtllm_request_prefill_time_seconds')],
     prefix: [
       { hits: { name: 'trtllm_prompt_cached_tokens_total' }, queries: { name: 'trtllm_prompt_tokens_total' } },
       { hits: { name: 'trtllm_kv_cache_reused_blocks_total' }, misses: { name: 'trtllm_kv_cache_missed_blocks_total' } },
@@ -97,13 +110,14 @@ export const COUNTER_SPECS: Readonly<Record<Engine, CounterSpec>> = {
     ttft: [],
     queue: [],
     itl: [],
+    prefill: [],
     prefix: [],
   },
 };
 
 /** The metric families the counters of `spec` are read from (histograms by their `_sum`/`_count`). */
 export function counterFamilies(spec: CounterSpec): string[] {
-  const histograms = [...spec.ttft, ...spec.queue, ...spec.itl].flatMap((h) => [`${h.name}_sum`, `${h.name}_count`]);
+  const histograms = [...spec.ttft, ...spec.queue, ...spec.itl, ...spec.prefill].flatMap((h) => [`${h.name}_sum`, `${h.name}_count`]);
   const series = [
     ...spec.promptTokens,
     ...spec.generationTokens,
@@ -162,6 +176,7 @@ export function readCounters(engine: Engine, exposition: Exposition): CounterRea
   set('ttft', moments(spec.ttft));
   set('queue', moments(spec.queue));
   set('itl', moments(spec.itl));
+  set('prefill', moments(spec.prefill));
   for (const source of spec.prefix) {
     const hits = total([source.hits]);
     if (hits === undefined) continue;

@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { eventually } from '@spillway/testkit';
 import { metricsEventSchema, readinessEventSchema } from '@spillway/events';
-import { startFakeModelServer, vllmCounters, vllmExposition, type FakeModelServer } from './helpers/model-server.js';
+import { startFakeModelServer, vllmCounters, vllmExposition, vllmPrefill, type FakeModelServer } from './helpers/model-server.js';
 import { startTestCollector, type TestCollector } from './helpers/collector.js';
 
 const cleanups: (() => Promise<void>)[] = [];
@@ -215,6 +215,52 @@ describe('collector over HTTP endpoints (in-process, memory sink)', () => {
     for (const event of published) expect(metricsEventSchema.safeParse(event).success).toBe(true);
     expect(published.at(-1)).toMatchObject({ waitingRequests: 1, runningRequests: 1 });
     expect(await c.metric('spillway_collector_scrape_failures_total')).toBe(0);
+  });
+
+  it('prefill time and prefill rate from vLLM’s request_prefill_time_seconds; a broken prefill histogram costs only them', async () => {
+    const [a] = await servers(1);
+    const c = await collector([{ pod: 'a', address: a!.address, engine: 'vllm' }], ['--rates-window-ms', '400']);
+    // 1000 prompt tokens and 10 requests a second, each of 100 tokens prefilled in 50 ms: 2,000 tokens/s of prefill.
+    const started = Date.now();
+    let prefill: (s: number) => string = (s) => vllmPrefill(1e3 + 0.5 * s, 2e4 + 10 * s);
+    const growing = (): string => {
+      const s = (Date.now() - started) / 1000;
+      return vllmExposition(1, 1, 0.1) + vllmCounters(1e6 + 1000 * s, 1e5 + 100 * s, 1e4 + 10 * s) + prefill(s);
+    };
+    a!.exposition = growing();
+    const timer = setInterval(() => (a!.exposition = growing()), 5);
+    cleanups.push(async () => clearInterval(timer));
+    await eventually(() => {
+      const rates = c.sink.metricsOf('a').at(-1)?.rates;
+      expect(rates?.prefillMs).toBeCloseTo(50, 6);
+      expect(rates?.prefillTokensPerS).toBeCloseTo(2_000, 3);
+      expect(rates?.promptTokensPerS).toBeGreaterThan(500);
+    });
+
+    // NaN in the sum: the series is ignored and counted; the other rates keep coming.
+    prefill = (s) => vllmPrefill('NaN', 2e4 + 10 * s);
+    const invalidBefore = await c.metric('spillway_collector_rates_omitted_total', { reason: 'invalid-counter' });
+    await eventually(async () => {
+      expect(await c.metric('spillway_collector_rates_omitted_total', { reason: 'invalid-counter' })).toBeGreaterThan(invalidBefore);
+      const rates = c.sink.metricsOf('a').at(-1)?.rates;
+      expect(rates).not.toHaveProperty('prefillMs');
+      expect(rates).not.toHaveProperty('prefillTokensPerS');
+      expect(rates?.requestsPerS).toBeGreaterThan(5);
+    });
+
+    // The sum dropping (a negative observation) while everything else grows: no reset, no rate lost but prefill's.
+    prefill = (s) => vllmPrefill(1e3 + 0.5 * s - 500, 2e4 + 10 * s);
+    const resetsBefore = await c.metric('spillway_collector_rates_omitted_total', { reason: 'counter-reset' });
+    const dropAt = c.sink.metricsOf('a').length;
+    await eventually(() => {
+      const rates = c.sink.metricsOf('a').at(-1)?.rates;
+      expect(rates?.prefillMs).toBeCloseTo(50, 6);
+    });
+    const after = c.sink.metricsOf('a').slice(dropAt);
+    // While the window spanned the drop: samples with every other rate but no prefill.
+    expect(after.some((e) => e.rates !== undefined && e.rates.requestsPerS > 5 && e.rates.prefillMs === undefined)).toBe(true);
+    expect(await c.metric('spillway_collector_rates_omitted_total', { reason: 'counter-reset' })).toBe(resetsBefore);
+    for (const e of c.sink.metricsOf('a')) expect(metricsEventSchema.safeParse(e).success).toBe(true);
   });
 
   it('while disconnected, samples are dropped (not queued); after reconnecting readiness is re-published and samples are fresh', async () => {

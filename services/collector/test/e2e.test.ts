@@ -200,6 +200,29 @@ describe('spillway-collector against spillway-sim processes and nats-server', ()
           expect(e.rates!.queueMs).toBeGreaterThanOrEqual(0);
           expect(e.rates!.itlMs).toBeGreaterThan(0);
         }
+        if (pod === 'sim-c') {
+          // vLLM's names: request_prefill_time_seconds, read back as prefill time and prefill rate.
+          const p0 = before.counters.prefill!;
+          const p1 = after.counters.prefill!;
+          const hitRate =
+            (after.counters.prefixHits! - before.counters.prefixHits!) / (after.counters.prefixQueries! - before.counters.prefixQueries!);
+          const prefill = {
+            prefillMs: (p1.sumMs - p0.sumMs) / (p1.count - p0.count),
+            prefillTokensPerS:
+              ((after.counters.promptTokens! - before.counters.promptTokens!) * (1 - hitRate) * 1000) / (p1.sumMs - p0.sumMs),
+          };
+          for (const [key, value] of Object.entries(prefill) as [keyof typeof prefill, number][]) {
+            const seen = mean((r) => r[key]);
+            console.log(`rates ${pod}: ${key} published ${seen} simulator ${value}`);
+            expect(value).toBeGreaterThan(0);
+            expect(seen, `${pod} ${key}: published ${seen}, simulator ${value}`).toBeGreaterThan(value * 0.5);
+            expect(seen, `${pod} ${key}: published ${seen}, simulator ${value}`).toBeLessThan(value * 2);
+          }
+        } else {
+          // SGLang exports no prefill time: the fields are absent, never made up.
+          expect(after.counters.prefill).toBeUndefined();
+          for (const e of inside) expect(e.rates).not.toHaveProperty('prefillMs');
+        }
       }
     } finally {
       running = false;

@@ -142,7 +142,7 @@ describe('counters for service rates, read from real-format expositions', () => 
     });
   });
 
-  it('the newest vLLM: prefix_cache_* counters and inter_token_latency over both engines (the per-request TPOT histogram is not ITL)', () => {
+  it('the newest vLLM: prefix_cache_* counters, inter_token_latency and request_prefill_time over both engines (the per-request TPOT histogram is not ITL)', () => {
     expect(counters('vllm-current.prom')).toEqual({
       counters: {
         promptTokens: 300_000,
@@ -151,6 +151,7 @@ describe('counters for service rates, read from real-format expositions', () => 
         ttft: { sumMs: 10_000, count: 100 },
         queue: { sumMs: 1_000, count: 100 },
         itl: { sumMs: 160_000, count: 7_900 },
+        prefill: { sumMs: 9_000, count: 100 },
         prefixHits: 120_000,
         prefixQueries: 300_000,
       },
@@ -172,6 +173,22 @@ describe('counters for service rates, read from real-format expositions', () => 
     const { sample, counters: reading } = extractSample(fixture('trtllm-current.prom'), undefined);
     expect(sample).toEqual({ waitingRequests: 2, runningRequests: 5, kvCacheUsage: 0.75, cache: { blockSize: 32, numBlocks: 4096 } });
     expect(reading.counters).toMatchObject({ promptTokens: 80_000, generationTokens: 9_000, prefixHits: 20_000, prefixQueries: 80_000 });
+    // Its prefill-time histogram (newer releases), in seconds like vLLM's.
+    expect(reading.counters.prefill).toEqual({ sumMs: 12_000, count: 40 });
+  });
+
+  it('prefill time only where the engine exports it: not from vLLM before it, nor from SGLang or Triton', () => {
+    for (const name of [
+      'vllm-v0.10.prom',
+      'vllm-v0.9-v1.prom',
+      'vllm-v0.6.prom',
+      'sglang.prom',
+      'sglang-current.prom',
+      'triton.prom',
+      'trtllm.prom',
+    ]) {
+      expect(counters(name).counters, name).not.toHaveProperty('prefill');
+    }
   });
 
   it('vLLM v0.6: the old per-output-token histogram name; no queue or prefix counters', () => {

@@ -51,6 +51,81 @@ describe('service rates from two scrapes of real-format expositions', () => {
     expect(rates?.prefixHitRate).toBeCloseTo(0.6, 6);
   });
 
+  it('the newest vLLM: prefill time and uncached prompt tokens per second of it, from request_prefill_time_seconds', () => {
+    const before = fixture('vllm-current.prom');
+    let after = before;
+    for (const [name, delta] of [
+      ['vllm:prompt_tokens_total', 10_000],
+      ['vllm:generation_tokens_total', 4_000],
+      ['vllm:request_success_total', 20],
+      ['vllm:time_to_first_token_seconds_sum', 2],
+      ['vllm:time_to_first_token_seconds_count', 20],
+      ['vllm:request_queue_time_seconds_sum', 0.4],
+      ['vllm:request_queue_time_seconds_count', 20],
+      ['vllm:request_prefill_time_seconds_sum', 1.6],
+      ['vllm:request_prefill_time_seconds_count', 20],
+      ['vllm:prefix_cache_hits_total', 6_000],
+      ['vllm:prefix_cache_queries_total', 10_000],
+    ] as const) {
+      after = bump(after, name, delta);
+    }
+    const window = new RateWindow(2_000);
+    window.update(1_000, countersOf(before));
+    const { rates } = window.update(3_000, countersOf(after));
+    expect(rates?.ttftMs).toBeCloseTo(100, 6);
+    expect(rates?.queueMs).toBeCloseTo(20, 6);
+    expect(rates?.prefillMs).toBeCloseTo(80, 6);
+    // 10,000 prompt tokens, 60 % of them cached: 4,000 prefilled in 1.6 s of prefill time.
+    expect(rates?.prefillTokensPerS).toBeCloseTo(2_500, 6);
+    // The one series (engine 1) that did not move changes nothing.
+    expect(rates?.windowMs).toBe(2_000);
+  });
+
+  it('a malformed prefill histogram (NaN, a sum going down) loses nothing else', () => {
+    const base = fixture('vllm-current.prom');
+    const grown = (text: string): string => {
+      let t = text;
+      for (const [name, delta] of [
+        ['vllm:prompt_tokens_total', 10_000],
+        ['vllm:generation_tokens_total', 4_000],
+        ['vllm:request_success_total', 20],
+        ['vllm:time_to_first_token_seconds_sum', 2],
+        ['vllm:time_to_first_token_seconds_count', 20],
+        ['vllm:inter_token_latency_seconds_sum', 56],
+        ['vllm:inter_token_latency_seconds_count', 4_000],
+        ['vllm:prefix_cache_hits_total', 6_000],
+        ['vllm:prefix_cache_queries_total', 10_000],
+        ['vllm:request_prefill_time_seconds_count', 20],
+      ] as const) {
+        t = bump(t, name, delta);
+      }
+      return t;
+    };
+    const healthy = bump(grown(base), 'vllm:request_prefill_time_seconds_sum', 1.6);
+    const rated = (after: string) => {
+      const window = new RateWindow(2_000);
+      window.update(1_000, countersOf(base));
+      const reading = extractSample(after, undefined);
+      return { update: window.update(3_000, reading.counters.counters), invalid: reading.counters.invalid, sample: reading.sample };
+    };
+    const good = rated(healthy);
+    expect(good.update.rates?.prefillMs).toBeCloseTo(80, 6);
+    const { prefillMs: _m, prefillTokensPerS: _p, ...withoutPrefill } = good.update.rates ?? {};
+    expect(Object.keys(withoutPrefill)).toEqual(
+      expect.arrayContaining(['promptTokensPerS', 'requestsPerS', 'ttftMs', 'itlMs', 'prefixHitRate']),
+    );
+
+    const nan = rated(healthy.replace(/^(vllm:request_prefill_time_seconds_sum\{engine="0"[^}]*\}) \S+$/m, '$1 NaN'));
+    expect(nan.invalid).toEqual(['vllm:request_prefill_time_seconds_sum']);
+    expect(nan.sample).toEqual(good.sample);
+    expect(nan.update).toEqual({ rates: withoutPrefill });
+
+    // 20 more prefills but 1 s less prefill time: a negative observation, not a restart.
+    const down = rated(bump(grown(base), 'vllm:request_prefill_time_seconds_sum', -1));
+    expect(down.invalid).toEqual([]);
+    expect(down.update).toEqual({ rates: withoutPrefill });
+  });
+
   it('SGLang: requests from num_requests_total, hit rate = cached / prompt tokens', () => {
     const before = fixture('sglang.prom');
     let after = bump(before, 'sglang:prompt_tokens_total', 4_000);
@@ -208,6 +283,7 @@ describe('RateWindow', () => {
       ttft: moments,
       queue: moments,
       itl: moments,
+      prefill: moments,
       prefixHits: value,
       prefixQueries: value,
     });

@@ -182,7 +182,9 @@ export async function handleCompletion(
     ...(lora === undefined ? {} : { lora }),
     ...(p.cacheSalt === undefined ? {} : { cacheSalt: p.cacheSalt }),
     onToken(seq, _at) {
-      if (seq.generated === 1) observe.firstToken((seq.firstTokenAt - seq.submittedAt) / 1000, seq.queueMs / 1000);
+      // Prefill: what the engine's stats add at this same token (prefillSumMs), so the histogram agrees with them.
+      if (seq.generated === 1)
+        observe.firstToken((seq.firstTokenAt - seq.submittedAt) / 1000, seq.queueMs / 1000, (seq.firstTokenAt - seq.admittedAt) / 1000);
       else observe.token(seq.lastItlMs / 1000);
       const tok = outputToken(n, seq.generated - 1);
       const last = seq.generated === seq.request.outputTokens;

@@ -10,7 +10,8 @@ export interface MetricsSource {
 
 /** Observations pushed as requests progress on one engine (data-parallel rank); times in seconds of model time (before --time-scale). */
 export interface EngineObserver {
-  firstToken(ttftS: number, queueS: number): void;
+  /** `prefillS`: from when the request was first scheduled until this token (vLLM's request prefill time). */
+  firstToken(ttftS: number, queueS: number, prefillS: number): void;
   token(itlS: number): void;
   /** `tpotS`: the request's mean time per output token after the first (vLLM's per-request TPOT). */
   finish(e2eS: number, reason: string, tpotS?: number): void;
@@ -25,7 +26,10 @@ export interface SimMetrics {
 // vLLM's own buckets (vllm/v1/metrics/loggers.py), so dashboards built for vLLM read the same.
 const TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80, 160, 640, 2560];
 const ITL_BUCKETS = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80];
+// vLLM's request_latency_buckets: e2e latency, and the queue, prefill, decode and inference phases.
 const E2E_BUCKETS = [0.3, 0.5, 0.8, 1, 1.5, 2, 2.5, 5, 10, 15, 20, 30, 40, 50, 60, 120, 240, 480, 960, 1920, 7680];
+// TensorRT-LLM's request_prefill_time_seconds buckets (tensorrt_llm/metrics/collector.py).
+const TRTLLM_PREFILL_BUCKETS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160, 640, 2560];
 
 /**
  * Names per engine: every family the collector reads, gauges and rate counters (the sources of
@@ -43,6 +47,8 @@ interface Names {
   cachedTokens?: string;
   e2e: string;
   queue: string;
+  /** Prefill time per request, scheduled → first token (vLLM, newer TensorRT-LLM; SGLang has none). */
+  prefill?: { name: string; buckets: number[] };
   promptTokens: string;
   generationTokens: string;
   /** Completed requests: a counter with `finished_reason` (vLLM, TensorRT-LLM) or a plain one mirrored from the engine (SGLang). */
@@ -67,6 +73,7 @@ const NAMES: Record<MetricsFlavor, Names> = {
     cachedTokens: 'vllm:prompt_tokens_cached_total',
     e2e: 'vllm:e2e_request_latency_seconds',
     queue: 'vllm:request_queue_time_seconds',
+    prefill: { name: 'vllm:request_prefill_time_seconds', buckets: E2E_BUCKETS },
     promptTokens: 'vllm:prompt_tokens_total',
     generationTokens: 'vllm:generation_tokens_total',
     success: { name: 'vllm:request_success_total', finishedReason: true },
@@ -96,6 +103,7 @@ const NAMES: Record<MetricsFlavor, Names> = {
     itl: ['trtllm_time_per_output_token_seconds'],
     e2e: 'trtllm_e2e_request_latency_seconds',
     queue: 'trtllm_request_queue_time_seconds',
+    prefill: { name: 'trtllm_request_prefill_time_seconds', buckets: TRTLLM_PREFILL_BUCKETS },
     promptTokens: 'trtllm_prompt_tokens_total',
     generationTokens: 'trtllm_generation_tokens_total',
     success: { name: 'trtllm_request_success_total', finishedReason: true },
@@ -310,6 +318,7 @@ export function createMetrics(flavor: MetricsFlavor, model: string, engines: Rea
   const tpot = n.requestTpot ? hist(n.requestTpot, 'Histogram of time_per_output_token_seconds per request.', ITL_BUCKETS) : undefined;
   const e2e = hist(n.e2e, 'Histogram of end to end request latency in seconds.', E2E_BUCKETS);
   const queue = hist(n.queue, 'Histogram of time spent in WAITING phase for request.', TTFT_BUCKETS);
+  const prefill = n.prefill ? hist(n.prefill.name, 'Histogram of time spent in PREFILL phase for request.', n.prefill.buckets) : undefined;
   const success = n.success.finishedReason
     ? new Counter({
         name: n.success.name,
@@ -323,13 +332,15 @@ export function createMetrics(flavor: MetricsFlavor, model: string, engines: Rea
     const labels = engineLabels(rank);
     const ttftR = ttft.labels(labels);
     const queueR = queue.labels(labels);
+    const prefillR = prefill?.labels(labels);
     const itlR = itl.map((h) => h.labels(labels));
     const tpotR = tpot?.labels(labels);
     const e2eR = e2e.labels(labels);
     return {
-      firstToken(ttftS, queueS) {
+      firstToken(ttftS, queueS, prefillS) {
         ttftR.observe(ttftS);
         queueR.observe(queueS);
+        prefillR?.observe(prefillS);
       },
       token(itlS) {
         for (const h of itlR) h.observe(itlS);

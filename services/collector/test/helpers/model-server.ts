@@ -81,3 +81,22 @@ export function vllmCounters(prompt: number | string, generation: number | strin
     '',
   ].join('\n');
 }
+
+/**
+ * vLLM's prefill-time histogram (`request_prefill_time_seconds`, in seconds) with its buckets, to
+ * append to an exposition: every observation counted in the bucket of `sumS / count`.
+ */
+export function vllmPrefill(sumS: number | string, count: number | string): string {
+  const labels = 'engine="0",model_name="m"';
+  const mean = Number(sumS) / Number(count);
+  const buckets = [0.3, 0.5, 0.8, 1, 1.5, 2, 2.5, 5, 10, 15, 20, 30, 40, 50, 60, 120, 240, 480, 960, 1920, 7680];
+  return [
+    '# HELP vllm:request_prefill_time_seconds Histogram of time spent in PREFILL phase for request.',
+    '# TYPE vllm:request_prefill_time_seconds histogram',
+    ...buckets.map((le) => `vllm:request_prefill_time_seconds_bucket{${labels},le="${le.toFixed(1)}"} ${mean <= le ? count : 0}`),
+    `vllm:request_prefill_time_seconds_bucket{${labels},le="+Inf"} ${count}`,
+    `vllm:request_prefill_time_seconds_count{${labels}} ${count}`,
+    `vllm:request_prefill_time_seconds_sum{${labels}} ${sumS}`,
+    '',
+  ].join('\n');
+}
