@@ -17,7 +17,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { eventually, freePort } from '@spillway/testkit';
 import { httpOk, ManagedProcess, waitUntil } from '../../infra/demo/process.js';
 import { MODEL } from '../../infra/demo/system.js';
-import { complete, sleep, summarize, useSystem, type Completion } from './helpers.js';
+import { complete, summarize, useSystem, type Completion } from './helpers.js';
 
 const ZONE = 'zone-a';
 /** At --time-scale 2 about 10 ms a token: a request of 300 takes about 3 s, a third one on a pod twice that. */
@@ -158,9 +158,12 @@ describe.sequential('e2e: requests outlive their ext_proc streams (Envoy 1.38, r
       expect(six.map((s) => s.status)).toEqual([200, 200, 200, 200, 200, 200]);
       expect(six.every((s) => s.served !== null && pair.includes(s.served))).toBe(true);
       // Their streams are closed (the gateway closes each after the response-headers reply); they generate on.
-      await sleep(300);
-      const held = (await pods(probePort)).filter((p) => pair.includes(p.address));
-      expect(held.reduce((n, p) => n + p.started, 0)).toBe(6);
+      // The probing EPP (the picker or its peer) must know of all six before it is asked: a peer
+      // learns of them from the picker's state batches, whose delivery takes what the machine lets it.
+      await eventually(async () => {
+        const held = (await pods(probePort)).filter((p) => pair.includes(p.address));
+        expect(held.reduce((n, p) => n + p.started, 0)).toBe(6);
+      }, 10_000);
       const during = await probes(probeUrl, 6, e2e.system);
       expect(
         during.every((r) => r.status === 200 && r.served !== undefined && !pair.includes(r.served)),

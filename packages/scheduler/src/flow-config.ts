@@ -26,6 +26,13 @@ export const flowControlConfigSchema = z.strictObject({
    * faster than the best remote endpoint); a held one is dispatched when one has.
    */
   holdAboveMs: z.number().finite().min(0).max(3_600_000).default(200),
+  /**
+   * Active-active: after a sample, an EPP's dispatch pass waits its rank among the pool's EPPs
+   * (at most 3 ranks) times the shared-state batch delay plus this, so a later EPP's pass already
+   * counts what an earlier one dispatched. It is what a state batch takes over NATS beyond its
+   * batch delay; a slow network or a loaded machine wants more.
+   */
+  dispatchStaggerMs: z.number().int().min(0).max(10_000).default(20),
 });
 
 export type FlowControlConfig = z.output<typeof flowControlConfigSchema>;

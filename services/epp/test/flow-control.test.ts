@@ -276,7 +276,9 @@ describe('flow control with two EPPs of one zone', () => {
     // minute, both far past the time this test watches, even on a machine that stalls it for seconds.
     const text =
       OBJECTIVES.replace('promptTokens: 4000', 'promptTokens: 400000') +
-      FLOW() +
+      // A second of stagger: the later EPP's pass waits for the earlier one's batch even on a machine
+      // busy enough to delay it by most of that.
+      FLOW({ dispatchStaggerMs: 1000 }) +
       'sharedState: { enabled: true, heartbeatMs: 100, peerTimeoutMs: 60000, warmStartMs: 2000 }\n';
     const one = await epp('fc-2', text, pods);
     const two = await epp('fc-2', text, pods);
@@ -290,15 +292,17 @@ describe('flow control with two EPPs of one zone', () => {
     await eventually(() => expect(held(one) + held(two)).toBe(6));
     await room(pods);
     await eventually(() => expect(order.length).toBe(1));
-    // Long enough for the other EPP's turn, the peer's batch and the passes its heartbeats trigger.
-    await new Promise((resolve) => setTimeout(resolve, 1000));
+    // Long enough for the other EPP's turn (its rank × (batch delay + 1 s of stagger)), the peer's
+    // batch and the passes its heartbeats trigger.
+    await new Promise((resolve) => setTimeout(resolve, 2500));
     expect(order.length).toBe(1);
     expect(held(one) + held(two)).toBe(5);
   }, 60_000);
 });
 
 describe('flow control in process', () => {
-  it('makes one dispatch pass however many events arrive in one turn of the event loop', async () => {
+  /** One pod with a persisting queue (so every pick holds), a scheduler on it, and flow control counting its picks. */
+  function heldPod(dispatchDelayMs?: () => number): { flow: FlowControl; picks: () => number; subset: string[]; scheduler: Scheduler } {
     const now = Date.now();
     const fleet = new Fleet();
     const pod = { zone: 'fc-i', pod: 'fc-i-0', address: '10.17.0.1:8000' };
@@ -329,25 +333,54 @@ describe('flow control in process', () => {
       config: scheduler.config.flowControl,
       observer: { flowHeld: () => undefined, flowLeft: () => undefined },
       now: Date.now,
+      ...(dispatchDelayMs === undefined ? {} : { dispatchDelayMs }),
     });
-    const answered: string[] = [];
-    const stream = (name: string): HeldStream => ({
-      pickRequest: () => ({ model: 'llama', subset: [pod.address] }),
+    return { flow, picks: () => picks, subset: [pod.address], scheduler };
+  }
+
+  function heldStream(name: string, subset: string[], answered: string[]): HeldStream {
+    return {
+      pickRequest: () => ({ model: 'llama', subset }),
       prepared: undefined,
       dispatch: () => answered.push(`${name} dispatched`),
       refuse: (_status, code) => answered.push(`${name} ${code}`),
-    });
-    const first = scheduler.pick({ model: 'llama', subset: [pod.address] }, Date.now());
+    };
+  }
+
+  it('makes one dispatch pass however many events arrive in one turn of the event loop', async () => {
+    const { flow, picks, subset, scheduler } = heldPod();
+    const answered: string[] = [];
+    const first = scheduler.pick({ model: 'llama', subset }, Date.now());
     expect(first.hold).toBe(true);
-    for (const name of ['one', 'two', 'three']) expect(flow.hold(stream(name), { priority: 0, flow: undefined, bytes: 100 })).toBeDefined();
+    for (const name of ['one', 'two', 'three'])
+      expect(flow.hold(heldStream(name, subset, answered), { priority: 0, flow: undefined, bytes: 100 })).toBeDefined();
     for (let i = 0; i < 1000; i++) flow.onRoom(i % 2 === 0 ? 'sample' : 'peer');
     await new Promise((resolve) => setImmediate(resolve));
     await new Promise((resolve) => setImmediate(resolve));
     // One pass: the head's pick still finds no room, and the pass stops there.
-    expect(picks).toBe(1);
+    expect(picks()).toBe(1);
     expect(answered).toEqual([]);
     flow.close();
     expect(answered).toEqual(['one shutting_down', 'two shutting_down', 'three shutting_down']);
     expect(flow.size).toBe(0);
+  });
+  it('a peer batch during a sample’s wait runs no pass of its own: it folds into that pass', async () => {
+    const { flow, picks, subset } = heldPod(() => 300);
+    const answered: string[] = [];
+    expect(flow.hold(heldStream('one', subset, answered), { priority: 0, flow: undefined, bytes: 100 })).toBeDefined();
+    flow.onRoom('sample');
+    for (let i = 0; i < 10; i++) flow.onRoom('peer');
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    // The peers' batches waited for the sample's turn.
+    expect(picks()).toBe(0);
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    expect(picks()).toBe(1);
+    // With no sample pass pending, a peer's batch runs a pass at once.
+    flow.onRoom('peer');
+    await new Promise((resolve) => setImmediate(resolve));
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(picks()).toBe(2);
+    flow.close();
+    expect(answered).toEqual(['one shutting_down']);
   });
 });

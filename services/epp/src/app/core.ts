@@ -112,14 +112,15 @@ export class EppCore {
 
   /**
    * Active-active: a sample reaches every EPP of the pool at once, so after one an EPP's dispatch
-   * pass waits its rank among the pool's EPPs it knows (by id) times the shared-state channel's
-   * batch delay plus a little for the network. The later EPP's pick then counts what earlier ones
-   * dispatched, and two EPPs do not release into the same room. 0 without sharing.
+   * pass waits its rank among the pool's EPPs it knows (by id, at most MAX_STAGGERED_RANK) times the
+   * shared-state channel's batch delay plus `flowControl.dispatchStaggerMs` for the network. The
+   * later EPP's pick then counts what earlier ones dispatched, and two EPPs do not release into
+   * the same room. 0 without sharing.
    */
   private dispatchDelayMs(): number {
     if (this.outbox === undefined) return 0;
-    const rank = this.scheduler.shared.rankOf(this.eppId);
-    return Math.min(MAX_DISPATCH_DELAY_MS, rank * (this.sharedBatchMs + DISPATCH_NETWORK_MS));
+    const rank = Math.min(MAX_STAGGERED_RANK, this.scheduler.shared.rankOf(this.eppId));
+    return rank * (this.sharedBatchMs + this.scheduler.config.flowControl.dispatchStaggerMs);
   }
 
   /** Request-body bytes held by all open streams. */
@@ -145,10 +146,11 @@ export class EppCore {
   }
 }
 
-/** A sample-triggered dispatch pass waits at most this long. */
-const MAX_DISPATCH_DELAY_MS = 60;
-/** What a shared-state batch takes over NATS beyond its batch delay, for the dispatch stagger. */
-const DISPATCH_NETWORK_MS = 20;
+/**
+ * Ranks past this one wait as long as it: with more EPPs than that in a pool, the later ones share
+ * a turn (a pass never waits more than a few batch delays for a sample's room).
+ */
+const MAX_STAGGERED_RANK = 3;
 
 function rewriterOf(rules: readonly ModelRewriteRule[]): ModelRewriter | undefined {
   return rules.length > 0 ? compileModelRewrites(rules) : undefined;

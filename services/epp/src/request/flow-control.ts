@@ -147,6 +147,10 @@ export class FlowControl {
    */
   onRoom(signal: RoomSignal): void {
     if (this.queue.size === 0 || this.closed) return;
+    // A peer's batch while this EPP waits its turn after a sample folds into that pass: an earlier
+    // EPP's heartbeat may arrive before the batch that carries its dispatch, and a pass run on it
+    // would release into the room that EPP already took.
+    if (signal === 'peer' && this.delayed !== undefined) return;
     const delay = signal === 'sample' ? (this.parts.dispatchDelayMs?.() ?? 0) : 0;
     if (delay > 0) {
       if (this.delayed !== undefined) return;
