@@ -35,6 +35,12 @@ export class Charge {
   startedAt = Number.NaN;
   /** The latest it is held without a completion signal (ms); Infinity until started. */
   endsBy = Number.POSITIVE_INFINITY;
+  /**
+   * Prompt tokens its endpoint must prefill for it (its prompt less what the endpoint was believed to
+   * cache when it was picked; for a peer's pick, its hashed blocks the endpoint did not hold): the
+   * work it puts ahead of requests picked after it (Fleet.prefillAhead). Set by its owner.
+   */
+  prefillTokens = 0;
   /** @internal The endpoint's charges, in `chargedAt` order. */
   prevCharge: Charge | undefined = undefined;
   /** @internal */

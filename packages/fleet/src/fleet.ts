@@ -105,6 +105,18 @@ export interface FleetCounters {
  */
 export type ApplyOutcome = 'applied' | 'ignored' | 'future' | 'over-capacity' | 'too-many-zones' | 'address-conflict';
 
+/** Which charges Fleet.prefillAhead reads: those of the last `horizonMs`, at most `maxCharges` of the newest. */
+export interface PrefillAheadLimits {
+  readonly horizonMs: number;
+  readonly maxCharges: number;
+}
+
+/** Fleet.prefillAhead's answer, in an object the caller reuses. */
+export interface PrefillAhead {
+  ms: number;
+  tokens: number;
+}
+
 /**
  * The event-sourced view of the model-server pools (docs/events.md, "The view"). Pure: it reads no clock; every
  * call that depends on time is handed `now` or `receivedAt`. A pod is identified by (pool, zone,
@@ -332,21 +344,30 @@ export class Fleet {
   }
 
   /**
-   * The endpoint's charges made in the last `windowMs` that no sample has seen yet, each weighted
-   * by how much of the window is still ahead of it (1 for one made now, 0 for one made `windowMs`
-   * ago): the share of their work still in progress when each takes about `windowMs`.
+   * The prefill work still ahead at the endpoint from the requests charged to it in the last
+   * `horizonMs` (at most `maxCharges` of the newest): each brings its `prefillTokens`, and the
+   * endpoint works them off one after the other at `msPerToken` from the moment each was charged —
+   * a FIFO server, whose last finish is the latest `t_i + Σ_{j ≥ i} work_j` over the charges (read
+   * newest first, so no state is kept between calls). Returns the ms left of it at `now` (0 when
+   * it is done); `out.tokens` the tokens those ms are.
    */
-  recentPicks(endpoint: Endpoint, now: number, windowMs: number): number {
+  prefillAhead(endpoint: Endpoint, now: number, limits: PrefillAheadLimits, msPerToken: number, out: PrefillAhead): number {
     const record = endpoint as EndpointRecord;
-    let load = 0;
-    if (windowMs <= 0 || record.unsampled === 0) return 0;
-    const stop = record.firstUnsampled?.prevCharge;
-    for (let c = record.lastCharge; c !== undefined && c !== stop; c = c.prevCharge) {
-      const age = now - c.chargedAt;
-      if (age >= windowMs) break;
-      load += 1 - Math.max(0, age) / windowMs;
+    let work = 0;
+    let finish = Number.NEGATIVE_INFINITY;
+    let seen = 0;
+    const since = now - limits.horizonMs;
+    for (let c = record.lastCharge; c !== undefined && c.chargedAt >= since && seen < limits.maxCharges; c = c.prevCharge) {
+      seen++;
+      if (c.prefillTokens <= 0) continue;
+      work += c.prefillTokens * msPerToken;
+      const end = c.chargedAt + work;
+      if (end > finish) finish = end;
     }
-    return load;
+    const ms = finish > now ? finish - now : 0;
+    out.tokens = msPerToken > 0 ? ms / msPerToken : 0;
+    out.ms = ms;
+    return ms;
   }
 
   /** Takes a charge out of its endpoint's list, the in-flight and unsampled counts, and the bound heap. */

@@ -6,8 +6,9 @@ import { Charge, Fleet, snapshotPool, type Endpoint } from '@spillway/fleet';
 const T0 = 1_764_420_000_000;
 
 /** A request charged to `endpoint` at `at`. */
-function pick(fleet: Fleet, endpoint: Endpoint, at: number): Charge {
+function pick(fleet: Fleet, endpoint: Endpoint, at: number, prefillTokens = 0): Charge {
   const charge = new Charge();
+  charge.prefillTokens = prefillTokens;
   fleet.charge(charge, endpoint, at);
   return charge;
 }
@@ -468,14 +469,16 @@ describe("another EPP's picks, learnt later (shared state)", () => {
     fleet.apply(readiness('p'), T0);
     fleet.apply(metrics('p', { observedAt: T0 }), T0);
     const pod = fleet.get('llama', 'zone-a', 'p')!;
-    pick(fleet, pod, T0 + 30);
+    pick(fleet, pod, T0 + 30, 10);
     // Learnt after the local pick at T0+30 but made before it: placed before it.
-    pick(fleet, pod, T0 + 20);
-    pick(fleet, pod, T0 + 40);
+    pick(fleet, pod, T0 + 20, 10);
+    pick(fleet, pod, T0 + 40, 10);
     expect(pod.inFlight).toBe(3);
     expect(pod.unsampledPicks).toBe(3);
-    // Recent picks weigh by age: the deque stays sorted, so the window scan is right.
-    expect(fleet.recentPicks(pod, T0 + 40, 15)).toBeCloseTo(1 + 5 / 15, 6);
+    // The list stays in time order, so the backlog is worked off as the picks were made: 10 ms
+    // each at 1 ms per token, from T0+20 to T0+30, T0+30 to T0+40, T0+40 to T0+50.
+    const ahead = { ms: 0, tokens: 0 };
+    expect(fleet.prefillAhead(pod, T0 + 40, { horizonMs: 1000, maxCharges: 10 }, 1, ahead)).toBeCloseTo(10, 6);
     // A sample observed at T0+25 covers the pick made at T0+20 only.
     fleet.apply(metrics('p', { observedAt: T0 + 25, runningRequests: 1 }), T0 + 26);
     expect(pod.unsampledPicks).toBe(2);
@@ -569,17 +572,36 @@ describe('what event gaps need (picking v2)', () => {
     expect([a0.queuedSamples, a0.batchCapacity]).toEqual([0, 36]);
   });
 
-  it('weighs recent unsampled picks by the share of the window still ahead of them', () => {
+  it('works off the prefill of recent charges one after the other, from when each was charged', () => {
     const fleet = new Fleet();
     fleet.apply(readiness('a0'), T0);
     fleet.apply(metrics('a0', { observedAt: T0 }), T0);
     const a0 = fleet.get('llama', 'zone-a', 'a0')!;
-    pick(fleet, a0, T0 + 10);
-    pick(fleet, a0, T0 + 40);
-    expect(fleet.recentPicks(a0, T0 + 40, 20)).toBe(1);
-    expect(fleet.recentPicks(a0, T0 + 50, 20)).toBeCloseTo(0.5);
-    expect(fleet.recentPicks(a0, T0 + 50, 50)).toBeCloseTo(0.2 + 0.8);
-    expect(fleet.recentPicks(a0, T0 + 50, 0)).toBe(0);
+    const ahead = { ms: 0, tokens: 0 };
+    const limits = { horizonMs: 1000, maxCharges: 256 };
+    expect(fleet.prefillAhead(a0, T0, limits, 0.05, ahead)).toBe(0);
+    // 1,000 tokens at T0 + 10 (done at T0 + 60 at 0.05 ms per token), 2,000 at T0 + 40: it starts
+    // when the first is done, so it is done at T0 + 160.
+    pick(fleet, a0, T0 + 10, 1000);
+    pick(fleet, a0, T0 + 40, 2000);
+    expect(fleet.prefillAhead(a0, T0 + 40, limits, 0.05, ahead)).toBeCloseTo(120, 6);
+    expect(ahead.tokens).toBeCloseTo(2400, 6);
+    expect(fleet.prefillAhead(a0, T0 + 100, limits, 0.05, ahead)).toBeCloseTo(60, 6);
+    // An idle gap: a charge made after the earlier work is done starts at its own time.
+    pick(fleet, a0, T0 + 500, 100);
+    expect(fleet.prefillAhead(a0, T0 + 500, limits, 0.05, ahead)).toBeCloseTo(5, 6);
+    expect(fleet.prefillAhead(a0, T0 + 600, limits, 0.05, ahead)).toBe(0);
+    // A charge without prompt work (a cached prompt) adds nothing and hides nothing before it.
+    pick(fleet, a0, T0 + 601, 0);
+    pick(fleet, a0, T0 + 602, 0);
+    expect(fleet.prefillAhead(a0, T0 + 602, limits, 0.05, ahead)).toBe(0);
+    // The horizon and the count bound what is read: beyond them, the work is taken as done.
+    pick(fleet, a0, T0 + 700, 10_000);
+    expect(fleet.prefillAhead(a0, T0 + 701, limits, 0.05, ahead)).toBeCloseTo(499, 6);
+    expect(fleet.prefillAhead(a0, T0 + 701, { horizonMs: 0.5, maxCharges: 256 }, 0.05, ahead)).toBe(0);
+    pick(fleet, a0, T0 + 702, 0);
+    expect(fleet.prefillAhead(a0, T0 + 702, { horizonMs: 1000, maxCharges: 1 }, 0.05, ahead)).toBe(0);
+    expect(fleet.prefillAhead(a0, T0 + 702, { horizonMs: 1000, maxCharges: 2 }, 0.05, ahead)).toBeCloseTo(498, 6);
   });
 
   it('keeps the measured service rates of the latest sample', () => {

@@ -61,10 +61,16 @@ export const serviceRatesSchema = z.strictObject({
   requestsPerS: perSecond.default(10),
   /** Uncached prompt tokens it prefills per second (an 8B model on one H100 does about 25,000). */
   prefillTokensPerS: perSecond.default(20_000),
-  /** A typical request's prompt, in tokens, for work that picks since the last sample add. */
+  /** A typical request's prompt, in tokens: the prefill a pick adds to its endpoint's backlog when its own prompt is unknown. */
   promptTokens: z.number().finite().min(0).max(10_000_000).default(500),
   /** Time to load a LoRA adapter the endpoint does not hold. */
   loraLoadMs: ms.default(50),
+  /**
+   * One engine step of an idle endpoint (a decode of one request; vLLM's step overhead): the unit of
+   * batch fill. The prefill rate is for an endpoint stepping at this speed; one measured slower
+   * (its inter-token time, see `batch`) prefills slower by the same factor.
+   */
+  stepMs: z.number().finite().gt(0).max(60_000).default(7),
 });
 
 export const ratesConfigSchema = z.strictObject({
@@ -112,6 +118,48 @@ export const avoidablePrefillSchema = z.strictObject({
 });
 
 /**
+ * Batch fill and step slowdown (picking v3, docs/picking.md "Batch fill and step slowdown"). An
+ * endpoint's step takes its idle step × (1 + `runningSlowdown` × running ÷ `slots` + `kvSlowdown`
+ * × KV use): every running request adds its decode to each step, and a fuller cache means more
+ * context read per step; a request waits about half a step to be admitted and one step per chunk
+ * of its prompt (`stepTokens` less the running requests' decodes) to prefill. `slots` is also the
+ * batch size assumed for a pod not yet seen full (its learnt size caps its running requests and
+ * counts for its zone's use). The idle step is measured (the endpoint's inter-token time, divided
+ * by that slowdown), trusted in proportion to the decode tokens behind the reading up to
+ * `stepTrustTokens` (a quiet pod's few tokens say little), else `rates.*.stepMs`.
+ */
+export const batchConfigSchema = z.strictObject({
+  slots: z.number().int().min(1).max(1_000_000).default(256),
+  runningSlowdown: z.number().finite().min(0).max(100).default(1.5),
+  kvSlowdown: z.number().finite().min(0).max(100).default(2.75),
+  stepTokens: z.number().int().min(1).max(10_000_000).default(8192),
+  stepTrustTokens: z.number().finite().min(1).max(1e12).default(10_000),
+});
+
+/**
+ * The prefill backlog (docs/picking.md, "The prefill backlog"): the requests charged to an endpoint
+ * in the last `horizonMs` (at most `maxCharges` of them), this EPP's and its peers', each with its
+ * own uncached prompt, worked off one after the other at the endpoint's prefill rate. What is left
+ * of that work is wait for the next request.
+ */
+export const backlogConfigSchema = z.strictObject({
+  horizonMs: z.number().finite().min(0).max(600_000).default(2000),
+  maxCharges: z.number().int().min(0).max(100_000).default(256),
+});
+
+/**
+ * Displacement (docs/picking.md, "Displacement"): a request sent to another zone takes room that
+ * zone needs for its own traffic. An endpoint outside the EPP's zone costs `weight` × its step ×
+ * (the zone's use)^`exponent` more, where use is the share of the zone's batch slots its requests
+ * fill: nothing while the zone has headroom, and steeply more as its own demand fills it, so spill
+ * goes where there is room and does not push the receiving zone's own requests out.
+ */
+export const displacementConfigSchema = z.strictObject({
+  weight: z.number().finite().min(0).max(1000).default(2),
+  exponent: z.number().finite().min(0).max(64).default(4),
+});
+
+/**
  * A request's charge after its response has begun (docs/picking.md, "A request's charge"). Behind
  * the shipped Envoy config the EPP sees no completion, so a started request stays charged to the
  * endpoint that served it until a sample accounts for it or this bound passes: `slack` × (the
@@ -156,6 +204,9 @@ export const schedulerConfigSchema = z.strictObject({
   /** The price of leaving the zone: a request leaves only when that is expected to be faster by more than this plus the round trip. */
   zoneBiasMs: ms.default(8),
   avoidablePrefill: avoidablePrefillSchema.prefault({}),
+  batch: batchConfigSchema.prefault({}),
+  backlog: backlogConfigSchema.prefault({}),
+  displacement: displacementConfigSchema.prefault({}),
   /** A sheddable request (priority < 0) gets 429 when the lowest expected wait exceeds this. */
   shedAboveMs: ms.default(1000),
   network: networkConfigSchema.prefault({}),

@@ -1,38 +1,48 @@
-import type { Endpoint, MetricsSample } from '@spillway/fleet';
+import type { Endpoint, PrefillAhead } from '@spillway/fleet';
 import type { CandidateSet } from './candidates.js';
 import type { SchedulerConfig, ServiceRates } from './config.js';
 import { estimateLoad, isSuspect, type LoadEstimate } from './load.js';
 import type { CacheIndexSource } from './kv-lookup.js';
 import { TIER_LOCAL, type Tier, type ZoneNetwork } from './network.js';
 import { BAND, type EntryCost, type PricingContext, type PricingPolicy } from './pricing.js';
+import { slotsOf, stepSlowdown, ZoneFiguresCache, type ZoneFigures } from './zone-figures.js';
 
 const SUSPECT = BAND;
 const FULL = 2 * BAND;
 const EXCLUDED = 4 * BAND;
 
-/** A base key and what it was computed from: the sample, the releases since it, the model's rates, the tier. */
+/**
+ * A base key and what it was computed from: the sample (by its receive time: the fleet updates the
+ * sample object in place), the releases since it, the model's rates, the tier, the zone's figures.
+ */
 interface BaseKeyMemo {
-  metrics: MetricsSample;
+  sampledAt: number;
   released: number;
   rates: ServiceRates;
   tier: Tier;
+  zoneUse: number;
+  zoneSpeed: number;
   key: number;
 }
 
 /**
- * The cost policy (picking v2): every candidate priced in milliseconds of the request's expected
+ * The cost policy (picking v3): every candidate priced in milliseconds of the request's expected
  * time to first token there —
  *
- *   wait (queue ahead ÷ service rate, plus the prefills of requests picked just before)
- *   + prefill (uncached prompt tokens ÷ prefill rate; the precise block index says what is cached
- *     when the request has token ids and the pod KV data, else the approximate prefix index)
+ *   wait (the queue ahead: one step per waiting request, or its completion rate once the queue
+ *     persists; half a step to be admitted; what is left of the prefills of the requests charged
+ *     to it just before, each with its own prompt)
+ *   + prefill (uncached prompt tokens at the endpoint's prefill rate, plus one step per chunk: the
+ *     step is slower the fuller the batch and the KV cache; the precise block index says what is
+ *     cached when the request has token ids and the pod KV data, else the approximate prefix index)
  *   + LoRA adapter load when the endpoint lacks the adapter
  *   + round trip from the EPP's zone + zoneBiasMs outside it
+ *   + displacement outside it (the receiving zone's own demand for the room it takes)
  *   + uncertainty when the sample is stale.
  *
  * Rates come from the endpoint's own measurements (the metrics event's `rates`) and fall back to
  * per-model defaults. Endpoints that are suspect, full, or excluded (fail-open pass) are pushed
- * into bands behind every ordinary endpoint, in that order.
+ * into bands behind every ordinary endpoint, in that order. docs/picking.md explains every term.
  */
 export class CostPolicy implements PricingPolicy {
   readonly limitBand = FULL;
@@ -50,7 +60,17 @@ export class CostPolicy implements PricingPolicy {
     loraMs: 0,
     rttMs: 0,
     biasMs: 0,
+    displacementMs: 0,
     uncertaintyMs: 0,
+    stepMs: 0,
+    stepTrust: 0,
+    running: 0,
+    slots: 0,
+    kvUse: 0,
+    aheadMs: 0,
+    aheadTokens: 0,
+    prefillMsPerToken: 0,
+    zoneUse: 0,
     cachedTokens: 0,
     cacheIndex: 'approximate' as CacheIndexSource,
     stale: false,
@@ -63,12 +83,17 @@ export class CostPolicy implements PricingPolicy {
   /** Base keys by endpoint, with the inputs they were computed from (see baseKey). */
   private readonly memos = new Map<Endpoint, BaseKeyMemo>();
   private memoVersion = -1;
+  /** Zones' use and measured speed (zone-figures.ts). */
+  private readonly zones: ZoneFiguresCache;
+  /** Fleet.prefillAhead's answer for the endpoint priced last. */
+  private readonly ahead: PrefillAhead = { ms: 0, tokens: 0 };
 
   constructor(
     private readonly config: SchedulerConfig,
     private readonly network: ZoneNetwork,
     private readonly staleAfterMs: number,
   ) {
+    this.zones = new ZoneFiguresCache(config);
     this.defaults = config.rates.default;
     this.modelRates = this.defaults;
     this.batchWeight = config.avoidablePrefill.batchWeight;
@@ -94,7 +119,15 @@ export class CostPolicy implements PricingPolicy {
    */
   baseKey(ctx: PricingContext, endpoint: Endpoint, tier: Tier): number {
     const metrics = endpoint.metrics;
-    if (metrics === undefined || ctx.includeExcluded || endpoint.unsampledPicks !== 0 || ctx.now - metrics.receivedAt > this.staleAfterMs) {
+    if (
+      metrics === undefined ||
+      ctx.includeExcluded ||
+      endpoint.unsampledPicks !== 0 ||
+      ctx.now - metrics.receivedAt > this.staleAfterMs ||
+      // Prefill work still ahead moves the key with time (priced at 1 ms per token, slower than any
+      // real rate, so this errs towards pricing afresh).
+      ctx.prefillAhead(endpoint, 1, this.ahead) > 0
+    ) {
       return this.priceOne(ctx, endpoint, tier, false, false);
     }
     if (ctx.topologyVersion !== this.memoVersion) {
@@ -102,25 +135,32 @@ export class CostPolicy implements PricingPolicy {
       this.memoVersion = ctx.topologyVersion;
     }
     const rates = this.ratesFor(ctx.model);
+    const figures = this.zoneFigures(ctx, endpoint.zone, rates);
+    const zoneUse = figures.use;
+    const zoneSpeed = figures.speed;
     let memo = this.memos.get(endpoint);
     if (
       memo !== undefined &&
-      memo.metrics === metrics &&
+      memo.sampledAt === metrics.receivedAt &&
       memo.released === endpoint.releasedSinceSample &&
       memo.rates === rates &&
-      memo.tier === tier
+      memo.tier === tier &&
+      memo.zoneUse === zoneUse &&
+      memo.zoneSpeed === zoneSpeed
     ) {
       return memo.key;
     }
     const key = this.priceOne(ctx, endpoint, tier, false, false);
     if (memo === undefined) {
-      memo = { metrics, released: endpoint.releasedSinceSample, rates, tier, key };
+      memo = { sampledAt: metrics.receivedAt, released: endpoint.releasedSinceSample, rates, tier, zoneUse, zoneSpeed, key };
       this.memos.set(endpoint, memo);
     } else {
-      memo.metrics = metrics;
+      memo.sampledAt = metrics.receivedAt;
       memo.released = endpoint.releasedSinceSample;
       memo.rates = rates;
       memo.tier = tier;
+      memo.zoneUse = zoneUse;
+      memo.zoneSpeed = zoneSpeed;
       memo.key = key;
     }
     return key;
@@ -153,7 +193,17 @@ export class CostPolicy implements PricingPolicy {
       loraMs: round(parts.loraMs),
       rttMs: round(parts.rttMs),
       biasMs: round(parts.biasMs),
+      displacementMs: round(parts.displacementMs),
       uncertaintyMs: round(parts.uncertaintyMs),
+      stepMs: round(parts.stepMs),
+      stepTrust: round(parts.stepTrust),
+      running: round(parts.running),
+      slots: parts.slots,
+      kvUse: round(parts.kvUse),
+      aheadMs: round(parts.aheadMs),
+      aheadTokens: Math.round(parts.aheadTokens),
+      prefillMsPerToken: Math.round(parts.prefillMsPerToken * 1e5) / 1e5,
+      zoneUse: round(parts.zoneUse),
       cachedTokens: parts.cachedTokens,
       cacheIndex: parts.cacheIndex,
       stale: parts.stale,
@@ -164,43 +214,48 @@ export class CostPolicy implements PricingPolicy {
   }
 
   /**
-   * The key of one endpoint; with `forRequest` false, only its request-independent part. Its
-   * expected wait is left in `waitMs`, and with `explain` every component in `parts`. This runs
-   * for every candidate of every pick, so it reads each input once and skips work that cannot
-   * change the key (a fresh sample has no uncertainty and is never suspect; the home zone has no
-   * round trip); the sum is taken in one fixed order so equal inputs give equal keys.
+   * The key of one endpoint; with `forRequest` false, only its request-independent part (an empty
+   * prompt's). Its expected wait is left in `waitMs`, and with `explain` every component in
+   * `parts`. This runs for every candidate of every pick, so it reads each input once and skips
+   * work that cannot change the key (a fresh sample has no uncertainty and is never suspect; the
+   * home zone has no round trip and no displacement); the sum is taken in one fixed order so equal
+   * inputs give equal keys.
    */
   private priceOne(ctx: PricingContext, endpoint: Endpoint, tier: Tier, forRequest: boolean, explain: boolean): number {
     const rates = this.ratesFor(ctx.model);
     const load = estimateLoad(endpoint, ctx.now, this.load);
     const metrics = endpoint.metrics;
     const measured = metrics?.rates;
-    const prefillTokensPerS = rates.prefillTokensPerS;
+    const batch = this.config.batch;
 
-    // Requests this EPP picked just before this one may still be prefilling when it arrives: what is
-    // left of their prefills shares the steps ahead of its own (each takes about a typical time to
-    // first token, so a pick made that long ago no longer counts).
-    let typicalPrompt = rates.promptTokens;
-    let typicalPrefillMs: number;
-    let recentMs: number;
+    // Batch fill: the requests running there now (the sample's, plus picks it cannot have seen,
+    // minus those seen finishing since), against its slots, and its KV use.
+    const slots = slotsOf(endpoint, batch.slots);
+    const sampledRunning = metrics?.runningRequests ?? 0;
+    const running = Math.min(slots, Math.max(0, sampledRunning + endpoint.unsampledPicks - endpoint.releasedSinceSample));
+    const kvUse = load.kvCacheUsage;
+    // The idle step: the configured one at the speed its zone's pods are measured to step, as far
+    // as the decode tokens behind that reading can be trusted (zone-figures.ts).
+    const figures = this.zoneFigures(ctx, endpoint.zone, rates);
+    const stepTrust = figures.trust;
+    const idleStepMs = rates.stepMs * (stepTrust * figures.speed + (1 - stepTrust));
+    const stepMs = idleStepMs * stepSlowdown(batch, running, kvUse);
+    // Prefill runs at the configured rate on an endpoint stepping at the configured speed; one that
+    // steps slower (a slower GPU, a bigger model than configured) prefills slower by as much.
+    const msPerToken = (1000 / rates.prefillTokensPerS) * (idleStepMs / rates.stepMs);
+
     // Waiting requests of a backlogged endpoint wait for others to finish: the queue drains at its
     // measured completion rate (floored, so one slow window does not look unbounded). Otherwise
-    // they only wait for the next step to admit them: one step each at most (its inter-token time).
+    // they only wait for the next step to admit them: one step each at most.
     let requestsPerS = rates.requestsPerS;
-    let perWaitingMs: number;
-    if (measured === undefined) {
-      typicalPrefillMs = (typicalPrompt * 1000) / prefillTokensPerS;
-      recentMs = 2 * typicalPrefillMs;
-      perWaitingMs = load.backlogged ? 1000 / requestsPerS : typicalPrefillMs;
-    } else {
-      if (measured.requestsPerS > 0 && measured.promptTokensPerS > 0) typicalPrompt = measured.promptTokensPerS / measured.requestsPerS;
-      typicalPrefillMs = (typicalPrompt * (1 - (measured.prefixHitRate ?? 0)) * 1000) / prefillTokensPerS;
-      recentMs = measured.ttftMs ?? 2 * typicalPrefillMs;
-      if (load.backlogged && measured.requestsPerS > 0) requestsPerS = Math.max(measured.requestsPerS, rates.requestsPerS / 4);
-      perWaitingMs = load.backlogged ? 1000 / requestsPerS : (measured.itlMs ?? typicalPrefillMs);
+    if (load.backlogged && measured !== undefined && measured.requestsPerS > 0) {
+      requestsPerS = Math.max(measured.requestsPerS, rates.requestsPerS / 4);
     }
-    const recentPicks = endpoint.unsampledPicks === 0 ? 0 : ctx.recentPicks(endpoint, recentMs);
-    const waitMs = load.waiting * perWaitingMs + recentPicks * typicalPrefillMs;
+    const perWaitingMs = load.backlogged ? 1000 / requestsPerS : stepMs;
+    // What is left of the prefills of the requests charged there just before (this EPP's and its
+    // peers', each with its own uncached prompt), and half a step to be admitted.
+    const aheadMs = ctx.prefillAhead(endpoint, msPerToken, this.ahead);
+    const waitMs = load.waiting * perWaitingMs + 0.5 * stepMs + aheadMs;
 
     const stale = load.ageMs > this.staleAfterMs;
     let uncertaintyMs = 0;
@@ -214,11 +269,23 @@ export class CostPolicy implements PricingPolicy {
     const full = (load.waiting > 0 && load.kvCacheUsage >= limits.kvCacheUsage) || load.waiting >= limits.waitingRequests;
     const excluded = ctx.includeExcluded && ctx.isExcluded(endpoint);
     const local = tier === TIER_LOCAL;
-    const rttMs = local ? 0 : this.network.rttMs(ctx.pool, endpoint.zone, ctx.topologyVersion);
-    const biasMs = local ? 0 : this.config.zoneBiasMs;
+    let rttMs = 0;
+    let biasMs = 0;
+    let zoneUse = 0;
+    let displacementMs = 0;
+    if (!local) {
+      rttMs = this.network.rttMs(ctx.pool, endpoint.zone, ctx.topologyVersion);
+      biasMs = this.config.zoneBiasMs;
+      const displacement = this.config.displacement;
+      if (displacement.weight > 0) {
+        zoneUse = figures.use;
+        displacementMs = displacement.weight * stepMs * Math.pow(Math.min(zoneUse, MAX_ZONE_USE), displacement.exponent);
+      }
+    }
 
     let cachedTokens = 0;
-    let prefillMs = 0;
+    let uncached = 0;
+    let avoidableWork = 0;
     let loraMs = 0;
     if (forRequest) {
       cachedTokens = ctx.cachedTokens(endpoint);
@@ -226,13 +293,16 @@ export class CostPolicy implements PricingPolicy {
       // again also stalls the endpoint's running requests and delays every request queued behind
       // it, so under load they cost more than this request's own wait (and a miss also evicts
       // someone else's cached prefix). Tokens no candidate has cached cost the same anywhere.
-      const uncached = ctx.promptTokens - cachedTokens;
+      uncached = Math.max(0, ctx.promptTokens - cachedTokens);
       const avoidable = Math.max(0, ctx.bestCachedTokens - cachedTokens);
-      const running = metrics?.runningRequests ?? 0;
-      const externality = this.batchWeight * running + this.queueWeight * load.waiting;
-      prefillMs = ((uncached + avoidable * externality) * 1000) / prefillTokensPerS;
+      avoidableWork = avoidable * (this.batchWeight * sampledRunning + this.queueWeight * load.waiting);
       if (ctx.modelIsAdapter) loraMs = this.loraCost(endpoint, ctx.model, rates, requestsPerS);
     }
+    // The prompt is cut into chunks of what a step has left beside the running requests' decodes,
+    // each chunk one step of the batch (one at least: a cached prompt still computes its last block).
+    const chunkTokens = Math.max(1, batch.stepTokens - running);
+    const chunks = Math.max(1, Math.ceil(uncached / chunkTokens));
+    const prefillMs = (uncached + avoidableWork) * msPerToken + chunks * stepMs;
     this.waitMs = waitMs;
     if (explain) {
       const parts = this.parts;
@@ -241,7 +311,17 @@ export class CostPolicy implements PricingPolicy {
       parts.loraMs = loraMs;
       parts.rttMs = rttMs;
       parts.biasMs = biasMs;
+      parts.displacementMs = displacementMs;
       parts.uncertaintyMs = uncertaintyMs;
+      parts.stepMs = stepMs;
+      parts.stepTrust = stepTrust;
+      parts.running = running;
+      parts.slots = slots;
+      parts.kvUse = kvUse;
+      parts.aheadMs = aheadMs;
+      parts.aheadTokens = this.ahead.tokens;
+      parts.prefillMsPerToken = msPerToken;
+      parts.zoneUse = zoneUse;
       parts.cachedTokens = cachedTokens;
       parts.cacheIndex = 'approximate';
       parts.stale = stale;
@@ -250,7 +330,11 @@ export class CostPolicy implements PricingPolicy {
       parts.excluded = excluded;
     }
     const band = (suspect ? SUSPECT : 0) + (full ? FULL : 0) + (excluded ? EXCLUDED : 0);
-    return band + waitMs + prefillMs + loraMs + rttMs + biasMs + uncertaintyMs;
+    return band + waitMs + prefillMs + loraMs + rttMs + biasMs + displacementMs + uncertaintyMs;
+  }
+
+  private zoneFigures(ctx: PricingContext, zone: string, rates: ServiceRates): ZoneFigures {
+    return this.zones.of(ctx.pool, zone, rates, ctx);
   }
 
   /**
@@ -276,6 +360,9 @@ export class CostPolicy implements PricingPolicy {
     return this.modelRates;
   }
 }
+
+/** A zone over-full by more than this prices as this full (the displacement term stays bounded). */
+const MAX_ZONE_USE = 2;
 
 function round(ms: number): number {
   return Math.round(ms * 100) / 100;

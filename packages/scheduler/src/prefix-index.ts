@@ -116,6 +116,22 @@ export class PrefixIndex {
     return lo;
   }
 
+  /**
+   * Leading blocks of this chain the endpoint holds, without preparing it as the pick's prompt (a
+   * peer's pick, before it is learnt). Holding a block implies holding the blocks before it, so a
+   * binary search.
+   */
+  heldPrefix(endpoint: Endpoint, hashes: ArrayLike<number>, count: number): number {
+    let lo = 0;
+    let hi = count;
+    while (lo < hi) {
+      const mid = (lo + hi + 1) >> 1;
+      if (this.holders.get(hashes[mid - 1] as number)?.has(endpoint) === true) lo = mid;
+      else hi = mid - 1;
+    }
+    return lo;
+  }
+
   /** Records that `endpoint` now caches these blocks; evicts its least recently used beyond `capacity`. */
   insert(endpoint: Endpoint, hashes: ArrayLike<number>, count: number, capacity: number): void {
     if (count === 0) return;

@@ -1,4 +1,4 @@
-import type { Endpoint, PoolView } from '@spillway/fleet';
+import type { Endpoint, PoolView, PrefillAhead } from '@spillway/fleet';
 import type { CandidateSet } from './candidates.js';
 import type { CacheIndexSource } from './kv-lookup.js';
 import type { Tier } from './network.js';
@@ -29,8 +29,11 @@ export interface PricingContext {
   cachedTokens(endpoint: Endpoint): number;
   /** Which index cachedTokens() answers from for this endpoint (for explain; not on the pricing path). */
   cacheSource(endpoint: Endpoint): CacheIndexSource;
-  /** This EPP's unsampled picks of `endpoint` in the last `windowMs`, weighted by the share of the window still ahead of each. */
-  recentPicks(endpoint: Endpoint, windowMs: number): number;
+  /**
+   * What is left at `now` of the prefills of the requests charged to `endpoint` just before (this
+   * EPP's and its peers', config `backlog`), worked off at `msPerToken`: ms returned, and in `out`.
+   */
+  prefillAhead(endpoint: Endpoint, msPerToken: number, out: PrefillAhead): number;
   /** The fail-open pass: penalised or silent endpoints are candidates and must rank last. */
   includeExcluded: boolean;
   isExcluded(endpoint: Endpoint): boolean;
@@ -46,8 +49,24 @@ export interface EntryCost {
   readonly loraMs: number;
   readonly rttMs: number;
   readonly biasMs: number;
+  /** Outside the EPP's zone: the receiving zone's own demand for the room the request takes (config `displacement`). */
+  readonly displacementMs: number;
   /** How much the wait estimate may be off because the latest sample is stale. */
   readonly uncertaintyMs: number;
+  /** The endpoint's step now (batch fill and KV use applied), and how far its measured step is trusted (0–1; config `batch`). */
+  readonly stepMs: number;
+  readonly stepTrust: number;
+  /** Requests running there now (the sample's, plus picks since, minus completions seen), of its batch slots, and its KV use. */
+  readonly running: number;
+  readonly slots: number;
+  readonly kvUse: number;
+  /** The prefill backlog: what is left of the prefills of the requests charged just before (part of the wait), in ms and tokens. */
+  readonly aheadMs: number;
+  readonly aheadTokens: number;
+  /** The endpoint's prefill time per uncached token (the configured rate, scaled by its step speed). */
+  readonly prefillMsPerToken: number;
+  /** Outside the EPP's zone: the share of the zone's batch slots filled (what displacement is priced from); 0 at home. */
+  readonly zoneUse: number;
   /** Prompt tokens the prefix index believes the endpoint caches. */
   readonly cachedTokens: number;
   /** The index that said so: `precise` (the servers' KV events) or `approximate` (this EPP's picks). */

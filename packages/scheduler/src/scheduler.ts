@@ -1,5 +1,5 @@
 import { parseEndpointAddress, type KvBatch, type KvSnapshotEvent } from '@spillway/events';
-import type { ChargeEnd, Endpoint, Fleet, PoolView } from '@spillway/fleet';
+import type { ChargeEnd, Endpoint, Fleet, PoolView, PrefillAhead } from '@spillway/fleet';
 import { CandidateSet, type CollectOptions } from './candidates.js';
 import { chargeBoundMs, usableMaxTokens } from './charge-bound.js';
 import { schedulerConfigSchema, type SchedulerConfig, type SchedulerConfigInput } from './config.js';
@@ -209,7 +209,8 @@ export class Scheduler {
       prefixMatch: (endpoint: Endpoint) => index.matchOf(endpoint),
       cachedTokens: (endpoint: Endpoint) => lookup.cachedTokens(endpoint),
       cacheSource: (endpoint: Endpoint) => lookup.sourceOf(endpoint),
-      recentPicks: (endpoint: Endpoint, windowMs: number) => this.fleet.recentPicks(endpoint, this.ctx.now, windowMs),
+      prefillAhead: (endpoint: Endpoint, msPerToken: number, out: PrefillAhead) =>
+        this.fleet.prefillAhead(endpoint, this.ctx.now, this.config.backlog, msPerToken, out),
       includeExcluded: false,
       isExcluded: this.excludedNow,
     };
@@ -234,6 +235,7 @@ export class Scheduler {
         // A peer's started request is bounded as this EPP bounds its own (its model's rates are the defaults').
         boundMs: (endpoint, promptTokens, maxTokens) =>
           chargeBoundMs(this.config.charges, endpoint, this.config.rates.default.prefillTokensPerS, promptTokens, maxTokens),
+        blockTokens: () => this.config.prefix.blockTokens,
       },
       options.shared,
     );
@@ -461,9 +463,19 @@ export class Scheduler {
     const record = this.decide(facts, 'routed', rule, entries, overloaded);
     record.model = request.model;
     record.promptTokens = promptTokens;
+    // The work it puts ahead of the next requests there (the prefill backlog): what the primary does
+    // not cache of its prompt, or a typical prompt (`rates.*.promptTokens`) when it has none we can read.
+    record.prefillTokens =
+      promptTokens > 0 ? Math.max(0, promptTokens - this.ctx.cachedTokens(primary.endpoint)) : this.typicalPromptTokens(request.model);
     record.maxTokens = usableMaxTokens(request.maxTokens);
     record.hold = hold;
     return record;
+  }
+
+  /** A typical prompt of the model (config `rates`; the model is the client's word, so only a configured model's own). */
+  private typicalPromptTokens(model: string): number {
+    const rates = this.config.rates;
+    return (Object.hasOwn(rates.models, model) ? rates.models[model]?.promptTokens : undefined) ?? rates.default.promptTokens;
   }
 
   /** This pick's keys and waits as the hold rule reads them (one object, refreshed per pick). */

@@ -83,6 +83,8 @@ export interface SharedStateParts {
   readonly onPenalty: () => void;
   /** How long a started request may stay charged to `endpoint` (charge-bound.ts, at this EPP's rates and cap). */
   readonly boundMs: (endpoint: Endpoint, promptTokens: number, maxTokens: number | undefined) => number;
+  /** Tokens per hashed block (the scheduler's `prefix.blockTokens`): a peer's pick's prefill estimate. */
+  readonly blockTokens: () => number;
 }
 
 /** Receives this EPP's entries, in order, as the scheduler makes them (the EPP's publisher buffers and batches them). */
@@ -145,6 +147,8 @@ const REMOTE_CHARGE_BYTES = CHARGE_BYTES + 64;
 class RemoteCharge extends Charge {
   /** Forgotten then unless started (a request whose start never came: lost, or it never started). */
   expiresAt: number;
+  /** Prompt tokens its endpoint held of it when it was picked (its leading hashed blocks there). */
+  cachedTokens = 0;
 
   constructor(
     private readonly peer: Peer,
@@ -234,6 +238,7 @@ export class SharedState {
   private readonly learn: SharedStateParts['learn'];
   private readonly onPenalty: () => void;
   private readonly boundMs: SharedStateParts['boundMs'];
+  private readonly blockTokensOf: () => number;
 
   constructor(parts: SharedStateParts, options: SharedStateOptions = {}) {
     this.fleet = parts.fleet;
@@ -243,6 +248,7 @@ export class SharedState {
     this.learn = parts.learn;
     this.onPenalty = parts.onPenalty;
     this.boundMs = parts.boundMs;
+    this.blockTokensOf = parts.blockTokens;
     this.outbox = options.outbox;
     this.remoteEntryTtlMs = options.remoteEntryTtlMs ?? SHARED_STATE_DEFAULTS.remoteEntryTtlMs;
     this.peerTimeoutMs = options.peerTimeoutMs ?? SHARED_STATE_DEFAULTS.peerTimeoutMs;
@@ -393,6 +399,13 @@ export class SharedState {
             break;
           }
           const charge = new RemoteCharge(peer, entry[1], receivedAt + maxAge);
+          // Its prefill, for the backlog: the hashed blocks the endpoint did not hold before it
+          // (its start, which says the whole prompt's length, corrects that below).
+          const blocks = entry[5];
+          const blockTokens = this.blockTokensOf();
+          const held = this.index.heldPrefix(endpoint, blocks, blocks.length);
+          charge.cachedTokens = held * blockTokens;
+          charge.prefillTokens = (blocks.length - held) * blockTokens;
           if (!this.fleet.charge(charge, endpoint, local(entry[4]))) {
             ignored++;
             break;
@@ -424,6 +437,9 @@ export class SharedState {
           }
           // No longer the peer's to keep alive by TTL: started, it ends like this EPP's own.
           held.expiresAt = Number.POSITIVE_INFINITY;
+          // Its whole prompt's length: the prefill it brings is that less what the endpoint held
+          // (the hashed blocks stop at prefix.maxBlocks; a long document is longer).
+          if (entry[3] > 0) held.prefillTokens = Math.max(0, entry[3] - held.cachedTokens);
           const startedAt = local(entry[2]);
           this.fleet.startCharge(held, startedAt, startedAt + this.boundMs(endpoint, entry[3], entry[4] === 0 ? undefined : entry[4]));
           break;

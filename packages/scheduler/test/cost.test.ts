@@ -297,12 +297,16 @@ describe('cost policy: the decision explains itself', () => {
     const d = scheduler.pick({ model: 'llama', prompt: prompt(4000) }, T0);
     for (const entry of d.entries) {
       const cost = entry.cost as EntryCost;
-      const sum = cost.waitMs + cost.prefillMs + cost.loraMs + cost.rttMs + cost.biasMs + cost.uncertaintyMs;
+      const sum = cost.waitMs + cost.prefillMs + cost.loraMs + cost.rttMs + cost.biasMs + cost.displacementMs + cost.uncertaintyMs;
       expect(Math.abs(sum - cost.totalMs)).toBeLessThan(0.05);
-      expect(cost.prefillMs).toBeCloseTo(50, 0); // 1,000 tokens at 20,000 tokens/s
+      // 1,000 tokens at 20,000 tokens/s, in one step (at the default 7 ms, slowed by KV use 0.1).
+      expect(cost.prefillMs).toBeCloseTo(50 + cost.stepMs, 1);
+      expect(cost.stepMs).toBeCloseTo(7 * (1 + 2.75 * 0.1), 1);
+      expect(cost.prefillMsPerToken).toBeCloseTo(0.05, 4);
     }
     const local = d.entries.find((e) => e.zone === 'a')?.cost as EntryCost;
-    expect(local.waitMs).toBe(500);
+    // Five waiting requests drain at 10 requests/s; then half a step to be admitted.
+    expect(local.waitMs).toBeCloseTo(500 + local.stepMs / 2, 1);
     expect(local.rttMs).toBe(0);
     expect(local.biasMs).toBe(0);
   });
@@ -315,12 +319,21 @@ describe('cost policy: what a queue is', () => {
     const transient = threeZones().map((p) => (p.zone === 'a' ? { ...p, waiting: 1, backlogged: false, rates } : p));
     const d = new Scheduler({ fleet: buildFleet(transient), pool: POOL, zone: 'a', region: 'r1' }).pick({ model: 'llama' }, T0);
     expect(d.rule).toBe('local');
-    expect((d.entries[0]?.cost as EntryCost).waitMs).toBe(2);
+    const transientCost = d.entries[0]?.cost as EntryCost;
+    // One step for the waiting request, half a step to be admitted; the step is measured rather than
+    // the configured 7 ms: 2 ms between tokens at KV use 0.1 and the window's 8 running (4,000 decode
+    // tokens/s × 2 ms), less the quarter of the window its 5,000 prompt tokens/s took at 20,000/s.
+    // Zone a's three pods' 24,000 decode tokens are trusted fully.
+    expect(transientCost.waitMs).toBeCloseTo(1.5 * transientCost.stepMs, 1);
+    expect(transientCost.stepTrust).toBe(1);
+    const raw = 2 / (1 + (1.5 * 8) / 256 + 0.275) / 7;
+    expect(transientCost.stepMs).toBeCloseTo((raw / (1 + 0.25 * raw)) * 7 * 1.275, 1);
     // The same queue over two samples is a backlog: it drains at 20 requests/s, 50 ms each.
     const backlog = threeZones().map((p) => (p.zone === 'a' ? { ...p, waiting: 1, rates } : p));
     const spilled = new Scheduler({ fleet: buildFleet(backlog), pool: POOL, zone: 'a', region: 'r1' }).pick({ model: 'llama' }, T0);
     expect(spilled.rule).toBe('spill');
-    expect((spilled.entries.find((e) => e.zone === 'a')?.cost as EntryCost).waitMs).toBe(50);
+    const backlogCost = spilled.entries.find((e) => e.zone === 'a')?.cost as EntryCost;
+    expect(backlogCost.waitMs).toBeCloseTo(50 + backlogCost.stepMs / 2, 1);
   });
 
   it('a full batch makes the next request wait even when the latest sample shows no queue', () => {
@@ -355,12 +368,18 @@ describe('cost policy: what a queue is', () => {
     const d = scheduler.pick({ model: 'llama' }, T0);
     scheduler.commit(d, T0);
     const other = pods.find((p) => p.pod !== d.entries[0]?.endpoint.pod)?.pod;
-    // Right after, the other pod is cheaper; a typical prefill (500 tokens at 20,000/s = 25 ms) later, they tie again.
+    // Right after, the other pod is cheaper: the pick's prefill is ahead of the next request there.
+    // Without a prompt it counts as a typical one (500 tokens at 20,000/s = 25 ms), 1 ms of it done.
     expect(scheduler.pick({ model: 'llama' }, T0 + 1).entries[0]?.endpoint.pod).toBe(other);
     const picked = scheduler.pick({ model: 'llama' }, T0 + 1).entries.find((e) => e.endpoint.pod === d.entries[0]?.endpoint.pod);
-    expect((picked?.cost as EntryCost).waitMs).toBeCloseTo(25 * (1 - 1 / 50), 1);
-    const later = scheduler.pick({ model: 'llama' }, T0 + 60).entries.map((e) => (e.cost as EntryCost).waitMs);
-    expect(later).toEqual([0, 0]);
+    const pickedCost = picked?.cost as EntryCost;
+    expect(pickedCost.aheadMs).toBeCloseTo(24, 1);
+    expect(pickedCost.aheadTokens).toBe(480);
+    expect(pickedCost.waitMs).toBeCloseTo(24 + pickedCost.stepMs / 2, 1);
+    // Once that prefill is done, only the pick's place in the batch remains (a slightly slower step).
+    const later = scheduler.pick({ model: 'llama' }, T0 + 60).entries.map((e) => e.cost as EntryCost);
+    expect(later.map((c) => c.aheadMs)).toEqual([0, 0]);
+    expect(Math.abs((later[0]?.waitMs ?? 0) - (later[1]?.waitMs ?? 0))).toBeLessThan(0.1);
   });
 });
 
@@ -403,7 +422,45 @@ describe('cost policy: avoidable prefill', () => {
       { pod: 'y', zone: 'a', address: '10.0.0.2:8000', running: 0 },
     ];
     const d = new Scheduler({ fleet: buildFleet(pods), pool: POOL, zone: 'a' }).pick({ model: 'llama', prompt: prompt(4000) }, T0);
-    const costs = d.entries.map((e) => (e.cost as EntryCost).prefillMs);
-    expect(costs[0]).toBe(costs[1]);
+    // The same prompt work on both (the busy one's step, in which it runs, is slower: batch fill, not avoidable prefill).
+    const work = d.entries.map((e) => (e.cost as EntryCost).prefillMs - (e.cost as EntryCost).stepMs);
+    expect(work[0]).toBeCloseTo(work[1] as number, 1);
+  });
+});
+
+describe('cost policy: displacement', () => {
+  // Zone a is backlogged; zones b and c are one same-region hop away. b's pods are nearly full
+  // (230 of 256 slots each), c's half full but each with a request waiting for the next step.
+  const pods: PodSpec[] = [
+    { pod: 'a0', zone: 'a', address: '10.0.0.1:8000', waiting: 8 },
+    { pod: 'b0', zone: 'b', address: '10.0.1.1:8000', running: 230 },
+    { pod: 'b1', zone: 'b', address: '10.0.1.2:8000', running: 230 },
+    { pod: 'c0', zone: 'c', address: '10.0.2.1:8000', running: 128, waiting: 1, backlogged: false },
+    { pod: 'c1', zone: 'c', address: '10.0.2.2:8000', running: 128, waiting: 1, backlogged: false },
+  ];
+  const network = { rttMs: { a: { b: 1, c: 1 }, b: { c: 1 } } };
+
+  it("sends spill where there is room after that zone's own demand, not into the zone it would push out", () => {
+    const d = new Scheduler({ fleet: buildFleet(pods), pool: POOL, zone: 'a', config: { network } }).pick({ model: 'llama' }, T0);
+    expect(d.rule).toBe('spill');
+    expect(d.entries[0]?.zone).toBe('c');
+    const b = d.entries.find((e) => e.zone === 'b')?.cost as EntryCost | undefined;
+    const c = d.entries.find((e) => e.zone === 'c')?.cost as EntryCost;
+    expect(c.zoneUse).toBeCloseTo((2 * 129) / 512, 2);
+    expect(c.displacementMs).toBeCloseTo(2 * c.stepMs * ((2 * 129) / 512) ** 4, 1);
+    if (b !== undefined) expect(b.displacementMs).toBeGreaterThan(c.displacementMs);
+    // Without displacement the fuller zone is cheaper for this request alone (no queue there).
+    const bare = new Scheduler({ fleet: buildFleet(pods), pool: POOL, zone: 'a', config: { network, displacement: { weight: 0 } } }).pick(
+      { model: 'llama' },
+      T0,
+    );
+    expect(bare.entries[0]?.zone).toBe('b');
+    expect((bare.entries[0]?.cost as EntryCost).displacementMs).toBe(0);
+  });
+
+  it('costs nothing at home', () => {
+    const d = new Scheduler({ fleet: buildFleet(pods), pool: POOL, zone: 'b', config: { network } }).pick({ model: 'llama' }, T0);
+    const home = d.entries.find((e) => e.zone === 'b')?.cost as EntryCost;
+    expect(home).toMatchObject({ displacementMs: 0, zoneUse: 0 });
   });
 });

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { Endpoint } from '@spillway/fleet';
-import { Scheduler, type SchedulerConfigInput } from '../src/index.js';
+import { Scheduler, type EntryCost, type SchedulerConfigInput } from '../src/index.js';
 import { buildFleet, POOL, T0, threeZones } from './fleet-fixture.js';
 
 /**
@@ -19,21 +19,27 @@ function setup(pods = threeZones(), config: SchedulerConfigInput = {}) {
   return { fleet, scheduler, pod };
 }
 
+/** An idle step of the fixture's pods: the default 7 ms, slowed by their KV use of 0.1 (× (1 + 2.75 × 0.1)). */
+const STEP = 7 * (1 + 2.75 * 0.1);
+/** Without a prompt an endpoint costs its queue, half a step to be admitted and one step of prefill. */
+const at = (queueMs: number): { waitMs: number; prefillMs: number } => ({ waitMs: queueMs + STEP / 2, prefillMs: STEP });
+
 describe('Scheduler.explain', () => {
   it('gives the request-independent cost components of each endpoint', () => {
     const { scheduler, pod } = setup();
-    expect(scheduler.explain(pod('a2'), T0)?.cost).toMatchObject({
-      waitMs: 200,
-      prefillMs: 0,
-      loraMs: 0,
-      rttMs: 0,
-      biasMs: 0,
-      totalMs: 200,
-      stale: false,
-      full: false,
-    });
-    expect(scheduler.explain(pod('b1'), T0)?.cost).toMatchObject({ waitMs: 100, rttMs: 1, biasMs: 8, totalMs: 109 });
-    expect(scheduler.explain(pod('c0'), T0)?.cost).toMatchObject({ waitMs: 0, rttMs: 30, biasMs: 8, totalMs: 38 });
+    const a2 = scheduler.explain(pod('a2'), T0)?.cost as EntryCost;
+    expect(a2).toMatchObject({ loraMs: 0, rttMs: 0, biasMs: 0, displacementMs: 0, stale: false, full: false, running: 0, slots: 256 });
+    expect(a2.waitMs).toBeCloseTo(at(200).waitMs, 1);
+    expect(a2.prefillMs).toBeCloseTo(at(200).prefillMs, 1);
+    expect(a2.totalMs).toBeCloseTo(200 + 1.5 * STEP, 1);
+    expect(a2.stepMs).toBeCloseTo(STEP, 1);
+    const b1 = scheduler.explain(pod('b1'), T0)?.cost as EntryCost;
+    expect(b1).toMatchObject({ rttMs: 1, biasMs: 8 });
+    expect(b1.waitMs).toBeCloseTo(at(100).waitMs, 1);
+    expect(b1.totalMs).toBeCloseTo(109 + 1.5 * STEP + b1.displacementMs, 1);
+    const c0 = scheduler.explain(pod('c0'), T0)?.cost as EntryCost;
+    expect(c0).toMatchObject({ rttMs: 30, biasMs: 8 });
+    expect(c0.totalMs).toBeCloseTo(38 + 1.5 * STEP + c0.displacementMs, 1);
   });
 
   it('marks stale samples and adds their uncertainty', () => {
@@ -57,7 +63,9 @@ describe('Scheduler.explain', () => {
 
   it('prices with the cost model under the weighted policy too', () => {
     const { scheduler, pod } = setup(threeZones(), { policy: 'weighted' });
-    expect(scheduler.explain(pod('a1'), T0)?.cost).toMatchObject({ waitMs: 100, totalMs: 100 });
+    const cost = scheduler.explain(pod('a1'), T0)?.cost as EntryCost;
+    expect(cost.waitMs).toBeCloseTo(at(100).waitMs, 1);
+    expect(cost.totalMs).toBeCloseTo(100 + 1.5 * STEP, 1);
   });
 
   it('changes nothing a pick sees', () => {

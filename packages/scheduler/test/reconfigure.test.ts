@@ -33,7 +33,8 @@ describe('Scheduler.reconfigure', () => {
     expect(fleet.get(POOL, primary.zone, primary.pod)?.inFlight).toBe(1);
     const blocks = s.prefixIndexBlocks;
     expect(blocks).toBeGreaterThan(0);
-    const other = s.pick({ model: 'llama' }, T0);
+    // Another request, pinned to c0 by its subset, served by c1 instead: c0 is penalised.
+    const other = s.pick({ model: 'llama', subset: ['10.0.2.1:8000'] }, T0);
     s.commit(other, T0);
     s.reportServed(other, '10.0.2.2:8000', T0);
     const penalised = other.entries[0]!.endpoint;
@@ -42,8 +43,8 @@ describe('Scheduler.reconfigure', () => {
     s.reconfigure({ zoneBiasMs: 20, penaltyMs: 1000 });
     expect(s.prefixIndexBlocks).toBe(blocks);
     expect(s.isPenalised(penalised, T0 + 1)).toBe(true);
-    // The prompt's holder still wins on its cached prefix.
-    const again = s.pick({ model: 'llama', prompt }, T0 + 1);
+    // The prompt's holder still wins on its cached prefix (once the first request's prefill there is done).
+    const again = s.pick({ model: 'llama', prompt }, T0 + 100);
     expect(again.entries[0]?.address).toBe(primary.address);
     // A decision made before the reload is released against the same accounting.
     s.release(first);

@@ -100,6 +100,34 @@ describe('another EPP of the zone', () => {
   });
 });
 
+describe("a peer's prefill, for the backlog", () => {
+  const limits = { horizonMs: 10_000, maxCharges: 16 };
+  it('is its hashed blocks the endpoint did not hold, then its whole prompt less those once it starts', () => {
+    const two = new Epp('epp-2', buildFleet(twoLocal));
+    const [a0] = pods(two.fleet, 'a0');
+    const ahead = { ms: 0, tokens: 0 };
+    // A first pick teaches a0 blocks 1..4 (64 tokens).
+    two.scheduler.shared.apply(
+      { v: 1, pool: POOL, zone: 'a', epp: 'epp-1', seq: 1, sentAt: T0, entries: [[1, 1, 'a', 'a0', T0, [1, 2, 3, 4]]] },
+      T0,
+    );
+    expect(two.fleet.prefillAhead(a0!, T0, limits, 1, ahead)).toBeCloseTo(64, 6);
+    // A second shares blocks 1..4 and adds 5..6: 32 tokens of new work behind the first 64.
+    two.scheduler.shared.apply(
+      { v: 1, pool: POOL, zone: 'a', epp: 'epp-1', seq: 2, sentAt: T0, entries: [[1, 2, 'a', 'a0', T0, [1, 2, 3, 4, 5, 6]]] },
+      T0,
+    );
+    expect(two.fleet.prefillAhead(a0!, T0, limits, 1, ahead)).toBeCloseTo(96, 6);
+    // Its start says its prompt has 5,000 tokens (its blocks stopped at the hashing limit): less the
+    // 64 a0 held, 4,936 of work.
+    two.scheduler.shared.apply({ v: 1, pool: POOL, zone: 'a', epp: 'epp-1', seq: 3, sentAt: T0, entries: [[5, 2, T0, 5000, 0]] }, T0);
+    expect(two.fleet.prefillAhead(a0!, T0, limits, 1, ahead)).toBeCloseTo(64 + 4936, 6);
+    // A start without a prompt length (0) keeps the estimate.
+    two.scheduler.shared.apply({ v: 1, pool: POOL, zone: 'a', epp: 'epp-1', seq: 4, sentAt: T0, entries: [[5, 1, T0, 0, 0]] }, T0);
+    expect(two.fleet.prefillAhead(a0!, T0, limits, 1, ahead)).toBeCloseTo(64 + 4936, 6);
+  });
+});
+
 describe('correctness under loss', () => {
   it('a pick whose release is lost loads its endpoint only until the next sample that postdates it', () => {
     const one = new Epp('epp-1', buildFleet(twoLocal));
@@ -111,7 +139,6 @@ describe('correctness under loss', () => {
     // EPP 1 dies: no release ever comes. The next sample of a0 covers the picks.
     sample(two.fleet, twoLocal[0] as PodSpec, T0 + 100);
     expect(a0?.unsampledPicks).toBe(0);
-    expect(two.fleet.recentPicks(a0!, T0 + 100, 1000)).toBe(0);
     // The in-flight entries go with the peer once it has been silent for the timeout.
     expect(two.scheduler.shared.expire(T0 + 1000)).toEqual({ expired: 0, peersForgotten: 0, peerEntriesForgotten: 0 });
     expect(two.scheduler.shared.expire(T0 + 5 + 5001)).toEqual({ expired: 0, peersForgotten: 1, peerEntriesForgotten: 4 });
@@ -219,15 +246,25 @@ describe('what a batch may say', () => {
   it("translates the origin's clock by the batch's send time: an hour of skew changes nothing", () => {
     const two = new Epp('epp-2', buildFleet(twoLocal));
     const skew = 3_600_000;
-    // Picked 30 ms before the batch left, on a clock an hour ahead; received at T0 + 100.
+    // Picked 30 ms before the batch left, on a clock an hour ahead; received at T0 + 100. Its four
+    // prompt blocks (64 tokens) are prefill a0 must do.
     two.scheduler.shared.apply(
-      { v: 1, pool: POOL, zone: 'a', epp: 'epp-1', seq: 1, sentAt: T0 + 90 + skew, entries: [[1, 1, 'a', 'a0', T0 + 60 + skew, []]] },
+      {
+        v: 1,
+        pool: POOL,
+        zone: 'a',
+        epp: 'epp-1',
+        seq: 1,
+        sentAt: T0 + 90 + skew,
+        entries: [[1, 1, 'a', 'a0', T0 + 60 + skew, [1, 2, 3, 4]]],
+      },
       T0 + 100,
     );
     const [a0] = pods(two.fleet, 'a0');
-    // Taken as made at T0 + 70: unsampled, and weighted by that age.
+    // Taken as made at T0 + 70: unsampled, and its prefill (64 ms at 1 ms per token) worked off from then.
     expect(a0?.unsampledPicks).toBe(1);
-    expect(two.fleet.recentPicks(a0!, T0 + 100, 60)).toBeCloseTo(0.5, 6);
+    const ahead = { ms: 0, tokens: 0 };
+    expect(two.fleet.prefillAhead(a0!, T0 + 100, { horizonMs: 1000, maxCharges: 16 }, 1, ahead)).toBeCloseTo(34, 6);
     // A penalty of 5 s from send time lasts 5 s from receipt; a longer one is cut to this EPP's own penaltyMs (5 s).
     two.scheduler.shared.apply(
       {

@@ -165,18 +165,42 @@ describe('in-flight accounting and passive health', () => {
 });
 
 describe('anti-herding', () => {
-  it('spreads 100 picks between two samples over 4 equal endpoints', () => {
-    const fleet = buildFleet(fourEqual);
-    const scheduler = new Scheduler({ fleet, pool: POOL, zone: 'a', seed: 11 });
+  /** 100 picks 1 ms apart between two samples, committed: how many each endpoint got. */
+  function hundredPicks(scheduler: Scheduler, promptOf: (i: number) => string, from = T0): Map<string, number> {
     const counts = new Map<string, number>();
     for (let i = 0; i < 100; i++) {
-      const decision = scheduler.pick({ model: 'llama', prompt: prompt('same prompt every time') }, T0 + i);
-      scheduler.commit(decision, T0 + i);
+      const decision = scheduler.pick({ model: 'llama', prompt: promptOf(i) }, from + i);
+      scheduler.commit(decision, from + i);
       const pod = decision.entries[0]?.endpoint.pod as string;
       counts.set(pod, (counts.get(pod) ?? 0) + 1);
     }
+    return counts;
+  }
+
+  it('spreads 100 picks between two samples over 4 equal endpoints: each brings its prefill', () => {
+    // Each prompt shares a system prompt and adds its own question: its uncached part (~80 tokens,
+    // 4 ms) is ahead of the next request wherever it went, faster than 1 ms per ms drains it.
+    const fleet = buildFleet(fourEqual);
+    const counts = hundredPicks(new Scheduler({ fleet, pool: POOL, zone: 'a', seed: 11 }), (i) => prompt(`question ${i}`));
     expect(counts.size).toBe(4);
     for (const n of counts.values()) expect(n).toBeLessThanOrEqual(40);
+  });
+
+  it('a repeated cached prompt stays on its holder until its batch is full, then spreads', () => {
+    // Every pod was seen full at 8 running; it is idle now.
+    const fleet = buildFleet(fourEqual);
+    for (const pod of fourEqual) {
+      sample(fleet, { ...pod, waiting: 2, running: 8 }, T0 + 100);
+      sample(fleet, { ...pod, waiting: 2, running: 8 }, T0 + 200);
+      sample(fleet, { ...pod, waiting: 0, running: 0 }, T0 + 300);
+    }
+    const scheduler = new Scheduler({ fleet, pool: POOL, zone: 'a', seed: 11 });
+    const counts = hundredPicks(scheduler, () => prompt('same prompt every time'), T0 + 300);
+    // The holder's 8 slots fill, then every request beyond them would wait for a completion.
+    expect(counts.size).toBe(4);
+    for (const n of counts.values()) expect(n).toBeLessThanOrEqual(40);
+    const busiest = Math.max(...counts.values());
+    expect(busiest).toBeGreaterThanOrEqual(8);
   });
 
   it('spilled picks move on as they fill the shortlist (drained, then rescanned)', () => {

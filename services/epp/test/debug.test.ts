@@ -72,10 +72,21 @@ describe('GET /debug/decisions', () => {
       ['b0', 'spill'],
       ['a0', 'local-fallback'],
     ]);
-    const local = decision?.entries[1]?.cost;
-    expect(local).toMatchObject({ waitMs: 400, rttMs: 0, biasMs: 0, full: false });
-    const remote = decision?.entries[0]?.cost;
+    const local = decision?.entries[1]?.cost as Record<string, number>;
+    expect(local).toMatchObject({ rttMs: 0, biasMs: 0, displacementMs: 0, full: false, running: 0, slots: 256, aheadMs: 0 });
+    // The backlog, then half a step to be admitted (a step of an idle pod, slowed by its KV use).
+    expect(local['waitMs']).toBeCloseTo(400 + (local['stepMs'] as number) / 2, 1);
+    expect(local['prefillMsPerToken']).toBeCloseTo(0.05, 4);
+    const remote = decision?.entries[0]?.cost as Record<string, number>;
     expect(remote).toMatchObject({ rttMs: 1, biasMs: 8, stale: false });
+    // Every component the total is made of is listed.
+    for (const cost of [local, remote]) {
+      const sum = ['waitMs', 'prefillMs', 'loraMs', 'rttMs', 'biasMs', 'displacementMs', 'uncertaintyMs'].reduce(
+        (n, k) => n + (cost[k] ?? 0),
+        0,
+      );
+      expect(Math.abs(sum - (cost['totalMs'] as number))).toBeLessThan(0.05);
+    }
   });
 
   it('answers bad limits with the default, and other paths and methods with 404', async () => {

@@ -26,6 +26,9 @@ const PODS: PodSpec[] = [
   { pod: 'c1', zone: 'zone-c', region: 'r2', address: '10.0.3.2:8000', ready: false },
 ];
 
+/** A step of a pod with `running` requests and this KV use, at the default batch numbers (docs/picking.md). */
+const step = (running: number, kv: number): number => 7 * (1 + (1.5 * running) / 256 + 2.75 * kv);
+
 let nats: NatsServerHandle;
 let publisher: TestPublisher;
 let epp: RunningEpp;
@@ -81,10 +84,13 @@ describe('GET /api/state', () => {
     ]);
     expect(s.zones[0]?.meanKvCacheUsage).toBeCloseTo(0.6, 5);
     // The cost model: a0 was seen backlogged with 6 running, so it runs 6 at once and a new request
-    // waits for 4 + 6 + 1 - 6 = 5 completions, 100 ms each at the default rates (a1: 6 + 2 + 1 - 2 = 7).
-    // Zone-b is 1 ms away plus the 8 ms zone bias.
-    expect(s.zones[0]).toMatchObject({ expectedWaitMs: 500, costMs: 500 });
-    expect(s.zones[1]).toMatchObject({ expectedWaitMs: 0, costMs: 9 });
+    // waits for 4 + 6 + 1 - 6 = 5 completions, 100 ms each at the default rates (a1: 6 + 2 + 1 - 2 = 7),
+    // then half a step to be admitted; its prefill takes a step. Zone-b is 1 ms away plus the 8 ms zone bias.
+    const a0Step = step(6, 0.5);
+    expect(s.zones[0]?.expectedWaitMs).toBeCloseTo(500 + a0Step / 2, 1);
+    expect(s.zones[0]?.costMs).toBeCloseTo(500 + 1.5 * a0Step, 1);
+    expect(s.zones[1]?.expectedWaitMs).toBeCloseTo(step(1, 0.1) / 2, 1);
+    expect(s.zones[1]?.costMs).toBeCloseTo(9 + 1.5 * step(1, 0.1), 1);
     const a1 = s.pods.items.find((p) => p.pod === 'a1');
     expect(a1).toMatchObject({
       zone: 'zone-a',
@@ -98,8 +104,8 @@ describe('GET /api/state', () => {
       penaltyLeftMs: 0,
       stale: false,
       full: false,
-      expectedWaitMs: 700,
     });
+    expect(a1?.expectedWaitMs).toBeCloseTo(700 + step(2, 0.7) / 2, 1);
     expect(a1?.metricsAgeMs).toBeGreaterThanOrEqual(0);
     expect(s.pods.items.find((p) => p.pod === 'c1')).toMatchObject({ ready: false, expectedWaitMs: null, costMs: null });
     expect(s.stream).toMatchObject({ connection: 'connected', caughtUp: true, staleForMs: null, rejected: 0 });

@@ -13,6 +13,7 @@ function describeCost(cost: UiCost): string {
     ['LoRA', cost.loraMs],
     ['round trip', cost.rttMs],
     ['zone bias', cost.biasMs],
+    ['displacement', cost.displacementMs],
     ['uncertainty', cost.uncertaintyMs],
   ];
   const shown = parts.filter(([, value]) => value > 0).map(([name, value]) => `${name} ${Math.round(value * 10) / 10}`);

@@ -162,6 +162,8 @@ export class SignalBus {
       requests: st.finished,
       ttft: { sumMs: st.ttftSumMs, count: st.ttftCount },
       queue: { sumMs: st.queueSumMs, count: st.queueCount },
+      // vLLM's inter_token_latency_seconds, which the collector reads as the window's inter-token time.
+      itl: { sumMs: st.itlSumMs, count: st.itlCount },
       // vLLM's request_prefill_time_seconds, as the simulator exposes it and the collector reads it.
       prefill: { sumMs: st.prefillSumMs, count: st.prefillCount },
       prefixHits: st.prefixHitTokens,

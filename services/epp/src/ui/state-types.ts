@@ -149,7 +149,18 @@ export interface UiCost {
   readonly loraMs: number;
   readonly rttMs: number;
   readonly biasMs: number;
+  readonly displacementMs: number;
   readonly uncertaintyMs: number;
+  /** What the components were computed from (docs/picking.md, "What each decision shows"). */
+  readonly stepMs: number;
+  readonly stepTrust: number;
+  readonly running: number;
+  readonly slots: number;
+  readonly kvUse: number;
+  readonly aheadMs: number;
+  readonly aheadTokens: number;
+  readonly prefillMsPerToken: number;
+  readonly zoneUse: number;
   readonly cachedTokens: number;
   readonly stale: boolean;
   readonly suspect: boolean;
