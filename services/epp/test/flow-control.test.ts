@@ -93,13 +93,13 @@ async function epp(zone: string, text: string, pods: readonly PodSpec[], extra: 
   running.push(started);
   await started.ready;
   // The stream replays each pod's latest sample only: two more of the full batch teach this EPP its size.
-  await publisher.pods(pods, Date.now() - 100);
-  await publisher.pods(pods);
+  await publisher.pods([...pods], Date.now() - 100);
+  await publisher.pods([...pods]);
   await eventually(() =>
     expect(
       pods.every((p) => {
         const endpoint = started.core.fleet.get(POOL, p.zone, p.pod);
-        return endpoint?.metrics?.waitingRequests === p.waiting && endpoint.batchCapacity === p.running;
+        return endpoint?.metrics?.waitingRequests === p.waiting && endpoint?.batchCapacity === p.running;
       }),
     ).toBe(true),
   );
