@@ -6,6 +6,8 @@ import type { Tier } from './network.js';
 /** What pricing one request needs to know, set once per pick and reused. */
 export interface PricingContext {
   now: number;
+  /** +1 per pick (and per explain): what is computed once per pick is keyed by it. */
+  pickSeq: number;
   pool: PoolView;
   topologyVersion: number;
   /** Target model after rewrite: rate defaults and LoRA affinity. */

@@ -198,6 +198,7 @@ export class Scheduler {
     const lookup = (this.lookup = new PrefixLookup(this.kv, this.index, this.fleet, this.pool));
     this.ctx = {
       now: 0,
+      pickSeq: 0,
       pool: undefined as unknown as PoolView,
       topologyVersion: 0,
       model: '',
@@ -652,6 +653,7 @@ export class Scheduler {
   private setContext(pool: PoolView, now: number, model: string, promptTokens: number, blocks: number): void {
     const ctx = this.ctx;
     ctx.now = now;
+    ctx.pickSeq++;
     ctx.pool = pool;
     ctx.topologyVersion = this.fleet.topologyVersion;
     ctx.model = model;

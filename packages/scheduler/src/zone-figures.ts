@@ -23,38 +23,47 @@ export interface ZoneFigures {
 
 interface Cached extends ZoneFigures {
   at: number;
+  pickSeq: number;
   version: number;
-  rates: ServiceRates;
 }
 
-/** Zones whose figures are kept at once (the pool's zones; a bound, not a tuning). */
+/** Zones whose figures are kept at once per model's rates (the pool's zones; a bound, not a tuning). */
 const MAX_ZONES_TRACKED = 256;
 
-/** Each zone's figures, recomputed (a scan of the zone) at most every `refreshMs` and whenever the topology or the model's rates change. */
+/**
+ * Each zone's figures, by the model's rates (the speed is relative to them), recomputed (a scan of
+ * the zone) at most every `remote.refreshMs` — with `refreshMs: 0`, once per pick — and whenever the
+ * topology changes.
+ */
 export class ZoneFiguresCache {
-  private readonly zones = new Map<string, Cached>();
+  private readonly byRates = new WeakMap<ServiceRates, Map<string, Cached>>();
 
   constructor(private readonly config: SchedulerConfig) {}
 
-  of(pool: PoolView, zone: string, rates: ServiceRates, at: { now: number; topologyVersion: number }): ZoneFigures {
-    let entry = this.zones.get(zone);
+  of(pool: PoolView, zone: string, rates: ServiceRates, at: { now: number; pickSeq: number; topologyVersion: number }): ZoneFigures {
+    let zones = this.byRates.get(rates);
+    if (zones === undefined) {
+      zones = new Map();
+      this.byRates.set(rates, zones);
+    }
+    let entry = zones.get(zone);
+    const refreshMs = this.config.remote.refreshMs;
     if (
       entry !== undefined &&
       entry.version === at.topologyVersion &&
-      entry.rates === rates &&
-      at.now - entry.at < this.config.remote.refreshMs
+      (refreshMs > 0 ? at.now - entry.at < refreshMs : entry.pickSeq === at.pickSeq)
     ) {
       return entry;
     }
     if (entry === undefined) {
-      if (this.zones.size >= MAX_ZONES_TRACKED) this.zones.clear();
-      entry = { use: 0, speed: 1, trust: 0, at: at.now, version: at.topologyVersion, rates };
-      this.zones.set(zone, entry);
+      if (zones.size >= MAX_ZONES_TRACKED) zones.clear();
+      entry = { use: 0, speed: 1, trust: 0, at: at.now, pickSeq: at.pickSeq, version: at.topologyVersion };
+      zones.set(zone, entry);
     }
     zoneFiguresOf(pool, zone, this.config.batch, rates, entry);
     entry.at = at.now;
+    entry.pickSeq = at.pickSeq;
     entry.version = at.topologyVersion;
-    entry.rates = rates;
     return entry;
   }
 }
