@@ -12,17 +12,22 @@ const FULL = 2 * BAND;
 const EXCLUDED = 4 * BAND;
 
 /**
- * A base key and what it was computed from: the sample (by its receive time: the fleet updates the
- * sample object in place), the releases since it, the model's rates, the tier, the zone's figures.
+ * A base key's parts that stay put between two samples of its pod, and what they were computed from:
+ * the sample (by its receive time: the fleet updates the sample object in place), the releases
+ * since it, the model's rates, the tier, the zone's measured speed. The prefill backlog and
+ * displacement move with time and with the rest of the zone: they are added afresh, from the step
+ * and time per token kept here.
  */
 interface BaseKeyMemo {
   sampledAt: number;
   released: number;
   rates: ServiceRates;
   tier: Tier;
-  zoneUse: number;
   zoneSpeed: number;
-  key: number;
+  zoneTrust: number;
+  stepMs: number;
+  msPerToken: number;
+  rest: number;
 }
 
 /**
@@ -87,6 +92,8 @@ export class CostPolicy implements PricingPolicy {
   private readonly zones: ZoneFiguresCache;
   /** Fleet.prefillAhead's answer for the endpoint priced last. */
   private readonly ahead: PrefillAhead = { ms: 0, tokens: 0 };
+  /** Of the endpoint priced last, what baseKey's memo keeps and adds afresh. */
+  private readonly priced = { stepMs: 0, msPerToken: 0, aheadMs: 0, displacementMs: 0 };
 
   constructor(
     private readonly config: SchedulerConfig,
@@ -112,22 +119,16 @@ export class CostPolicy implements PricingPolicy {
 
   /**
    * Ranks the remote shortlist, whose scan prices every remote pod every `refreshMs`. Between two
-   * samples of a pod its base key stays what it was as long as nothing charged or released it and
-   * the sample stays fresh (picks since the sample and a stale sample's age are what make it move
-   * with time): such keys are kept per endpoint and reused, checked against every input they came
-   * from. The memo is emptied whenever the topology changes, so it never holds pods that left.
+   * samples of a pod most of its base key stays what it was as long as nothing charged or released
+   * it, the sample stays fresh and its zone's measured speed holds (picks since the sample and a
+   * stale sample's age are what make it move with time): that part is kept per endpoint and reused,
+   * checked against every input it came from, and what still moves — the prefill backlog, and the
+   * displacement its zone's use prices — is added afresh. The memo is emptied whenever the
+   * topology changes, so it never holds pods that left.
    */
   baseKey(ctx: PricingContext, endpoint: Endpoint, tier: Tier): number {
     const metrics = endpoint.metrics;
-    if (
-      metrics === undefined ||
-      ctx.includeExcluded ||
-      endpoint.unsampledPicks !== 0 ||
-      ctx.now - metrics.receivedAt > this.staleAfterMs ||
-      // Prefill work still ahead moves the key with time (priced at 1 ms per token, slower than any
-      // real rate, so this errs towards pricing afresh).
-      ctx.prefillAhead(endpoint, 1, this.ahead) > 0
-    ) {
+    if (metrics === undefined || ctx.includeExcluded || endpoint.unsampledPicks !== 0 || ctx.now - metrics.receivedAt > this.staleAfterMs) {
       return this.priceOne(ctx, endpoint, tier, false, false);
     }
     if (ctx.topologyVersion !== this.memoVersion) {
@@ -136,8 +137,6 @@ export class CostPolicy implements PricingPolicy {
     }
     const rates = this.ratesFor(ctx.model);
     const figures = this.zoneFigures(ctx, endpoint.zone, rates);
-    const zoneUse = figures.use;
-    const zoneSpeed = figures.speed;
     let memo = this.memos.get(endpoint);
     if (
       memo !== undefined &&
@@ -145,23 +144,38 @@ export class CostPolicy implements PricingPolicy {
       memo.released === endpoint.releasedSinceSample &&
       memo.rates === rates &&
       memo.tier === tier &&
-      memo.zoneUse === zoneUse &&
-      memo.zoneSpeed === zoneSpeed
+      memo.zoneSpeed === figures.speed &&
+      memo.zoneTrust === figures.trust
     ) {
-      return memo.key;
+      // What moves with time and with the rest of the zone: the prefill backlog, and displacement.
+      const aheadMs = ctx.prefillAhead(endpoint, memo.msPerToken, this.ahead);
+      return memo.rest + aheadMs + (tier === TIER_LOCAL ? 0 : this.displacementMs(memo.stepMs, figures.use));
     }
     const key = this.priceOne(ctx, endpoint, tier, false, false);
+    const rest = key - this.priced.aheadMs - this.priced.displacementMs;
     if (memo === undefined) {
-      memo = { sampledAt: metrics.receivedAt, released: endpoint.releasedSinceSample, rates, tier, zoneUse, zoneSpeed, key };
+      memo = {
+        sampledAt: metrics.receivedAt,
+        released: endpoint.releasedSinceSample,
+        rates,
+        tier,
+        zoneSpeed: figures.speed,
+        zoneTrust: figures.trust,
+        stepMs: this.priced.stepMs,
+        msPerToken: this.priced.msPerToken,
+        rest,
+      };
       this.memos.set(endpoint, memo);
     } else {
       memo.sampledAt = metrics.receivedAt;
       memo.released = endpoint.releasedSinceSample;
       memo.rates = rates;
       memo.tier = tier;
-      memo.zoneUse = zoneUse;
-      memo.zoneSpeed = zoneSpeed;
-      memo.key = key;
+      memo.zoneSpeed = figures.speed;
+      memo.zoneTrust = figures.trust;
+      memo.stepMs = this.priced.stepMs;
+      memo.msPerToken = this.priced.msPerToken;
+      memo.rest = rest;
     }
     return key;
   }
@@ -276,11 +290,8 @@ export class CostPolicy implements PricingPolicy {
     if (!local) {
       rttMs = this.network.rttMs(ctx.pool, endpoint.zone, ctx.topologyVersion);
       biasMs = this.config.zoneBiasMs;
-      const displacement = this.config.displacement;
-      if (displacement.weight > 0) {
-        zoneUse = figures.use;
-        displacementMs = displacement.weight * stepMs * Math.pow(Math.min(zoneUse, MAX_ZONE_USE), displacement.exponent);
-      }
+      zoneUse = figures.use;
+      displacementMs = this.displacementMs(stepMs, zoneUse);
     }
 
     let cachedTokens = 0;
@@ -304,6 +315,11 @@ export class CostPolicy implements PricingPolicy {
     const chunks = Math.max(1, Math.ceil(uncached / chunkTokens));
     const prefillMs = (uncached + avoidableWork) * msPerToken + chunks * stepMs;
     this.waitMs = waitMs;
+    const priced = this.priced;
+    priced.stepMs = stepMs;
+    priced.msPerToken = msPerToken;
+    priced.aheadMs = aheadMs;
+    priced.displacementMs = displacementMs;
     if (explain) {
       const parts = this.parts;
       parts.waitMs = waitMs;
@@ -331,6 +347,13 @@ export class CostPolicy implements PricingPolicy {
     }
     const band = (suspect ? SUSPECT : 0) + (full ? FULL : 0) + (excluded ? EXCLUDED : 0);
     return band + waitMs + prefillMs + loraMs + rttMs + biasMs + displacementMs + uncertaintyMs;
+  }
+
+  /** What a request sent to a zone this full displaces there, on an endpoint of this step (config `displacement`). */
+  private displacementMs(stepMs: number, zoneUse: number): number {
+    const displacement = this.config.displacement;
+    if (displacement.weight === 0) return 0;
+    return displacement.weight * stepMs * Math.pow(Math.min(zoneUse, MAX_ZONE_USE), displacement.exponent);
   }
 
   private zoneFigures(ctx: PricingContext, zone: string, rates: ServiceRates): ZoneFigures {
