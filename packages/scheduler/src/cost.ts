@@ -58,7 +58,7 @@ export class CostPolicy implements PricingPolicy {
   private modelRates: ServiceRates;
   /** Expected wait of the endpoint priced last (price reads it for the shed rule). */
   private waitMs = 0;
-  /** Components of the endpoint priced last with `explain` (explain reads them). */
+  /** Components of the endpoint priced last with `explain` (explain reads them; the step, time per token, backlog and displacement after every pricing). */
   private readonly parts = {
     waitMs: 0,
     prefillMs: 0,
@@ -92,8 +92,6 @@ export class CostPolicy implements PricingPolicy {
   private readonly zones: ZoneFiguresCache;
   /** Fleet.prefillAhead's answer for the endpoint priced last. */
   private readonly ahead: PrefillAhead = { ms: 0, tokens: 0 };
-  /** Of the endpoint priced last, what baseKey's memo keeps and adds afresh. */
-  private readonly priced = { stepMs: 0, msPerToken: 0, aheadMs: 0, displacementMs: 0 };
 
   constructor(
     private readonly config: SchedulerConfig,
@@ -152,7 +150,7 @@ export class CostPolicy implements PricingPolicy {
       return memo.rest + aheadMs + (tier === TIER_LOCAL ? 0 : this.displacementMs(memo.stepMs, figures.use));
     }
     const key = this.priceOne(ctx, endpoint, tier, false, false);
-    const rest = key - this.priced.aheadMs - this.priced.displacementMs;
+    const rest = key - this.parts.aheadMs - this.parts.displacementMs;
     if (memo === undefined) {
       memo = {
         sampledAt: metrics.receivedAt,
@@ -161,8 +159,8 @@ export class CostPolicy implements PricingPolicy {
         tier,
         zoneSpeed: figures.speed,
         zoneTrust: figures.trust,
-        stepMs: this.priced.stepMs,
-        msPerToken: this.priced.msPerToken,
+        stepMs: this.parts.stepMs,
+        msPerToken: this.parts.prefillMsPerToken,
         rest,
       };
       this.memos.set(endpoint, memo);
@@ -173,8 +171,8 @@ export class CostPolicy implements PricingPolicy {
       memo.tier = tier;
       memo.zoneSpeed = figures.speed;
       memo.zoneTrust = figures.trust;
-      memo.stepMs = this.priced.stepMs;
-      memo.msPerToken = this.priced.msPerToken;
+      memo.stepMs = this.parts.stepMs;
+      memo.msPerToken = this.parts.prefillMsPerToken;
       memo.rest = rest;
     }
     return key;
@@ -315,28 +313,24 @@ export class CostPolicy implements PricingPolicy {
     const chunks = Math.max(1, Math.ceil(uncached / chunkTokens));
     const prefillMs = (uncached + avoidableWork) * msPerToken + chunks * stepMs;
     this.waitMs = waitMs;
-    const priced = this.priced;
-    priced.stepMs = stepMs;
-    priced.msPerToken = msPerToken;
-    priced.aheadMs = aheadMs;
-    priced.displacementMs = displacementMs;
+    // Always: what baseKey's memo keeps, and adds afresh.
+    const parts = this.parts;
+    parts.stepMs = stepMs;
+    parts.prefillMsPerToken = msPerToken;
+    parts.aheadMs = aheadMs;
+    parts.displacementMs = displacementMs;
     if (explain) {
-      const parts = this.parts;
       parts.waitMs = waitMs;
       parts.prefillMs = prefillMs;
       parts.loraMs = loraMs;
       parts.rttMs = rttMs;
       parts.biasMs = biasMs;
-      parts.displacementMs = displacementMs;
       parts.uncertaintyMs = uncertaintyMs;
-      parts.stepMs = stepMs;
       parts.stepTrust = stepTrust;
       parts.running = running;
       parts.slots = slots;
       parts.kvUse = kvUse;
-      parts.aheadMs = aheadMs;
       parts.aheadTokens = this.ahead.tokens;
-      parts.prefillMsPerToken = msPerToken;
       parts.zoneUse = zoneUse;
       parts.cachedTokens = cachedTokens;
       parts.cacheIndex = 'approximate';

@@ -473,10 +473,15 @@ export class Scheduler {
     return record;
   }
 
-  /** A typical prompt of the model (config `rates`; the model is the client's word, so only a configured model's own). */
+  /** A typical prompt of the model (config `rates`). */
   private typicalPromptTokens(model: string): number {
-    const rates = this.config.rates;
-    return (Object.hasOwn(rates.models, model) ? rates.models[model]?.promptTokens : undefined) ?? rates.default.promptTokens;
+    return this.configuredRates(model)?.promptTokens ?? this.config.rates.default.promptTokens;
+  }
+
+  /** The model's own configured rates, if any: the model is the client's word, so only a configured model's own count (no prototype keys). */
+  private configuredRates(model: string): SchedulerConfig['rates']['models'][string] | undefined {
+    const models = this.config.rates.models;
+    return Object.hasOwn(models, model) ? models[model] : undefined;
   }
 
   /** This pick's keys and waits as the hold rule reads them (one object, refreshed per pick). */
@@ -519,11 +524,7 @@ export class Scheduler {
     const record = decision as DecisionRecord;
     const endpoint = record.chargedTo;
     if (endpoint === undefined || record.started) return;
-    const rates = this.config.rates;
-    // The model is the client's word: only a configured model's own rates count.
-    const prefill =
-      (Object.hasOwn(rates.models, record.model) ? rates.models[record.model]?.prefillTokensPerS : undefined) ??
-      rates.default.prefillTokensPerS;
+    const prefill = this.configuredRates(record.model)?.prefillTokensPerS ?? this.config.rates.default.prefillTokensPerS;
     record.listener = listener;
     this.fleet.startCharge(record, now, now + chargeBoundMs(this.config.charges, endpoint, prefill, record.promptTokens, record.maxTokens));
     // Every move and prefix placement the blocks serve happens before the response starts.

@@ -374,7 +374,8 @@ describe('flow control in process', () => {
     expect(flow.size).toBe(0);
   });
   it('a peer batch during a sample’s wait runs no pass of its own: it folds into that pass', async () => {
-    const { flow, picks, subset } = heldPod(() => 300);
+    // A long turn (1.5 s), so a stalled machine cannot make the sample's pass run before the check.
+    const { flow, picks, subset } = heldPod(() => 1500);
     const answered: string[] = [];
     expect(flow.hold(heldStream('one', subset, answered), { priority: 0, flow: undefined, bytes: 100 })).toBeDefined();
     flow.onRoom('sample');
@@ -382,8 +383,7 @@ describe('flow control in process', () => {
     await new Promise((resolve) => setTimeout(resolve, 50));
     // The peers' batches waited for the sample's turn.
     expect(picks()).toBe(0);
-    await new Promise((resolve) => setTimeout(resolve, 500));
-    expect(picks()).toBe(1);
+    await eventually(() => expect(picks()).toBe(1), 10_000);
     // With no sample pass pending, a peer's batch runs a pass at once.
     flow.onRoom('peer');
     await new Promise((resolve) => setImmediate(resolve));
