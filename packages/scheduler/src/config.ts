@@ -39,6 +39,12 @@ export const remoteConfigSchema = z.strictObject({
   refreshMs: z.number().finite().min(0).max(60_000).default(20),
   /** Remote endpoints kept on the shortlist. */
   shortlist: z.number().int().min(1).max(4096).default(16),
+  /**
+   * A rescan due by time is spread over the next picks, this many remote pods priced per pick, so
+   * no single pick pays for the whole pool; the list in use stays the last complete one meanwhile
+   * (a scan still unfinished `refreshMs` after it began is finished at once). 0 scans whole.
+   */
+  scanPerPick: z.number().int().min(0).max(1_000_000).default(128),
 });
 
 /**

@@ -90,6 +90,10 @@ export class CostPolicy implements PricingPolicy {
   private memoVersion = -1;
   /** Zones' use and measured speed (zone-figures.ts). */
   private readonly zones: ZoneFiguresCache;
+  private lastFigures: ZoneFigures | undefined;
+  private lastFiguresSeq = -1;
+  private lastFiguresZone = '';
+  private lastFiguresRates: ServiceRates | undefined;
   /** Fleet.prefillAhead's answer for the endpoint priced last. */
   private readonly ahead: PrefillAhead = { ms: 0, tokens: 0 };
 
@@ -350,8 +354,21 @@ export class CostPolicy implements PricingPolicy {
     return displacement.weight * stepMs * Math.pow(Math.min(zoneUse, MAX_ZONE_USE), displacement.exponent);
   }
 
+  /**
+   * The zone's figures; the last answer is kept for the rest of its pick (a pick prices a zone's
+   * endpoints one after another, and figures never change within a pick), sparing the per-model
+   * and per-zone lookups for every endpoint priced.
+   */
   private zoneFigures(ctx: PricingContext, zone: string, rates: ServiceRates): ZoneFigures {
-    return this.zones.of(ctx.pool, zone, rates, ctx);
+    const last = this.lastFigures;
+    if (last !== undefined && ctx.pickSeq === this.lastFiguresSeq && zone === this.lastFiguresZone && rates === this.lastFiguresRates)
+      return last;
+    const figures = this.zones.of(ctx.pool, zone, rates, ctx);
+    this.lastFigures = figures;
+    this.lastFiguresSeq = ctx.pickSeq;
+    this.lastFiguresZone = zone;
+    this.lastFiguresRates = rates;
+    return figures;
   }
 
   /**

@@ -30,7 +30,7 @@ import { Ranking } from './rank.js';
 import { seededRng, type Rng } from './rng.js';
 import { defaultScorers, type WeightedScorer } from './scorers.js';
 import { SharedState, type SharedStateOptions } from './shared-state.js';
-import { RemoteShortlist } from './shortlist.js';
+import { RemoteShortlist, type ShortlistLimits } from './shortlist.js';
 import type { SubsetHint } from '@spillway/events';
 import { detached } from './subset.js';
 import { WeightedPolicy } from './weighted.js';
@@ -176,6 +176,7 @@ export class Scheduler {
   private readonly penalisedNow = (endpoint: Endpoint): boolean => this.penalties.isPenalised(endpoint, this.ctx.now);
   private readonly addressOf = (index: number): string => this.candidates.endpoints[index]?.address as string;
   private listSizes!: { overall: number; remote: number; local: number };
+  private shortlistLimits!: ShortlistLimits;
   /** Where a decision's charge reports an end the fleet settled itself: peers, then the caller's listener. */
   private readonly chargeHooks: ChargeHooks = {
     ended: (record: DecisionRecord, reason: ChargeEnd, at: number): void => {
@@ -288,6 +289,7 @@ export class Scheduler {
     this.ctx.blockTokens = config.prefix.blockTokens;
     const max = config.maxEndpoints;
     // Two spare places per ranking, for entries skipped because their address is already listed.
+    this.shortlistLimits = { size: config.remote.shortlist, refreshMs: config.remote.refreshMs, scanPerPick: config.remote.scanPerPick };
     this.listSizes = { overall: max + 2, remote: Math.min(max, config.crossZoneFallbacks) + 2, local: 2 };
   }
 
@@ -671,7 +673,7 @@ export class Scheduler {
     const { network, shortlist } = this.origin;
     const useShortlist = (subset === undefined || this.config.subsetMode === 'locality') && this.config.remote.refreshMs > 0;
     const version = ctx.topologyVersion;
-    if (useShortlist && shortlist.stale(ctx.now, this.config.remote.refreshMs, network, pool, version)) this.scan(pool);
+    if (useShortlist) shortlist.refresh(pool, network, version, ctx.now, this.shortlistLimits);
     const options: CollectOptions = {
       network,
       subsetMode: this.config.subsetMode,
@@ -695,7 +697,7 @@ export class Scheduler {
 
   private scan(pool: PoolView): void {
     const { network, shortlist } = this.origin;
-    shortlist.scan(pool, network, this.ctx.topologyVersion, this.ctx.now, this.config.remote.shortlist);
+    shortlist.rescan(pool, network, this.ctx.topologyVersion, this.ctx.now, this.config.remote.shortlist);
   }
 
   private entriesOf(chosen: readonly number[]): DecisionEntry[] {
