@@ -363,14 +363,16 @@ export const pick: BenchPart = {
 
 /** Flow control's cost with nothing held: at most this many µs of CPU per request more (the target). */
 const FLOW_TARGET_US = 2;
-const FLOW_ROUNDS = 5;
+const FLOW_ROUNDS = 9;
 
 /**
  * Flow control on, nothing held: every pick runs the hold rule (hold.ts) and the EPP then asks its
  * flow control whether to hold (`FlowControl.shouldHold`: the decision's verdict, or anything held
  * already). Measured against the same picks with flow control off, in alternating rounds on fresh
- * fleets built from the same seed (so both see the same samples), at 1,000 endpoints; the median
- * of the rounds' CPU per pick, and the difference.
+ * fleets built from the same seed (so both see the same samples), at 1,000 endpoints. The figure is
+ * the median of the rounds' paired differences (on minus off within a round, the two runs back to
+ * back): a difference of medians mixes the rounds' drift (a busy neighbour, a GC) into a figure of a
+ * few µs. The spread of the paired differences (quartiles) says how far to trust it.
  */
 function flowControlCase(context: BenchContext, picks: number, warmup: number): string[] {
   const t0 = 1_764_420_000_000;
@@ -427,9 +429,12 @@ function flowControlCase(context: BenchContext, picks: number, warmup: number): 
     const off = median(cpu.off);
     const on = median(cpu.on);
     const label = row.subset === undefined ? 'none' : `${row.subset} ${row.mode}`;
-    const extra = on - off;
-    context.log(`flow control, subset ${label}: CPU off ${us(off)} µs, on ${us(on)} µs, +${us(extra)} µs/pick`);
-    table.push([label, us(off), us(on), `${extra >= 0 ? '+' : ''}${us(extra)}`, `${((held / (FLOW_ROUNDS * picks)) * 100).toFixed(1)} %`]);
+    const paired = cpu.on.map((value, round) => value - (cpu.off[round] as number)).sort((a, b) => a - b);
+    const extra = median(paired);
+    const signed = (v: number): string => `${v >= 0 ? '+' : ''}${us(v)}`;
+    const quartiles = `${signed(percentile(paired, 25))} … ${signed(percentile(paired, 75))}`;
+    context.log(`flow control, subset ${label}: CPU off ${us(off)} µs, on ${us(on)} µs, paired ${signed(extra)} µs/pick (${quartiles})`);
+    table.push([label, us(off), us(on), signed(extra), quartiles, `${((held / (FLOW_ROUNDS * picks)) * 100).toFixed(1)} %`]);
     verdicts.push(
       `- subset ${label}: ${extra >= 0 ? '+' : ''}${us(extra)} µs of CPU per pick — ${extra <= FLOW_TARGET_US ? '**MET**' : '**NOT MET**'}`,
     );
@@ -439,10 +444,11 @@ function flowControlCase(context: BenchContext, picks: number, warmup: number): 
     '',
     `\`Scheduler.pick\` with \`flowControl.enabled\` and the EPP's \`FlowControl.shouldHold\` after it, against the same`,
     `picks with flow control off, at ${TARGET_SIZE.toLocaleString('en-US')} endpoints: ${FLOW_ROUNDS} alternating rounds of each on fresh fleets`,
-    'from the same seed, the median CPU per pick of each. "would hold" is the share of picks whose',
+    "from the same seed: the median CPU per pick of each, and the median (and quartiles) of the rounds' paired",
+    'differences (on minus off, back to back in one round). "would hold" is the share of picks whose',
     'verdict was hold (the bench commits them anyway: nothing is ever held).',
     '',
-    markdownTable(['subset', 'CPU µs/pick off', 'on', 'difference', 'would hold'], table),
+    markdownTable(['subset', 'CPU µs/pick off', 'on', 'difference (paired median)', 'quartiles', 'would hold'], table),
     '',
     `Target: at most ${FLOW_TARGET_US} µs per request more with flow control on and nothing held.`,
     '',

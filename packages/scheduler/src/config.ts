@@ -195,6 +195,19 @@ export const chargesConfigSchema = z
     if (value.maxMs < value.minMs) ctx.addIssue({ code: 'custom', path: ['maxMs'], message: `must be at least minMs (${value.minMs})` });
   });
 
+/**
+ * The bias fades as the EPP's zone grows fuller than the remote one (docs/picking.md, "The bias"):
+ * zones' use is the share of their batch slots their requests fill; at a gap (local use − remote
+ * use) up to `from` the bias is whole, from there it falls linearly to nothing at `from + width`.
+ * `width: 0` keeps the bias fixed whatever the gap. The defaults (5 and 10 points of use) keep two
+ * equally loaded zones' requests at home — their use differs by a few points on noise alone — and
+ * let a zone fuller than its neighbour by 15 points or more spill at the round trip's price alone.
+ */
+export const zoneBiasFadeSchema = z.strictObject({
+  from: z.number().finite().min(0).max(10).default(0.05),
+  width: z.number().finite().min(0).max(10).default(0.1),
+});
+
 export const objectiveSchema = z.strictObject({ priority: z.number().int().min(-1_000_000).max(1_000_000) });
 
 export const schedulerConfigSchema = z.strictObject({
@@ -209,6 +222,7 @@ export const schedulerConfigSchema = z.strictObject({
   policy: z.enum(['cost', 'weighted']).default('cost'),
   /** The price of leaving the zone: a request leaves only when that is expected to be faster by more than this plus the round trip. */
   zoneBiasMs: ms.default(8),
+  zoneBiasFade: zoneBiasFadeSchema.prefault({}),
   avoidablePrefill: avoidablePrefillSchema.prefault({}),
   batch: batchConfigSchema.prefault({}),
   backlog: backlogConfigSchema.prefault({}),

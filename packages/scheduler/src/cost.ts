@@ -41,7 +41,7 @@ interface BaseKeyMemo {
  *     step is slower the fuller the batch and the KV cache; the precise block index says what is
  *     cached when the request has token ids and the pod KV data, else the approximate prefix index)
  *   + LoRA adapter load when the endpoint lacks the adapter
- *   + round trip from the EPP's zone + zoneBiasMs outside it
+ *   + round trip from the EPP's zone + zoneBiasMs outside it (fading as the EPP's zone is fuller than that one)
  *   + displacement outside it (the receiving zone's own demand for the room it takes)
  *   + uncertainty when the sample is stale.
  *
@@ -151,10 +151,11 @@ export class CostPolicy implements PricingPolicy {
     ) {
       // What moves with time and with the rest of the zone: the prefill backlog, and displacement.
       const aheadMs = ctx.prefillAhead(endpoint, memo.msPerToken, this.ahead);
-      return memo.rest + aheadMs + (tier === TIER_LOCAL ? 0 : this.displacementMs(memo.stepMs, figures.use));
+      if (tier === TIER_LOCAL) return memo.rest + aheadMs;
+      return memo.rest + aheadMs + this.displacementMs(memo.stepMs, figures.use) + this.biasMs(ctx, rates, figures.use);
     }
     const key = this.priceOne(ctx, endpoint, tier, false, false);
-    const rest = key - this.parts.aheadMs - this.parts.displacementMs;
+    const rest = key - this.parts.aheadMs - this.parts.displacementMs - this.parts.biasMs;
     if (memo === undefined) {
       memo = {
         sampledAt: metrics.receivedAt,
@@ -291,8 +292,8 @@ export class CostPolicy implements PricingPolicy {
     let displacementMs = 0;
     if (!local) {
       rttMs = this.network.rttMs(ctx.pool, endpoint.zone, ctx.topologyVersion);
-      biasMs = this.config.zoneBiasMs;
       zoneUse = figures.use;
+      biasMs = this.biasMs(ctx, rates, zoneUse);
       displacementMs = this.displacementMs(stepMs, zoneUse);
     }
 
@@ -323,12 +324,12 @@ export class CostPolicy implements PricingPolicy {
     parts.prefillMsPerToken = msPerToken;
     parts.aheadMs = aheadMs;
     parts.displacementMs = displacementMs;
+    parts.biasMs = biasMs;
     if (explain) {
       parts.waitMs = waitMs;
       parts.prefillMs = prefillMs;
       parts.loraMs = loraMs;
       parts.rttMs = rttMs;
-      parts.biasMs = biasMs;
       parts.uncertaintyMs = uncertaintyMs;
       parts.stepTrust = stepTrust;
       parts.running = running;
@@ -345,6 +346,21 @@ export class CostPolicy implements PricingPolicy {
     }
     const band = (suspect ? SUSPECT : 0) + (full ? FULL : 0) + (excluded ? EXCLUDED : 0);
     return band + waitMs + prefillMs + loraMs + rttMs + biasMs + displacementMs + uncertaintyMs;
+  }
+
+  /**
+   * The price of leaving the zone for one whose use is `remoteUse`: `zoneBiasMs`, fading (with
+   * `zoneBiasFade`) as the EPP's own zone is fuller than that one. The bias is there so that two
+   * zones equally loaded do not trade requests on noise; a zone persistently fuller than its
+   * neighbour is not noise, and a fixed bias would only keep it fuller by as much.
+   */
+  private biasMs(ctx: PricingContext, rates: ServiceRates, remoteUse: number): number {
+    const bias = this.config.zoneBiasMs;
+    const { from, width } = this.config.zoneBiasFade;
+    if (width === 0 || bias === 0) return bias;
+    const gap = this.zones.of(ctx.pool, this.network.zone, rates, ctx).use - remoteUse - from;
+    if (gap <= 0) return bias;
+    return gap >= width ? 0 : bias * (1 - gap / width);
   }
 
   /** What a request sent to a zone this full displaces there, on an endpoint of this step (config `displacement`). */

@@ -12,9 +12,12 @@ import { buildFleet, POOL, sample, T0, type PodSpec } from './fleet-fixture.js';
  * the backlog drains, the zone fills and samples arrive.
  */
 describe('the base-key memo', () => {
-  it('gives what a fresh pricing gives, while time passes, the zone fills and samples arrive', () => {
+  it.each([
+    ['a fixed bias', {}],
+    ['a bias that fades as the home zone fills', { zoneBiasFade: { from: 0.05, width: 0.3 } }],
+  ])('gives what a fresh pricing gives, while time passes, the zones fill and samples arrive (%s)', (_name, extra) => {
     // refreshMs 0: both policies read the zones' figures afresh on every pick (no refresh period between them).
-    const config = parseSchedulerConfig({ remote: { refreshMs: 0 } });
+    const config = parseSchedulerConfig({ remote: { refreshMs: 0 }, ...extra });
     const rates = { windowMs: 2000, promptTokensPerS: 3000, generationTokensPerS: 4000, requestsPerS: 10, itlMs: 20 };
     const pods: PodSpec[] = [
       { pod: 'a0', zone: 'a', address: '10.0.0.1:8000', running: 10 },
@@ -53,6 +56,8 @@ describe('the base-key memo', () => {
       const now = T0 + step * 7;
       // Now and then a new sample of one pod (the zone's use and speed move), from time to time a fuller one.
       if (step % 5 === 4) sample(fleet, { ...(pods[1 + (step % 4)] as PodSpec), running: 150 + step * 2, rates }, now);
+      // The home zone fills past the remote one (the bias fades, when it does, as it does).
+      if (step % 3 === 2) sample(fleet, { ...(pods[0] as PodSpec), running: 10 + step * 6 }, now);
       const c = ctx(now, ++seq);
       for (const endpoint of b) {
         const fresh = new CostPolicy(config, network, fleet.staleAfterMs).baseKey(c, endpoint, tier);

@@ -464,3 +464,36 @@ describe('cost policy: displacement', () => {
     expect(home).toMatchObject({ displacementMs: 0, zoneUse: 0 });
   });
 });
+
+describe('cost policy: the bias fades as the zone is fuller than the remote one', () => {
+  // Zone a's pods fill `aRunning` of their 256 slots, zone b's 64 (a quarter): the gap is a's use − 0.25.
+  const pods = (aRunning: number): PodSpec[] => [
+    { pod: 'a0', zone: 'a', address: '10.0.0.1:8000', running: aRunning },
+    { pod: 'a1', zone: 'a', address: '10.0.0.2:8000', running: aRunning },
+    { pod: 'b0', zone: 'b', address: '10.0.1.1:8000', running: 64 },
+    { pod: 'b1', zone: 'b', address: '10.0.1.2:8000', running: 64 },
+  ];
+  const fade = { zoneBiasMs: 8, zoneBiasFade: { from: 0.125, width: 0.25 } };
+  const biasOfB = (aRunning: number, config: SchedulerConfigInput): number => {
+    const d = new Scheduler({ fleet: buildFleet(pods(aRunning)), pool: POOL, zone: 'a', config }).pick({ model: 'llama' }, T0);
+    const b = d.entries.find((e) => e.zone === 'b')?.cost as EntryCost;
+    return b.biasMs;
+  };
+
+  it('is whole up to `from`, falls linearly over `width`, and is gone past them', () => {
+    // Gaps: 0 (equal), 0.125 (at from), 0.25 (half way), 0.375 (at from + width), 0.5 (beyond).
+    expect(biasOfB(64, fade)).toBe(8);
+    expect(biasOfB(64 + 32, fade)).toBeCloseTo(8, 5);
+    expect(biasOfB(64 + 64, fade)).toBeCloseTo(4, 5);
+    expect(biasOfB(64 + 96, fade)).toBeCloseTo(0, 5);
+    expect(biasOfB(192, fade)).toBe(0);
+  });
+
+  it('never grows past zoneBiasMs when the remote zone is the fuller one', () => {
+    expect(biasOfB(0, fade)).toBe(8);
+  });
+
+  it('is fixed with width 0 (the bias of picking v3 before the fade)', () => {
+    expect(biasOfB(192, { zoneBiasMs: 8, zoneBiasFade: { from: 0, width: 0 } })).toBe(8);
+  });
+});

@@ -254,18 +254,28 @@ function referenceKey(
   const local = endpoint.zone === 'a';
   const sameRegion = REGION_OF[endpoint.zone] === 'r1';
   const rttMs = local ? 0 : sameRegion ? config.network.sameRegionMs : config.network.crossRegionMs;
-  const biasMs = local ? 0 : config.zoneBiasMs;
-  let displacementMs = 0;
-  if (!local) {
-    // The zone's use: what its routable, sampled pods hold over their slots.
-    const present = zonePods.reduce(
+  // A zone's use: what its routable, sampled pods hold over their slots.
+  const zoneUse = (zone: string): number => {
+    const members = [...(fleet.pool(POOL)?.endpoints() ?? [])].filter(
+      (ep) => ep.zone === zone && ep.ready && !ep.deleted && ep.address !== undefined && ep.metrics !== undefined,
+    );
+    const present = members.reduce(
       (n, ep) =>
         n +
         Math.max(0, (ep.metrics?.runningRequests ?? 0) + (ep.metrics?.waitingRequests ?? 0) + ep.unsampledPicks - ep.releasedSinceSample),
       0,
     );
-    const zoneSlots = zonePods.reduce((n, ep) => n + slotsOf(config, ep), 0);
-    const use = zoneSlots > 0 ? present / zoneSlots : 0;
+    const zoneSlots = members.reduce((n, ep) => n + slotsOf(config, ep), 0);
+    return zoneSlots > 0 ? present / zoneSlots : 0;
+  };
+  let biasMs = 0;
+  let displacementMs = 0;
+  if (!local) {
+    const use = zoneUse(endpoint.zone);
+    // The bias, whole up to a use gap of `from`, gone at `from + width`.
+    const { from, width } = config.zoneBiasFade;
+    const gap = zoneUse('a') - use - from;
+    biasMs = width === 0 || gap <= 0 ? config.zoneBiasMs : config.zoneBiasMs * Math.max(0, 1 - gap / width);
     displacementMs = config.displacement.weight * stepMs * Math.min(use, 2) ** config.displacement.exponent;
   }
 
