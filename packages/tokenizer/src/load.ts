@@ -144,8 +144,9 @@ export function loadTokenizer(input: unknown, options: LoadTokenizerOptions = {}
       : FastEncoder.create(tokenizer, { pieceCacheBytes: options.pieceCacheBytes ?? DEFAULT_PIECE_CACHE_BYTES });
   const encode =
     fast instanceof FastEncoder
-      ? (text: string, addSpecialTokens: boolean): number[] => fast.encode(text, addSpecialTokens)
-      : (text: string, addSpecialTokens: boolean): number[] => tokenizer.encode(text, { add_special_tokens: addSpecialTokens }).ids;
+      ? (text: string, addSpecialTokens: boolean): number[] | Uint32Array => fast.encode(text, addSpecialTokens)
+      : (text: string, addSpecialTokens: boolean): number[] | Uint32Array =>
+          tokenizer.encode(text, { add_special_tokens: addSpecialTokens }).ids;
   return {
     name,
     encodeText: (text) => encode(text, true),
