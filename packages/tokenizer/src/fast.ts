@@ -137,7 +137,8 @@ export class FastEncoder {
       only.pattern.global
         ? new RegExp(only.pattern.source, only.pattern.flags)
         : null;
-    this.sticky = this.isolated === null ? null : new RegExp(this.isolated.source, this.isolated.flags.replace('g', '') + 'y');
+    this.sticky =
+      this.isolated === null ? null : new RegExp(this.isolated.source, this.isolated.flags.replace('g', '').replace('y', '') + 'y');
     let maxAdded = 0;
     for (const content of view.added_tokens_map.keys()) maxAdded = Math.max(maxAdded, content.length);
     this.maxAddedChars = maxAdded;
