@@ -312,7 +312,7 @@ export const kv: BenchPart = {
         rows,
       ),
       '',
-      `Latency is wall time to the destination; "CPU p50/p99" is the process's CPU over the same span per request (GC threads included, time the process was preempted not), the figure a loaded machine distorts least; the mean adds the deferred checks run after the destination. GC: V8's collections during the measured requests (perf_hooks).`,
+      `Latency is wall time to the destination; "CPU p50/p99" is the process's CPU over the same span per request — every thread's, so V8's parallel and concurrent GC and compiler threads too (why its p99 can exceed the latency's), while time the process waited preempted is not counted; the mean adds the deferred checks run after the destination. GC: V8's collections during the measured requests (perf_hooks).`,
       '',
       `- Pick p99 with tokenization of a ~2,000-token prompt, nothing cached: **${verdict(full.stats.p99, TARGET_FULL_US)}** (CPU p99 ${us(full.stats.cpuP99)} µs).`,
       `- Pick p99 with a cached prefix (the question tokenized): **${verdict(cached.stats.p99, TARGET_CACHED_US)}** (CPU p99 ${us(cached.stats.cpuP99)} µs).`,
