@@ -6,11 +6,16 @@
  * ByteLevel characters' ids, looked up once at load), so no string is built; pairs live in an
  * open-addressing table of typed arrays (no objects, no string keys). Pre-tokens are short (at
  * most `MAX_KEY_CHARS` characters are cached; longer ones are rare), so the quadratic scan costs
- * less than a heap's allocations.
+ * less than a heap's allocations; above LONG_WORD_CHARS the library's BPE is used.
  */
 import { BYTE_CHAR, utf8 } from './byte-level.js';
 
 const ID_LIMIT = 2 ** 24;
+/**
+ * Longer pre-tokens go to the library's BPE: the scan here is quadratic in the word's length (a
+ * 20,000-letter run would take seconds), the library's heap is not; such words are rare in text.
+ */
+const LONG_WORD_CHARS = 512;
 
 /** (left id, right id) → (rank, merged id), open addressing with linear probing. */
 class PairTable {
@@ -99,9 +104,13 @@ export class IdBpe {
     return new IdBpe(pairs, byteIds, idOf, ignoreMerges);
   }
 
-  /** The ids of one pre-token (before ByteLevel), or undefined when a byte has no id (the library decides). */
+  /**
+   * The ids of one pre-token (before ByteLevel), or undefined when a byte has no id or the word is
+   * longer than LONG_WORD_CHARS (the library decides: its heap does not grow quadratically).
+   */
   encode(word: string): number[] | undefined {
     if (word.length === 0) return [];
+    if (word.length > LONG_WORD_CHARS) return undefined;
     if (this.ignoreMerges) {
       const whole = this.idOf(mapBytes(utf8(word)));
       if (whole !== undefined) return [whole];

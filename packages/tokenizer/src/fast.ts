@@ -2,6 +2,7 @@ import * as library from '@huggingface/tokenizers';
 import type { Tokenizer } from '@huggingface/tokenizers';
 import { IdBpe } from './bpe.js';
 import { byteLevel } from './byte-level.js';
+import { IdBuffer } from './id-buffer.js';
 import { PieceCache } from './piece-cache.js';
 
 /**
@@ -92,6 +93,9 @@ export interface FastEncoderOptions {
   readonly pieceCacheBytes: number;
 }
 
+/** The output buffer is kept between encodings up to this size (256K ids); a larger one is dropped after use. */
+const KEEP_OUTPUT_BYTES = 1024 * 1024;
+
 export class FastEncoder {
   private readonly cache: PieceCache;
   private readonly splits: ReadonlyArray<PreTokenizerView>;
@@ -101,6 +105,11 @@ export class FastEncoder {
   private readonly normalized: AddedTokenSplitter;
   /** A private copy of the regex when the pre-tokenizer is one Isolated Split (Qwen2/3, Llama 3): split while encoding. */
   private readonly isolated: RegExp | null;
+  /** The same regex, sticky: tries one position without building a match array (see `splitIsolated`). */
+  private readonly sticky: RegExp | null;
+  /** Longer sections cannot be an added token: no Map lookup (which would hash the whole section). */
+  private readonly maxAddedChars: number;
+  private readonly out = new IdBuffer(KEEP_OUTPUT_BYTES);
   private readonly byteLevel: ByteLevelStep;
   /** Ids the post-processor puts around the sequence, with and without special tokens. */
   private readonly wrap: { readonly true: { before: number[]; after: number[] }; readonly false: { before: number[]; after: number[] } };
@@ -128,6 +137,11 @@ export class FastEncoder {
       only.pattern.global
         ? new RegExp(only.pattern.source, only.pattern.flags)
         : null;
+    this.sticky =
+      this.isolated === null ? null : new RegExp(this.isolated.source, this.isolated.flags.replace('g', '').replace('y', '') + 'y');
+    let maxAdded = 0;
+    for (const content of view.added_tokens_map.keys()) maxAdded = Math.max(maxAdded, content.length);
+    this.maxAddedChars = maxAdded;
     this.byteLevel = byteLevelStep;
     this.wrap = { true: this.wrapping(true), false: this.wrapping(false) };
   }
@@ -172,40 +186,51 @@ export class FastEncoder {
   }
 
   /** The ids of `text`, equal to `lib.encode(text, { add_special_tokens }).ids`. */
-  encode(text: string, addSpecialTokens: boolean): number[] {
+  encode(text: string, addSpecialTokens: boolean): Uint32Array {
     const wrap = addSpecialTokens ? this.wrap.true : this.wrap.false;
-    const ids = wrap.before.slice();
-    if (!this.encodeText(text, ids)) return this.lib.encode(text, { add_special_tokens: addSpecialTokens }).ids;
-    for (const id of wrap.after) ids.push(id);
-    return ids;
+    const out = this.out;
+    out.reset();
+    out.pushAll(wrap.before);
+    if (!this.encodeText(text, out)) {
+      out.reset();
+      return Uint32Array.from(this.lib.encode(text, { add_special_tokens: addSpecialTokens }).ids);
+    }
+    out.pushAll(wrap.after);
+    return out.take();
+  }
+
+  /** The added token `text` is, if any (a section longer than every added token is not looked up). */
+  private added(text: string): AddedTokenView | undefined {
+    return text.length > this.maxAddedChars ? undefined : this.view.added_tokens_map.get(text);
   }
 
   /** The library's `encode_text`, step by step; false when a piece maps to no id (then the library decides). */
-  private encodeText(text: string, out: number[]): boolean {
+  private encodeText(text: string, out: IdBuffer): boolean {
     const { view } = this;
+    const added = (t: string): AddedTokenView | undefined => this.added(t);
     const sections = this.unnormalized.split(text);
-    stripAround(sections, view.added_tokens_map);
+    stripAround(sections, added);
     for (let s = 0; s < sections.length; s++) {
       let section = sections[s] as string;
       if (section.length === 0) continue;
-      const added = view.added_tokens_map.get(section);
-      if (added) {
-        out.push(added.id);
+      const token = this.added(section);
+      if (token) {
+        out.push(token.id);
         continue;
       }
       if (view.normalizer !== null) section = view.normalizer(section);
       if (section.length === 0) continue;
       const subsections = this.normalized.split(section);
-      stripAround(subsections, view.added_tokens_map);
+      stripAround(subsections, added);
       for (const sub of subsections) {
         if (sub.length === 0) continue;
-        const addedSub = view.added_tokens_map.get(sub);
+        const addedSub = this.added(sub);
         if (addedSub) {
           out.push(addedSub.id);
           continue;
         }
-        if (this.isolated !== null) {
-          if (!this.splitIsolated(this.isolated, sub, out)) return false;
+        if (this.isolated !== null && this.sticky !== null) {
+          if (!this.splitIsolated(this.isolated, this.sticky, sub, out)) return false;
           continue;
         }
         let pieces = [sub];
@@ -219,27 +244,64 @@ export class FastEncoder {
   /**
    * The library's `regex_split` (a Split with behaviour Isolated: matches and the text between them
    * are pre-tokens, empty ones dropped), pre-tokens encoded as they are found instead of collected.
+   *
+   * `exec` builds a match array (with `index`, `input`, `groups`) per pre-token: ~100 bytes a token
+   * of garbage, which is what made the young generation fill every few dozen requests. The Qwen and
+   * Llama 3 patterns match every character, so the next match almost always starts where the last
+   * ended: the sticky copy's `test` there (no array) finds that same match, since a regex tried at
+   * one position finds the same match whether it got there sticky or by a global search. Only
+   * when it fails or matches empty does `exec` search on, exactly as before.
    */
-  private splitIsolated(re: RegExp, text: string, out: number[]): boolean {
-    let prev = 0;
-    re.lastIndex = 0;
-    for (let m = re.exec(text); m !== null; m = re.exec(text)) {
+  private splitIsolated(re: RegExp, sticky: RegExp, text: string, out: IdBuffer): boolean {
+    const n = text.length;
+    let prev = 0; // start of the text not yet encoded
+    let at = 0; // where the search goes on
+    for (;;) {
+      if (at < n) {
+        sticky.lastIndex = at;
+        if (sticky.test(text) && sticky.lastIndex > at) {
+          const end = sticky.lastIndex;
+          if (prev < at && !this.encodeRange(text, prev, at, out)) return false;
+          if (!this.encodeRange(text, at, end, out)) return false;
+          prev = at = end;
+          continue;
+        }
+      }
+      re.lastIndex = at;
+      const m = re.exec(text);
+      if (m === null) break;
       const match = m[0];
       if (prev < m.index && !this.encodePiece(text.slice(prev, m.index), out)) return false;
       if (match.length > 0) {
         if (!this.encodePiece(match, out)) return false;
+        at = re.lastIndex;
       } else {
         // matchAll's rule for an empty match: move on by one code point (the pattern is unicode).
-        re.lastIndex = advance(text, re.lastIndex, re.unicode);
+        at = advance(text, re.lastIndex, re.unicode);
       }
       prev = m.index + match.length;
     }
-    if (prev < text.length && !this.encodePiece(text.slice(prev), out)) return false;
+    if (prev < n && !this.encodePiece(text.slice(prev), out)) return false;
     return true;
   }
 
+  /**
+   * `encodePiece(text.slice(start, end))`; when ByteLevel takes the piece as it is (no prefix space,
+   * no regex of its own), a cached piece is found without making its string.
+   */
+  private encodeRange(text: string, start: number, end: number, out: IdBuffer): boolean {
+    if (this.byteLevel.pattern === null && !this.byteLevel.addPrefixSpace) {
+      const cached = this.cache.lookup(text, start, end);
+      if (cached !== undefined) {
+        out.pushAll(cached);
+        return true;
+      }
+    }
+    return this.encodePiece(text.slice(start, end), out);
+  }
+
   /** One pre-token through ByteLevel and BPE, from the cache when seen before. */
-  private encodePiece(piece: string, out: number[]): boolean {
+  private encodePiece(piece: string, out: IdBuffer): boolean {
     const { pattern, addPrefixSpace } = this.byteLevel;
     if (addPrefixSpace && !piece.startsWith(' ')) piece = ' ' + piece;
     if (pattern === null) return this.encodeWord(piece, out);
@@ -248,15 +310,15 @@ export class FastEncoder {
     return true;
   }
 
-  private encodeWord(word: string, out: number[]): boolean {
+  private encodeWord(word: string, out: IdBuffer): boolean {
     const cached = this.cache.get(word);
     if (cached !== undefined) {
-      for (let i = 0; i < cached.length; i++) out.push(cached[i] as number);
+      out.pushAll(cached);
       return true;
     }
     const fromIds = this.bpe?.encode(word);
     if (fromIds !== undefined) {
-      for (const id of fromIds) out.push(id);
+      out.pushAll(fromIds);
       this.cache.set(word, Uint32Array.from(fromIds));
       return true;
     }
@@ -370,9 +432,9 @@ function advance(text: string, index: number, unicode: boolean): number {
 }
 
 /** The library's lstrip/rstrip of the text around an added token (same rule, same order). */
-function stripAround(sections: string[], added: Map<string, AddedTokenView>): void {
+function stripAround(sections: string[], added: (text: string) => AddedTokenView | undefined): void {
   for (let i = 0; i < sections.length; i++) {
-    const token = added.get(sections[i] as string);
+    const token = added(sections[i] as string);
     if (!token) continue;
     if (token.lstrip && i > 0) sections[i - 1] = (sections[i - 1] as string).trimEnd();
     if (token.rstrip && i < sections.length - 1) sections[i + 1] = (sections[i + 1] as string).trimStart();

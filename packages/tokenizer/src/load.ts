@@ -1,7 +1,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 import { Tokenizer } from '@huggingface/tokenizers';
-import { ChatTemplate, type ChatMessage } from './chat.js';
+import { ChatTemplate, type ChatMessage, type DeferCheck } from './chat.js';
 import { FastEncoder } from './fast.js';
 import { presetFiles, TOKENIZER_PRESETS } from './presets.js';
 import { parseTokenizerSpec, TokenizerSpecError } from './spec.js';
@@ -32,6 +32,8 @@ export interface LoadTokenizerOptions {
   readonly pieceCacheBytes?: number;
   /** false: always encode with `@huggingface/tokenizers` itself (the reference the fast path equals). */
   readonly fast?: boolean;
+  /** Runs the chat template's periodic checks later, off the request path (chat.ts); default: at once. */
+  readonly deferCheck?: DeferCheck;
 }
 
 export const DEFAULT_PIECE_CACHE_BYTES = 16 * 1024 * 1024;
@@ -128,7 +130,7 @@ export function loadTokenizer(input: unknown, options: LoadTokenizerOptions = {}
   let template: ChatTemplate | undefined;
   if (source !== undefined) {
     try {
-      template = new ChatTemplate(source, specials);
+      template = new ChatTemplate(source, specials, options.deferCheck);
     } catch (error) {
       throw new TokenizerSpecError(`chat template of ${name} does not compile: ${error instanceof Error ? error.message : String(error)}`);
     }
@@ -144,8 +146,9 @@ export function loadTokenizer(input: unknown, options: LoadTokenizerOptions = {}
       : FastEncoder.create(tokenizer, { pieceCacheBytes: options.pieceCacheBytes ?? DEFAULT_PIECE_CACHE_BYTES });
   const encode =
     fast instanceof FastEncoder
-      ? (text: string, addSpecialTokens: boolean): number[] => fast.encode(text, addSpecialTokens)
-      : (text: string, addSpecialTokens: boolean): number[] => tokenizer.encode(text, { add_special_tokens: addSpecialTokens }).ids;
+      ? (text: string, addSpecialTokens: boolean): number[] | Uint32Array => fast.encode(text, addSpecialTokens)
+      : (text: string, addSpecialTokens: boolean): number[] | Uint32Array =>
+          tokenizer.encode(text, { add_special_tokens: addSpecialTokens }).ids;
   return {
     name,
     encodeText: (text) => encode(text, true),

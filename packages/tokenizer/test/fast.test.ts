@@ -5,7 +5,8 @@ import { join } from 'node:path';
 import fc from 'fast-check';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { loadTokenizer, type ChatMessage, type PromptTokenizer } from '../src/index.js';
-import { PieceCache, MAX_KEY_CHARS } from '../src/piece-cache.js';
+import { IdBuffer } from '../src/id-buffer.js';
+import { PieceCache, MAX_KEY_CHARS, hashRange } from '../src/piece-cache.js';
 
 // The contract: the fast path gives exactly the ids of @huggingface/tokenizers (`fast: false`).
 const require = createRequire(import.meta.url);
@@ -105,6 +106,43 @@ describe('fast path on the real Qwen3 tokenizer', () => {
       },
     ];
     expect(ids(fast.encodeChat(real))).toEqual(ids(lib.encodeChat(real)));
+  });
+
+  it('encodes bad and extreme inputs exactly: empty, lone surrogates, control characters, huge', () => {
+    const controls = Array.from({ length: 32 }, (_, c) => String.fromCharCode(c)).join('') + '\u007f\u0085\u200b\ufeff\ufffd';
+    // ~400 KB of words (a 100,000-token prompt's size), then one 20,000-letter pre-token.
+    const huge =
+      Array.from({ length: 60_000 }, (_, i) => `w${i % 997} ${'é'.repeat(i % 3)}${i % 11 === 0 ? '\n' : ''}`).join('') + 'x'.repeat(20_000);
+    const cases = [
+      '',
+      ' ',
+      '\ud800',
+      '\udfff',
+      'a\ud800b\udc00c',
+      '\udc00\ud800',
+      '\ud83d',
+      'x\ud83d\ude00\ud83d',
+      controls,
+      controls.repeat(50),
+      '\u0000<|im_start|>\u0000',
+      "'s'S'''ll'LL",
+      ' '.repeat(1000),
+      '\n'.repeat(1000),
+      huge,
+    ];
+    for (const t of cases) {
+      const expected = ids(lib.encodeText(t));
+      expect(ids(fast.encodeText(t))).toEqual(expected);
+      expect(ids(fast.encodeText(t))).toEqual(expected);
+      expect(ids(tiny.encodeText(t))).toEqual(expected);
+    }
+  });
+
+  it('gives each call its own ids (the output buffer is reused between calls)', () => {
+    const a = fast.encodeText('first text');
+    const b = fast.encodeText('second, other text');
+    expect(ids(a)).toEqual(ids(lib.encodeText('first text')));
+    expect(ids(b)).toEqual(ids(lib.encodeText('second, other text')));
   });
 
   it('keeps the pre-token cache within its byte bound', () => {
@@ -231,5 +269,50 @@ describe('PieceCache', () => {
     const small = new PieceCache(10);
     small.set('a', Uint32Array.of(1));
     expect(small.stats().entries).toBe(0);
+  });
+
+  it('finds a range of a text as its sliced key, and tells colliding keys apart', () => {
+    const cache = new PieceCache(1 << 20);
+    cache.set(' river', Uint32Array.of(7));
+    const text = 'the river flows';
+    expect(Array.from(cache.lookup(text, 3, 9) ?? [])).toEqual([7]);
+    expect(cache.lookup(text, 3, 8)).toBeUndefined();
+    expect(cache.lookup(text, 4, 9)).toBeUndefined();
+    // Find two keys of one hash: both kept, each found as itself.
+    const byHash = new Map<number, string>();
+    let pair: [string, string] | undefined;
+    for (let i = 0; pair === undefined && i < 200_000; i++) {
+      const key = `k${i}`;
+      const h = hashRange(key, 0, key.length);
+      const other = byHash.get(h);
+      if (other !== undefined) pair = [other, key];
+      else byHash.set(h, key);
+    }
+    if (pair !== undefined) {
+      cache.set(pair[0], Uint32Array.of(1));
+      cache.set(pair[1], Uint32Array.of(2));
+      expect(Array.from(cache.get(pair[0]) ?? [])).toEqual([1]);
+      expect(Array.from(cache.get(pair[1]) ?? [])).toEqual([2]);
+    }
+  });
+});
+
+describe('IdBuffer', () => {
+  it('returns exactly what was pushed, and drops a buffer grown past its bound', () => {
+    const buffer = new IdBuffer(64);
+    const many = Array.from({ length: 1000 }, (_, i) => i * 3);
+    buffer.pushAll(many.slice(0, 10));
+    for (const id of many.slice(10)) buffer.push(id);
+    expect(Array.from(buffer.take())).toEqual(many);
+    expect(buffer.length).toBe(0);
+    buffer.push(5);
+    expect(Array.from(buffer.take())).toEqual([5]);
+    fc.assert(
+      fc.property(fc.array(fc.array(fc.nat({ max: 2 ** 32 - 1 }), { maxLength: 100 }), { maxLength: 20 }), (chunks) => {
+        buffer.reset();
+        for (const c of chunks) buffer.pushAll(c);
+        expect(Array.from(buffer.take())).toEqual(chunks.flat());
+      }),
+    );
   });
 });

@@ -116,4 +116,23 @@ describe('templates that do not splice get no rule, and still render right', () 
     expect(template.splicesPlainTurns).toBe(false);
     expect(template.render(messages)).toBe('<user>!a magic word<gen>');
   });
+
+  it('with deferred checks: the first ones still run at once, later ones run when the owner says, and a disagreement drops the rule', () => {
+    const source = "{% for m in messages %}<{{ m.role }}>{% if 'magic' in m.content %}!{% endif %}{{ m.content }}{% endfor %}<gen>";
+    const queue: Array<() => void> = [];
+    const template = new ChatTemplate(source, {}, (check) => queue.push(check));
+    const plain = [{ role: 'user', content: 'plain words' }];
+    for (let i = 0; i < 16; i++) expect(template.render(plain)).toBe('<user>plain words<gen>');
+    expect(queue).toHaveLength(0);
+    // Past the first 16, the next checked render is the 256th.
+    const magic = [{ role: 'user', content: 'a magic word' }];
+    for (let n = 16; n < 256; n++) template.render(plain);
+    expect(queue).toHaveLength(0);
+    expect(template.render(magic)).toBe('<user>a magic word<gen>'); // spliced, checked later: wrong once
+    expect(queue).toHaveLength(1);
+    expect(template.splicesPlainTurns).toBe(true);
+    for (const check of queue.splice(0)) check();
+    expect(template.splicesPlainTurns).toBe(false);
+    expect(template.render(magic)).toBe('<user>!a magic word<gen>');
+  });
 });

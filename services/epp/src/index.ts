@@ -11,6 +11,9 @@ export { registerSharedStateMetrics } from './telemetry/shared-state-metrics.js'
 export type { SharedStateSources } from './telemetry/shared-state-metrics.js';
 export { SharedStateCounters } from './shared-state/counters.js';
 export { PromptTokens } from './kv/prompt-tokens.js';
+export { EppKv } from './kv/epp-kv.js';
+export { loadTokenizers } from './kv/config.js';
+export type { EppKvOptions, PromptTokenIds } from './kv/epp-kv.js';
 export { TEXT_CHUNK_CHARS } from './kv/prompt-split.js';
 export type { PromptInput, PromptTokensOptions, TokenizeOutcome } from './kv/prompt-tokens.js';
 export { KvCounters } from './kv/counters.js';

@@ -131,6 +131,45 @@ describe('PromptTokens with the Qwen3 tokenizer', () => {
     expect(ids(t.tokenize('m', { api: 'chat', prompt: '', messages })?.ids ?? [])).toEqual(ids(quirky.encodeChat(messages)));
   });
 
+  it('with deferred checks, joined ids are returned at once and a late disagreement still turns the chat prefix cache off', () => {
+    const quirky: RequestTokenizer = {
+      name: 'quirky',
+      encodeText: (text) => qwen3.encodeText(text),
+      encodeChat: (messages) => {
+        const ids = Array.from(qwen3.encodeChat(messages));
+        const last = messages[messages.length - 1];
+        return last?.role === 'system' && String(last.content).includes('QUIRK') ? [7, ...ids] : ids;
+      },
+    };
+    const counters = new KvCounters();
+    const queue: Array<() => void> = [];
+    const t = new PromptTokens(
+      new Map([['*', quirky]]),
+      { cacheBytes: 1 << 20, maxChars: 1 << 20, deferCheck: (check) => queue.push(check) },
+      counters,
+    );
+    const chat = (i: number, system: string) => [
+      { role: 'system', content: `${system} ${i}` },
+      { role: 'user', content: 'q' },
+    ];
+    // The first 16 misses are checked at once (nothing deferred), the next ones not at all until the 256th.
+    for (let i = 0; i < 256; i++) {
+      const messages = chat(i, 'context');
+      expect(ids(t.tokenize('m', { api: 'chat', prompt: '', messages })?.ids ?? [])).toEqual(ids(quirky.encodeChat(messages)));
+    }
+    expect(queue).toHaveLength(0);
+    const messages = chat(256, 'QUIRK');
+    const joined = ids(t.tokenize('m', { api: 'chat', prompt: '', messages })?.ids ?? []);
+    expect(joined).not.toEqual(ids(quirky.encodeChat(messages))); // returned before the check
+    expect(queue).toHaveLength(1);
+    expect(t.describe()[0]?.chatPrefixCache).toBe(true);
+    for (const check of queue.splice(0)) check();
+    expect(counters.compositionFailures).toBe(1);
+    expect(t.describe()[0]?.chatPrefixCache).toBe(false);
+    expect(t.cache.size).toBe(0);
+    expect(ids(t.tokenize('m', { api: 'chat', prompt: '', messages })?.ids ?? [])).toEqual(ids(quirky.encodeChat(messages)));
+  });
+
   it('uses the tokenizer of the model, or of *', () => {
     const counters = new KvCounters();
     const t = new PromptTokens(new Map([['llama', qwen3]]), { cacheBytes: 1 << 20, maxChars: 1 << 20 }, counters);

@@ -70,7 +70,8 @@ export function loadTokenizers(file: Readonly<Record<string, TokenizerSpec>>, fl
     let tokenizer = loaded.get(id);
     if (tokenizer === undefined) {
       try {
-        tokenizer = loadTokenizer(spec);
+        // The chat template's periodic checks run after the request's destination is sent (chat.ts).
+        tokenizer = loadTokenizer(spec, { deferCheck: (check) => setImmediate(check) });
       } catch (error) {
         if (error instanceof TokenizerSpecError) throw new CliError(`${source}: ${model}: ${error.message}`, 'tokenizer');
         throw error;

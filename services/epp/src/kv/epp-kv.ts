@@ -53,7 +53,12 @@ export class EppKv {
   ) {
     this.tokens =
       options.enabled && options.tokenizers.size > 0
-        ? new PromptTokens(options.tokenizers, { cacheBytes: options.cacheBytes, maxChars: options.maxChars }, this.counters)
+        ? new PromptTokens(
+            options.tokenizers,
+            // The periodic checks run after the request's destination is sent, not before.
+            { cacheBytes: options.cacheBytes, maxChars: options.maxChars, deferCheck: (check) => setImmediate(check) },
+            this.counters,
+          )
         : undefined;
   }
 

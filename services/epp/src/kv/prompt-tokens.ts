@@ -2,7 +2,7 @@ import type { ApiKind } from '@spillway/protocol';
 import type { KvCounters } from './counters.js';
 import { TokenCache } from './token-cache.js';
 import { concat, equal, probe, startsWith, toIds, type Composition, type RequestTokenizer } from './composition.js';
-import { chatMessages, chatParts, chatSplits, textSplit } from './prompt-split.js';
+import { chatMessages, chatParts, chatSplits, textSplit, type ChatMessage } from './prompt-split.js';
 
 /** The parts of a parsed request a tokenizer reads. */
 export interface PromptInput {
@@ -25,6 +25,12 @@ export interface PromptTokensOptions {
   cacheBytes: number;
   /** Prompts longer than this (characters) are not tokenized: the approximate index prices them. */
   maxChars: number;
+  /**
+   * Runs the periodic check of joined ids (after the first VERIFY_FIRST) later, off the request path
+   * (the EPP passes `setImmediate`); default: at once. Checking tokenizes the whole conversation a
+   * second time, which would double that request's cost.
+   */
+  deferCheck?: (check: () => void) => void;
 }
 
 /** Where a request's token ids came from: a cached prefix and the tail tokenized, or the whole prompt. */
@@ -139,8 +145,11 @@ export class PromptTokens {
     const composed =
       head.length >= rule.gen ? concat(head, head.length - rule.gen, tokenizer.encodeChat(messages.slice(split)), rule.lead) : undefined;
     const miss = this.chatMisses++;
-    if (composed !== undefined && miss >= VERIFY_FIRST && miss % VERIFY_EVERY !== 0) {
+    const defer = this.options.deferCheck;
+    if (composed !== undefined && miss >= VERIFY_FIRST && (miss % VERIFY_EVERY !== 0 || defer !== undefined)) {
       this.cache.set(parts, 1 + 2 * split, head);
+      // Checked later: if the ids disagree the rule goes (as below); this request's ids were a routing estimate.
+      if (miss % VERIFY_EVERY === 0 && defer !== undefined) defer(() => this.checkLater(tokenizer, composition, messages, composed));
       return { ids: composed, outcome: 'full' };
     }
     const full = toIds(tokenizer.encodeChat(messages));
@@ -152,6 +161,21 @@ export class PromptTokens {
     }
     if (composed !== undefined) this.cache.set(parts, 1 + 2 * split, head);
     return { ids: full, outcome: 'full' };
+  }
+
+  /** The deferred form of the check in `chat`: the rule is dropped if the whole conversation's ids differ from the joined ones. */
+  private checkLater(tokenizer: RequestTokenizer, composition: Composition, messages: ChatMessage[], composed: Uint32Array): void {
+    if (composition.chat === undefined) return;
+    let full: Uint32Array;
+    try {
+      full = toIds(tokenizer.encodeChat(messages));
+    } catch {
+      return;
+    }
+    if (equal(full, composed)) return;
+    composition.chat = undefined;
+    this.cache.clear();
+    this.counters.compositionFailures++;
   }
 
   private text(
