@@ -11,7 +11,7 @@ export { ENGINE_FAMILIES, ALL_FAMILIES } from './families.js';
 export { COUNTER_SPECS, readCounters } from './counters.js';
 export type { CounterReading } from './counters.js';
 export type { EngineSample } from './engines.js';
-export { parseExposition, parseKept, selectFamilies, FamilyFilter, ExpositionError } from './exposition.js';
+export { parseExposition, parseKept, selectFamilies, FamilyFilter, KeptParser, ExpositionError } from './exposition.js';
 export { extractSample, ExtractError, ScrapeReader } from './scrape.js';
 export { DEFAULT_SCRAPE_LIMITS, BudgetError } from './budget.js';
 export type { ScrapeLimits, BudgetReason } from './budget.js';
