@@ -8,7 +8,7 @@ import {
   createAgent,
   DEFAULT_SCRAPE_LIMITS,
   ENGINE_FAMILIES,
-  getText,
+  getStreamedPlain,
   NatsSink,
   parseExposition,
   parseKept,
@@ -102,6 +102,20 @@ function summarise(lags: number[], seconds: number, failures: number, cpu: NodeJ
   };
 }
 
+/**
+ * One plain GET: undici's `request()` API, the body's chunks collected and read as text (what the
+ * collector's own GET was before it moved to a dispatch handler; kept as `getStreamedPlain`).
+ */
+async function plainGet(agent: ReturnType<typeof createAgent>, address: string): Promise<string> {
+  const chunks: Buffer[] = [];
+  await getStreamedPlain(
+    agent,
+    { origin: `http://${address}`, path: '/metrics', timeoutMs: TIMEOUT_MS, maxBytes: DEFAULT_SCRAPE_LIMITS.maxBytes },
+    (chunk) => chunks.push(chunk),
+  );
+  return Buffer.concat(chunks).toString('utf8');
+}
+
 /** Baseline: the same endpoints GETted on the same per-endpoint schedule, body read and dropped. */
 async function baseline(addresses: string[], warmupMs: number, seconds: number): Promise<Measured> {
   const agent = createAgent();
@@ -114,7 +128,7 @@ async function baseline(addresses: string[], warmupMs: number, seconds: number):
       if (busy) return;
       busy = true;
       const start = performance.now();
-      getText(agent, `http://${address}`, '/metrics', TIMEOUT_MS)
+      plainGet(agent, address)
         .then(() => lags.push(performance.now() - start))
         .catch(() => failures++)
         .finally(() => (busy = false));

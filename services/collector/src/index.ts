@@ -18,6 +18,7 @@ export type { ScrapeLimits, BudgetReason } from './budget.js';
 export { endpointsFromSlices, endpointSliceSchema } from './kube-slices.js';
 export { startKubeSource } from './kube-source.js';
 export { createAgent, getText, getStreamed, GetError } from './http-get.js';
+export { getStreamedPlain } from './http-get-plain.js';
 export { NatsSink } from './nats-sink.js';
 export type { EventSink } from './sink.js';
 export { CollectorMetrics } from './self-metrics.js';
