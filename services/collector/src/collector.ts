@@ -7,6 +7,7 @@ import { Prober, type ProbeOptions, type ProbeState } from './prober.js';
 import { RateWindow } from '@spillway/events';
 import { LatestWinsQueue } from './readiness-queue.js';
 import type { Extracted } from './scrape.js';
+import { ScrapeScheduler } from './scrape-scheduler.js';
 import { Scraper } from './scraper.js';
 import type { CollectorMetrics, ScrapeFailureReason } from './self-metrics.js';
 import type { EventSink } from './sink.js';
@@ -83,11 +84,14 @@ export class Collector {
   private readonly queues = new Map<string, LatestWinsQueue>();
   private readonly duplicateWarned = new Set<string>();
   private republishTimer: NodeJS.Timeout | undefined;
+  /** Every scraper's ticks, spread evenly over the sample interval. */
+  private readonly scheduler: ScrapeScheduler;
   private stopped = false;
   private readonly log: Logger;
 
   constructor(private readonly options: CollectorOptions) {
     this.log = options.logger;
+    this.scheduler = new ScrapeScheduler(options.sampleIntervalMs);
   }
 
   start(): void {
@@ -102,6 +106,7 @@ export class Collector {
     this.stopped = true;
     clearInterval(this.republishTimer);
     for (const t of this.tracked.values()) this.halt(t);
+    this.scheduler.stop();
     await this.settled();
   }
 
@@ -283,7 +288,7 @@ export class Collector {
         onSkipped: () => o.metrics.scrapesSkipped.inc(),
       },
     );
-    t.scraper.start();
+    t.scraper.start(this.scheduler);
   }
 
   private publishSample(t: Tracked, extracted: Extracted, startedAt: number, startedPerf: number): void {
