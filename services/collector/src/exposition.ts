@@ -247,8 +247,8 @@ export function parseExposition(text: string): Exposition {
  * lines are rejected — but slices the text instead of copying it a character at a time. Tests
  * check both agree on every fixture and on generated expositions.
  */
-export function parseKept(text: string): Exposition {
-  const parser = new KeptParser();
+export function parseKept(text: string, readLine: (line: string) => RawSample = readSampleLine): Exposition {
+  const parser = new KeptParser(readLine);
   // As parseExposition: a final newline is supplied, and the empty line after it ends the last family.
   const input = text.endsWith('\n') ? text : `${text}\n`;
   for (let start = 0; ;) {
@@ -272,6 +272,9 @@ export function parseKept(text: string): Exposition {
  */
 export class KeptParser {
   private readonly families: Family[] = [];
+  /** `readLine`: how a sample line is read (the general state machine alone, for the plain version). */
+  constructor(private readonly readLine: (line: string) => RawSample = readSampleLine) {}
+
   private family: Family | undefined;
   private rejected: ExpositionError | undefined;
 
@@ -316,7 +319,7 @@ export class KeptParser {
         }
       }
     } else {
-      sample = readSampleLine(line);
+      sample = this.readLine(line);
       lineMetric = sample.name;
     }
     let family = this.family;
