@@ -253,7 +253,6 @@ export class Collector {
       t.spec.address,
       () => this.engineOf(t),
       {
-        intervalMs: o.sampleIntervalMs,
         timeoutMs: o.scrapeTimeoutMs,
         path: o.metricsPath,
         failureThreshold: o.scrapeFailureThreshold,

@@ -6,7 +6,6 @@ import { ExtractError, ScrapeReader, type Extracted } from './scrape.js';
 import type { ScrapeFailureReason } from './self-metrics.js';
 
 export interface ScraperOptions {
-  intervalMs: number;
   timeoutMs: number;
   path: string;
   /** Consecutive failures after which the endpoint is backed off. */
