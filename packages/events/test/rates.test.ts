@@ -1,3 +1,4 @@
+import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { RateWindow, serviceRatesSchema, type Counters } from '@spillway/events';
 
@@ -133,5 +134,40 @@ describe('RateWindow: prefill time and prefill rate', () => {
     expect(update.rates?.ttftMs).toBeCloseTo(60, 9);
     expect(update.rates).not.toHaveProperty('prefillMs');
     expect(update.rates).not.toHaveProperty('prefillTokensPerS');
+  });
+});
+
+describe('the window checks its rates with the compiled schema check, as zod would', () => {
+  it('every rate it returns is what zod returns for it, absurd jumps among the counters', () => {
+    const seen = { rates: 0, outOfRange: 0 };
+    fc.assert(
+      fc.property(
+        fc.array(fc.record({ step: fc.integer({ min: 1, max: 400 }), n: fc.oneof(fc.integer({ min: 0, max: 50 }), fc.constant(1e12)) }), {
+          minLength: 2,
+          maxLength: 40,
+        }),
+        (steps) => {
+          const window = new RateWindow(2_000);
+          let at = 0;
+          let n = 0;
+          for (const step of steps) {
+            at += step.step;
+            n += step.n;
+            const update = window.update(at, counters(n));
+            if (update.outOfRange) seen.outOfRange++;
+            if (update.rates !== undefined) {
+              seen.rates++;
+              const zod = serviceRatesSchema.safeParse(update.rates);
+              expect(zod.success).toBe(true);
+              if (zod.success) expect(update.rates).toEqual(zod.data);
+            }
+          }
+        },
+      ),
+      { numRuns: 500, seed: 31 },
+    );
+    // Both outcomes were exercised.
+    expect(seen.rates).toBeGreaterThan(0);
+    expect(seen.outOfRange).toBeGreaterThan(0);
   });
 });

@@ -1,11 +1,4 @@
-import {
-  metricsEventSchema,
-  readinessEventSchema,
-  type Engine,
-  type MetricsEvent,
-  type ReadinessEvent,
-  type ServiceRates,
-} from '@spillway/events';
+import { readinessEventSchema, type Engine, type MetricsEvent, type ReadinessEvent, type ServiceRates } from '@spillway/events';
 import type { Logger } from 'pino';
 import type { Dispatcher } from 'undici';
 import type { ScrapeLimits } from './budget.js';
@@ -14,9 +7,11 @@ import { Prober, type ProbeOptions, type ProbeState } from './prober.js';
 import { RateWindow } from '@spillway/events';
 import { LatestWinsQueue } from './readiness-queue.js';
 import type { Extracted } from './scrape.js';
+import { ScrapeScheduler } from './scrape-scheduler.js';
 import { Scraper } from './scraper.js';
 import type { CollectorMetrics, ScrapeFailureReason } from './self-metrics.js';
 import type { EventSink } from './sink.js';
+import { validateMetrics } from './validate.js';
 
 export interface CollectorOptions {
   pool: string;
@@ -63,6 +58,8 @@ interface Tracked {
   rates: RateWindow;
   /** The last reason rates were left out, so a lasting one is logged once. */
   lastRatesIssue: string | undefined;
+  /** Why the last sample failed the event schema (undefined after a good one), so a lasting rejection is logged once. */
+  lastRejection: string | undefined;
 }
 
 export interface EndpointStatus {
@@ -87,11 +84,14 @@ export class Collector {
   private readonly queues = new Map<string, LatestWinsQueue>();
   private readonly duplicateWarned = new Set<string>();
   private republishTimer: NodeJS.Timeout | undefined;
+  /** Every scraper's ticks, spread evenly over the sample interval. */
+  private readonly scheduler: ScrapeScheduler;
   private stopped = false;
   private readonly log: Logger;
 
   constructor(private readonly options: CollectorOptions) {
     this.log = options.logger;
+    this.scheduler = new ScrapeScheduler(options.sampleIntervalMs);
   }
 
   start(): void {
@@ -106,6 +106,7 @@ export class Collector {
     this.stopped = true;
     clearInterval(this.republishTimer);
     for (const t of this.tracked.values()) this.halt(t);
+    this.scheduler.stop();
     await this.settled();
   }
 
@@ -172,6 +173,7 @@ export class Collector {
       backingOff: false,
       rates: new RateWindow(this.options.ratesWindowMs),
       lastRatesIssue: undefined,
+      lastRejection: undefined,
     };
     this.tracked.set(spec.pod, t);
     this.log.info({ pod: spec.pod, address: spec.address, zone: spec.zone }, 'endpoint added');
@@ -251,7 +253,6 @@ export class Collector {
       t.spec.address,
       () => this.engineOf(t),
       {
-        intervalMs: o.sampleIntervalMs,
         timeoutMs: o.scrapeTimeoutMs,
         path: o.metricsPath,
         failureThreshold: o.scrapeFailureThreshold,
@@ -286,7 +287,7 @@ export class Collector {
         onSkipped: () => o.metrics.scrapesSkipped.inc(),
       },
     );
-    t.scraper.start();
+    t.scraper.start(this.scheduler);
   }
 
   private publishSample(t: Tracked, extracted: Extracted, startedAt: number, startedPerf: number): void {
@@ -310,18 +311,23 @@ export class Collector {
     if (cache !== undefined) o.onCacheSize?.(t.spec.pod, cache.numBlocks);
     const rates = this.serviceRates(t, extracted, startedPerf);
     if (rates) candidate.rates = rates;
-    const parsed = metricsEventSchema.safeParse(candidate);
-    if (!parsed.success) {
+    const parsed = validateMetrics(candidate);
+    if (!parsed.ok) {
       o.metrics.scrapeFailures.inc({ reason: 'invalid' });
-      this.log.warn({ pod: t.spec.pod, error: parsed.error.issues[0]?.message }, 'metrics sample rejected by the event schema');
+      // Counted every time, logged loudly when it starts or changes: a server stuck on a bad value would otherwise log 10 lines a second.
+      const fields = { pod: t.spec.pod, error: parsed.message };
+      if (parsed.message !== t.lastRejection) this.log.warn(fields, 'metrics sample rejected by the event schema');
+      else this.log.debug(fields, 'metrics sample rejected by the event schema');
+      t.lastRejection = parsed.message;
       return;
     }
-    const sent = o.sink.publishMetrics(parsed.data);
+    t.lastRejection = undefined;
+    const sent = o.sink.publishMetrics(parsed.event);
     const lagMs = performance.now() - startedPerf;
     o.metrics.scrapeDuration.observe({ engine: extracted.engine }, lagMs / 1000);
     if (sent) {
       o.metrics.eventsPublished.inc({ kind: 'metrics' });
-      o.onMetricsPublished?.(parsed.data, lagMs);
+      o.onMetricsPublished?.(parsed.event, lagMs);
     } else {
       o.metrics.eventsDropped.inc({ kind: 'metrics', reason: 'disconnected' });
     }

@@ -10,6 +10,9 @@ import type { Exposition } from './exposition.js';
 interface HistogramSeries {
   readonly name: string;
   readonly msPerUnit: number;
+  /** Its `_sum` and `_count` series, named once here rather than on every scrape. */
+  readonly sum: Series;
+  readonly count: Series;
 }
 
 /**
@@ -60,7 +63,12 @@ interface CounterSpec {
 
 type PrefixSource = { readonly hits: Series; readonly queries: Series } | { readonly hits: Series; readonly misses: Series };
 
-const seconds = (name: string): HistogramSeries => ({ name, msPerUnit: 1000 });
+const seconds = (name: string): HistogramSeries => ({
+  name,
+  msPerUnit: 1000,
+  sum: { name: `${name}_sum` },
+  count: { name: `${name}_count` },
+});
 const one = (name: string, match?: Record<string, string>): Series[] => [match ? { name, match } : { name }];
 
 export const COUNTER_SPECS: Readonly<Record<Engine, CounterSpec>> = {
@@ -117,7 +125,7 @@ export const COUNTER_SPECS: Readonly<Record<Engine, CounterSpec>> = {
 
 /** The metric families the counters of `spec` are read from (histograms by their `_sum`/`_count`). */
 export function counterFamilies(spec: CounterSpec): string[] {
-  const histograms = [...spec.ttft, ...spec.queue, ...spec.itl, ...spec.prefill].flatMap((h) => [`${h.name}_sum`, `${h.name}_count`]);
+  const histograms = [...spec.ttft, ...spec.queue, ...spec.itl, ...spec.prefill].flatMap((h) => [h.sum.name, h.count.name]);
   const series = [
     ...spec.promptTokens,
     ...spec.generationTokens,
@@ -160,8 +168,8 @@ export function readCounters(engine: Engine, exposition: Exposition): CounterRea
   };
   const moments = (alternatives: readonly HistogramSeries[]): Moments | undefined => {
     for (const h of alternatives) {
-      const sum = total([{ name: `${h.name}_sum` }]);
-      const count = total([{ name: `${h.name}_count` }]);
+      const sum = total([h.sum]);
+      const count = total([h.count]);
       if (sum !== undefined && count !== undefined) return { sumMs: sum * h.msPerUnit, count };
     }
     return undefined;

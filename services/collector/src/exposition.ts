@@ -1,5 +1,7 @@
 import parsePrometheusTextFormat from 'parse-prometheus-text-format';
 import { BudgetError, DEFAULT_SCRAPE_LIMITS, type ScrapeLimits } from './budget.js';
+import { ExpositionError } from './exposition-error.js';
+import { invalidLine, readSampleLine, type RawSample } from './sample-line.js';
 
 /** One sample of a metric family, its value already read as a number (NaN when unreadable). */
 export interface Sample {
@@ -11,15 +13,37 @@ export interface Sample {
 /** Metric name → its samples, in exposition order. */
 export type Exposition = ReadonlyMap<string, readonly Sample[]>;
 
-export class ExpositionError extends Error {
-  override readonly name = 'ExpositionError';
-}
+export { ExpositionError };
 
 // The text format's value grammar: a Go float, or NaN / ±Inf. Anything else is a malformed line
 // (the parser keeps values as text and accepts garbage, and an empty value would read as 0).
 const VALUE = /^[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|Inf|inf|NaN|nan)$/;
 // A metric name at the start of a sample line (the text format allows `:` in names).
 const NAME = /^[A-Za-z_:][A-Za-z0-9_:]*/;
+// A whole metric name: what NAME matching all of a name says, in one match.
+const WHOLE_NAME = /^[A-Za-z_:][A-Za-z0-9_:]*$/;
+
+/**
+ * Names already seen to be well formed: a scrape's families are the same few names every time,
+ * and checking them twice by regex on every scrape was a tenth of its parse. Bounded (a server
+ * inventing names must not grow it): past the bound, names are checked afresh.
+ */
+const goodNames = new Set<string>();
+/** Characters the remembered names may hold in all (a real engine's names are a few dozen of ~40). */
+const MAX_GOOD_NAME_CHARS = 64 * 1024;
+/** A longer name is checked every time, never remembered. */
+const MAX_REMEMBERED_NAME = 256;
+let goodNameChars = 0;
+
+function wellFormedName(name: string): boolean {
+  if (goodNames.has(name)) return true;
+  if (!WHOLE_NAME.test(name)) return false;
+  if (name.length <= MAX_REMEMBERED_NAME && goodNameChars + name.length <= MAX_GOOD_NAME_CHARS) {
+    goodNames.add(name);
+    goodNameChars += name.length;
+  }
+  return true;
+}
 
 function readValue(text: string | undefined, name: string): number {
   if (text === undefined || !VALUE.test(text)) throw new ExpositionError(`${name}: value ${JSON.stringify(text ?? '')} is not a number`);
@@ -35,21 +59,36 @@ function readValue(text: string | undefined, name: string): number {
  * its input one character at a time, so parsing only a handful of series keeps a 100 ms scrape of
  * hundreds of endpoints cheap. (`# HELP` lines are dropped too: long, and never read.)
  *
+ * With a `sink` (a KeptParser), each kept line is handed over as it is found instead of being
+ * kept: the scrape path parses lines as they come, and never joins them into a text to split
+ * again. The limits count the same lines either way.
+ *
  * Throws BudgetError (`too-large`) for a line longer than `maxLineLength` or once the kept lines
  * exceed `maxKeptLength` characters or `maxKeptLines` lines.
  */
 export class FamilyFilter {
   private partial = '';
   private readonly kept: string[] = [];
+  private keptLines = 0;
   private keptLength = 0;
+  private readonly lengths: ReadonlySet<number>;
+  // Where the next name-ending character is in the text being read (see NextOf).
+  private readonly brace = new NextOf('{');
+  private readonly space = new NextOf(' ');
+  private readonly tab = new NextOf('\t');
+  private readonly cr = new NextOf('\r');
 
   constructor(
     private readonly wanted: ReadonlySet<string>,
     private readonly limits: Pick<ScrapeLimits, 'maxLineLength' | 'maxKeptLength' | 'maxKeptLines'> = DEFAULT_SCRAPE_LIMITS,
-  ) {}
+    private readonly sink?: { line(line: string): void },
+  ) {
+    this.lengths = nameLengths(wanted);
+  }
 
   push(piece: string): void {
     const text = this.partial.length > 0 ? this.partial + piece : piece;
+    this.reset(text);
     let start = 0;
     for (let newline = text.indexOf('\n'); newline >= 0; newline = text.indexOf('\n', start)) {
       this.line(text, start, newline);
@@ -61,14 +100,29 @@ export class FamilyFilter {
     }
   }
 
-  /** The kept lines, newline-terminated; the text must have been fed completely. */
+  /** The kept lines, newline-terminated ('' with a sink, which has had them); the text must have been fed completely. */
   finish(): string {
-    if (this.partial.length > 0) this.line(this.partial, 0, this.partial.length);
+    if (this.partial.length > 0) {
+      this.reset(this.partial);
+      this.line(this.partial, 0, this.partial.length);
+    }
     this.partial = '';
     return this.kept.length === 0 ? '' : `${this.kept.join('\n')}\n`;
   }
 
-  /** Looks at text[from, to) without copying it unless it is kept. */
+  private reset(text: string): void {
+    this.brace.reset(text);
+    this.space.reset(text);
+    this.tab.reset(text);
+    this.cr.reset(text);
+  }
+
+  /**
+   * Looks at text[from, to) without copying it unless it is kept. The name runs to the first `{`
+   * or blank; it is found with native searches rather than a loop over its characters (a loop
+   * costs a few ns a character, and names are most of what is looked at), and a name of a length
+   * no wanted name has is not even sliced.
+   */
   private line(text: string, from: number, to: number): void {
     let start = from;
     while (start < to && isBlank(text.charCodeAt(start))) start++;
@@ -78,17 +132,14 @@ export class FamilyFilter {
       if (!text.startsWith('# TYPE ', start)) return;
       nameStart = start + 7;
     }
-    let nameEnd = nameStart;
-    while (nameEnd < to) {
-      const c = text.charCodeAt(nameEnd);
-      if (c === OPEN_BRACE || isBlank(c)) break;
-      nameEnd++;
-    }
-    if (!this.wanted.has(text.slice(nameStart, nameEnd))) return;
+    const nameEnd = Math.min(to, this.brace.from(nameStart), this.space.from(nameStart), this.tab.from(nameStart), this.cr.from(nameStart));
+    if (!this.lengths.has(nameEnd - nameStart) || !this.wanted.has(text.slice(nameStart, nameEnd))) return;
     const line = text.slice(start, to).trimEnd();
     this.keptLength += line.length + 1;
-    this.kept.push(line);
-    if (this.keptLength > this.limits.maxKeptLength || this.kept.length > this.limits.maxKeptLines) {
+    this.keptLines++;
+    if (this.sink !== undefined) this.sink.line(line);
+    else this.kept.push(line);
+    if (this.keptLength > this.limits.maxKeptLength || this.keptLines > this.limits.maxKeptLines) {
       throw new BudgetError(
         'too-large',
         `more than ${this.limits.maxKeptLines} lines or ${this.limits.maxKeptLength} characters of wanted series`,
@@ -98,7 +149,45 @@ export class FamilyFilter {
 }
 
 const HASH = 0x23;
-const OPEN_BRACE = 0x7b;
+
+/**
+ * The next position of one character in a text, at or after a point (the text's length when
+ * there is none). Points only move forward through a text, and a search starts where the previous
+ * one found its character, so one pass over a text costs one native scan per character sought
+ * however many lines ask — never a scan to the text's end for every line (a body of lines without
+ * `{`, say).
+ */
+class NextOf {
+  private text = '';
+  private at = -1;
+
+  constructor(private readonly char: string) {}
+
+  reset(text: string): void {
+    this.text = text;
+    this.at = -1;
+  }
+
+  from(position: number): number {
+    if (this.at < position) {
+      const found = this.text.indexOf(this.char, position);
+      this.at = found < 0 ? this.text.length : found;
+    }
+    return this.at;
+  }
+}
+
+/** The lengths of the wanted names, remembered per wanted set (a handful of sets: one per engine, and all engines'). */
+const lengthsOf = new WeakMap<ReadonlySet<string>, ReadonlySet<number>>();
+
+function nameLengths(wanted: ReadonlySet<string>): ReadonlySet<number> {
+  let lengths = lengthsOf.get(wanted);
+  if (lengths === undefined) {
+    lengths = new Set([...wanted].map((name) => name.length));
+    lengthsOf.set(wanted, lengths);
+  }
+  return lengths;
+}
 
 function isBlank(c: number): boolean {
   return c === 0x20 || c === 0x09 || c === 0x0d;
@@ -158,18 +247,59 @@ export function parseExposition(text: string): Exposition {
  * lines are rejected — but slices the text instead of copying it a character at a time. Tests
  * check both agree on every fixture and on generated expositions.
  */
-export function parseKept(text: string): Exposition {
-  // Every line is read before any family is checked, as there: a rejected line is the error
-  // reported even when an earlier family also has a malformed name or value.
-  const families: Family[] = [];
-  let family: Family | undefined;
+export function parseKept(text: string, readLine: (line: string) => RawSample = readSampleLine): Exposition {
+  const parser = new KeptParser(readLine);
   // As parseExposition: a final newline is supplied, and the empty line after it ends the last family.
   const input = text.endsWith('\n') ? text : `${text}\n`;
   for (let start = 0; ;) {
     const newline = input.indexOf('\n', start);
-    const last = newline < 0;
-    const line = input.slice(start, last ? input.length : newline).trim();
+    if (newline < 0) break;
+    parser.line(input.slice(start, newline).trim());
     start = newline + 1;
+  }
+  return parser.finish();
+}
+
+/**
+ * parseKept's reading, one line at a time, so the lines a FamilyFilter keeps can be parsed as
+ * they are found instead of being joined into a text and split again. Lines come trimmed.
+ *
+ * As in the general parser, every line is read before any family is checked: a rejected line is
+ * the error reported even when an earlier family also has a malformed name or value. And since a
+ * scrape's filter must still see the whole exposition (a budget error there wins over a malformed
+ * line, as when the kept text was parsed after filtering), a rejected line is remembered, not
+ * thrown: finish() throws it. Lines after it are not parsed.
+ */
+export class KeptParser {
+  private readonly families: Family[] = [];
+  /** `readLine`: how a sample line is read (the general state machine alone, for the plain version). */
+  constructor(private readonly readLine: (line: string) => RawSample = readSampleLine) {}
+
+  private family: Family | undefined;
+  private rejected: ExpositionError | undefined;
+
+  line(line: string): void {
+    if (this.rejected !== undefined) return;
+    try {
+      this.read(line);
+    } catch (error) {
+      if (!(error instanceof ExpositionError)) throw error;
+      this.rejected = error;
+    }
+  }
+
+  /** The exposition of the lines read; throws ExpositionError (the first rejected line's, else a malformed family's). */
+  finish(): Exposition {
+    if (this.rejected !== undefined) throw this.rejected;
+    const family = this.family;
+    if (family !== undefined && family.name) this.families.push(family);
+    this.family = undefined;
+    const out = new Map<string, Sample[]>();
+    for (const each of this.families) emit(each, out);
+    return out;
+  }
+
+  private read(line: string): void {
     let lineMetric: string | null = null;
     let lineType: string | null = null;
     let sample: RawSample | null = null;
@@ -189,34 +319,18 @@ export function parseKept(text: string): Exposition {
         }
       }
     } else {
-      sample = parseSampleLine(line);
+      sample = this.readLine(line);
       lineMetric = sample.name;
     }
+    let family = this.family;
     if (family !== undefined && lineMetric === family.name && family.type === null && lineType) family.type = lineType;
-    if (last || (lineMetric && !(family !== undefined && allowed(family, lineMetric)))) {
-      if (family !== undefined && family.name) families.push(family);
+    if (lineMetric && !(family !== undefined && allowed(family, lineMetric))) {
+      if (family !== undefined && family.name) this.families.push(family);
       family = { name: lineMetric, type: lineType || null, samples: [] };
+      this.family = family;
     }
     if (sample !== null && family !== undefined) addSample(family, sample);
-    if (last) break;
   }
-  const out = new Map<string, Sample[]>();
-  for (const each of families) emit(each, out);
-  return out;
-}
-
-/**
- * One sample line as the general parser reads it: texts, not numbers yet. An aggregate line (a
- * histogram's or summary's `_count`, `_sum` or `_bucket`) keeps its value under that key instead.
- */
-interface RawSample {
-  name: string;
-  value: string | undefined;
-  count: string | undefined;
-  sum: string | undefined;
-  bucket: string | undefined;
-  labels: Record<string, string> | undefined;
-  timestamp: string | undefined;
 }
 
 interface Family {
@@ -291,7 +405,7 @@ function folded(family: Family): { grouped: boolean; count: string | undefined; 
 /** Checks and converts one family as parseExposition does, appending to its name's samples. */
 function emit(family: Family, out: Map<string, Sample[]>): void {
   const name = family.name as string;
-  if (!NAME.test(name) || NAME.exec(name)?.[0] !== name) throw new ExpositionError(`malformed metric name ${JSON.stringify(name)}`);
+  if (!wellFormedName(name)) throw new ExpositionError(`malformed metric name ${JSON.stringify(name)}`);
   const samples = out.get(name) ?? [];
   const fold = folded(family);
   if (fold !== undefined) {
@@ -308,155 +422,4 @@ function emit(family: Family, out: Map<string, Sample[]>): void {
     }
   }
   out.set(name, samples);
-}
-
-const SPACE = 0x20;
-const TAB = 0x09;
-const CLOSE_BRACE = 0x7d;
-const EQUALS = 0x3d;
-const QUOTE = 0x22;
-const BACKSLASH = 0x5c;
-const COMMA = 0x2c;
-
-const enum State {
-  Name,
-  EndOfName,
-  StartOfLabelName,
-  LabelName,
-  LabelValueEquals,
-  LabelValueQuote,
-  LabelValue,
-  NextLabel,
-  EndOfLabels,
-  Value,
-  Timestamp,
-}
-
-function invalidLine(line: string): ExpositionError {
-  return new ExpositionError(`Encountered invalid line: ${line}`);
-}
-
-function isSpace(c: number): boolean {
-  return c === SPACE || c === TAB;
-}
-
-/**
- * One sample line, by the general parser's state machine (the same states, the same rejected
- * characters), reading runs of characters as slices. Throws ExpositionError for a line it rejects.
- */
-function parseSampleLine(line: string): RawSample {
-  const n = line.length;
-  let name = '';
-  let labelName = '';
-  let labelValue = '';
-  let value = '';
-  let timestamp = '';
-  let labels: Record<string, string> | undefined;
-  let state = State.Name;
-  let i = 0;
-  while (i < n) {
-    const c = line.charCodeAt(i);
-    switch (state) {
-      case State.Name: {
-        let j = i;
-        while (j < n && line.charCodeAt(j) !== OPEN_BRACE && !isSpace(line.charCodeAt(j))) j++;
-        name += line.slice(i, j);
-        if (j < n) state = line.charCodeAt(j) === OPEN_BRACE ? State.StartOfLabelName : State.EndOfName;
-        i = j + 1;
-        continue;
-      }
-      case State.EndOfName:
-        if (c === OPEN_BRACE) state = State.StartOfLabelName;
-        else if (!isSpace(c)) {
-          state = State.Value;
-          continue;
-        }
-        break;
-      case State.StartOfLabelName:
-        if (c === CLOSE_BRACE) state = State.EndOfLabels;
-        else if (!isSpace(c)) {
-          // The first character is taken whatever it is (even `=`); the name runs on from the next.
-          labelName += line[i] as string;
-          state = State.LabelName;
-        }
-        break;
-      case State.LabelName: {
-        let j = i;
-        for (; j < n; j++) {
-          const d = line.charCodeAt(j);
-          if (d === EQUALS || d === CLOSE_BRACE || isSpace(d)) break;
-        }
-        labelName += line.slice(i, j);
-        if (j < n) {
-          const d = line.charCodeAt(j);
-          state = d === EQUALS ? State.LabelValueQuote : d === CLOSE_BRACE ? State.EndOfLabels : State.LabelValueEquals;
-        }
-        i = j + 1;
-        continue;
-      }
-      case State.LabelValueEquals:
-        if (c === EQUALS) state = State.LabelValueQuote;
-        else if (!isSpace(c)) throw invalidLine(line);
-        break;
-      case State.LabelValueQuote:
-        if (c === QUOTE) state = State.LabelValue;
-        else if (!isSpace(c)) throw invalidLine(line);
-        break;
-      case State.LabelValue: {
-        let j = i;
-        while (j < n && line.charCodeAt(j) !== QUOTE && line.charCodeAt(j) !== BACKSLASH) j++;
-        labelValue += line.slice(i, j);
-        if (j >= n) {
-          i = j;
-          continue;
-        }
-        if (line.charCodeAt(j) === QUOTE) {
-          labels ??= {};
-          labels[labelName] = labelValue;
-          labelName = '';
-          labelValue = '';
-          state = State.NextLabel;
-          i = j + 1;
-          continue;
-        }
-        // A backslash: the next character is escaped (\\, \n, \"; anything else is kept with its backslash).
-        if (j + 1 < n) {
-          const e = line.charCodeAt(j + 1);
-          labelValue += e === BACKSLASH ? '\\' : e === 0x6e ? '\n' : e === QUOTE ? '"' : `\\${line[j + 1] as string}`;
-        }
-        i = j + 2;
-        continue;
-      }
-      case State.NextLabel:
-        if (c === COMMA) state = State.LabelName;
-        else if (c === CLOSE_BRACE) state = State.EndOfLabels;
-        else if (!isSpace(c)) throw invalidLine(line);
-        break;
-      case State.EndOfLabels:
-        if (!isSpace(c)) {
-          state = State.Value;
-          continue;
-        }
-        break;
-      case State.Value: {
-        let j = i;
-        while (j < n && !isSpace(line.charCodeAt(j))) j++;
-        value += line.slice(i, j);
-        if (j < n) state = State.Timestamp;
-        i = j + 1;
-        continue;
-      }
-      case State.Timestamp:
-        if (!isSpace(c)) {
-          let j = i;
-          while (j < n && !isSpace(line.charCodeAt(j))) j++;
-          timestamp += line.slice(i, j);
-          i = j;
-          continue;
-        }
-        break;
-    }
-    i++;
-  }
-  return { name, value, count: undefined, sum: undefined, bucket: undefined, labels, timestamp: timestamp === '' ? undefined : timestamp };
 }

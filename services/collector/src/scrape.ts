@@ -4,7 +4,7 @@ import { BudgetError, DEFAULT_SCRAPE_LIMITS, type ScrapeLimits } from './budget.
 import { readCounters, type CounterReading } from './counters.js';
 import { detectEngine, mapExposition, type EngineSample } from './engines.js';
 import { ALL_FAMILIES, ENGINE_FAMILIES } from './families.js';
-import { ExpositionError, FamilyFilter, parseKept } from './exposition.js';
+import { ExpositionError, FamilyFilter, KeptParser, parseKept, type Exposition } from './exposition.js';
 
 export type ExtractFailureReason = 'parse' | 'invalid' | 'unknown-engine';
 
@@ -29,14 +29,18 @@ export interface Extracted {
 const PRECISE_AFTER_MS = 1;
 
 /**
- * One scrape's body, read as it arrives: bytes → text → the lines of the engine's families (of
- * every engine's, while the engine is still to be detected) → parsed and mapped at the end. CPU
+ * One scrape's body, read as it arrives: bytes → text → the lines of the engine's families,
+ * parsed as they are found (KeptParser) → mapped at the end. While the endpoint's engine is still
+ * to be detected, the lines of every engine's families are kept as text instead, for detectEngine
+ * to search, and parsed at the end (parseKept): the same reading, once per endpoint. CPU
  * spent in this work is counted against `cpuBudgetMs`, and the filter bounds what is kept, so a
  * huge or pathological exposition fails this scrape (BudgetError) instead of stalling the others.
  */
 export class ScrapeReader {
   private readonly decoder = new StringDecoder('utf8');
   private readonly filter: FamilyFilter;
+  /** Parses the kept lines as they come, once the engine is known. */
+  private readonly parser: KeptParser | undefined;
   private cpuMicros = 0;
   private wallMs = 0;
   private readonly preciseAfterMs: number;
@@ -46,7 +50,11 @@ export class ScrapeReader {
     private readonly limits: ScrapeLimits = DEFAULT_SCRAPE_LIMITS,
   ) {
     this.preciseAfterMs = Math.min(PRECISE_AFTER_MS, limits.cpuBudgetMs / 4);
-    this.filter = new FamilyFilter(engine === undefined ? ALL_FAMILIES : ENGINE_FAMILIES[engine], limits);
+    if (engine === undefined) this.filter = new FamilyFilter(ALL_FAMILIES, limits);
+    else {
+      this.parser = new KeptParser();
+      this.filter = new FamilyFilter(ENGINE_FAMILIES[engine], limits, this.parser);
+    }
   }
 
   push(chunk: Buffer): void {
@@ -57,7 +65,10 @@ export class ScrapeReader {
   finish(): Extracted {
     return this.metered(() => {
       this.filter.push(this.decoder.end());
-      return extractFiltered(this.filter.finish(), this.engine);
+      const kept = this.filter.finish();
+      const { engine, parser } = this;
+      if (engine === undefined || parser === undefined) return extractFiltered(kept, this.engine);
+      return mapped(engine, () => parser.finish());
     });
   }
 
@@ -104,14 +115,19 @@ export function extractSample(text: string, engine: Engine | undefined): Extract
 function extractFiltered(kept: string, engine: Engine | undefined): Extracted {
   const chosen = engine ?? detectEngine(kept);
   if (chosen === undefined) throw new ExtractError('unknown-engine', 'no vLLM, SGLang, TensorRT-LLM or Triton metrics in the exposition');
+  return mapped(chosen, () => parseKept(kept));
+}
+
+/** The engine's sample and counters from the exposition `parse` gives; its errors are `parse`, the mapping's `invalid`. */
+function mapped(engine: Engine, parse: () => Exposition): Extracted {
   let exposition;
   try {
-    exposition = parseKept(kept);
+    exposition = parse();
   } catch (error) {
     throw new ExtractError('parse', (error as Error).message);
   }
   try {
-    return { engine: chosen, sample: mapExposition(chosen, exposition), counters: readCounters(chosen, exposition) };
+    return { engine, sample: mapExposition(engine, exposition), counters: readCounters(engine, exposition) };
   } catch (error) {
     if (error instanceof ExpositionError) throw new ExtractError('invalid', error.message);
     throw error;

@@ -6,7 +6,6 @@ import { ExtractError, ScrapeReader, type Extracted } from './scrape.js';
 import type { ScrapeFailureReason } from './self-metrics.js';
 
 export interface ScraperOptions {
-  intervalMs: number;
   timeoutMs: number;
   path: string;
   /** Consecutive failures after which the endpoint is backed off. */
@@ -28,8 +27,8 @@ export interface ScrapeHooks {
 }
 
 /**
- * Scrapes one endpoint's metrics on its own timer. Endpoints never wait on each other: each has
- * its own interval and promise, and a scrape that is still running when the next tick comes makes
+ * Scrapes one endpoint's metrics once per tick of a shared scheduler. Endpoints never wait on each
+ * other: each has its own promise, and a scrape that is still running when the next tick comes makes
  * that tick a skip rather than a second request (no pile-up on a slow server). Every scrape is
  * bounded in bytes, kept lines and CPU (ScrapeLimits) as well as time.
  *
@@ -39,8 +38,7 @@ export interface ScrapeHooks {
  * `too-slow`) backs off at once: such a server will not shrink by itself, and every attempt costs.
  */
 export class Scraper {
-  private timer: NodeJS.Timeout | undefined;
-  private startTimer: NodeJS.Timeout | undefined;
+  private unschedule: (() => void) | undefined;
   private inFlight = false;
   private stopped = false;
   private failures = 0;
@@ -59,18 +57,19 @@ export class Scraper {
     return this.failures >= this.options.failureThreshold;
   }
 
-  start(): void {
-    // A random phase spreads hundreds of endpoints over the interval instead of bursting together.
-    this.startTimer = setTimeout(() => {
-      void this.tick();
-      this.timer = setInterval(() => void this.tick(), this.options.intervalMs);
-    }, Math.random() * this.options.intervalMs);
+  /**
+   * Ticks once per interval of `scheduler` (the collector's ScrapeScheduler, shared by every
+   * scraper so their starts are spread evenly over the interval), until stopped.
+   */
+  start(scheduler: { add(tick: () => void): () => void }): void {
+    if (this.stopped || this.unschedule !== undefined) return;
+    this.unschedule = scheduler.add(() => void this.tick());
   }
 
   stop(): void {
     this.stopped = true;
-    clearTimeout(this.startTimer);
-    clearInterval(this.timer);
+    this.unschedule?.();
+    this.unschedule = undefined;
   }
 
   private async tick(): Promise<void> {

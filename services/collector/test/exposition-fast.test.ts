@@ -2,7 +2,8 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { parseExposition, parseKept, selectFamilies, type Exposition } from '../src/exposition.js';
+import { FamilyFilter, KeptParser, parseExposition, parseKept, selectFamilies, type Exposition } from '../src/exposition.js';
+import { fastSampleLine, parseSampleLine } from '../src/sample-line.js';
 import { ALL_FAMILIES, ENGINE_FAMILIES } from '../src/families.js';
 
 /**
@@ -123,5 +124,150 @@ describe('the fast family parse equals the full parser', () => {
       }),
       { numRuns: 3000, seed: 18 },
     );
+  });
+
+  type Limits = ConstructorParameters<typeof FamilyFilter>[1];
+
+  /** Feeds `text` to `filter` cut at `cuts` (as a body arrives in chunks), then finishes it. */
+  function feed(filter: FamilyFilter, text: string, cuts: number[]): string {
+    let from = 0;
+    for (const at of [...new Set(cuts)].sort((a, b) => a - b).filter((at) => at <= text.length)) {
+      filter.push(text.slice(from, at));
+      from = at;
+    }
+    filter.push(text.slice(from));
+    return filter.finish();
+  }
+
+  function caught(work: () => Exposition): Outcome {
+    try {
+      return { ok: [...work()] };
+    } catch (error) {
+      return { error: `${(error as Error).name}: ${(error as Error).message}` };
+    }
+  }
+
+  /** What the scrape path does once the engine is known: kept lines parsed as the filter finds them. */
+  function streamed(text: string, wanted: ReadonlySet<string>, cuts: number[], limits?: Limits): Outcome {
+    return caught(() => {
+      const parser = new KeptParser();
+      feed(new FamilyFilter(wanted, limits, parser), text, cuts);
+      return parser.finish();
+    });
+  }
+
+  /** The plain version, in the same pieces: filter to a text, then parseKept (itself held to the general parser above). */
+  function filteredThenParsed(text: string, wanted: ReadonlySet<string>, cuts: number[], limits?: Limits): Outcome {
+    return caught(() => parseKept(feed(new FamilyFilter(wanted, limits), text, cuts)));
+  }
+
+  it('parsing kept lines as they are found equals filtering, then parsing the kept text (fixtures, in pieces)', () => {
+    for (const name of fixtures) {
+      const text = readFileSync(join(fixturesDir, name), 'utf8');
+      for (const [, wanted] of familySets) {
+        fc.assert(
+          fc.property(fc.array(fc.integer({ min: 0, max: text.length }), { maxLength: 12 }), (cuts) => {
+            expect(streamed(text, wanted, cuts)).toEqual(filteredThenParsed(text, wanted, cuts));
+          }),
+          { numRuns: 40, seed: 19 },
+        );
+      }
+    }
+  });
+
+  it('parsing kept lines as they are found equals filtering, then parsing (generated and damaged expositions, tight limits)', () => {
+    const wanted = new Set(['a', 'b_total', 'h_sum', 'h_count', 'h', 's', 'vllm:num_requests_waiting']);
+    let parsed = 0;
+    const garbage = fc.stringMatching(/^[a-z_:{}=",\\ \t\r0-9.#+-]{0,40}$/);
+    const limitsArb = fc.option(
+      fc.record({
+        maxLineLength: fc.integer({ min: 1, max: 80 }),
+        maxKeptLength: fc.integer({ min: 1, max: 400 }),
+        maxKeptLines: fc.integer({ min: 0, max: 12 }),
+      }),
+      { nil: undefined },
+    );
+    fc.assert(
+      fc.property(
+        fc.array(fc.oneof({ weight: 5, arbitrary: lineArb }, { weight: 1, arbitrary: garbage }), { maxLength: 24 }),
+        fc.constantFrom('\n', '\r\n'),
+        fc.boolean(),
+        fc.array(fc.nat({ max: 600 }), { maxLength: 6 }),
+        limitsArb,
+        (lines, eol, finalNewline, cuts, limits) => {
+          const text = lines.join(eol) + (finalNewline ? eol : '');
+          const plain = filteredThenParsed(text, wanted, cuts, limits);
+          if ('ok' in plain && plain.ok.length > 0) parsed++;
+          expect(streamed(text, wanted, cuts, limits)).toEqual(plain);
+        },
+      ),
+      { numRuns: 3000, seed: 20 },
+    );
+    expect(parsed).toBeGreaterThan(100);
+  });
+
+  // The plain-line reader: the same sample as the general line parser, or no answer (never another one).
+  const plainLineArb = fc
+    .record({
+      name: nameArb,
+      labels: fc.option(
+        fc.array(
+          fc.tuple(fc.constantFrom('le', 'model_name', 'engine', '_x9', '9a', 'a:b', ''), fc.stringMatching(/^[a-z0-9 .,{}=é"]{0,8}$/)),
+          { maxLength: 3 },
+        ),
+        { nil: undefined },
+      ),
+      value: valueArb,
+      timestamp: fc.option(fc.constantFrom('1', '1700000000000', 'x', ''), { nil: undefined }),
+      gap: fc.constantFrom(' ', ' ', ' ', '  ', '\t', ''),
+      sep: fc.constantFrom(',', ',', ', ', ',,'),
+      close: fc.constantFrom('}', '}', ',}', ''),
+    })
+    .map(({ name, labels, value, timestamp, gap, sep, close }) => {
+      const braces = labels === undefined ? '' : `{${labels.map(([k, v]) => `${k}="${v}"`).join(sep)}${close}`;
+      return `${name}${braces}${gap}${value}${timestamp === undefined ? '' : `${gap}${timestamp}`}`;
+    });
+
+  function lineOutcome(line: string): unknown {
+    try {
+      return parseSampleLine(line);
+    } catch (error) {
+      return { error: (error as Error).message };
+    }
+  }
+
+  it("the plain-line reader gives the general line parser's sample, or leaves the line to it", () => {
+    const garbage = fc.stringMatching(/^[a-z_:{}=",\\ \t0-9.+-]{0,40}$/);
+    let read = 0;
+    fc.assert(
+      fc.property(fc.oneof(plainLineArb, sampleArb, garbage), (line) => {
+        const fast = fastSampleLine(line);
+        if (fast !== undefined) {
+          read++;
+          expect(fast).toEqual(lineOutcome(line));
+        }
+      }),
+      { numRuns: 20000, seed: 21 },
+    );
+    // Not a vacuous pass: a good share of the generated lines took the fast path.
+    expect(read).toBeGreaterThan(1000);
+  });
+
+  it('the plain-line reader reads every sample line of the fixtures (the fast path is the one taken)', () => {
+    for (const name of fixtures) {
+      const lines = readFileSync(join(fixturesDir, name), 'utf8').split('\n');
+      for (const line of lines.map((l) => l.trim()).filter((l) => l.length > 0 && !l.startsWith('#'))) {
+        const fast = fastSampleLine(line);
+        expect(fast, `${name}: ${line}`).toBeDefined();
+        expect(fast).toEqual(parseSampleLine(line));
+      }
+    }
+  });
+
+  it('a budget error found after a malformed kept line still wins, as when the kept text was parsed after filtering', () => {
+    const limits = { maxLineLength: 1000, maxKeptLength: 1000, maxKeptLines: 2 };
+    const text = 'a{x="1"} 1\na{=} oops\na{x="2"} 2\n';
+    expect(streamed(text, new Set(['a']), [], limits)).toEqual({ error: expect.stringContaining('BudgetError') });
+    expect(filteredThenParsed(text, new Set(['a']), [], limits)).toEqual({ error: expect.stringContaining('BudgetError') });
   });
 });
