@@ -201,13 +201,15 @@ export const chargesConfigSchema = z
  * The bias fades as the EPP's zone grows fuller than the remote one (docs/picking.md, "The bias"):
  * zones' use is the share of their batch slots their requests fill; at a gap (local use − remote
  * use) up to `from` the bias is whole, from there it falls linearly to nothing at `from + width`.
- * `width: 0` keeps the bias fixed whatever the gap. The defaults (5 and 10 points of use) keep two
- * equally loaded zones' requests at home — their use differs by a few points on noise alone — and
- * let a zone fuller than its neighbour by 15 points or more spill at the round trip's price alone.
+ * `width: 0` (the default) keeps the bias fixed whatever the gap, so a request leaves its zone only
+ * when that is faster by more than `zoneBiasMs` plus the round trip, as the picking contract says.
+ * Opt in with `{ from: 0.05, width: 0.1 }` (measured in docs/picking.md): two equally loaded zones'
+ * use differs by a few points on noise alone, so their requests stay home, while a zone fuller than
+ * its neighbour by 15 points or more spills at the round trip's price alone.
  */
 export const zoneBiasFadeSchema = z.strictObject({
-  from: z.number().finite().min(0).max(10).default(0.05),
-  width: z.number().finite().min(0).max(10).default(0.1),
+  from: z.number().finite().min(0).max(10).default(0),
+  width: z.number().finite().min(0).max(10).default(0),
 });
 
 export const objectiveSchema = z.strictObject({ priority: z.number().int().min(-1_000_000).max(1_000_000) });

@@ -85,13 +85,12 @@ describe('GET /api/state', () => {
     expect(s.zones[0]?.meanKvCacheUsage).toBeCloseTo(0.6, 5);
     // The cost model: a0 was seen backlogged with 6 running, so it runs 6 at once and a new request
     // waits for 4 + 6 + 1 - 6 = 5 completions, 100 ms each at the default rates (a1: 6 + 2 + 1 - 2 = 7),
-    // then half a step to be admitted; its prefill takes a step. Zone-b is 1 ms away; the 8 ms zone
-    // bias has faded (zoneBiasFade), since zone-a fills more than its slots and zone-b a fraction of its own.
+    // then half a step to be admitted; its prefill takes a step. Zone-b is 1 ms away plus the 8 ms zone bias.
     const a0Step = step(6, 0.5);
     expect(s.zones[0]?.expectedWaitMs).toBeCloseTo(500 + a0Step / 2, 1);
     expect(s.zones[0]?.costMs).toBeCloseTo(500 + 1.5 * a0Step, 1);
     expect(s.zones[1]?.expectedWaitMs).toBeCloseTo(step(1, 0.1) / 2, 1);
-    expect(s.zones[1]?.costMs).toBeCloseTo(1 + 1.5 * step(1, 0.1), 1);
+    expect(s.zones[1]?.costMs).toBeCloseTo(9 + 1.5 * step(1, 0.1), 1);
     const a1 = s.pods.items.find((p) => p.pod === 'a1');
     expect(a1).toMatchObject({
       zone: 'zone-a',
@@ -146,8 +145,7 @@ describe('GET /api/state', () => {
       expect(s.pods.items.find((p) => p.pod === 'b0')?.inFlight).toBe(6);
       expect(s.decisions[0]).toMatchObject({ rule: 'spill', status: 'routed' });
       expect(s.decisions[0]?.entries[0]).toMatchObject({ pod: 'b0', zone: 'zone-b', reason: 'spill' });
-      // Zone-a is fuller than zone-b by far more than the fade's 15 points: leaving costs the round trip alone.
-      expect(s.decisions[0]?.entries[0]?.cost).toMatchObject({ rttMs: 1, biasMs: 0 });
+      expect(s.decisions[0]?.entries[0]?.cost).toMatchObject({ rttMs: 1, biasMs: 8 });
       // The primary answers 503: it is penalised, and the view says for how long.
       open[0]?.send([responseHeadersMessage(503)]);
       await eventually(async () =>
