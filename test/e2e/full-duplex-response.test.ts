@@ -101,18 +101,23 @@ describe.sequential('e2e: response bodies streamed through the EPP (FULL_DUPLEX_
       ],
       () => waitUntil('collector', () => httpOk(`http://127.0.0.1:${collectorMetrics}/metrics`), 20_000),
     );
-    const grpc = await freePort();
-    metricsPort = await freePort();
-    await launch(
+    // Ports 0: the EPP's own "listening" line names what it bound, so no other process can hold them.
+    const epp = await launch(
       'epp',
       [
         bin('epp', 'spillway-epp'),
         ...['--pool', POOL, '--zone', ZONE, '--region', 'r1', '--nats', nats.url, '--host', '127.0.0.1'],
-        ...['--grpc-port', String(grpc), '--health-port', String(await freePort()), '--metrics-port', String(metricsPort)],
-        ...['--log-level', 'info'],
+        ...['--grpc-port', '0', '--health-port', '0', '--metrics-port', '0', '--log-level', 'info'],
       ],
-      () => waitUntil('epp', () => httpOk(`http://127.0.0.1:${metricsPort}/readyz`), 60_000),
+      async () => undefined,
     );
+    const listening = JSON.parse(await epp.waitForLine((l) => l.includes('"msg":"listening"'), 60_000)) as {
+      grpcPort: number;
+      metricsPort: number;
+    };
+    const grpc = listening.grpcPort;
+    metricsPort = listening.metricsPort;
+    await waitUntil('epp', () => httpOk(`http://127.0.0.1:${metricsPort}/readyz`), 60_000);
     const port = await freePort();
     await launch(
       'gateway',
