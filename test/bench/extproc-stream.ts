@@ -6,7 +6,7 @@ import { startNatsServer, TestPublisher } from '@spillway/testkit';
 import { markdownTable, median, percentile, type BenchContext, type BenchPart } from './part.js';
 import { probeChunks } from './extproc/chunk-probe.js';
 import { displayCommand, H2LOAD_INSTALL, h2loadVersion, processCpuMicros, runH2load, type LoadResult } from './extproc/h2load.js';
-import { keepPodsFresh, podPool, startBareServer, startEppChild, type Child } from './extproc/processes.js';
+import { keepPodsFresh, mirrorPeer, podPool, startBareServer, startEppChild, type Child } from './extproc/processes.js';
 import { assertRouted, chatBody, encodedExchange, sendOnce, type EncodedExchange } from './extproc/request.js';
 import { LOCAL_ZONE, MODEL, PODS, REFRESH_MS, SUBSET, ZONES } from './extproc/setup.js';
 
@@ -138,6 +138,8 @@ async function run(context: BenchContext): Promise<string> {
     stopRefresh = await keepPodsFresh(publisher, pods, REFRESH_MS);
     const epp = await startEppChild(nats.url, LOCAL_ZONE);
     children.push(epp);
+    // Sharing on with a peer as busy as the EPP, as in the `extproc` part.
+    mirrorPeer(publisher, LOCAL_ZONE);
     const bare = await startBareServer();
     children.push(bare);
     const servers: Record<ServerName, { port: number; pid: number | undefined }> = {
@@ -339,7 +341,7 @@ function report(input: ReportInput): string {
     '',
     `- **headers only** (\`response_body_mode: NONE\`, the shipped config): request_headers, the body, response_headers (${input.exchanges['headers-only'].messages} messages); Envoy closes the stream after the reply to response_headers, and the chunks never reach the processor.`,
     `- **FULL_DUPLEX_STREAMED response bodies**: the same, then every chunk as a response_body message (${input.exchanges.streamed.messages} messages), each echoed as streamed_response; the EPP keeps the response's tail and reads the usage from it (checked before measuring: it counted ${CHUNKS - 3} output tokens per response).`,
-    `- Against the bare grpc-js server (\`test/bench/extproc/bare-server.ts\`) doing the same minimal exchange, echoing each chunk too. The EPP runs as in the \`extproc\` part (${PODS} pods, metrics refreshed every ${REFRESH_MS} ms). CPU per request is the server's user+system time from /proc over the measured window divided by requests done; "above idle" subtracts what the server spends with no request over the same time (measured for ${plan.idleSeconds} s before the load: bare ${us(input.idle.bare)} µs/s, spillway-epp ${us(input.idle.epp)} µs/s, following its event stream).`,
+    `- Against the bare grpc-js server (\`test/bench/extproc/bare-server.ts\`) doing the same minimal exchange, echoing each chunk too. The EPP runs as in the \`extproc\` part (${PODS} pods, metrics refreshed every ${REFRESH_MS} ms, a peer sending back every state batch it publishes). CPU per request is the server's user+system time from /proc over the measured window divided by requests done; "above idle" subtracts what the server spends with no request over the same time (measured for ${plan.idleSeconds} s before the load: bare ${us(input.idle.bare)} µs/s, spillway-epp ${us(input.idle.epp)} µs/s, following its event stream).`,
     `- ${busy}`,
     '',
     '```',

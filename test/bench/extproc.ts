@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { startNatsServer, TestPublisher } from '@spillway/testkit';
 import { markdownTable, median, type BenchContext, type BenchPart } from './part.js';
 import { displayCommand, H2LOAD_INSTALL, h2loadVersion, runH2load, type LoadResult, type LoadSpec } from './extproc/h2load.js';
-import { eppCounter, eppOutcomes, keepPodsFresh, podPool, startBareServer, startEppChild, type Child } from './extproc/processes.js';
+import { eppCounter, eppOutcomes, keepPodsFresh, mirrorPeer, podPool, startBareServer, startEppChild, type Child } from './extproc/processes.js';
 import { eppInProcess, type InProcess } from './extproc/in-process.js';
 import { assertRouted, encodedRequest, sendOnce } from './extproc/request.js';
 import { CLIENTS, LOCAL_ZONE, MODEL, PODS, REFRESH_MS, STREAMS, SUBSET, ZONES } from './extproc/setup.js';
@@ -109,6 +109,8 @@ async function run(context: BenchContext): Promise<string> {
     context.log(`${PODS} pods over ${ZONES.length} zones published; metrics refreshed every ${REFRESH_MS} ms`);
     const epp = await startEppChild(nats.url, LOCAL_ZONE);
     children.push(epp);
+    // Sharing on with a peer as busy as the EPP: every batch it publishes comes back as a peer's.
+    const mirror = mirrorPeer(publisher, LOCAL_ZONE);
     const bare = await startBareServer();
     children.push(bare);
     // Another version, for a before → after comparison: a second EPP of the same pool and zone (a peer).
@@ -205,6 +207,7 @@ async function run(context: BenchContext): Promise<string> {
       quiet: context.quiet.quiet,
       servedElsewhere,
       inProcess,
+      mirrored: mirror.echoed(),
     });
   } finally {
     stopRefresh?.();
@@ -233,6 +236,8 @@ interface ReportInput {
   servedElsewhere: number;
   /** The EPP's own request path in-process (no transport), without and with the shared-state outbox. */
   inProcess: { alone: InProcess; shared: InProcess };
+  /** State batches the mirror peer sent the EPP back over the whole part. */
+  mirrored: number;
 }
 
 function pooled(runs: Run[]): { p50: number; p99: number; p999: number; rate: number } {
@@ -337,7 +342,7 @@ function report(input: ReportInput): string {
     '',
     `Load generator: ${input.version}, one thread. One request = one HTTP/2 POST to \`/envoy.service.ext_proc.v3.ExternalProcessor/Process\` (\`content-type: application/grpc\`, \`te: trailers\`) whose body is ${input.request.messages} pre-encoded ext_proc messages, each behind gRPC's 5-byte prefix (${input.request.bytes.length} bytes): what Envoy sends for one request in the shipped config's mode (\`infra/envoy\`: request headers SEND, request body FULL_DUPLEX_STREAMED, response headers SEND, response body NONE; \`envoy.lb\` and \`envoy.lb.subset_hint\` forwarded). That is request_headers (protocol_config, \`:path /v1/completions\`, content-type, a subset hint of ${SUBSET} local endpoints in \`metadata_context.filter_metadata["envoy.lb.subset_hint"]\`), one request_body with a ${input.request.bodyBytes}-byte JSON completions body and end_of_stream (the hint again: Envoy forwards the namespaces on every message), then response_headers (\`:status 200\`) with the served endpoint and the destination list in \`filter_metadata["envoy.lb"]\`. The request half-closes after the last message; each server answers with the headers response carrying the destination, the body echoed as streamed_response and a continue for the response headers, then ends the stream.`,
     '',
-    `- **spillway-epp**: the built binary (\`services/epp/bin/spillway-epp.js --log-level warn\`, zone ${LOCAL_ZONE}, defaults otherwise: strict subset, up to 3 endpoints per list, sharing picks with peer EPPs over NATS; flow control off, since a held request cannot take the pre-encoded response headers that follow its body here, as they never do behind Envoy — holding is the \`flow\` part's) following a private nats-server. The pool is ${PODS} pods over ${ZONES.length} zones; the bench publishes their readiness and refreshes every pod's metrics every ${REFRESH_MS} ms, so the view stays fresh and every pick scores real candidates. The served endpoint on the response headers is the primary the EPP chose for the first request (Envoy's usual case); ${input.servedElsewhere} measured requests were counted as served by a fallback.`,
+    `- **spillway-epp**: the built binary (\`services/epp/bin/spillway-epp.js --log-level warn\`, zone ${LOCAL_ZONE}, defaults otherwise: strict subset, up to 3 endpoints per list, sharing picks with peer EPPs over NATS, and a peer as busy as itself: every state batch it publishes comes back to it as another EPP's, with the same entries (${input.mirrored} batches over the part, \`test/bench/extproc/processes.ts\` \`mirrorPeer\`); flow control off, since a held request cannot take the pre-encoded response headers that follow its body here, as they never do behind Envoy — holding is the \`flow\` part's) following a private nats-server. The pool is ${PODS} pods over ${ZONES.length} zones; the bench publishes their readiness and refreshes every pod's metrics every ${REFRESH_MS} ms, so the view stays fresh and every pick scores real candidates. The served endpoint on the response headers is the primary the EPP chose for the first request (Envoy's usual case); ${input.servedElsewhere} measured requests were counted as served by a fallback.`,
     `- **bare grpc-js server** (\`test/bench/extproc/bare-server.ts\`): the same \`extProcService\` (codec) and server options, a fixed destination and the same response messages (\`routedResponses\`, \`responseHeadersResponse\`), nothing else: the minimum valid exchange, the transport's own limit.`,
     `- Checked before measuring, by sending the same bytes over node:http2 and decoding the answers: both servers return grpc-status 0, a destination header in the first response, the whole body echoed and one response_headers reply. ${input.primaries} distinct primaries over 50 EPP answers, all inside the subset (every request carries the same prompt, so the prefix-cache scorer keeps choosing the same endpoint); median list length ${input.listLength}. h2load sees only HTTP statuses (gRPC errors travel in trailers), so the EPP's own \`spillway_requests_total\` was also read before and after the runs: ${outcomes} (h2load completed ${input.eppDone} EPP requests in the measured windows; the rest were warm-up).`,
     `- Servers alternate over repeats (bare, EPP, EPP, bare, …) so drift hits both. Percentiles come from h2load's \`--log-file\` (per-request time to end of response), pooled over the repeats; \`CPU µs/req\` is the server process's user+system time over the measured window divided by requests done (from /proc).`,

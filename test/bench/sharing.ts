@@ -4,9 +4,7 @@ import { join } from 'node:path';
 import {
   decodeStateBatch,
   encodeStateBatch,
-  statePoolFilter,
   stateBatchSchema,
-  stateSubjectFor,
   type StateBatch,
   type StateEntry,
 } from '@spillway/events';
@@ -15,7 +13,7 @@ import { Scheduler } from '@spillway/scheduler';
 import { POOL, startNatsServer, TestPublisher, type PodSpec } from '@spillway/testkit';
 import { markdownTable, median, type BenchContext, type BenchPart } from './part.js';
 import { displayCommand, H2LOAD_INSTALL, h2loadVersion, runH2load, type LoadResult, type LoadSpec } from './extproc/h2load.js';
-import { keepPodsFresh, podPool, startEppChild, type Child, type RunningEppChild } from './extproc/processes.js';
+import { keepPodsFresh, mirrorPeer, podPool, startEppChild, type Child, type RunningEppChild } from './extproc/processes.js';
 import { assertRouted, completionsBody, encodedRequest, sendOnce } from './extproc/request.js';
 import { CLIENTS, LOCAL_ZONE, MODEL, PODS, REFRESH_MS, STREAMS, SUBSET, ZONES } from './extproc/setup.js';
 
@@ -240,15 +238,7 @@ async function perRequest(context: BenchContext, plan: Plan, loadBefore: number)
     const on = await startEppChild(nats.url, LOCAL_ZONE);
     children.push(on);
     // The peer: every batch the sharing EPP publishes comes back to it as a peer's, with the same entries.
-    const mirror = { pool: POOL, zone: LOCAL_ZONE, epp: 'bench-mirror' };
-    let seq = 0;
-    publisher.nc.subscribe(statePoolFilter(POOL), {
-      callback: (_error, msg) => {
-        const decoded = decodeStateBatch(msg.data);
-        if (!decoded.ok || decoded.batch.epp === mirror.epp) return;
-        publisher?.nc.publish(stateSubjectFor(mirror), encodeStateBatch({ ...decoded.batch, ...mirror, seq: ++seq, sentAt: Date.now() }));
-      },
-    });
+    mirrorPeer(publisher, LOCAL_ZONE);
     for (const [name, child] of [
       ['off', off],
       ['on', on],

@@ -5,6 +5,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { ensureStream } from '@spillway/bus';
+import { decodeStateBatch, encodeStateBatch, statePoolFilter, stateSubjectFor } from '@spillway/events';
 import { ServingStatus } from '@spillway/protocol';
 import { eventually, freePort, healthStatus, POOL, type PodSpec, type TestPublisher } from '@spillway/testkit';
 
@@ -207,4 +208,22 @@ export async function keepPodsFresh(publisher: TestPublisher, pods: PodSpec[], i
     for (const spec of pods) publisher.metrics(sample(spec), now);
   }, intervalMs);
   return () => clearInterval(timer);
+}
+
+/**
+ * A peer EPP as busy as the one measured: every state batch another EPP of the pool publishes comes
+ * back to it as this peer's, with the same entries, so the measured EPP takes in as many entries as
+ * it sends out (a two-EPP zone, each taking the other's picks). Returns how many batches it echoed.
+ */
+export function mirrorPeer(publisher: TestPublisher, zone: string): { echoed: () => number } {
+  const mirror = { pool: POOL, zone, epp: 'bench-mirror' };
+  let seq = 0;
+  publisher.nc.subscribe(statePoolFilter(POOL), {
+    callback: (_error, msg) => {
+      const decoded = decodeStateBatch(msg.data);
+      if (!decoded.ok || decoded.batch.epp === mirror.epp) return;
+      publisher.nc.publish(stateSubjectFor(mirror), encodeStateBatch({ ...decoded.batch, ...mirror, seq: ++seq, sentAt: Date.now() }));
+    },
+  });
+  return { echoed: () => seq };
 }
