@@ -4,7 +4,16 @@ import { join } from 'node:path';
 import { startNatsServer, TestPublisher } from '@spillway/testkit';
 import { markdownTable, median, type BenchContext, type BenchPart } from './part.js';
 import { displayCommand, H2LOAD_INSTALL, h2loadVersion, runH2load, type LoadResult, type LoadSpec } from './extproc/h2load.js';
-import { eppCounter, eppOutcomes, keepPodsFresh, mirrorPeer, podPool, startBareServer, startEppChild, type Child } from './extproc/processes.js';
+import {
+  eppCounter,
+  eppOutcomes,
+  keepPodsFresh,
+  mirrorPeer,
+  podPool,
+  startBareServer,
+  startEppChild,
+  type Child,
+} from './extproc/processes.js';
 import { eppInProcess, type InProcess } from './extproc/in-process.js';
 import { assertRouted, encodedRequest, sendOnce } from './extproc/request.js';
 import { CLIENTS, LOCAL_ZONE, MODEL, PODS, REFRESH_MS, STREAMS, SUBSET, ZONES } from './extproc/setup.js';

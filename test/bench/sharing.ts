@@ -1,13 +1,7 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
-import {
-  decodeStateBatch,
-  encodeStateBatch,
-  stateBatchSchema,
-  type StateBatch,
-  type StateEntry,
-} from '@spillway/events';
+import { decodeStateBatch, encodeStateBatch, stateBatchSchema, type StateBatch, type StateEntry } from '@spillway/events';
 import { Fleet } from '@spillway/fleet';
 import { Scheduler } from '@spillway/scheduler';
 import { POOL, startNatsServer, TestPublisher, type PodSpec } from '@spillway/testkit';
