@@ -863,6 +863,9 @@ rates:
   default:
     requestsPerS: 10
     prefillTokensPerS: 20000
+    # Prefill's attention (docs/picking.md): a long prompt costs more per token; about 23,000 for
+    # an 8B model, 53,000 for a 70B.
+    attentionTokens: 23000
     promptTokens: 500
 # A primary the gateway did not serve (or that answered 5xx) counts as not ready for this long.
 penaltyMs: 5000

@@ -348,11 +348,21 @@ export class Fleet {
    * `horizonMs` (at most `maxCharges` of the newest): each brings its `prefillTokens`, and the
    * endpoint works them off one after the other at `msPerToken` from the moment each was charged —
    * a FIFO server, whose last finish is the latest `t_i + Σ_{j ≥ i} work_j` over the charges (read
-   * newest first, so no state is kept between calls). Returns the ms left of it at `now` (0 when
-   * it is done); `out.tokens` the tokens those ms are.
+   * newest first, so no state is kept between calls). A charge of n tokens is n · msPerToken plus
+   * its attention, n² · msPerToken / (2 · attentionTokens) (the scheduler's `rates.attentionTokens`;
+   * 0: none), as if its prompt had nothing cached ahead of the tokens it brings. Returns the ms left
+   * of it at `now` (0 when it is done); `out.tokens` the tokens those ms are at msPerToken.
    */
-  prefillAhead(endpoint: Endpoint, now: number, limits: PrefillAheadLimits, msPerToken: number, out: PrefillAhead): number {
+  prefillAhead(
+    endpoint: Endpoint,
+    now: number,
+    limits: PrefillAheadLimits,
+    msPerToken: number,
+    attentionTokens: number,
+    out: PrefillAhead,
+  ): number {
     const record = endpoint as EndpointRecord;
+    const msPerTokenSquared = attentionTokens > 0 ? msPerToken / (2 * attentionTokens) : 0;
     let work = 0;
     let finish = Number.NEGATIVE_INFINITY;
     let seen = 0;
@@ -360,7 +370,7 @@ export class Fleet {
     for (let c = record.lastCharge; c !== undefined && c.chargedAt >= since && seen < limits.maxCharges; c = c.prevCharge) {
       seen++;
       if (c.prefillTokens <= 0) continue;
-      work += c.prefillTokens * msPerToken;
+      work += c.prefillTokens * (msPerToken + c.prefillTokens * msPerTokenSquared);
       const end = c.chargedAt + work;
       if (end > finish) finish = end;
     }

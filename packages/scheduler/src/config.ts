@@ -69,6 +69,15 @@ export const serviceRatesSchema = z.strictObject({
   requestsPerS: perSecond.default(10),
   /** Uncached prompt tokens it prefills per second (an 8B model on one H100 does about 25,000). */
   prefillTokensPerS: perSecond.default(20_000),
+  /**
+   * Prefill's attention: the context position at which a prompt token's attention costs as much as
+   * the rest of its prefill. A token at position i costs (1 + i / attentionTokens) times the
+   * short-prompt rate, so a 12,000-token document costs about a quarter more per token than a chat
+   * message. 0: prefill priced linearly. For an 8B model, a FLOP count gives about 30,000 (16 GFLOP
+   * per token against 4 · 4096 · 32 per token of context); the routing simulation's H100
+   * calibration 22,857.
+   */
+  attentionTokens: z.number().finite().min(0).max(10_000_000).default(23_000),
   /** A typical request's prompt, in tokens: the prefill a pick adds to its endpoint's backlog when its own prompt is unknown. */
   promptTokens: z.number().finite().min(0).max(10_000_000).default(500),
   /** Time to load a LoRA adapter the endpoint does not hold. */

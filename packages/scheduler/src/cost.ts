@@ -150,7 +150,7 @@ export class CostPolicy implements PricingPolicy {
       memo.zoneTrust === figures.trust
     ) {
       // What moves with time and with the rest of the zone: the prefill backlog, and displacement.
-      const aheadMs = ctx.prefillAhead(endpoint, memo.msPerToken, this.ahead);
+      const aheadMs = ctx.prefillAhead(endpoint, memo.msPerToken, rates.attentionTokens, this.ahead);
       if (tier === TIER_LOCAL) return memo.rest + aheadMs;
       return memo.rest + aheadMs + this.displacementMs(memo.stepMs, figures.use) + this.biasMs(ctx, rates, figures.use);
     }
@@ -271,7 +271,7 @@ export class CostPolicy implements PricingPolicy {
     const perWaitingMs = load.backlogged ? 1000 / requestsPerS : stepMs;
     // What is left of the prefills of the requests charged there just before (this EPP's and its
     // peers', each with its own uncached prompt), and half a step to be admitted.
-    const aheadMs = ctx.prefillAhead(endpoint, msPerToken, this.ahead);
+    const aheadMs = ctx.prefillAhead(endpoint, msPerToken, rates.attentionTokens, this.ahead);
     const waitMs = load.waiting * perWaitingMs + 0.5 * stepMs + aheadMs;
 
     const stale = load.ageMs > this.staleAfterMs;
@@ -316,7 +316,9 @@ export class CostPolicy implements PricingPolicy {
     // each chunk one step of the batch (one at least: a cached prompt still computes its last block).
     const chunkTokens = Math.max(1, batch.stepTokens - running);
     const chunks = Math.max(1, Math.ceil(uncached / chunkTokens));
-    const prefillMs = (uncached + avoidableWork) * msPerToken + chunks * stepMs;
+    // Attention: the uncached tokens attend to everything before them, the cached prefix included.
+    const attentionMs = forRequest ? attentionOf(ctx.promptTokens, ctx.promptTokens - uncached, msPerToken, rates.attentionTokens) : 0;
+    const prefillMs = (uncached + avoidableWork) * msPerToken + attentionMs + chunks * stepMs;
     this.waitMs = waitMs;
     // Always: what baseKey's memo keeps, and adds afresh.
     const parts = this.parts;
@@ -409,6 +411,15 @@ export class CostPolicy implements PricingPolicy {
     }
     return this.modelRates;
   }
+}
+
+/**
+ * The attention part of prefilling prompt positions `from` up to `to` (a token at position i costs
+ * msPerToken · i / attentionTokens beyond the linear rate; rates.attentionTokens): 0 when off.
+ */
+export function attentionOf(to: number, from: number, msPerToken: number, attentionTokens: number): number {
+  if (attentionTokens <= 0 || to <= from) return 0;
+  return ((to * to - from * from) * msPerToken) / (2 * attentionTokens);
 }
 
 /** A zone over-full by more than this prices as this full (the displacement term stays bounded). */

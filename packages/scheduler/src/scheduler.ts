@@ -211,8 +211,8 @@ export class Scheduler {
       prefixMatch: (endpoint: Endpoint) => index.matchOf(endpoint),
       cachedTokens: (endpoint: Endpoint) => lookup.cachedTokens(endpoint),
       cacheSource: (endpoint: Endpoint) => lookup.sourceOf(endpoint),
-      prefillAhead: (endpoint: Endpoint, msPerToken: number, out: PrefillAhead) =>
-        this.fleet.prefillAhead(endpoint, this.ctx.now, this.config.backlog, msPerToken, out),
+      prefillAhead: (endpoint: Endpoint, msPerToken: number, attentionTokens: number, out: PrefillAhead) =>
+        this.fleet.prefillAhead(endpoint, this.ctx.now, this.config.backlog, msPerToken, attentionTokens, out),
       includeExcluded: false,
       isExcluded: this.excludedNow,
     };

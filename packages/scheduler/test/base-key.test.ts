@@ -41,7 +41,8 @@ describe('the base-key memo', () => {
       prefixMatch: () => 0,
       cachedTokens: () => 0,
       cacheSource: () => 'approximate',
-      prefillAhead: (endpoint, msPerToken, out) => fleet.prefillAhead(endpoint, now, config.backlog, msPerToken, out),
+      prefillAhead: (endpoint, msPerToken, attentionTokens, out) =>
+        fleet.prefillAhead(endpoint, now, config.backlog, msPerToken, attentionTokens, out),
       includeExcluded: false,
       isExcluded: () => false,
     });

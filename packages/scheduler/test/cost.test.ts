@@ -299,8 +299,9 @@ describe('cost policy: the decision explains itself', () => {
       const cost = entry.cost as EntryCost;
       const sum = cost.waitMs + cost.prefillMs + cost.loraMs + cost.rttMs + cost.biasMs + cost.displacementMs + cost.uncertaintyMs;
       expect(Math.abs(sum - cost.totalMs)).toBeLessThan(0.05);
-      // 1,000 tokens at 20,000 tokens/s, in one step (at the default 7 ms, slowed by KV use 0.1).
-      expect(cost.prefillMs).toBeCloseTo(50 + cost.stepMs, 1);
+      // 1,000 tokens at 20,000 tokens/s, plus their attention (1,000² · 0.05 / (2 · 23,000) ≈ 1.09 ms
+      // at the default rates.attentionTokens), in one step (at the default 7 ms, slowed by KV use 0.1).
+      expect(cost.prefillMs).toBeCloseTo(50 + (1000 ** 2 * 0.05) / (2 * 23_000) + cost.stepMs, 1);
       expect(cost.stepMs).toBeCloseTo(7 * (1 + 2.75 * 0.1), 1);
       expect(cost.prefillMsPerToken).toBeCloseTo(0.05, 4);
     }
@@ -369,17 +370,80 @@ describe('cost policy: what a queue is', () => {
     scheduler.commit(d, T0);
     const other = pods.find((p) => p.pod !== d.entries[0]?.endpoint.pod)?.pod;
     // Right after, the other pod is cheaper: the pick's prefill is ahead of the next request there.
-    // Without a prompt it counts as a typical one (500 tokens at 20,000/s = 25 ms), 1 ms of it done.
+    // Without a prompt it counts as a typical one (500 tokens at 20,000/s = 25 ms, plus 500² · 0.05 /
+    // (2 · 23,000) ≈ 0.27 ms of attention), 1 ms of it done.
     expect(scheduler.pick({ model: 'llama' }, T0 + 1).entries[0]?.endpoint.pod).toBe(other);
     const picked = scheduler.pick({ model: 'llama' }, T0 + 1).entries.find((e) => e.endpoint.pod === d.entries[0]?.endpoint.pod);
     const pickedCost = picked?.cost as EntryCost;
-    expect(pickedCost.aheadMs).toBeCloseTo(24, 1);
-    expect(pickedCost.aheadTokens).toBe(480);
-    expect(pickedCost.waitMs).toBeCloseTo(24 + pickedCost.stepMs / 2, 1);
+    const aheadMs = 25 + (500 ** 2 * 0.05) / (2 * 23_000) - 1;
+    expect(pickedCost.aheadMs).toBeCloseTo(aheadMs, 1);
+    expect(pickedCost.aheadTokens).toBe(Math.round(aheadMs / 0.05));
+    expect(pickedCost.waitMs).toBeCloseTo(aheadMs + pickedCost.stepMs / 2, 1);
     // Once that prefill is done, only the pick's place in the batch remains (a slightly slower step).
     const later = scheduler.pick({ model: 'llama' }, T0 + 60).entries.map((e) => e.cost as EntryCost);
     expect(later.map((c) => c.aheadMs)).toEqual([0, 0]);
     expect(Math.abs((later[0]?.waitMs ?? 0) - (later[1]?.waitMs ?? 0))).toBeLessThan(0.1);
+  });
+});
+
+describe('cost policy: prefill attention (rates.attentionTokens)', () => {
+  const pods = [
+    { pod: 'a0', zone: 'a', address: '10.0.0.1:8000' },
+    { pod: 'a1', zone: 'a', address: '10.0.0.2:8000' },
+  ];
+  const own = (attentionTokens: number, text: string): EntryCost => {
+    const scheduler = new Scheduler({
+      fleet: buildFleet(pods),
+      pool: POOL,
+      zone: 'a',
+      region: 'r1',
+      config: { rates: { default: { attentionTokens } } },
+    });
+    return scheduler.pick({ model: 'llama', prompt: text }, T0).entries[0]?.cost as EntryCost;
+  };
+
+  it("prices a long prompt's attention on top of the linear rate, and nothing with attentionTokens 0", () => {
+    const document = prompt(48_000, 'd'); // 12,000 tokens at 4 characters per token
+    const linear = own(0, document);
+    const quadratic = own(24_000, document);
+    // 12,000² · 0.05 / (2 · 24,000) = 150 ms more than 12,000 tokens at 0.05 ms each.
+    expect(quadratic.prefillMs - linear.prefillMs).toBeCloseTo(150, 0);
+    // A chat message's attention is a rounding error: 200² · 0.05 / 48,000 ≈ 0.04 ms.
+    expect(own(24_000, prompt(800, 'c')).prefillMs - own(0, prompt(800, 'c')).prefillMs).toBeLessThan(0.1);
+  });
+
+  it('makes an endpoint that just took a document dearer for the next request by the document’s attention', () => {
+    const ahead = (attentionTokens: number): number => {
+      const scheduler = new Scheduler({
+        fleet: buildFleet(pods),
+        pool: POOL,
+        zone: 'a',
+        region: 'r1',
+        seed: 3,
+        config: { rates: { default: { attentionTokens } } },
+      });
+      const d = scheduler.pick({ model: 'llama', prompt: prompt(48_000, 'd') }, T0);
+      scheduler.commit(d, T0);
+      const next = scheduler.pick({ model: 'llama', prompt: prompt(800, 'c') }, T0 + 1);
+      expect(next.entries[0]?.endpoint.pod).not.toBe(d.entries[0]?.endpoint.pod);
+      return (next.entries.find((e) => e.endpoint.pod === d.entries[0]?.endpoint.pod)?.cost as EntryCost).aheadMs;
+    };
+    // 600 ms of linear work (1 ms of it done), plus 150 ms of attention at attentionTokens 24,000.
+    expect(ahead(0)).toBeCloseTo(599, 0);
+    expect(ahead(24_000)).toBeCloseTo(749, 0);
+  });
+
+  it('rejects a negative attentionTokens in the config', () => {
+    expect(
+      () =>
+        new Scheduler({
+          fleet: buildFleet(pods),
+          pool: POOL,
+          zone: 'a',
+          region: 'r1',
+          config: { rates: { default: { attentionTokens: -1 } } },
+        }),
+    ).toThrow();
   });
 });
 

@@ -169,12 +169,15 @@ function referenceAheadMs(
   endpoint: Endpoint,
   now: number,
   msPerToken: number,
+  attention: number,
 ): number {
   const recent = picks.filter((p) => p.endpoint === endpoint && p.at >= now - config.backlog.horizonMs).slice(-config.backlog.maxCharges);
   let free = Number.NEGATIVE_INFINITY;
   for (const pick of recent) {
     if (pick.prefillTokens <= 0) continue;
-    free = Math.max(free, pick.at) + pick.prefillTokens * msPerToken;
+    // Token k of a charge (counted from 0, nothing cached before it) costs msPerToken · (1 + k / attentionTokens).
+    const n = pick.prefillTokens;
+    free = Math.max(free, pick.at) + n * msPerToken + (attention > 0 ? (msPerToken * n * n) / (2 * attention) : 0);
   }
   return Math.max(0, free - now);
 }
@@ -244,7 +247,7 @@ function referenceKey(
       ? Math.max(measured.requestsPerS, rates.requestsPerS / 4)
       : rates.requestsPerS;
   const perWaitingMs = backlogged ? 1000 / requestsPerS : stepMs;
-  const waitMs = waiting * perWaitingMs + 0.5 * stepMs + referenceAheadMs(config, picks, endpoint, now, msPerToken);
+  const waitMs = waiting * perWaitingMs + 0.5 * stepMs + referenceAheadMs(config, picks, endpoint, now, msPerToken, rates.attentionTokens);
 
   const staleAfter = fleet.staleAfterMs;
   const stale = ageMs > staleAfter;
@@ -283,7 +286,11 @@ function referenceKey(
   const avoidable = Math.max(0, request.bestCached - request.cached);
   const externality = config.avoidablePrefill.batchWeight * sampledRunning + config.avoidablePrefill.queueWeight * waiting;
   const chunks = Math.max(1, Math.ceil(uncached / Math.max(1, batch.stepTokens - running)));
-  const prefillMs = (uncached + avoidable * externality) * msPerToken + chunks * stepMs;
+  // Attention: the uncached tokens sit at positions cached … prompt, each costing msPerToken · position / attentionTokens more.
+  const attention = rates.attentionTokens;
+  const first = request.promptTokens - uncached;
+  const attentionMs = attention > 0 ? (msPerToken * (request.promptTokens ** 2 - first ** 2)) / (2 * attention) : 0;
+  const prefillMs = (uncached + avoidable * externality) * msPerToken + attentionMs + chunks * stepMs;
   let loraMs = 0;
   const lora = metrics?.lora;
   if (
