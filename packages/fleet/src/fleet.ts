@@ -118,6 +118,16 @@ export interface PrefillAhead {
 }
 
 /**
+ * How fast an endpoint prefills: ms per prompt token at the short-prompt rate, and the context
+ * position at which a token's attention costs as much again (the scheduler's `rates.attentionTokens`;
+ * 0: prefill priced linearly).
+ */
+export interface PrefillRate {
+  msPerToken: number;
+  attentionTokens: number;
+}
+
+/**
  * The event-sourced view of the model-server pools (docs/events.md, "The view"). Pure: it reads no clock; every
  * call that depends on time is handed `now` or `receivedAt`. A pod is identified by (pool, zone,
  * pod): the zone of the event's subject is part of the key, so per-zone publish permissions also
@@ -349,20 +359,14 @@ export class Fleet {
    * endpoint works them off one after the other at `msPerToken` from the moment each was charged —
    * a FIFO server, whose last finish is the latest `t_i + Σ_{j ≥ i} work_j` over the charges (read
    * newest first, so no state is kept between calls). A charge of n tokens is n · msPerToken plus
-   * its attention, n² · msPerToken / (2 · attentionTokens) (the scheduler's `rates.attentionTokens`;
-   * 0: none), as if its prompt had nothing cached ahead of the tokens it brings. Returns the ms left
-   * of it at `now` (0 when it is done); `out.tokens` the tokens those ms are at msPerToken.
+   * its attention, n² · msPerToken / (2 · attentionTokens), as if its prompt had nothing cached
+   * ahead of the tokens it brings. Returns the ms left of it at `now` (0 when it is done);
+   * `out.tokens` the tokens those ms are at msPerToken.
    */
-  prefillAhead(
-    endpoint: Endpoint,
-    now: number,
-    limits: PrefillAheadLimits,
-    msPerToken: number,
-    attentionTokens: number,
-    out: PrefillAhead,
-  ): number {
+  prefillAhead(endpoint: Endpoint, now: number, limits: PrefillAheadLimits, rate: PrefillRate, out: PrefillAhead): number {
     const record = endpoint as EndpointRecord;
-    const msPerTokenSquared = attentionTokens > 0 ? msPerToken / (2 * attentionTokens) : 0;
+    const msPerToken = rate.msPerToken;
+    const msPerTokenSquared = rate.attentionTokens > 0 ? msPerToken / (2 * rate.attentionTokens) : 0;
     let work = 0;
     let finish = Number.NEGATIVE_INFINITY;
     let seen = 0;

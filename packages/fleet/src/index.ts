@@ -6,7 +6,7 @@ export {
   DEFAULT_MAX_CHARGES_PER_ENDPOINT,
   DEFAULT_MAX_CHARGE_BYTES,
 } from './fleet.js';
-export type { FleetOptions, FleetCounters, ChargeCounters, ApplyOutcome, PrefillAhead, PrefillAheadLimits } from './fleet.js';
+export type { FleetOptions, FleetCounters, ChargeCounters, ApplyOutcome, PrefillAhead, PrefillAheadLimits, PrefillRate } from './fleet.js';
 export { Charge, CHARGE_BYTES } from './charge.js';
 export type { ChargeEnd } from './charge.js';
 export type { Endpoint, MetricsSample } from './endpoint.js';

@@ -1,4 +1,4 @@
-import type { Endpoint, PrefillAhead } from '@spillway/fleet';
+import type { Endpoint, PrefillAhead, PrefillRate } from '@spillway/fleet';
 import type { CandidateSet } from './candidates.js';
 import type { SchedulerConfig, ServiceRates } from './config.js';
 import { estimateLoad, isSuspect, type LoadEstimate } from './load.js';
@@ -96,6 +96,8 @@ export class CostPolicy implements PricingPolicy {
   private lastFiguresRates: ServiceRates | undefined;
   /** Fleet.prefillAhead's answer for the endpoint priced last. */
   private readonly ahead: PrefillAhead = { ms: 0, tokens: 0 };
+  /** The prefill rate it is asked at (reused: set before each call, so no pick allocates one). */
+  private readonly rate: PrefillRate = { msPerToken: 0, attentionTokens: 0 };
 
   constructor(
     private readonly config: SchedulerConfig,
@@ -150,7 +152,7 @@ export class CostPolicy implements PricingPolicy {
       memo.zoneTrust === figures.trust
     ) {
       // What moves with time and with the rest of the zone: the prefill backlog, and displacement.
-      const aheadMs = ctx.prefillAhead(endpoint, memo.msPerToken, rates.attentionTokens, this.ahead);
+      const aheadMs = ctx.prefillAhead(endpoint, this.rateOf(memo.msPerToken, rates), this.ahead);
       if (tier === TIER_LOCAL) return memo.rest + aheadMs;
       return memo.rest + aheadMs + this.displacementMs(memo.stepMs, figures.use) + this.biasMs(ctx, rates, figures.use);
     }
@@ -271,7 +273,7 @@ export class CostPolicy implements PricingPolicy {
     const perWaitingMs = load.backlogged ? 1000 / requestsPerS : stepMs;
     // What is left of the prefills of the requests charged there just before (this EPP's and its
     // peers', each with its own uncached prompt), and half a step to be admitted.
-    const aheadMs = ctx.prefillAhead(endpoint, msPerToken, rates.attentionTokens, this.ahead);
+    const aheadMs = ctx.prefillAhead(endpoint, this.rateOf(msPerToken, rates), this.ahead);
     const waitMs = load.waiting * perWaitingMs + 0.5 * stepMs + aheadMs;
 
     const stale = load.ageMs > this.staleAfterMs;
@@ -401,6 +403,13 @@ export class CostPolicy implements PricingPolicy {
     if (lora.running.includes(model) || lora.waiting.includes(model)) return 0;
     if (lora.running.length + lora.waiting.length < lora.max) return rates.loraLoadMs;
     return rates.loraLoadMs + 1000 / requestsPerS;
+  }
+
+  /** The reused prefill rate, set to `msPerToken` and the model's attention. */
+  private rateOf(msPerToken: number, rates: ServiceRates): PrefillRate {
+    this.rate.msPerToken = msPerToken;
+    this.rate.attentionTokens = rates.attentionTokens;
+    return this.rate;
   }
 
   /** The model's rates; the last answer is kept, since every candidate of a pick asks for the same model. */

@@ -1,4 +1,4 @@
-import type { Endpoint, PoolView, PrefillAhead } from '@spillway/fleet';
+import type { Endpoint, PoolView, PrefillAhead, PrefillRate } from '@spillway/fleet';
 import type { CandidateSet } from './candidates.js';
 import type { CacheIndexSource } from './kv-lookup.js';
 import type { Tier } from './network.js';
@@ -33,10 +33,9 @@ export interface PricingContext {
   cacheSource(endpoint: Endpoint): CacheIndexSource;
   /**
    * What is left at `now` of the prefills of the requests charged to `endpoint` just before (this
-   * EPP's and its peers', config `backlog`), worked off at `msPerToken` with the attention of
-   * `attentionTokens` (rates): ms returned, and in `out`.
+   * EPP's and its peers', config `backlog`), worked off at `rate`: ms returned, and in `out`.
    */
-  prefillAhead(endpoint: Endpoint, msPerToken: number, attentionTokens: number, out: PrefillAhead): number;
+  prefillAhead(endpoint: Endpoint, rate: PrefillRate, out: PrefillAhead): number;
   /** The fail-open pass: penalised or silent endpoints are candidates and must rank last. */
   includeExcluded: boolean;
   isExcluded(endpoint: Endpoint): boolean;

@@ -1,5 +1,5 @@
 import { parseEndpointAddress, type KvBatch, type KvSnapshotEvent } from '@spillway/events';
-import type { ChargeEnd, Endpoint, Fleet, PoolView, PrefillAhead } from '@spillway/fleet';
+import type { ChargeEnd, Endpoint, Fleet, PoolView, PrefillAhead, PrefillRate } from '@spillway/fleet';
 import { CandidateSet, type CollectOptions } from './candidates.js';
 import { chargeBoundMs, usableMaxTokens } from './charge-bound.js';
 import { schedulerConfigSchema, type SchedulerConfig, type SchedulerConfigInput } from './config.js';
@@ -211,8 +211,8 @@ export class Scheduler {
       prefixMatch: (endpoint: Endpoint) => index.matchOf(endpoint),
       cachedTokens: (endpoint: Endpoint) => lookup.cachedTokens(endpoint),
       cacheSource: (endpoint: Endpoint) => lookup.sourceOf(endpoint),
-      prefillAhead: (endpoint: Endpoint, msPerToken: number, attentionTokens: number, out: PrefillAhead) =>
-        this.fleet.prefillAhead(endpoint, this.ctx.now, this.config.backlog, msPerToken, attentionTokens, out),
+      prefillAhead: (endpoint: Endpoint, rate: PrefillRate, out: PrefillAhead) =>
+        this.fleet.prefillAhead(endpoint, this.ctx.now, this.config.backlog, rate, out),
       includeExcluded: false,
       isExcluded: this.excludedNow,
     };

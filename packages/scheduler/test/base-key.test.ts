@@ -41,8 +41,7 @@ describe('the base-key memo', () => {
       prefixMatch: () => 0,
       cachedTokens: () => 0,
       cacheSource: () => 'approximate',
-      prefillAhead: (endpoint, msPerToken, attentionTokens, out) =>
-        fleet.prefillAhead(endpoint, now, config.backlog, msPerToken, attentionTokens, out),
+      prefillAhead: (endpoint, rate, out) => fleet.prefillAhead(endpoint, now, config.backlog, rate, out),
       includeExcluded: false,
       isExcluded: () => false,
     });

@@ -168,8 +168,7 @@ function referenceAheadMs(
   picks: readonly ReferencePick[],
   endpoint: Endpoint,
   now: number,
-  msPerToken: number,
-  attention: number,
+  { msPerToken, attention }: { msPerToken: number; attention: number },
 ): number {
   const recent = picks.filter((p) => p.endpoint === endpoint && p.at >= now - config.backlog.horizonMs).slice(-config.backlog.maxCharges);
   let free = Number.NEGATIVE_INFINITY;
@@ -247,7 +246,10 @@ function referenceKey(
       ? Math.max(measured.requestsPerS, rates.requestsPerS / 4)
       : rates.requestsPerS;
   const perWaitingMs = backlogged ? 1000 / requestsPerS : stepMs;
-  const waitMs = waiting * perWaitingMs + 0.5 * stepMs + referenceAheadMs(config, picks, endpoint, now, msPerToken, rates.attentionTokens);
+  const waitMs =
+    waiting * perWaitingMs +
+    0.5 * stepMs +
+    referenceAheadMs(config, picks, endpoint, now, { msPerToken, attention: rates.attentionTokens });
 
   const staleAfter = fleet.staleAfterMs;
   const stale = ageMs > staleAfter;
