@@ -360,24 +360,47 @@ export class Fleet {
    * a FIFO server, whose last finish is the latest `t_i + Σ_{j ≥ i} work_j` over the charges (read
    * newest first, so no state is kept between calls). A charge of n tokens is n · msPerToken plus
    * its attention, n² · msPerToken / (2 · attentionTokens), as if its prompt had nothing cached
-   * ahead of the tokens it brings. Returns the ms left of it at `now` (0 when it is done);
-   * `out.tokens` the tokens those ms are at msPerToken.
+   * ahead of the tokens it brings.
+   *
+   * The latest sample's queue is work the endpoint held then: when it showed `waitingRequests`
+   * waiting, those are (first come, first served) the newest requests charged before the time the
+   * sample covers (`sampledUntil`), however long ago, as far as charges know them. Their prefills
+   * were all still ahead at that time, and every charge since comes after them, so the FIFO also
+   * finishes no earlier than `sampledUntil + Σ queued + Σ since`. A queue of documents is so priced
+   * by what it holds, not by its length.
+   *
+   * Returns the ms left of it at `now` (0 when it is done); `out.tokens` the tokens those ms are at msPerToken.
    */
   prefillAhead(endpoint: Endpoint, now: number, limits: PrefillAheadLimits, rate: PrefillRate, out: PrefillAhead): number {
     const record = endpoint as EndpointRecord;
     const msPerToken = rate.msPerToken;
     const msPerTokenSquared = rate.attentionTokens > 0 ? msPerToken / (2 * rate.attentionTokens) : 0;
+    const sampledUntil = record.sampledUntil;
+    let queueLeft = record.metrics?.waitingRequests ?? 0;
     let work = 0;
+    let workSince = 0;
+    let queued = 0;
     let finish = Number.NEGATIVE_INFINITY;
     let seen = 0;
     const since = now - limits.horizonMs;
-    for (let c = record.lastCharge; c !== undefined && c.chargedAt >= since && seen < limits.maxCharges; c = c.prevCharge) {
+    for (let c = record.lastCharge; c !== undefined && seen < limits.maxCharges; c = c.prevCharge) {
+      const covered = c.chargedAt <= sampledUntil;
+      const recent = c.chargedAt >= since;
+      const inQueue = covered && queueLeft > 0;
+      if (!recent && !inQueue) break;
       seen++;
-      if (c.prefillTokens <= 0) continue;
-      work += c.prefillTokens * (msPerToken + c.prefillTokens * msPerTokenSquared);
+      const cost = c.prefillTokens * (msPerToken + c.prefillTokens * msPerTokenSquared);
+      if (inQueue) {
+        queued += cost;
+        queueLeft--;
+      }
+      if (!recent || c.prefillTokens <= 0) continue;
+      work += cost;
+      if (!covered) workSince = work;
       const end = c.chargedAt + work;
       if (end > finish) finish = end;
     }
+    if (queued > 0 && sampledUntil + queued + workSince > finish) finish = sampledUntil + queued + workSince;
     const ms = finish > now ? finish - now : 0;
     out.tokens = msPerToken > 0 ? ms / msPerToken : 0;
     out.ms = ms;

@@ -629,6 +629,84 @@ describe('what event gaps need (picking v2)', () => {
     );
   });
 
+  it('prices the latest sample’s queue by the prefills of the newest charges it covers, however old', () => {
+    const fleet = new Fleet();
+    fleet.apply(readiness('a0'), T0);
+    fleet.apply(metrics('a0', { observedAt: T0 }), T0);
+    const a0 = fleet.get('llama', 'zone-a', 'a0')!;
+    const ahead = { ms: 0, tokens: 0 };
+    const limits = { horizonMs: 1000, maxCharges: 256 };
+    const rate = { msPerToken: 0.05, attentionTokens: 0 };
+    // Two documents charged long before the horizon: on their own they count as done.
+    pick(fleet, a0, T0 + 1, 4000);
+    pick(fleet, a0, T0 + 10, 6000);
+    const sampleAt = (waiting: number) => fleet.apply(metrics('a0', { observedAt: T0 + 2000, waitingRequests: waiting }), T0 + 2000);
+    sampleAt(0);
+    expect(fleet.prefillAhead(a0, T0 + 2100, limits, rate, ahead)).toBe(0);
+    // A sample (covering up to T0 + 1998) shows both still waiting: 500 ms of prefill from then on.
+    sampleAt(2);
+    expect(fleet.prefillAhead(a0, T0 + 2100, limits, rate, ahead)).toBeCloseTo(398, 3);
+    // A request charged since comes after them: 50 ms more.
+    pick(fleet, a0, T0 + 2050, 1000);
+    expect(fleet.prefillAhead(a0, T0 + 2100, limits, rate, ahead)).toBeCloseTo(448, 3);
+    // One waiting: the newest covered charge only (first come, first served: the older one runs).
+    fleet.apply(metrics('a0', { observedAt: T0 + 2001, waitingRequests: 1 }), T0 + 2001);
+    expect(fleet.prefillAhead(a0, T0 + 2100, limits, rate, ahead)).toBeCloseTo(300 + 50 - 101, 3);
+    // More waiting than charges: the charges are all it knows of (the rest is priced by the queue's length).
+    fleet.apply(metrics('a0', { observedAt: T0 + 2002, waitingRequests: 9 }), T0 + 2002);
+    expect(fleet.prefillAhead(a0, T0 + 2100, limits, rate, ahead)).toBeCloseTo(500 + 50 - 100, 3);
+  });
+
+  it('with the sample’s queue the backlog is a FIFO server that held the queue at the sample (property)', () => {
+    fc.assert(
+      fc.property(
+        fc.array(fc.record({ gap: fc.integer({ min: 0, max: 300 }), tokens: fc.integer({ min: 0, max: 20_000 }) }), { maxLength: 8 }),
+        fc.array(fc.record({ gap: fc.integer({ min: 1, max: 300 }), tokens: fc.integer({ min: 0, max: 20_000 }) }), { maxLength: 5 }),
+        fc.integer({ min: 0, max: 6 }),
+        fc.integer({ min: 0, max: 3000 }),
+        fc.constantFrom(0, 23_000),
+        (before, after, waiting, later, attentionTokens) => {
+          const fleet = new Fleet();
+          fleet.apply(readiness('a0'), T0);
+          fleet.apply(metrics('a0', { observedAt: T0 }), T0);
+          const a0 = fleet.get('llama', 'zone-a', 'a0')!;
+          const workOf = (tokens: number) => tokens * 0.05 + (attentionTokens > 0 ? (tokens * tokens * 0.05) / (2 * attentionTokens) : 0);
+          // The plain version: a FIFO server, run forward in time.
+          let at = T0 + 10;
+          let busyUntil = Number.NEGATIVE_INFINITY;
+          const covered: number[] = [];
+          for (const { gap, tokens } of before) {
+            at += gap;
+            pick(fleet, a0, at, tokens);
+            covered.push(tokens);
+            if (tokens > 0) busyUntil = Math.max(busyUntil, at) + workOf(tokens);
+          }
+          const observedAt = at + 5;
+          fleet.apply(metrics('a0', { observedAt, waitingRequests: waiting }), observedAt);
+          const sampledUntil = (a0 as unknown as { sampledUntil: number }).sampledUntil;
+          // At the sample, the newest `waiting` covered requests have not started their prefill.
+          const queue = covered.slice(Math.max(0, covered.length - waiting)).reduce((sum, tokens) => sum + workOf(tokens), 0);
+          if (queue > 0) busyUntil = Math.max(busyUntil, sampledUntil + queue);
+          at = observedAt;
+          for (const { gap, tokens } of after) {
+            at += gap;
+            pick(fleet, a0, at, tokens);
+            if (tokens > 0) busyUntil = Math.max(busyUntil, at) + workOf(tokens);
+          }
+          const now = at + later;
+          const got = fleet.prefillAhead(
+            a0,
+            now,
+            { horizonMs: 1e9, maxCharges: 256 },
+            { msPerToken: 0.05, attentionTokens },
+            { ms: 0, tokens: 0 },
+          );
+          expect(got).toBeCloseTo(Math.max(0, busyUntil - now), 2);
+        },
+      ),
+    );
+  });
+
   it('with attention the backlog is the FIFO finish of each charge’s own work (property)', () => {
     fc.assert(
       fc.property(

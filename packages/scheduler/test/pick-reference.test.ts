@@ -1,4 +1,4 @@
-import { parseAddressPattern } from '@spillway/events';
+import { parseAddressPattern, type MetricsEvent } from '@spillway/events';
 import { Fleet, type Endpoint } from '@spillway/fleet';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
@@ -59,6 +59,8 @@ const stepArb = fc.record({
   asString: fc.boolean(),
   commit: fc.boolean(),
   advanceMs: fc.constantFrom(0, 1, 7, 40),
+  /** A new sample of this pod (its counts as before) just before the pick: the picks it covers become its queue. */
+  resample: fc.option(fc.integer({ min: 0, max: 15 }), { nil: undefined, freq: 2 }),
 });
 
 const caseArb = fc.record({
@@ -95,25 +97,32 @@ function build(pods: Case['pods']): Fleet {
     const m = pod.metrics;
     if (m) {
       const sampleAt = T0 - m.age;
-      const event = {
-        v: 1 as const,
-        kind: 'metrics' as const,
-        pool: POOL,
-        zone: pod.zone,
-        pod: name,
-        observedAt: sampleAt,
-        waitingRequests: m.waiting,
-        runningRequests: m.running,
-        kvCacheUsage: m.kv,
-        ...(m.rates ? { rates: stripUndefined(m.rates) } : {}),
-        ...(m.lora ? { lora: m.lora } : {}),
-      };
+      const event = metricsOf(pod, i, sampleAt) as MetricsEvent;
       // Twice when waiting: a queue over two samples (a backlog), as a busy server shows.
       if (m.waiting > 0) fleet.apply({ ...event, observedAt: sampleAt - 100 }, sampleAt - 100);
       fleet.apply(event, sampleAt);
     }
   });
   return fleet;
+}
+
+/** Pod i's metrics event observed at `at` (undefined for a pod without metrics). */
+function metricsOf(pod: Case['pods'][number], i: number, at: number): MetricsEvent | undefined {
+  const m = pod.metrics;
+  if (!m) return undefined;
+  return {
+    v: 1,
+    kind: 'metrics',
+    pool: POOL,
+    zone: pod.zone,
+    pod: `p${i}`,
+    observedAt: at,
+    waitingRequests: m.waiting,
+    runningRequests: m.running,
+    kvCacheUsage: m.kv,
+    ...(m.rates ? { rates: stripUndefined(m.rates) } : {}),
+    ...(m.lora ? { lora: m.lora } : {}),
+  };
 }
 
 function stripUndefined<T extends object>(value: T): T {
@@ -170,14 +179,26 @@ function referenceAheadMs(
   now: number,
   { msPerToken, attention }: { msPerToken: number; attention: number },
 ): number {
-  const recent = picks.filter((p) => p.endpoint === endpoint && p.at >= now - config.backlog.horizonMs).slice(-config.backlog.maxCharges);
+  // Token k of a charge (counted from 0, nothing cached before it) costs msPerToken · (1 + k / attentionTokens).
+  const workOf = (n: number): number => n * msPerToken + (attention > 0 ? (msPerToken * n * n) / (2 * attention) : 0);
+  const mine = picks.filter((p) => p.endpoint === endpoint);
+  const recent = mine.filter((p) => p.at >= now - config.backlog.horizonMs).slice(-config.backlog.maxCharges);
+  // The latest sample's queue: its waiting requests are the newest picks it covers, all still to prefill then.
+  const sampledUntil = (endpoint as unknown as { sampledUntil: number }).sampledUntil;
+  const waiting = endpoint.metrics?.waitingRequests ?? 0;
+  const covered = mine.filter((p) => p.at <= sampledUntil);
+  const queue = waiting > 0 ? covered.slice(-waiting).reduce((sum, p) => sum + workOf(p.prefillTokens), 0) : 0;
   let free = Number.NEGATIVE_INFINITY;
+  let queueHeld = queue <= 0;
   for (const pick of recent) {
+    if (!queueHeld && pick.at > sampledUntil) {
+      free = Math.max(free, sampledUntil + queue);
+      queueHeld = true;
+    }
     if (pick.prefillTokens <= 0) continue;
-    // Token k of a charge (counted from 0, nothing cached before it) costs msPerToken · (1 + k / attentionTokens).
-    const n = pick.prefillTokens;
-    free = Math.max(free, pick.at) + n * msPerToken + (attention > 0 ? (msPerToken * n * n) / (2 * attention) : 0);
+    free = Math.max(free, pick.at) + workOf(pick.prefillTokens);
   }
+  if (!queueHeld) free = Math.max(free, sampledUntil + queue);
   return Math.max(0, free - now);
 }
 
@@ -322,6 +343,9 @@ describe('the optimised pick equals a plain restatement of the cost rule', () =>
         let now = T0;
         for (const step of c.steps) {
           now += step.advanceMs;
+          const resampled = step.resample === undefined ? undefined : c.pods[step.resample];
+          const sample = resampled === undefined ? undefined : metricsOf(resampled, step.resample as number, now);
+          if (sample !== undefined) fleet.apply(sample, now);
           const entries = step.subset?.map((ip) => addressOf(ip));
           // A fresh copy of the hint every time, as the EPP decodes it per request.
           const hint = entries === undefined ? undefined : step.asString ? entries.join(',') : entries.map((e) => `${e} `.trim());
