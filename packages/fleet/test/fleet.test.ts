@@ -13,6 +13,14 @@ function pick(fleet: Fleet, endpoint: Endpoint, at: number, prefillTokens = 0): 
   return charge;
 }
 
+/** A fleet holding one ready pod, a0, with an empty sample at T0. */
+function onePod(): { fleet: Fleet; a0: Endpoint } {
+  const fleet = new Fleet();
+  fleet.apply(readiness('a0'), T0);
+  fleet.apply(metrics('a0', { observedAt: T0 }), T0);
+  return { fleet, a0: fleet.get('llama', 'zone-a', 'a0')! };
+}
+
 function readiness(pod: string, overrides: Partial<ReadinessEvent> = {}): ReadinessEvent {
   return {
     v: 1,
@@ -522,10 +530,7 @@ describe("another EPP's picks, learnt later (shared state)", () => {
 
 describe('what event gaps need (picking v2)', () => {
   it('counts completions of sampled requests since the latest sample; a new sample resets them', () => {
-    const fleet = new Fleet();
-    fleet.apply(readiness('a0'), T0);
-    fleet.apply(metrics('a0', { observedAt: T0 }), T0);
-    const a0 = fleet.get('llama', 'zone-a', 'a0')!;
+    const { fleet, a0 } = onePod();
     const sampled = pick(fleet, a0, T0 + 10); // after the sample: unsampled
     pick(fleet, a0, T0 + 11);
     fleet.apply(metrics('a0', { observedAt: T0 + 100, runningRequests: 2 }), T0 + 100); // sees both
@@ -576,10 +581,7 @@ describe('what event gaps need (picking v2)', () => {
   });
 
   it('works off the prefill of recent charges one after the other, from when each was charged', () => {
-    const fleet = new Fleet();
-    fleet.apply(readiness('a0'), T0);
-    fleet.apply(metrics('a0', { observedAt: T0 }), T0);
-    const a0 = fleet.get('llama', 'zone-a', 'a0')!;
+    const { fleet, a0 } = onePod();
     const ahead = { ms: 0, tokens: 0 };
     const limits = { horizonMs: 1000, maxCharges: 256 };
     expect(fleet.prefillAhead(a0, T0, limits, { msPerToken: 0.05, attentionTokens: 0 }, ahead)).toBe(0);
@@ -610,10 +612,7 @@ describe('what event gaps need (picking v2)', () => {
   });
 
   it('prices each charge’s attention: n² · msPerToken / (2 · attentionTokens) on top of its linear work', () => {
-    const fleet = new Fleet();
-    fleet.apply(readiness('a0'), T0);
-    fleet.apply(metrics('a0', { observedAt: T0 }), T0);
-    const a0 = fleet.get('llama', 'zone-a', 'a0')!;
+    const { fleet, a0 } = onePod();
     const ahead = { ms: 0, tokens: 0 };
     const limits = { horizonMs: 10_000, maxCharges: 256 };
     // A 12,000-token document at 0.05 ms per token: 600 ms linear, plus 12,000² · 0.05 / (2 · 24,000) = 150 ms.
@@ -630,10 +629,7 @@ describe('what event gaps need (picking v2)', () => {
   });
 
   it('prices the latest sample’s queue by the prefills of the newest charges it covers, however old', () => {
-    const fleet = new Fleet();
-    fleet.apply(readiness('a0'), T0);
-    fleet.apply(metrics('a0', { observedAt: T0 }), T0);
-    const a0 = fleet.get('llama', 'zone-a', 'a0')!;
+    const { fleet, a0 } = onePod();
     const ahead = { ms: 0, tokens: 0 };
     const limits = { horizonMs: 1000, maxCharges: 256 };
     const rate = { msPerToken: 0.05, attentionTokens: 0 };
@@ -666,10 +662,7 @@ describe('what event gaps need (picking v2)', () => {
         fc.integer({ min: 0, max: 3000 }),
         fc.constantFrom(0, 23_000),
         (before, after, waiting, later, attentionTokens) => {
-          const fleet = new Fleet();
-          fleet.apply(readiness('a0'), T0);
-          fleet.apply(metrics('a0', { observedAt: T0 }), T0);
-          const a0 = fleet.get('llama', 'zone-a', 'a0')!;
+          const { fleet, a0 } = onePod();
           const workOf = (tokens: number) => tokens * 0.05 + (attentionTokens > 0 ? (tokens * tokens * 0.05) / (2 * attentionTokens) : 0);
           // The plain version: a FIFO server, run forward in time.
           let at = T0 + 10;
@@ -717,10 +710,7 @@ describe('what event gaps need (picking v2)', () => {
         fc.integer({ min: 0, max: 1500 }),
         fc.constantFrom(0, 8_000, 23_000),
         (charges, after, attentionTokens) => {
-          const fleet = new Fleet();
-          fleet.apply(readiness('a0'), T0);
-          fleet.apply(metrics('a0', { observedAt: T0 }), T0);
-          const a0 = fleet.get('llama', 'zone-a', 'a0')!;
+          const { fleet, a0 } = onePod();
           // The plain version: a FIFO server working each charge's prefill in turn.
           let at = T0;
           let busyUntil = Number.NEGATIVE_INFINITY;

@@ -426,7 +426,7 @@ export class CostPolicy implements PricingPolicy {
  * The attention part of prefilling prompt positions `from` up to `to` (a token at position i costs
  * msPerToken · i / attentionTokens beyond the linear rate; rates.attentionTokens): 0 when off.
  */
-export function attentionOf(to: number, from: number, msPerToken: number, attentionTokens: number): number {
+function attentionOf(to: number, from: number, msPerToken: number, attentionTokens: number): number {
   if (attentionTokens <= 0 || to <= from) return 0;
   return ((to * to - from * from) * msPerToken) / (2 * attentionTokens);
 }
