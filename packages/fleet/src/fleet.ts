@@ -118,13 +118,22 @@ export interface PrefillAhead {
 }
 
 /**
- * How fast an endpoint prefills: ms per prompt token at the short-prompt rate, and the context
+ * How fast an endpoint prefills: ms per prompt token at the short-prompt rate, the context
  * position at which a token's attention costs as much again (the scheduler's `rates.attentionTokens`;
- * 0: prefill priced linearly).
+ * 0: prefill priced linearly), and the engine step a prefill runs in: `stepMs` for each chunk of at
+ * most `chunkTokens` prompt tokens (0: tokens only).
  */
 export interface PrefillRate {
   msPerToken: number;
   attentionTokens: number;
+  /**
+   * What one step of the endpoint costs beyond the prompt tokens it prefills: the engine's fixed
+   * step overhead and its running requests' decodes, which a request waiting behind that prefill
+   * waits out too.
+   */
+  stepMs: number;
+  /** Prompt tokens one step prefills at most: a longer prompt takes ⌈n / chunkTokens⌉ steps. */
+  chunkTokens: number;
 }
 
 /**
@@ -356,11 +365,13 @@ export class Fleet {
   /**
    * The prefill work still ahead at the endpoint from the requests charged to it in the last
    * `horizonMs` (at most `maxCharges` of the newest): each brings its `prefillTokens`, and the
-   * endpoint works them off one after the other at `msPerToken` from the moment each was charged —
-   * a FIFO server, whose last finish is the latest `t_i + Σ_{j ≥ i} work_j` over the charges (read
-   * newest first, so no state is kept between calls). A charge of n tokens is n · msPerToken plus
-   * its attention, n² · msPerToken / (2 · attentionTokens), as if its prompt had nothing cached
-   * ahead of the tokens it brings.
+   * endpoint works them off one after the other from the moment each was charged — a FIFO server,
+   * whose last finish is the latest `t_i + Σ_{j ≥ i} work_j` over the charges (read newest first, so
+   * no state is kept between calls). A charge of n tokens is n · msPerToken plus its attention,
+   * n² · msPerToken / (2 · attentionTokens), as if its prompt had nothing cached ahead of the tokens
+   * it brings, plus `stepMs` for each step it takes (⌈n / chunkTokens⌉, one at least): the engine
+   * prefills in steps, and each step also pays its fixed overhead and every running request's
+   * decode, so a short prompt ahead costs about a step more than its tokens.
    *
    * The latest sample's queue is work the endpoint held then: when it showed `waitingRequests`
    * waiting, those are (first come, first served) the newest requests charged before the time the
@@ -389,12 +400,13 @@ export class Fleet {
       const inQueue = covered && queueLeft > 0;
       if (!recent && !inQueue) break;
       seen++;
-      const cost = c.prefillTokens * (msPerToken + c.prefillTokens * msPerTokenSquared);
+      const tokens = c.prefillTokens;
+      const cost = tokens * (msPerToken + tokens * msPerTokenSquared) + stepsOf(tokens, rate.chunkTokens) * rate.stepMs;
       if (inQueue) {
         queued += cost;
         queueLeft--;
       }
-      if (!recent || c.prefillTokens <= 0) continue;
+      if (!recent) continue;
       work += cost;
       if (!covered) workSince = work;
       const end = c.chargedAt + work;
@@ -617,4 +629,9 @@ function canonical(value: unknown): string {
       ? Object.fromEntries(Object.entries(inner as Record<string, unknown>).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)))
       : inner,
   );
+}
+
+/** The engine steps a prefill of `tokens` takes at `chunkTokens` a step: one at least. */
+function stepsOf(tokens: number, chunkTokens: number): number {
+  return tokens > chunkTokens && chunkTokens > 0 ? Math.ceil(tokens / chunkTokens) : 1;
 }

@@ -486,10 +486,15 @@ describe("another EPP's picks, learnt later (shared state)", () => {
     // The list stays in time order, so the backlog is worked off as the picks were made: 10 ms
     // each at 1 ms per token, from T0+20 to T0+30, T0+30 to T0+40, T0+40 to T0+50.
     const ahead = { ms: 0, tokens: 0 };
-    expect(fleet.prefillAhead(pod, T0 + 40, { horizonMs: 1000, maxCharges: 10 }, { msPerToken: 1, attentionTokens: 0 }, ahead)).toBeCloseTo(
-      10,
-      6,
-    );
+    expect(
+      fleet.prefillAhead(
+        pod,
+        T0 + 40,
+        { horizonMs: 1000, maxCharges: 10 },
+        { msPerToken: 1, attentionTokens: 0, stepMs: 0, chunkTokens: 8192 },
+        ahead,
+      ),
+    ).toBeCloseTo(10, 6);
     // A sample observed at T0+25 covers the pick made at T0+20 only.
     fleet.apply(metrics('p', { observedAt: T0 + 25, runningRequests: 1 }), T0 + 26);
     expect(pod.unsampledPicks).toBe(2);
@@ -584,30 +589,60 @@ describe('what event gaps need (picking v2)', () => {
     const { fleet, a0 } = onePod();
     const ahead = { ms: 0, tokens: 0 };
     const limits = { horizonMs: 1000, maxCharges: 256 };
-    expect(fleet.prefillAhead(a0, T0, limits, { msPerToken: 0.05, attentionTokens: 0 }, ahead)).toBe(0);
+    expect(fleet.prefillAhead(a0, T0, limits, { msPerToken: 0.05, attentionTokens: 0, stepMs: 0, chunkTokens: 8192 }, ahead)).toBe(0);
     // 1,000 tokens at T0 + 10 (done at T0 + 60 at 0.05 ms per token), 2,000 at T0 + 40: it starts
     // when the first is done, so it is done at T0 + 160.
     pick(fleet, a0, T0 + 10, 1000);
     pick(fleet, a0, T0 + 40, 2000);
-    expect(fleet.prefillAhead(a0, T0 + 40, limits, { msPerToken: 0.05, attentionTokens: 0 }, ahead)).toBeCloseTo(120, 6);
+    expect(
+      fleet.prefillAhead(a0, T0 + 40, limits, { msPerToken: 0.05, attentionTokens: 0, stepMs: 0, chunkTokens: 8192 }, ahead),
+    ).toBeCloseTo(120, 6);
     expect(ahead.tokens).toBeCloseTo(2400, 6);
-    expect(fleet.prefillAhead(a0, T0 + 100, limits, { msPerToken: 0.05, attentionTokens: 0 }, ahead)).toBeCloseTo(60, 6);
+    expect(
+      fleet.prefillAhead(a0, T0 + 100, limits, { msPerToken: 0.05, attentionTokens: 0, stepMs: 0, chunkTokens: 8192 }, ahead),
+    ).toBeCloseTo(60, 6);
     // An idle gap: a charge made after the earlier work is done starts at its own time.
     pick(fleet, a0, T0 + 500, 100);
-    expect(fleet.prefillAhead(a0, T0 + 500, limits, { msPerToken: 0.05, attentionTokens: 0 }, ahead)).toBeCloseTo(5, 6);
-    expect(fleet.prefillAhead(a0, T0 + 600, limits, { msPerToken: 0.05, attentionTokens: 0 }, ahead)).toBe(0);
+    expect(
+      fleet.prefillAhead(a0, T0 + 500, limits, { msPerToken: 0.05, attentionTokens: 0, stepMs: 0, chunkTokens: 8192 }, ahead),
+    ).toBeCloseTo(5, 6);
+    expect(fleet.prefillAhead(a0, T0 + 600, limits, { msPerToken: 0.05, attentionTokens: 0, stepMs: 0, chunkTokens: 8192 }, ahead)).toBe(0);
     // A charge without prompt work (a cached prompt) adds nothing and hides nothing before it.
     pick(fleet, a0, T0 + 601, 0);
     pick(fleet, a0, T0 + 602, 0);
-    expect(fleet.prefillAhead(a0, T0 + 602, limits, { msPerToken: 0.05, attentionTokens: 0 }, ahead)).toBe(0);
+    expect(fleet.prefillAhead(a0, T0 + 602, limits, { msPerToken: 0.05, attentionTokens: 0, stepMs: 0, chunkTokens: 8192 }, ahead)).toBe(0);
     // The horizon and the count bound what is read: beyond them, the work is taken as done.
     pick(fleet, a0, T0 + 700, 10_000);
-    expect(fleet.prefillAhead(a0, T0 + 701, limits, { msPerToken: 0.05, attentionTokens: 0 }, ahead)).toBeCloseTo(499, 6);
-    expect(fleet.prefillAhead(a0, T0 + 701, { horizonMs: 0.5, maxCharges: 256 }, { msPerToken: 0.05, attentionTokens: 0 }, ahead)).toBe(0);
-    pick(fleet, a0, T0 + 702, 0);
-    expect(fleet.prefillAhead(a0, T0 + 702, { horizonMs: 1000, maxCharges: 1 }, { msPerToken: 0.05, attentionTokens: 0 }, ahead)).toBe(0);
     expect(
-      fleet.prefillAhead(a0, T0 + 702, { horizonMs: 1000, maxCharges: 2 }, { msPerToken: 0.05, attentionTokens: 0 }, ahead),
+      fleet.prefillAhead(a0, T0 + 701, limits, { msPerToken: 0.05, attentionTokens: 0, stepMs: 0, chunkTokens: 8192 }, ahead),
+    ).toBeCloseTo(499, 6);
+    expect(
+      fleet.prefillAhead(
+        a0,
+        T0 + 701,
+        { horizonMs: 0.5, maxCharges: 256 },
+        { msPerToken: 0.05, attentionTokens: 0, stepMs: 0, chunkTokens: 8192 },
+        ahead,
+      ),
+    ).toBe(0);
+    pick(fleet, a0, T0 + 702, 0);
+    expect(
+      fleet.prefillAhead(
+        a0,
+        T0 + 702,
+        { horizonMs: 1000, maxCharges: 1 },
+        { msPerToken: 0.05, attentionTokens: 0, stepMs: 0, chunkTokens: 8192 },
+        ahead,
+      ),
+    ).toBe(0);
+    expect(
+      fleet.prefillAhead(
+        a0,
+        T0 + 702,
+        { horizonMs: 1000, maxCharges: 2 },
+        { msPerToken: 0.05, attentionTokens: 0, stepMs: 0, chunkTokens: 8192 },
+        ahead,
+      ),
     ).toBeCloseTo(498, 6);
   });
 
@@ -617,22 +652,45 @@ describe('what event gaps need (picking v2)', () => {
     const limits = { horizonMs: 10_000, maxCharges: 256 };
     // A 12,000-token document at 0.05 ms per token: 600 ms linear, plus 12,000² · 0.05 / (2 · 24,000) = 150 ms.
     pick(fleet, a0, T0, 12_000);
-    expect(fleet.prefillAhead(a0, T0, limits, { msPerToken: 0.05, attentionTokens: 0 }, ahead)).toBeCloseTo(600, 6);
-    expect(fleet.prefillAhead(a0, T0, limits, { msPerToken: 0.05, attentionTokens: 24_000 }, ahead)).toBeCloseTo(750, 6);
+    expect(fleet.prefillAhead(a0, T0, limits, { msPerToken: 0.05, attentionTokens: 0, stepMs: 0, chunkTokens: 8192 }, ahead)).toBeCloseTo(
+      600,
+      6,
+    );
+    expect(
+      fleet.prefillAhead(a0, T0, limits, { msPerToken: 0.05, attentionTokens: 24_000, stepMs: 0, chunkTokens: 8192 }, ahead),
+    ).toBeCloseTo(750, 6);
     expect(ahead.tokens).toBeCloseTo(15_000, 6);
     // A chat message behind it barely adds attention: 200 · 0.05 + 200² · 0.05 / 48,000 ≈ 10.04 ms.
     pick(fleet, a0, T0 + 100, 200);
-    expect(fleet.prefillAhead(a0, T0 + 100, limits, { msPerToken: 0.05, attentionTokens: 24_000 }, ahead)).toBeCloseTo(
-      750 + 10 + 40_000 / 960_000 - 100,
-      3,
-    );
+    expect(
+      fleet.prefillAhead(a0, T0 + 100, limits, { msPerToken: 0.05, attentionTokens: 24_000, stepMs: 0, chunkTokens: 8192 }, ahead),
+    ).toBeCloseTo(750 + 10 + 40_000 / 960_000 - 100, 3);
+  });
+
+  it('adds a step for each chunk of a charge’s prompt: the step’s overhead and decodes it waits out too', () => {
+    const { fleet, a0 } = onePod();
+    const ahead = { ms: 0, tokens: 0 };
+    const limits = { horizonMs: 10_000, maxCharges: 256 };
+    const rate = { msPerToken: 0.05, attentionTokens: 0, stepMs: 10, chunkTokens: 4096 };
+    // A 300-token chat prompt: 15 ms of tokens and one step of 10 ms.
+    pick(fleet, a0, T0, 300);
+    expect(fleet.prefillAhead(a0, T0, limits, rate, ahead)).toBeCloseTo(25, 6);
+    expect(ahead.tokens).toBeCloseTo(500, 6);
+    // A cached prompt still takes its step; a 10,000-token document three (4,096 tokens a step).
+    pick(fleet, a0, T0 + 1, 0);
+    pick(fleet, a0, T0 + 2, 10_000);
+    expect(fleet.prefillAhead(a0, T0 + 2, limits, rate, ahead)).toBeCloseTo(25 + 10 + 500 + 30 - 2, 6);
+    // Exactly one chunk is one step; a step of 0 prices the tokens alone.
+    pick(fleet, a0, T0 + 1000, 4096);
+    expect(fleet.prefillAhead(a0, T0 + 1000, limits, rate, ahead)).toBeCloseTo(4096 * 0.05 + 10, 3);
+    expect(fleet.prefillAhead(a0, T0 + 1000, limits, { ...rate, stepMs: 0 }, ahead)).toBeCloseTo(4096 * 0.05, 3);
   });
 
   it('prices the latest sample’s queue by the prefills of the newest charges it covers, however old', () => {
     const { fleet, a0 } = onePod();
     const ahead = { ms: 0, tokens: 0 };
     const limits = { horizonMs: 1000, maxCharges: 256 };
-    const rate = { msPerToken: 0.05, attentionTokens: 0 };
+    const rate = { msPerToken: 0.05, attentionTokens: 0, stepMs: 0, chunkTokens: 8192 };
     // Two documents charged long before the horizon: on their own they count as done.
     pick(fleet, a0, T0 + 1, 4000);
     pick(fleet, a0, T0 + 10, 6000);
@@ -660,10 +718,13 @@ describe('what event gaps need (picking v2)', () => {
         fc.array(fc.record({ gap: fc.integer({ min: 1, max: 300 }), tokens: fc.integer({ min: 0, max: 20_000 }) }), { maxLength: 5 }),
         fc.integer({ min: 0, max: 6 }),
         fc.integer({ min: 0, max: 3000 }),
-        fc.constantFrom(0, 23_000),
-        (before, after, waiting, later, attentionTokens) => {
+        fc.record({ attentionTokens: fc.constantFrom(0, 23_000), stepMs: fc.constantFrom(0, 7) }),
+        (before, after, waiting, later, { attentionTokens, stepMs }) => {
           const { fleet, a0 } = onePod();
-          const workOf = (tokens: number) => tokens * 0.05 + (attentionTokens > 0 ? (tokens * tokens * 0.05) / (2 * attentionTokens) : 0);
+          const workOf = (tokens: number) =>
+            tokens * 0.05 +
+            (attentionTokens > 0 ? (tokens * tokens * 0.05) / (2 * attentionTokens) : 0) +
+            Math.max(1, Math.ceil(tokens / 8192)) * stepMs;
           // The plain version: a FIFO server, run forward in time.
           let at = T0 + 10;
           let busyUntil = Number.NEGATIVE_INFINITY;
@@ -672,7 +733,7 @@ describe('what event gaps need (picking v2)', () => {
             at += gap;
             pick(fleet, a0, at, tokens);
             covered.push(tokens);
-            if (tokens > 0) busyUntil = Math.max(busyUntil, at) + workOf(tokens);
+            busyUntil = Math.max(busyUntil, at) + workOf(tokens);
           }
           const observedAt = at + 5;
           fleet.apply(metrics('a0', { observedAt, waitingRequests: waiting }), observedAt);
@@ -684,14 +745,14 @@ describe('what event gaps need (picking v2)', () => {
           for (const { gap, tokens } of after) {
             at += gap;
             pick(fleet, a0, at, tokens);
-            if (tokens > 0) busyUntil = Math.max(busyUntil, at) + workOf(tokens);
+            busyUntil = Math.max(busyUntil, at) + workOf(tokens);
           }
           const now = at + later;
           const got = fleet.prefillAhead(
             a0,
             now,
             { horizonMs: 1e9, maxCharges: 256 },
-            { msPerToken: 0.05, attentionTokens },
+            { msPerToken: 0.05, attentionTokens, stepMs, chunkTokens: 8192 },
             { ms: 0, tokens: 0 },
           );
           expect(got).toBeCloseTo(Math.max(0, busyUntil - now), 2);
@@ -709,16 +770,20 @@ describe('what event gaps need (picking v2)', () => {
         }),
         fc.integer({ min: 0, max: 1500 }),
         fc.constantFrom(0, 8_000, 23_000),
-        (charges, after, attentionTokens) => {
+        fc.constantFrom(0, 9),
+        fc.constantFrom(512, 8192),
+        (charges, after, attentionTokens, stepMs, chunkTokens) => {
           const { fleet, a0 } = onePod();
-          // The plain version: a FIFO server working each charge's prefill in turn.
+          // The plain version: a FIFO server working each charge's prefill in turn, a step per chunk of it.
           let at = T0;
           let busyUntil = Number.NEGATIVE_INFINITY;
           for (const { gap, tokens } of charges) {
             at += gap;
             pick(fleet, a0, at, tokens);
-            const work = tokens * 0.05 + (attentionTokens > 0 ? (tokens * tokens * 0.05) / (2 * attentionTokens) : 0);
-            if (tokens > 0) busyUntil = Math.max(busyUntil, at) + work;
+            let steps = 1;
+            while (steps * chunkTokens < tokens) steps++;
+            const work = tokens * 0.05 + (attentionTokens > 0 ? (tokens * tokens * 0.05) / (2 * attentionTokens) : 0) + steps * stepMs;
+            busyUntil = Math.max(busyUntil, at) + work;
           }
           const now = at + after;
           const ahead = { ms: 0, tokens: 0 };
@@ -726,7 +791,7 @@ describe('what event gaps need (picking v2)', () => {
             a0,
             now,
             { horizonMs: 1e9, maxCharges: 256 },
-            { msPerToken: 0.05, attentionTokens: attentionTokens },
+            { msPerToken: 0.05, attentionTokens, stepMs, chunkTokens },
             ahead,
           );
           expect(got).toBeCloseTo(Math.max(0, busyUntil - now), 2);

@@ -26,6 +26,7 @@ interface BaseKeyMemo {
   zoneSpeed: number;
   zoneTrust: number;
   stepMs: number;
+  chunkTokens: number;
   msPerToken: number;
   rest: number;
 }
@@ -68,6 +69,7 @@ export class CostPolicy implements PricingPolicy {
     displacementMs: 0,
     uncertaintyMs: 0,
     stepMs: 0,
+    chunkTokens: 1,
     stepTrust: 0,
     running: 0,
     slots: 0,
@@ -97,7 +99,7 @@ export class CostPolicy implements PricingPolicy {
   /** Fleet.prefillAhead's answer for the endpoint priced last. */
   private readonly ahead: PrefillAhead = { ms: 0, tokens: 0 };
   /** The prefill rate it is asked at (reused: set before each call, so no pick allocates one). */
-  private readonly rate: PrefillRate = { msPerToken: 0, attentionTokens: 0 };
+  private readonly rate: PrefillRate = { msPerToken: 0, attentionTokens: 0, stepMs: 0, chunkTokens: 1 };
 
   constructor(
     private readonly config: SchedulerConfig,
@@ -152,7 +154,7 @@ export class CostPolicy implements PricingPolicy {
       memo.zoneTrust === figures.trust
     ) {
       // What moves with time and with the rest of the zone: the prefill backlog, and displacement.
-      const aheadMs = ctx.prefillAhead(endpoint, this.rateOf(memo.msPerToken, rates), this.ahead);
+      const aheadMs = ctx.prefillAhead(endpoint, this.rateOf(memo.msPerToken, memo.stepMs, memo.chunkTokens, rates), this.ahead);
       if (tier === TIER_LOCAL) return memo.rest + aheadMs;
       return memo.rest + aheadMs + this.displacementMs(memo.stepMs, figures.use) + this.biasMs(ctx, rates, figures.use);
     }
@@ -167,6 +169,7 @@ export class CostPolicy implements PricingPolicy {
         zoneSpeed: figures.speed,
         zoneTrust: figures.trust,
         stepMs: this.parts.stepMs,
+        chunkTokens: this.parts.chunkTokens,
         msPerToken: this.parts.prefillMsPerToken,
         rest,
       };
@@ -179,6 +182,7 @@ export class CostPolicy implements PricingPolicy {
       memo.zoneSpeed = figures.speed;
       memo.zoneTrust = figures.trust;
       memo.stepMs = this.parts.stepMs;
+      memo.chunkTokens = this.parts.chunkTokens;
       memo.msPerToken = this.parts.prefillMsPerToken;
       memo.rest = rest;
     }
@@ -272,8 +276,10 @@ export class CostPolicy implements PricingPolicy {
     }
     const perWaitingMs = load.backlogged ? 1000 / requestsPerS : stepMs;
     // What is left of the prefills of the requests charged there just before (this EPP's and its
-    // peers', each with its own uncached prompt), and half a step to be admitted.
-    const aheadMs = ctx.prefillAhead(endpoint, this.rateOf(msPerToken, rates), this.ahead);
+    // peers', each with its own uncached prompt and a step per chunk of it), and half a step to be admitted.
+    // The prompt is cut into chunks of what a step has left beside the running requests' decodes.
+    const chunkTokens = Math.max(1, batch.stepTokens - running);
+    const aheadMs = ctx.prefillAhead(endpoint, this.rateOf(msPerToken, stepMs, chunkTokens, rates), this.ahead);
     const waitMs = load.waiting * perWaitingMs + 0.5 * stepMs + aheadMs;
 
     const stale = load.ageMs > this.staleAfterMs;
@@ -314,9 +320,7 @@ export class CostPolicy implements PricingPolicy {
       avoidableWork = avoidable * (this.batchWeight * sampledRunning + this.queueWeight * load.waiting);
       if (ctx.modelIsAdapter) loraMs = this.loraCost(endpoint, ctx.model, rates, requestsPerS);
     }
-    // The prompt is cut into chunks of what a step has left beside the running requests' decodes,
-    // each chunk one step of the batch (one at least: a cached prompt still computes its last block).
-    const chunkTokens = Math.max(1, batch.stepTokens - running);
+    // Each chunk of the prompt is one step of the batch (one at least: a cached prompt still computes its last block).
     const chunks = Math.max(1, Math.ceil(uncached / chunkTokens));
     // Attention: the uncached tokens attend to everything before them, the cached prefix included.
     const attentionMs = forRequest ? attentionOf(ctx.promptTokens, ctx.promptTokens - uncached, msPerToken, rates.attentionTokens) : 0;
@@ -325,6 +329,7 @@ export class CostPolicy implements PricingPolicy {
     // Always: what baseKey's memo keeps, and adds afresh.
     const parts = this.parts;
     parts.stepMs = stepMs;
+    parts.chunkTokens = chunkTokens;
     parts.prefillMsPerToken = msPerToken;
     parts.aheadMs = aheadMs;
     parts.displacementMs = displacementMs;
@@ -405,9 +410,11 @@ export class CostPolicy implements PricingPolicy {
     return rates.loraLoadMs + 1000 / requestsPerS;
   }
 
-  /** The reused prefill rate, set to `msPerToken` and the model's attention. */
-  private rateOf(msPerToken: number, rates: ServiceRates): PrefillRate {
+  /** The reused prefill rate: `msPerToken` and the model's attention, a step of `stepMs` per chunk of `chunkTokens`. */
+  private rateOf(msPerToken: number, stepMs: number, chunkTokens: number, rates: ServiceRates): PrefillRate {
     this.rate.msPerToken = msPerToken;
+    this.rate.stepMs = stepMs;
+    this.rate.chunkTokens = chunkTokens;
     this.rate.attentionTokens = rates.attentionTokens;
     return this.rate;
   }

@@ -371,11 +371,11 @@ describe('cost policy: what a queue is', () => {
     const other = pods.find((p) => p.pod !== d.entries[0]?.endpoint.pod)?.pod;
     // Right after, the other pod is cheaper: the pick's prefill is ahead of the next request there.
     // Without a prompt it counts as a typical one (500 tokens at 20,000/s = 25 ms, plus 500² · 0.05 /
-    // (2 · 23,000) ≈ 0.27 ms of attention), 1 ms of it done.
+    // (2 · 23,000) ≈ 0.27 ms of attention, plus the one step it is prefilled in), 1 ms of it done.
     expect(scheduler.pick({ model: 'llama' }, T0 + 1).entries[0]?.endpoint.pod).toBe(other);
     const picked = scheduler.pick({ model: 'llama' }, T0 + 1).entries.find((e) => e.endpoint.pod === d.entries[0]?.endpoint.pod);
     const pickedCost = picked?.cost as EntryCost;
-    const aheadMs = 25 + (500 ** 2 * 0.05) / (2 * 23_000) - 1;
+    const aheadMs = 25 + (500 ** 2 * 0.05) / (2 * 23_000) + pickedCost.stepMs - 1;
     expect(pickedCost.aheadMs).toBeCloseTo(aheadMs, 1);
     expect(pickedCost.aheadTokens).toBe(Math.round(aheadMs / 0.05));
     expect(pickedCost.waitMs).toBeCloseTo(aheadMs + pickedCost.stepMs / 2, 1);
@@ -426,7 +426,9 @@ describe('cost policy: prefill attention (rates.attentionTokens)', () => {
       scheduler.commit(d, T0);
       const next = scheduler.pick({ model: 'llama', prompt: prompt(800, 'c') }, T0 + 1);
       expect(next.entries[0]?.endpoint.pod).not.toBe(d.entries[0]?.endpoint.pod);
-      return (next.entries.find((e) => e.endpoint.pod === d.entries[0]?.endpoint.pod)?.cost as EntryCost).aheadMs;
+      const cost = next.entries.find((e) => e.endpoint.pod === d.entries[0]?.endpoint.pod)?.cost as EntryCost;
+      // Its two steps (12,000 tokens at 8,191 a step beside the document's own decode) come off.
+      return cost.aheadMs - 2 * cost.stepMs;
     };
     // 600 ms of linear work (1 ms of it done), plus 150 ms of attention at attentionTokens 24,000.
     expect(ahead(0)).toBeCloseTo(599, 0);

@@ -177,10 +177,12 @@ function referenceAheadMs(
   picks: readonly ReferencePick[],
   endpoint: Endpoint,
   now: number,
-  { msPerToken, attention }: { msPerToken: number; attention: number },
+  { msPerToken, attention, stepMs, chunkTokens }: { msPerToken: number; attention: number; stepMs: number; chunkTokens: number },
 ): number {
-  // Token k of a charge (counted from 0, nothing cached before it) costs msPerToken · (1 + k / attentionTokens).
-  const workOf = (n: number): number => n * msPerToken + (attention > 0 ? (msPerToken * n * n) / (2 * attention) : 0);
+  // Token k of a charge (counted from 0, nothing cached before it) costs msPerToken · (1 + k / attentionTokens),
+  // and each chunk of its prompt one step (a cached prompt one).
+  const workOf = (n: number): number =>
+    n * msPerToken + (attention > 0 ? (msPerToken * n * n) / (2 * attention) : 0) + Math.max(1, Math.ceil(n / chunkTokens)) * stepMs;
   const mine = picks.filter((p) => p.endpoint === endpoint);
   const recent = mine.filter((p) => p.at >= now - config.backlog.horizonMs).slice(-config.backlog.maxCharges);
   // The latest sample's queue: its waiting requests are the newest picks it covers, all still to prefill then.
@@ -195,7 +197,6 @@ function referenceAheadMs(
       free = Math.max(free, sampledUntil + queue);
       queueHeld = true;
     }
-    if (pick.prefillTokens <= 0) continue;
     free = Math.max(free, pick.at) + workOf(pick.prefillTokens);
   }
   if (!queueHeld) free = Math.max(free, sampledUntil + queue);
@@ -267,10 +268,11 @@ function referenceKey(
       ? Math.max(measured.requestsPerS, rates.requestsPerS / 4)
       : rates.requestsPerS;
   const perWaitingMs = backlogged ? 1000 / requestsPerS : stepMs;
+  const chunkTokens = Math.max(1, batch.stepTokens - running);
   const waitMs =
     waiting * perWaitingMs +
     0.5 * stepMs +
-    referenceAheadMs(config, picks, endpoint, now, { msPerToken, attention: rates.attentionTokens });
+    referenceAheadMs(config, picks, endpoint, now, { msPerToken, attention: rates.attentionTokens, stepMs, chunkTokens });
 
   const staleAfter = fleet.staleAfterMs;
   const stale = ageMs > staleAfter;
@@ -308,7 +310,7 @@ function referenceKey(
   const uncached = Math.max(0, request.promptTokens - request.cached);
   const avoidable = Math.max(0, request.bestCached - request.cached);
   const externality = config.avoidablePrefill.batchWeight * sampledRunning + config.avoidablePrefill.queueWeight * waiting;
-  const chunks = Math.max(1, Math.ceil(uncached / Math.max(1, batch.stepTokens - running)));
+  const chunks = Math.max(1, Math.ceil(uncached / chunkTokens));
   // Attention: the uncached tokens sit at positions cached … prompt, each costing msPerToken · position / attentionTokens more.
   const attention = rates.attentionTokens;
   const first = request.promptTokens - uncached;

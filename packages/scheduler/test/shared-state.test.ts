@@ -111,20 +111,32 @@ describe("a peer's prefill, for the backlog", () => {
       { v: 1, pool: POOL, zone: 'a', epp: 'epp-1', seq: 1, sentAt: T0, entries: [[1, 1, 'a', 'a0', T0, [1, 2, 3, 4]]] },
       T0,
     );
-    expect(two.fleet.prefillAhead(a0!, T0, limits, { msPerToken: 1, attentionTokens: 0 }, ahead)).toBeCloseTo(64, 6);
+    expect(two.fleet.prefillAhead(a0!, T0, limits, { msPerToken: 1, attentionTokens: 0, stepMs: 0, chunkTokens: 8192 }, ahead)).toBeCloseTo(
+      64,
+      6,
+    );
     // A second shares blocks 1..4 and adds 5..6: 32 tokens of new work behind the first 64.
     two.scheduler.shared.apply(
       { v: 1, pool: POOL, zone: 'a', epp: 'epp-1', seq: 2, sentAt: T0, entries: [[1, 2, 'a', 'a0', T0, [1, 2, 3, 4, 5, 6]]] },
       T0,
     );
-    expect(two.fleet.prefillAhead(a0!, T0, limits, { msPerToken: 1, attentionTokens: 0 }, ahead)).toBeCloseTo(96, 6);
+    expect(two.fleet.prefillAhead(a0!, T0, limits, { msPerToken: 1, attentionTokens: 0, stepMs: 0, chunkTokens: 8192 }, ahead)).toBeCloseTo(
+      96,
+      6,
+    );
     // Its start says its prompt has 5,000 tokens (its blocks stopped at the hashing limit): less the
     // 64 a0 held, 4,936 of work.
     two.scheduler.shared.apply({ v: 1, pool: POOL, zone: 'a', epp: 'epp-1', seq: 3, sentAt: T0, entries: [[5, 2, T0, 5000, 0]] }, T0);
-    expect(two.fleet.prefillAhead(a0!, T0, limits, { msPerToken: 1, attentionTokens: 0 }, ahead)).toBeCloseTo(64 + 4936, 6);
+    expect(two.fleet.prefillAhead(a0!, T0, limits, { msPerToken: 1, attentionTokens: 0, stepMs: 0, chunkTokens: 8192 }, ahead)).toBeCloseTo(
+      64 + 4936,
+      6,
+    );
     // A start without a prompt length (0) keeps the estimate.
     two.scheduler.shared.apply({ v: 1, pool: POOL, zone: 'a', epp: 'epp-1', seq: 4, sentAt: T0, entries: [[5, 1, T0, 0, 0]] }, T0);
-    expect(two.fleet.prefillAhead(a0!, T0, limits, { msPerToken: 1, attentionTokens: 0 }, ahead)).toBeCloseTo(64 + 4936, 6);
+    expect(two.fleet.prefillAhead(a0!, T0, limits, { msPerToken: 1, attentionTokens: 0, stepMs: 0, chunkTokens: 8192 }, ahead)).toBeCloseTo(
+      64 + 4936,
+      6,
+    );
   });
 });
 
@@ -265,7 +277,13 @@ describe('what a batch may say', () => {
     expect(a0?.unsampledPicks).toBe(1);
     const ahead = { ms: 0, tokens: 0 };
     expect(
-      two.fleet.prefillAhead(a0!, T0 + 100, { horizonMs: 1000, maxCharges: 16 }, { msPerToken: 1, attentionTokens: 0 }, ahead),
+      two.fleet.prefillAhead(
+        a0!,
+        T0 + 100,
+        { horizonMs: 1000, maxCharges: 16 },
+        { msPerToken: 1, attentionTokens: 0, stepMs: 0, chunkTokens: 8192 },
+        ahead,
+      ),
     ).toBeCloseTo(34, 6);
     // A penalty of 5 s from send time lasts 5 s from receipt; a longer one is cut to this EPP's own penaltyMs (5 s).
     two.scheduler.shared.apply(
