@@ -172,8 +172,8 @@ export const backlogConfigSchema = z.strictObject({
  * goes where there is room and does not push the receiving zone's own requests out.
  */
 export const displacementConfigSchema = z.strictObject({
-  weight: z.number().finite().min(0).max(1000).default(2),
-  exponent: z.number().finite().min(0).max(64).default(4),
+  weight: z.number().finite().min(0).max(1000).default(8),
+  exponent: z.number().finite().min(0).max(64).default(2),
 });
 
 /**

@@ -513,7 +513,7 @@ describe('cost policy: displacement', () => {
     const b = d.entries.find((e) => e.zone === 'b')?.cost as EntryCost | undefined;
     const c = d.entries.find((e) => e.zone === 'c')?.cost as EntryCost;
     expect(c.zoneUse).toBeCloseTo((2 * 129) / 512, 2);
-    expect(c.displacementMs).toBeCloseTo(2 * c.stepMs * ((2 * 129) / 512) ** 4, 1);
+    expect(c.displacementMs).toBeCloseTo(8 * c.stepMs * ((2 * 129) / 512) ** 2, 1);
     if (b !== undefined) expect(b.displacementMs).toBeGreaterThan(c.displacementMs);
     // Without displacement the fuller zone is cheaper for this request alone (no queue there).
     const bare = new Scheduler({ fleet: buildFleet(pods), pool: POOL, zone: 'a', config: { network, displacement: { weight: 0 } } }).pick(
