@@ -1,7 +1,12 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { metricsEventSchema, type MetricsEvent, type ReadinessEvent, type SpillwayEvent } from '@spillway/events';
-import { Charge, Fleet, snapshotPool, type Endpoint } from '@spillway/fleet';
+import { Charge, Fleet, snapshotPool, type Endpoint, type PrefillRate } from '@spillway/fleet';
+
+/** A prefill rate of `msPerToken` and nothing else: no attention, no step per chunk. */
+function tokensOnly(msPerToken: number): PrefillRate {
+  return { msPerToken, attentionTokens: 0, stepMs: 0, chunkTokens: 8192 };
+}
 
 const T0 = 1_764_420_000_000;
 
@@ -486,15 +491,7 @@ describe("another EPP's picks, learnt later (shared state)", () => {
     // The list stays in time order, so the backlog is worked off as the picks were made: 10 ms
     // each at 1 ms per token, from T0+20 to T0+30, T0+30 to T0+40, T0+40 to T0+50.
     const ahead = { ms: 0, tokens: 0 };
-    expect(
-      fleet.prefillAhead(
-        pod,
-        T0 + 40,
-        { horizonMs: 1000, maxCharges: 10 },
-        { msPerToken: 1, attentionTokens: 0, stepMs: 0, chunkTokens: 8192 },
-        ahead,
-      ),
-    ).toBeCloseTo(10, 6);
+    expect(fleet.prefillAhead(pod, T0 + 40, { horizonMs: 1000, maxCharges: 10 }, tokensOnly(1), ahead)).toBeCloseTo(10, 6);
     // A sample observed at T0+25 covers the pick made at T0+20 only.
     fleet.apply(metrics('p', { observedAt: T0 + 25, runningRequests: 1 }), T0 + 26);
     expect(pod.unsampledPicks).toBe(2);
@@ -589,61 +586,29 @@ describe('what event gaps need (picking v2)', () => {
     const { fleet, a0 } = onePod();
     const ahead = { ms: 0, tokens: 0 };
     const limits = { horizonMs: 1000, maxCharges: 256 };
-    expect(fleet.prefillAhead(a0, T0, limits, { msPerToken: 0.05, attentionTokens: 0, stepMs: 0, chunkTokens: 8192 }, ahead)).toBe(0);
+    expect(fleet.prefillAhead(a0, T0, limits, tokensOnly(0.05), ahead)).toBe(0);
     // 1,000 tokens at T0 + 10 (done at T0 + 60 at 0.05 ms per token), 2,000 at T0 + 40: it starts
     // when the first is done, so it is done at T0 + 160.
     pick(fleet, a0, T0 + 10, 1000);
     pick(fleet, a0, T0 + 40, 2000);
-    expect(
-      fleet.prefillAhead(a0, T0 + 40, limits, { msPerToken: 0.05, attentionTokens: 0, stepMs: 0, chunkTokens: 8192 }, ahead),
-    ).toBeCloseTo(120, 6);
+    expect(fleet.prefillAhead(a0, T0 + 40, limits, tokensOnly(0.05), ahead)).toBeCloseTo(120, 6);
     expect(ahead.tokens).toBeCloseTo(2400, 6);
-    expect(
-      fleet.prefillAhead(a0, T0 + 100, limits, { msPerToken: 0.05, attentionTokens: 0, stepMs: 0, chunkTokens: 8192 }, ahead),
-    ).toBeCloseTo(60, 6);
+    expect(fleet.prefillAhead(a0, T0 + 100, limits, tokensOnly(0.05), ahead)).toBeCloseTo(60, 6);
     // An idle gap: a charge made after the earlier work is done starts at its own time.
     pick(fleet, a0, T0 + 500, 100);
-    expect(
-      fleet.prefillAhead(a0, T0 + 500, limits, { msPerToken: 0.05, attentionTokens: 0, stepMs: 0, chunkTokens: 8192 }, ahead),
-    ).toBeCloseTo(5, 6);
-    expect(fleet.prefillAhead(a0, T0 + 600, limits, { msPerToken: 0.05, attentionTokens: 0, stepMs: 0, chunkTokens: 8192 }, ahead)).toBe(0);
+    expect(fleet.prefillAhead(a0, T0 + 500, limits, tokensOnly(0.05), ahead)).toBeCloseTo(5, 6);
+    expect(fleet.prefillAhead(a0, T0 + 600, limits, tokensOnly(0.05), ahead)).toBe(0);
     // A charge without prompt work (a cached prompt) adds nothing and hides nothing before it.
     pick(fleet, a0, T0 + 601, 0);
     pick(fleet, a0, T0 + 602, 0);
-    expect(fleet.prefillAhead(a0, T0 + 602, limits, { msPerToken: 0.05, attentionTokens: 0, stepMs: 0, chunkTokens: 8192 }, ahead)).toBe(0);
+    expect(fleet.prefillAhead(a0, T0 + 602, limits, tokensOnly(0.05), ahead)).toBe(0);
     // The horizon and the count bound what is read: beyond them, the work is taken as done.
     pick(fleet, a0, T0 + 700, 10_000);
-    expect(
-      fleet.prefillAhead(a0, T0 + 701, limits, { msPerToken: 0.05, attentionTokens: 0, stepMs: 0, chunkTokens: 8192 }, ahead),
-    ).toBeCloseTo(499, 6);
-    expect(
-      fleet.prefillAhead(
-        a0,
-        T0 + 701,
-        { horizonMs: 0.5, maxCharges: 256 },
-        { msPerToken: 0.05, attentionTokens: 0, stepMs: 0, chunkTokens: 8192 },
-        ahead,
-      ),
-    ).toBe(0);
+    expect(fleet.prefillAhead(a0, T0 + 701, limits, tokensOnly(0.05), ahead)).toBeCloseTo(499, 6);
+    expect(fleet.prefillAhead(a0, T0 + 701, { horizonMs: 0.5, maxCharges: 256 }, tokensOnly(0.05), ahead)).toBe(0);
     pick(fleet, a0, T0 + 702, 0);
-    expect(
-      fleet.prefillAhead(
-        a0,
-        T0 + 702,
-        { horizonMs: 1000, maxCharges: 1 },
-        { msPerToken: 0.05, attentionTokens: 0, stepMs: 0, chunkTokens: 8192 },
-        ahead,
-      ),
-    ).toBe(0);
-    expect(
-      fleet.prefillAhead(
-        a0,
-        T0 + 702,
-        { horizonMs: 1000, maxCharges: 2 },
-        { msPerToken: 0.05, attentionTokens: 0, stepMs: 0, chunkTokens: 8192 },
-        ahead,
-      ),
-    ).toBeCloseTo(498, 6);
+    expect(fleet.prefillAhead(a0, T0 + 702, { horizonMs: 1000, maxCharges: 1 }, tokensOnly(0.05), ahead)).toBe(0);
+    expect(fleet.prefillAhead(a0, T0 + 702, { horizonMs: 1000, maxCharges: 2 }, tokensOnly(0.05), ahead)).toBeCloseTo(498, 6);
   });
 
   it('prices each charge’s attention: n² · msPerToken / (2 · attentionTokens) on top of its linear work', () => {
@@ -652,19 +617,15 @@ describe('what event gaps need (picking v2)', () => {
     const limits = { horizonMs: 10_000, maxCharges: 256 };
     // A 12,000-token document at 0.05 ms per token: 600 ms linear, plus 12,000² · 0.05 / (2 · 24,000) = 150 ms.
     pick(fleet, a0, T0, 12_000);
-    expect(fleet.prefillAhead(a0, T0, limits, { msPerToken: 0.05, attentionTokens: 0, stepMs: 0, chunkTokens: 8192 }, ahead)).toBeCloseTo(
-      600,
-      6,
-    );
-    expect(
-      fleet.prefillAhead(a0, T0, limits, { msPerToken: 0.05, attentionTokens: 24_000, stepMs: 0, chunkTokens: 8192 }, ahead),
-    ).toBeCloseTo(750, 6);
+    expect(fleet.prefillAhead(a0, T0, limits, tokensOnly(0.05), ahead)).toBeCloseTo(600, 6);
+    expect(fleet.prefillAhead(a0, T0, limits, { ...tokensOnly(0.05), attentionTokens: 24_000 }, ahead)).toBeCloseTo(750, 6);
     expect(ahead.tokens).toBeCloseTo(15_000, 6);
     // A chat message behind it barely adds attention: 200 · 0.05 + 200² · 0.05 / 48,000 ≈ 10.04 ms.
     pick(fleet, a0, T0 + 100, 200);
-    expect(
-      fleet.prefillAhead(a0, T0 + 100, limits, { msPerToken: 0.05, attentionTokens: 24_000, stepMs: 0, chunkTokens: 8192 }, ahead),
-    ).toBeCloseTo(750 + 10 + 40_000 / 960_000 - 100, 3);
+    expect(fleet.prefillAhead(a0, T0 + 100, limits, { ...tokensOnly(0.05), attentionTokens: 24_000 }, ahead)).toBeCloseTo(
+      750 + 10 + 40_000 / 960_000 - 100,
+      3,
+    );
   });
 
   it('adds a step for each chunk of a charge’s prompt: the step’s overhead and decodes it waits out too', () => {
@@ -690,7 +651,7 @@ describe('what event gaps need (picking v2)', () => {
     const { fleet, a0 } = onePod();
     const ahead = { ms: 0, tokens: 0 };
     const limits = { horizonMs: 1000, maxCharges: 256 };
-    const rate = { msPerToken: 0.05, attentionTokens: 0, stepMs: 0, chunkTokens: 8192 };
+    const rate = tokensOnly(0.05);
     // Two documents charged long before the horizon: on their own they count as done.
     pick(fleet, a0, T0 + 1, 4000);
     pick(fleet, a0, T0 + 10, 6000);
