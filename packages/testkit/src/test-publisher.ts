@@ -16,8 +16,15 @@ export interface PodSpec {
   ready?: boolean;
 }
 
-/** Publishes readiness and a fresh metrics sample for each pod, as a collector would. */
+/**
+ * Publishes readiness and a fresh metrics sample for each pod, as a collector would. Samples
+ * published without a time are dated by a clock that never repeats: two samples within one
+ * millisecond would otherwise tie, and the view settles a tie by payload (the later sample could
+ * lose), where a collector's successive scrapes are always later than the one before.
+ */
 export class TestPublisher {
+  private lastAt = 0;
+
   private constructor(
     readonly nc: NatsConnection,
     readonly publisher: EventPublisher,
@@ -28,7 +35,7 @@ export class TestPublisher {
     return new TestPublisher(nc, new EventPublisher(nc));
   }
 
-  async pods(specs: PodSpec[], at = Date.now()): Promise<void> {
+  async pods(specs: PodSpec[], at = this.now()): Promise<void> {
     for (const spec of specs) {
       const readiness: ReadinessEvent = {
         v: 1,
@@ -47,7 +54,7 @@ export class TestPublisher {
     await this.nc.flush();
   }
 
-  metrics(spec: PodSpec, at = Date.now()): void {
+  metrics(spec: PodSpec, at = this.now()): void {
     const event: MetricsEvent = {
       v: 1,
       kind: 'metrics',
@@ -60,6 +67,12 @@ export class TestPublisher {
       kvCacheUsage: spec.kv ?? 0,
     };
     this.publisher.publishMetrics(event);
+  }
+
+  /** Now, or a millisecond after the last time this clock gave, whichever is later. */
+  now(): number {
+    this.lastAt = Math.max(Date.now(), this.lastAt + 1);
+    return this.lastAt;
   }
 
   async close(): Promise<void> {
