@@ -109,6 +109,11 @@ export type ApplyOutcome = 'applied' | 'ignored' | 'future' | 'over-capacity' | 
 export interface PrefillAheadLimits {
   readonly horizonMs: number;
   readonly maxCharges: number;
+  /**
+   * The share of the prefill of the request just ahead of a sampled queue (the one prefilling
+   * then) still counted ahead of that queue; 0 or absent: none (the scheduler's `backlog.queueHead`).
+   */
+  readonly queueHead?: number;
 }
 
 /** Fleet.prefillAhead's answer, in an object the caller reuses. */
@@ -378,7 +383,11 @@ export class Fleet {
    * sample covers (`sampledUntil`), however long ago, as far as charges know them. Their prefills
    * were all still ahead at that time, and every charge since comes after them, so the FIFO also
    * finishes no earlier than `sampledUntil + Σ queued + Σ since`. A queue of documents is so priced
-   * by what it holds, not by its length.
+   * by what it holds, not by its length. A queue also means the step's token budget was spent (or
+   * its slots): the request charged just before the queued ones was being served then, part of its
+   * prefill still to do — `queueHead` of its work (half, on average) is counted ahead of the queue,
+   * however old its charge. That is the document still prefilling which holds the queue up, and
+   * which no sample shows but as one running request.
    *
    * Returns the ms left of it at `now` (0 when it is done); `out.tokens` the tokens those ms are at msPerToken.
    */
@@ -388,6 +397,8 @@ export class Fleet {
     const msPerTokenSquared = rate.attentionTokens > 0 ? msPerToken / (2 * rate.attentionTokens) : 0;
     const sampledUntil = record.sampledUntil;
     let queueLeft = record.metrics?.waitingRequests ?? 0;
+    const queueHead = limits.queueHead ?? 0;
+    let headTaken = queueHead <= 0;
     let work = 0;
     let workSince = 0;
     let queued = 0;
@@ -398,13 +409,18 @@ export class Fleet {
       const covered = c.chargedAt <= sampledUntil;
       const recent = c.chargedAt >= since;
       const inQueue = covered && queueLeft > 0;
-      if (!recent && !inQueue) break;
+      // The first covered charge past the queue: the one being served when the sample was taken.
+      const head = !headTaken && covered && !inQueue && queued > 0;
+      if (!recent && !inQueue && !head) break;
       seen++;
       const tokens = c.prefillTokens;
       const cost = tokens * (msPerToken + tokens * msPerTokenSquared) + stepsOf(tokens, rate.chunkTokens) * rate.stepMs;
       if (inQueue) {
         queued += cost;
         queueLeft--;
+      } else if (head) {
+        queued += queueHead * cost;
+        headTaken = true;
       }
       if (!recent) continue;
       work += cost;

@@ -672,6 +672,35 @@ describe('what event gaps need (picking v2)', () => {
     expect(fleet.prefillAhead(a0, T0 + 2100, limits, rate, ahead)).toBeCloseTo(500 + 50 - 100, 3);
   });
 
+  it('counts `queueHead` of the request being served ahead of a sampled queue, however old its charge', () => {
+    const { fleet, a0 } = onePod();
+    const ahead = { ms: 0, tokens: 0 };
+    const rate = tokensOnly(0.05);
+    const limits = (queueHead: number) => ({ horizonMs: 1000, maxCharges: 256, queueHead });
+    // A document (500 ms of prefill), then two chats (50 ms each), all charged long before the horizon.
+    pick(fleet, a0, T0 + 1, 10_000);
+    pick(fleet, a0, T0 + 10, 1000);
+    pick(fleet, a0, T0 + 20, 1000);
+    // No queue: nothing says the document is still being served.
+    fleet.apply(metrics('a0', { observedAt: T0 + 2000, waitingRequests: 0 }), T0 + 2000);
+    expect(fleet.prefillAhead(a0, T0 + 2100, limits(0.5), rate, ahead)).toBe(0);
+    // The two chats waiting (the sample covers up to T0 + 1998): the document ahead of them was
+    // prefilling then, half of its work still to do — 250 + 100 ms from then on.
+    fleet.apply(metrics('a0', { observedAt: T0 + 2001, waitingRequests: 2 }), T0 + 2001);
+    expect(fleet.prefillAhead(a0, T0 + 2100, limits(0.5), rate, ahead)).toBeCloseTo(1999 + 350 - 2100, 3);
+    expect(fleet.prefillAhead(a0, T0 + 2100, limits(1), rate, ahead)).toBeCloseTo(1999 + 600 - 2100, 3);
+    expect(fleet.prefillAhead(a0, T0 + 2100, limits(0), rate, ahead)).toBe(0);
+    expect(fleet.prefillAhead(a0, T0 + 2100, { horizonMs: 1000, maxCharges: 256 }, rate, ahead)).toBe(0);
+    // One waiting: the newest chat is the queue and the older chat the one served (25 ms of it left):
+    // 75 ms from T0 + 2000, done by T0 + 2100; at T0 + 2050, 25 ms to go.
+    fleet.apply(metrics('a0', { observedAt: T0 + 2002, waitingRequests: 1 }), T0 + 2002);
+    expect(fleet.prefillAhead(a0, T0 + 2100, limits(0.5), rate, ahead)).toBe(0);
+    expect(fleet.prefillAhead(a0, T0 + 2050, limits(0.5), rate, ahead)).toBeCloseTo(25, 3);
+    // As many waiting as charges: no charge is known to be ahead of them.
+    fleet.apply(metrics('a0', { observedAt: T0 + 2003, waitingRequests: 3 }), T0 + 2003);
+    expect(fleet.prefillAhead(a0, T0 + 2100, limits(0.5), rate, ahead)).toBeCloseTo(2001 + 600 - 2100, 3);
+  });
+
   it('with the sample’s queue the backlog is a FIFO server that held the queue at the sample (property)', () => {
     fc.assert(
       fc.property(
@@ -679,8 +708,8 @@ describe('what event gaps need (picking v2)', () => {
         fc.array(fc.record({ gap: fc.integer({ min: 1, max: 300 }), tokens: fc.integer({ min: 0, max: 20_000 }) }), { maxLength: 5 }),
         fc.integer({ min: 0, max: 6 }),
         fc.integer({ min: 0, max: 3000 }),
-        fc.record({ attentionTokens: fc.constantFrom(0, 23_000), stepMs: fc.constantFrom(0, 7) }),
-        (before, after, waiting, later, { attentionTokens, stepMs }) => {
+        fc.record({ attentionTokens: fc.constantFrom(0, 23_000), stepMs: fc.constantFrom(0, 7), queueHead: fc.constantFrom(0, 0.5, 1) }),
+        (before, after, waiting, later, { attentionTokens, stepMs, queueHead }) => {
           const { fleet, a0 } = onePod();
           const workOf = (tokens: number) =>
             tokens * 0.05 +
@@ -699,8 +728,11 @@ describe('what event gaps need (picking v2)', () => {
           const observedAt = at + 5;
           fleet.apply(metrics('a0', { observedAt, waitingRequests: waiting }), observedAt);
           const sampledUntil = (a0 as unknown as { sampledUntil: number }).sampledUntil;
-          // At the sample, the newest `waiting` covered requests have not started their prefill.
-          const queue = covered.slice(Math.max(0, covered.length - waiting)).reduce((sum, tokens) => sum + workOf(tokens), 0);
+          // At the sample, the newest `waiting` covered requests have not started their prefill, and
+          // the one before them (if any) was being served, `queueHead` of its work still to do.
+          const first = Math.max(0, covered.length - waiting);
+          let queue = covered.slice(first).reduce((sum, tokens) => sum + workOf(tokens), 0);
+          if (queue > 0 && first > 0) queue += queueHead * workOf(covered[first - 1] as number);
           if (queue > 0) busyUntil = Math.max(busyUntil, sampledUntil + queue);
           at = observedAt;
           for (const { gap, tokens } of after) {
@@ -712,7 +744,7 @@ describe('what event gaps need (picking v2)', () => {
           const got = fleet.prefillAhead(
             a0,
             now,
-            { horizonMs: 1e9, maxCharges: 256 },
+            { horizonMs: 1e9, maxCharges: 256, queueHead },
             { msPerToken: 0.05, attentionTokens, stepMs, chunkTokens: 8192 },
             { ms: 0, tokens: 0 },
           );

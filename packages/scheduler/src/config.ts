@@ -157,11 +157,13 @@ export const batchConfigSchema = z.strictObject({
  * The prefill backlog (docs/picking.md, "The prefill backlog"): the requests charged to an endpoint
  * in the last `horizonMs` (at most `maxCharges` of them), this EPP's and its peers', each with its
  * own uncached prompt, worked off one after the other at the endpoint's prefill rate. What is left
- * of that work is wait for the next request.
+ * of that work is wait for the next request. When the latest sample shows a queue, `queueHead` of
+ * the prefill of the request just ahead of it (the one being served then) counts too.
  */
 export const backlogConfigSchema = z.strictObject({
   horizonMs: z.number().finite().min(0).max(600_000).default(2000),
   maxCharges: z.number().int().min(0).max(100_000).default(256),
+  queueHead: z.number().finite().min(0).max(1).default(0.5),
 });
 
 /**

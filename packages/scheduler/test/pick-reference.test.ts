@@ -185,11 +185,14 @@ function referenceAheadMs(
     n * msPerToken + (attention > 0 ? (msPerToken * n * n) / (2 * attention) : 0) + Math.max(1, Math.ceil(n / chunkTokens)) * stepMs;
   const mine = picks.filter((p) => p.endpoint === endpoint);
   const recent = mine.filter((p) => p.at >= now - config.backlog.horizonMs).slice(-config.backlog.maxCharges);
-  // The latest sample's queue: its waiting requests are the newest picks it covers, all still to prefill then.
+  // The latest sample's queue: its waiting requests are the newest picks it covers, all still to
+  // prefill then, and `queueHead` of the pick just before them, the one being served then.
   const sampledUntil = (endpoint as unknown as { sampledUntil: number }).sampledUntil;
   const waiting = endpoint.metrics?.waitingRequests ?? 0;
   const covered = mine.filter((p) => p.at <= sampledUntil);
-  const queue = waiting > 0 ? covered.slice(-waiting).reduce((sum, p) => sum + workOf(p.prefillTokens), 0) : 0;
+  let queue = waiting > 0 ? covered.slice(-waiting).reduce((sum, p) => sum + workOf(p.prefillTokens), 0) : 0;
+  const served = covered[covered.length - waiting - 1];
+  if (queue > 0 && served !== undefined) queue += config.backlog.queueHead * workOf(served.prefillTokens);
   let free = Number.NEGATIVE_INFINITY;
   let queueHeld = queue <= 0;
   for (const pick of recent) {
