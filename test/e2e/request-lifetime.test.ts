@@ -24,9 +24,13 @@ const ZONE = 'zone-a';
 const LONG_TOKENS = 300;
 
 // The bound of a started request is a backstop; here it is pushed far out, so only samples end the six.
+// Flow control is off: the six are meant to reach the two pods, two of them to wait there. With it
+// on, the EPP holds those two when it expects them to wait longer than its hold threshold, which
+// depends on the completion rate the pods' last samples measured; and with the collector stopped
+// no sample makes room, so they are answered 503 after `maxHoldMs` (flow control has its own tests).
 const configDir = mkdtempSync(join(tmpdir(), 'spillway-e2e-lifetime-'));
 const eppConfig = join(configDir, 'epp.yaml');
-writeFileSync(eppConfig, 'charges:\n  minMs: 180000\n');
+writeFileSync(eppConfig, 'charges:\n  minMs: 180000\nflowControl:\n  enabled: false\n');
 
 interface PodState {
   pod: string;
